@@ -1,0 +1,28 @@
+# The two commands a fresh machine needs: `make run` and `make test`.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+FRAMEWORKS := pytorch
+
+.PHONY: run test envs lint clean
+
+$(BIN)/dlbench: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet uv
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev]'
+	touch $@
+
+envs: $(BIN)/dlbench
+	$(BIN)/dlbench env create $(FRAMEWORKS)
+
+run: envs
+	$(BIN)/dlbench run quick
+
+lint: $(BIN)/dlbench
+	$(BIN)/ruff check src tests
+
+test: envs lint
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) dlbench-results

@@ -1,0 +1,83 @@
+"""pang-lee-polarity: 200 real movie-review sentences from gensim, encoded like Keras's IMDB."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .prepared import Built, DatasetError, base_meta
+from .split import stratified_split
+from .text import gensim_test_file, ranked_words, read_text
+
+NAME = "pang-lee-polarity"
+FILENAME = "pang_lee_polarity.cor"
+LABELS = {"__label__neg": 0, "__label__pos": 1}
+# Keras IMDB's index scheme: 0 padding, 1 start of sequence, 2 out of vocabulary, words from 3.
+PAD_ID, START_ID, OOV_ID, INDEX_FROM = 0, 1, 2, 3
+RESERVED = ["<pad>", "<start>", "<oov>"]
+MAX_WORDS = 5000  # the study's IMDB vocabulary cap
+SEQ_LEN = 50
+INFO = {
+    "name": NAME,
+    "task": "binary",
+    "description": (
+        "200 real movie-review sentences (100 positive, 100 negative) from Pang and Lee's sentence "
+        "polarity data, as shipped in gensim's test data (already lower-cased and tokenised by "
+        "spaces; read as utf-8, falling back to cp1252). Label pos=1, neg=0. Split 80/20 per class "
+        "with a seed-0 stratified permutation. Vocabulary from the train split only, words ranked by "
+        "frequency with ties broken alphabetically, capped at 5,000 words. Encoded like Keras's "
+        "IMDB: 0 padding, 1 start, 2 out-of-vocabulary, words from 3; each sequence is [1] + ids, "
+        "cut or padded to 50 tokens at the front (Keras pad_sequences defaults padding='pre', "
+        "truncating='pre') so a recurrent model's last step sees the last real token. vocab.json "
+        "lists the token for each id. A tiny offline stand-in for quick runs: this is NOT the IMDB "
+        "reviews dataset the study uses, and its accuracies are not comparable with IMDB's."
+    ),
+    "source": (
+        "gensim/test/test_data/pang_lee_polarity.cor from the installed gensim package "
+        "(sentence polarity dataset v1.0, B. Pang and L. Lee, 2005)"
+    ),
+    "licence": (
+        "no explicit licence; released by the authors for research use and redistributed in "
+        "gensim's test data (gensim: LGPL-2.1)"
+    ),
+}
+
+
+def build() -> Built:
+    sentences, labels = read_corpus()
+    train, test = stratified_split(labels)
+    words = ranked_words((w for i in train for w in sentences[i]), MAX_WORDS)
+    ids = {word: INDEX_FROM + rank for rank, word in enumerate(words)}
+    arrays = {
+        "x_train": encode([sentences[i] for i in train], ids), "y_train": labels[train],
+        "x_test": encode([sentences[i] for i in test], ids), "y_test": labels[test],
+    }
+    meta = base_meta(INFO, arrays, input_scale=None)
+    meta.update(
+        num_classes=2, class_names=["neg", "pos"], vocab_size=INDEX_FROM + len(words), seq_len=SEQ_LEN,
+        pad_id=PAD_ID, start_id=START_ID, oov_id=OOV_ID, index_from=INDEX_FROM, max_words=MAX_WORDS,
+    )
+    return Built(arrays=arrays, meta=meta, vocab=RESERVED + words)
+
+
+def read_corpus() -> tuple[list[list[str]], np.ndarray]:
+    """Token lists and int32 labels, one per line `__label__pos word word ...`."""
+    path = gensim_test_file(FILENAME)
+    sentences, labels = [], []
+    for number, line in enumerate(read_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        label, *tokens = line.split()
+        if label not in LABELS:
+            raise DatasetError(f"{path}:{number}: unexpected label {label!r}")
+        sentences.append(tokens)
+        labels.append(LABELS[label])
+    return sentences, np.asarray(labels, dtype=np.int32)
+
+
+def encode(sentences: list[list[str]], ids: dict[str, int]) -> np.ndarray:
+    out = np.full((len(sentences), SEQ_LEN), PAD_ID, dtype=np.int32)
+    for row, tokens in enumerate(sentences):
+        seq = [START_ID] + [ids.get(word, OOV_ID) for word in tokens]
+        seq = seq[-SEQ_LEN:]  # truncating='pre' keeps the end of the sentence
+        out[row, SEQ_LEN - len(seq):] = seq  # padding='pre'
+    return out

@@ -1,0 +1,155 @@
+"""Per-framework environments: a venv per framework, built with uv from a recipe kept in code.
+
+The harness never imports a framework; it only runs the environment's interpreter.
+"""
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+
+class EnvError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Recipe:
+    framework: str
+    python: str  # interpreter version for uv to find, e.g. "3.11"
+    packages: tuple[str, ...]
+    adapter: str  # "module:Class" that the worker imports
+    import_check: str  # modules whose import proves the environment works
+    version_package: str  # the distribution whose version is "the framework's version"
+    # pip's find-links (a folder of local wheels) when pip is configured with one: here it holds the
+    # CPU build of torch, without which a plain "torch" pulls a multi-GB CUDA build
+    find_links_from_pip: bool = False
+    worker_env: dict[str, str] = field(default_factory=dict)
+
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+
+
+RECIPES: dict[str, Recipe] = {r.framework: r for r in (
+    Recipe("pytorch", "3.11", ("torch==2.13.0", "numpy"), "dlbench.frameworks.pytorch:Adapter",
+           "torch, numpy", "torch", find_links_from_pip=True),
+)}
+
+
+def dlbench_home() -> Path:
+    return Path(os.environ.get("DLBENCH_HOME") or Path.home() / ".cache" / "dlbench")
+
+
+def env_root() -> Path:
+    return dlbench_home() / "envs"
+
+
+def get_recipe(framework: str) -> Recipe:
+    if framework not in RECIPES:
+        raise EnvError(f"unknown framework {framework!r}; known: {', '.join(RECIPES)}")
+    return RECIPES[framework]
+
+
+def uv_command() -> list[str]:
+    from uv import find_uv_bin  # the uv wheel ships its binary; no system install needed
+
+    return [find_uv_bin()]
+
+
+def _pip_find_links() -> str | None:
+    try:
+        out = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.find-links"],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    value = out.stdout.strip()
+    return value if out.returncode == 0 and value and Path(value).is_dir() else None
+
+
+def _run(command: list[str], what: str) -> str:
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise EnvError(f"{what} failed (exit {result.returncode}): {' '.join(command)}\n{result.stderr[-3000:]}")
+    return result.stdout
+
+
+@dataclass(frozen=True)
+class Environment:
+    framework: str
+    path: Path
+
+    @property
+    def python(self) -> Path:
+        return self.path / "bin" / "python"
+
+    @property
+    def info_file(self) -> Path:
+        return self.path / "dlbench-env.json"
+
+    def info(self) -> dict:
+        return json.loads(self.info_file.read_text())
+
+    def exists(self) -> bool:
+        return self.info_file.is_file() and self.python.exists()
+
+
+def environment(framework: str) -> Environment:
+    get_recipe(framework)
+    return Environment(framework, env_root() / framework)
+
+
+def require(framework: str) -> Environment:
+    """The framework's environment, or an error that names the command creating it."""
+    env = environment(framework)
+    if not env.exists():
+        raise EnvError(f"the {framework} environment does not exist (looked in {env.path}); "
+                       f"create it with: dlbench env create {framework}")
+    if env.info().get("recipe") != get_recipe(framework).digest():
+        raise EnvError(f"the {framework} environment at {env.path} was built from an older recipe; "
+                       f"rebuild it with: dlbench env create {framework}")
+    return env
+
+
+def create(framework: str, log=print) -> Environment:
+    """Builds into a temporary folder and renames it into place, so a failed build leaves nothing
+    that looks usable. An environment already built from the same recipe is kept."""
+    recipe = get_recipe(framework)
+    env = environment(framework)
+    if env.exists() and env.info().get("recipe") == recipe.digest():
+        log(f"{framework}: environment up to date at {env.path}")
+        return env
+    building = env.path.with_name(env.path.name + ".building")
+    shutil.rmtree(building, ignore_errors=True)
+    tic = time.perf_counter()
+    uv = uv_command()
+    _run(uv + ["venv", "--quiet", "--python", recipe.python, str(building)], f"creating the {framework} venv")
+    python = building / "bin" / "python"
+    install = uv + ["pip", "install", "--quiet", "--python", str(python), *recipe.packages]
+    links = _pip_find_links() if recipe.find_links_from_pip else None
+    if links:
+        install += ["--find-links", links]
+    log(f"{framework}: installing {' '.join(recipe.packages)}" + (f" (local wheels from {links})" if links else ""))
+    _run(install, f"installing {framework}")
+    _run([str(python), "-c", f"import {recipe.import_check}"], f"importing {framework}")
+    freeze = _run(uv + ["pip", "freeze", "--python", str(python)], "listing packages")
+    version = _run([str(python), "-c", "import platform; print(platform.python_version())"], "python version")
+    info = {"framework": framework, "recipe": recipe.digest(), "python_version": version.strip(),
+            "packages": dict(line.split("==", 1) for line in freeze.splitlines() if "==" in line),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    (building / "dlbench-env.json").write_text(json.dumps(info, indent=1, sort_keys=True))
+    shutil.rmtree(env.path, ignore_errors=True)
+    building.rename(env.path)
+    log(f"{framework}: environment ready at {env.path} in {time.perf_counter() - tic:.0f} s")
+    return env
+
+
+def remove(framework: str) -> bool:
+    env = environment(framework)
+    if not env.path.exists():
+        return False
+    shutil.rmtree(env.path)
+    return True

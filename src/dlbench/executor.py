@@ -1,0 +1,153 @@
+"""Runs one worker process: spawns it in its own session, reads its JSON-lines events, samples its
+resources, enforces the time and memory limits, and says how it ended.
+
+A crash, a non-zero exit, a signal, a memory kill and a timeout each end as a failed outcome with a
+reason and the tail of stderr; nothing a worker does can raise out of here.
+"""
+import json
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from dlbench.monitor import Monitor, Sample
+
+STDERR_TAIL_CHARS = 4000
+
+
+@dataclass
+class Outcome:
+    status: str  # ok | failed | timeout
+    reason: str | None
+    events: list[dict] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    stderr_tail: str = ""
+    wall_time_s: float = 0.0
+    returncode: int | None = None
+
+
+def kill_tree(process: subprocess.Popen) -> None:
+    """SIGKILL the worker's whole session, and any descendant that left it."""
+    try:
+        descendants = psutil.Process(process.pid).children(recursive=True)
+    except psutil.Error:
+        descendants = []
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for child in descendants:
+        try:
+            child.kill()
+        except psutil.Error:
+            pass
+
+
+def _read_events(stream, events: "queue.Queue[dict | None]") -> None:
+    for line in stream:
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            event = {"event": "garbled", "line": line[:500]}
+        events.put(event)
+    events.put(None)
+
+
+def _tail(path: Path) -> str:
+    if not path.exists():
+        return ""
+    with open(path, "rb") as handle:
+        handle.seek(max(path.stat().st_size - STDERR_TAIL_CHARS, 0))
+        return handle.read().decode("utf-8", "replace")
+
+
+def _ending(returncode: int, events: list[dict], peak_rss_mb: float) -> tuple[str, str | None]:
+    error = next((e["message"] for e in events if e.get("event") == "error"), None)
+    if error:
+        return "failed", error
+    if returncode < 0:
+        name = signal.Signals(-returncode).name
+        hint = (f" (the kernel's out-of-memory killer sends it; peak RSS {peak_rss_mb:.0f} MiB)"
+                if returncode == -signal.SIGKILL else "")
+        return "failed", f"worker killed by {name}{hint}"
+    if returncode != 0:
+        return "failed", f"worker exited with status {returncode}"
+    if not any(e.get("event") == "done" for e in events):
+        return "failed", "worker exited without reporting completion"
+    return "ok", None
+
+
+def run_worker(command: list[str], env: dict[str, str], run_dir: Path, timeout_s: float,
+               memory_limit_mb: float | None = None, on_event: Callable[[dict], None] | None = None) -> Outcome:
+    stderr_path = run_dir / "stderr.log"
+    started = time.perf_counter()
+    with open(stderr_path, "wb") as stderr:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL,
+                                   env=env, cwd=run_dir, start_new_session=True, text=True)
+    over_memory: list[float] = []
+
+    def check_memory(sample: Sample) -> None:
+        if memory_limit_mb and sample.rss_mb > memory_limit_mb and not over_memory:
+            over_memory.append(sample.rss_mb)
+            kill_tree(process)
+
+    monitor = Monitor(process.pid, on_sample=check_memory)
+    monitor.start()
+    pending: queue.Queue[dict | None] = queue.Queue()
+    threading.Thread(target=_read_events, args=(process.stdout, pending), daemon=True).start()
+    deadline = started + timeout_s
+    events, timed_out = _collect(pending, process, deadline, on_event)
+    try:  # stdout can close before the process ends
+        returncode = process.wait(timeout=max(deadline - time.perf_counter(), 0.0))
+    except subprocess.TimeoutExpired:
+        kill_tree(process)
+        returncode, timed_out = process.wait(), True
+    samples = monitor.stop()
+    outcome = Outcome("ok", None, events, samples, _tail(stderr_path), time.perf_counter() - started, returncode)
+    epochs_done = sum(1 for e in events if e.get("event") == "epoch")
+    if timed_out:
+        outcome.status, outcome.reason = "timeout", f"timed out after {timeout_s:g} s ({epochs_done} epochs done)"
+    elif over_memory:
+        outcome.status = "failed"
+        outcome.reason = (f"out of memory: RSS reached {over_memory[0]:.0f} MiB, "
+                          f"over the limit of {memory_limit_mb:g} MiB")
+    else:
+        peak = max((s.rss_mb for s in samples), default=0.0)
+        outcome.status, outcome.reason = _ending(returncode, events, peak)
+    return outcome
+
+
+def _collect(pending: "queue.Queue[dict | None]", process: subprocess.Popen, deadline: float,
+             on_event: Callable[[dict], None] | None) -> tuple[list[dict], bool]:
+    """Events until the worker closes stdout; kills it at the deadline."""
+    events: list[dict] = []
+    while True:
+        try:
+            event = pending.get(timeout=max(deadline - time.perf_counter(), 0.0))
+        except queue.Empty:
+            kill_tree(process)
+            _drain(pending, events)
+            return events, True
+        if event is None:
+            return events, False
+        events.append(event)
+        if on_event:
+            on_event(event)
+
+
+def _drain(pending: "queue.Queue[dict | None]", events: list[dict]) -> None:
+    while True:
+        try:
+            event = pending.get(timeout=5)
+        except queue.Empty:
+            return
+        if event is None:
+            return
+        events.append(event)

@@ -1,0 +1,93 @@
+"""The contract every framework adapter implements, and the pieces they all share.
+
+Worker side: Python 3.8, numpy alone. An adapter module defines `Adapter`, a subclass of
+`BaseAdapter`, and imports its framework; nothing here does.
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, Iterator
+
+import numpy as np
+
+LOSSES = ("softmax_cross_entropy", "sigmoid_cross_entropy", "sequence_softmax_cross_entropy")
+OPTIMIZERS = ("sgd", "adam", "adadelta")
+
+
+class Split(object):
+    """One split of a prepared dataset: inputs as stored (uint8 pixels or int token ids) and labels."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, input_scale=None):
+        self.x = x
+        self.y = y
+        self.input_scale = input_scale  # divide inputs by this to get floats (pixels: 255 -> [0, 1])
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+
+def batch_slices(count: int, batch_size: int) -> Iterator[slice]:
+    """Consecutive batches over an epoch's order; the last one may be smaller (nothing is dropped)."""
+    for start in range(0, count, batch_size):
+        yield slice(start, min(start + batch_size, count))
+
+
+def epoch_order(seed: int, epoch: int, count: int) -> np.ndarray:
+    """The sample order of one epoch: the same for every framework, from the seed alone."""
+    return np.random.default_rng([seed, epoch]).permutation(count).astype(np.int64)
+
+
+def finish_metrics(loss: str, loss_sum: float, correct: float, samples: int, predictions: int) -> Dict[str, float]:
+    """Metrics from sums an adapter accumulates: loss_sum is the per-sample-weighted loss sum,
+    correct counts right predictions out of `predictions` (tokens for a language model)."""
+    mean_loss = loss_sum / samples
+    metrics = {"loss": mean_loss, "accuracy": correct / predictions}
+    if loss == "sequence_softmax_cross_entropy":
+        metrics["perplexity"] = math.exp(min(mean_loss, 700.0))  # exp overflows past ~709
+    return metrics
+
+
+class BaseAdapter(object):
+    """Builds a framework's native model from the IR and trains it by the recipe.
+
+    Subclasses implement every method below; the worker drives them and reads all clocks itself,
+    after calling synchronise()."""
+
+    name = ""
+
+    def __init__(self, model: dict, recipe: dict, task: str, device: str, threads: int, seed: int):
+        if recipe["loss"] not in LOSSES:
+            raise ValueError("unknown loss %r; known: %s" % (recipe["loss"], ", ".join(LOSSES)))
+        if recipe["optimizer"]["name"] not in OPTIMIZERS:
+            raise ValueError("unknown optimizer %r; known: %s" % (recipe["optimizer"]["name"], ", ".join(OPTIMIZERS)))
+        self.model_ir = model
+        self.recipe = recipe
+        self.task = task
+        self.device = device
+        self.threads = threads
+        self.seed = seed
+
+    def versions(self) -> Dict[str, str]:
+        """Package name -> version of what the adapter really imported."""
+        raise NotImplementedError
+
+    def threads_used(self) -> int:
+        raise NotImplementedError
+
+    def set_weights(self, weights: Dict[str, np.ndarray]) -> None:
+        raise NotImplementedError
+
+    def get_weights(self) -> Dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def train_epoch(self, data: Split, order: np.ndarray) -> Dict[str, float]:
+        """One pass over data in `order`, in batches of the recipe's size; returns loss and accuracy."""
+        raise NotImplementedError
+
+    def evaluate(self, data: Split) -> Dict[str, float]:
+        """Batched, dropout off, no weight change; returns finish_metrics()."""
+        raise NotImplementedError
+
+    def synchronise(self) -> None:
+        """Block until queued device work is done, so a clock read after it is true."""
+        raise NotImplementedError

@@ -1,0 +1,263 @@
+"""PyTorch adapter: the IR as an nn.Module, trained in eager mode as PyTorch's own examples do.
+
+Images arrive NHWC (canonical); they are permuted once to NCHW before the first spatial layer and
+back to NHWC before Flatten, so dense weights keep the canonical flatten order.
+"""
+from __future__ import annotations
+
+from typing import Dict
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dlbench.frameworks.base import BaseAdapter, Split, batch_slices, finish_metrics
+from dlbench.models.ir import infer_shapes, same_padding
+
+
+class Permute(nn.Module):
+    def __init__(self, *dims):
+        super().__init__()
+        self.dims = dims
+
+    def forward(self, x):
+        return x.permute(*self.dims)
+
+
+class SamePad(nn.Module):
+    """TensorFlow-style 'same' padding, asymmetric when the total is odd (torch pads symmetrically)."""
+
+    def __init__(self, in_hw, kernel: int, stride: int, value: float):
+        super().__init__()
+        top, bottom = same_padding(in_hw[0], kernel, stride)
+        left, right = same_padding(in_hw[1], kernel, stride)
+        self.pads = (left, right, top, bottom)
+        self.value = value
+
+    def forward(self, x):
+        return F.pad(x, self.pads, value=self.value)
+
+
+class LSTMLayer(nn.Module):
+    def __init__(self, in_features: int, units: int, return_sequences: bool):
+        super().__init__()
+        self.lstm = nn.LSTM(in_features, units, batch_first=True)
+        self.return_sequences = return_sequences
+
+    def forward(self, x):
+        out, _ = self.lstm(x)
+        return out if self.return_sequences else out[:, -1]
+
+
+WEIGHTED = ("conv2d", "batchnorm", "dense", "embedding", "lstm")
+ACTIVATIONS = {"relu": nn.ReLU, "sigmoid": nn.Sigmoid, "tanh": nn.Tanh}
+
+
+def _spatial(layer: dict, in_shape) -> nn.Module:
+    kind, padding = layer["type"], layer["padding"]
+    size = layer["kernel"] if kind == "conv2d" else layer["pool"]
+    if kind == "conv2d":
+        core = nn.Conv2d(in_shape[-1], layer["filters"], size, stride=layer["stride"])
+    else:
+        core = nn.MaxPool2d(size, stride=layer["stride"])
+    if padding == "valid":
+        return core
+    pad_value = 0.0 if kind == "conv2d" else float("-inf")
+    return nn.Sequential(SamePad(in_shape[:2], size, layer["stride"], pad_value), core)
+
+
+def build_module(spec: dict) -> "tuple[nn.Sequential, Dict[str, nn.Module]]":
+    """The model, and the module that holds each weighted IR layer's parameters, by layer name."""
+    modules = []
+    by_name = {}
+    channels_first = False
+    for layer, in_shape, _ in infer_shapes(spec):
+        kind = layer["type"]
+        if kind in ("conv2d", "maxpool2d", "batchnorm") and len(in_shape) == 3 and not channels_first:
+            modules.append(Permute(0, 3, 1, 2))
+            channels_first = True
+        if kind == "flatten" and channels_first:
+            modules.append(Permute(0, 2, 3, 1))
+            channels_first = False
+        if kind in ("conv2d", "maxpool2d"):
+            module = _spatial(layer, in_shape)
+        elif kind == "batchnorm":
+            norm = nn.BatchNorm2d if len(in_shape) == 3 else nn.BatchNorm1d
+            # torch's momentum weighs the new batch; the IR's (Keras's) weighs the running value
+            module = norm(in_shape[-1], eps=layer["epsilon"], momentum=1.0 - layer["momentum"])
+        elif kind == "activation":
+            module = ACTIVATIONS[layer["fn"]]()
+        elif kind == "dropout":
+            module = nn.Dropout(layer["rate"])
+        elif kind == "flatten":
+            module = nn.Flatten()
+        elif kind == "dense":
+            module = nn.Linear(in_shape[-1], layer["units"])
+        elif kind == "embedding":
+            module = nn.Embedding(layer["vocab"], layer["dim"])
+        else:
+            module = LSTMLayer(in_shape[-1], layer["units"], layer["return_sequences"])
+        modules.append(module)
+        if kind in WEIGHTED:
+            by_name[layer["name"]] = module[-1] if isinstance(module, nn.Sequential) else module
+    if channels_first:
+        modules.append(Permute(0, 2, 3, 1))
+    return nn.Sequential(*modules), by_name
+
+
+def _torch_params(kind: str, module: nn.Module) -> Dict[str, torch.Tensor]:
+    if kind == "batchnorm":
+        return {"gamma": module.weight, "beta": module.bias,
+                "moving_mean": module.running_mean, "moving_var": module.running_var}
+    if kind == "embedding":
+        return {"embeddings": module.weight}
+    if kind == "lstm":
+        lstm = module.lstm
+        return {"kernel": lstm.weight_ih_l0, "recurrent_kernel": lstm.weight_hh_l0,
+                "bias": lstm.bias_ih_l0, "bias_hh": lstm.bias_hh_l0}
+    return {"kernel": module.weight, "bias": module.bias}
+
+
+def to_torch_layout(kind: str, key: str, value: np.ndarray) -> np.ndarray:
+    if kind == "conv2d" and key == "kernel":
+        return value.transpose(3, 2, 0, 1)  # HWIO -> OIHW
+    if key in ("kernel", "recurrent_kernel"):
+        return value.T  # (in, out) -> (out, in); LSTM gate order i, f, g, o is torch's own
+    return value
+
+
+def from_torch_layout(kind: str, key: str, value: np.ndarray) -> np.ndarray:
+    if kind == "conv2d" and key == "kernel":
+        return value.transpose(2, 3, 1, 0)  # OIHW -> HWIO
+    return to_torch_layout(kind, key, value)  # the other conversions are their own inverse
+
+
+def make_optimizer(params, config: dict) -> torch.optim.Optimizer:
+    name = config["name"]
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=config["lr"], momentum=config["momentum"],
+                               nesterov=config["nesterov"], weight_decay=config["weight_decay"])
+    if name == "adam":
+        return torch.optim.Adam(params, lr=config["lr"], betas=(config["beta1"], config["beta2"]),
+                                eps=config["epsilon"])
+    return torch.optim.Adadelta(params, lr=config["lr"], rho=config["rho"], eps=config["epsilon"])
+
+
+def loss_and_correct(loss: str, logits: torch.Tensor, labels: torch.Tensor):
+    """Mean loss of the batch and its number of right predictions (a tensor: no host sync)."""
+    if loss == "sigmoid_cross_entropy":
+        logits = logits.squeeze(-1)
+        value = F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+        return value, ((logits > 0) == labels.bool()).sum()
+    flat = logits.reshape(-1, logits.shape[-1])
+    flat_labels = labels.reshape(-1)
+    return F.cross_entropy(flat, flat_labels), (flat.argmax(-1) == flat_labels).sum()
+
+
+class Adapter(BaseAdapter):
+    name = "pytorch"
+
+    def __init__(self, model, recipe, task, device, threads, seed):
+        super().__init__(model, recipe, task, device, threads, seed)
+        torch.set_num_threads(threads)
+        if device == "gpu" and not torch.cuda.is_available():
+            raise RuntimeError("device gpu requested, but torch %s sees no CUDA device (CUDA build: %s)"
+                               % (torch.__version__, torch.version.cuda))
+        self.torch_device = torch.device("cuda" if device == "gpu" else "cpu")
+        torch.manual_seed(seed)  # dropout masks
+        self.module, self.by_name = build_module(model)
+        self.module.to(self.torch_device)
+        self.optimizer = make_optimizer(self.module.parameters(), recipe["optimizer"])
+        self.float_inputs = model["input_dtype"].startswith("float")
+        self._tensors = {}  # id of a Split -> (x, y) on the device, converted once
+
+    def versions(self):
+        return {"torch": torch.__version__, "numpy": np.__version__}
+
+    def threads_used(self):
+        return torch.get_num_threads()
+
+    def set_weights(self, weights):
+        with torch.no_grad():
+            for layer in self.model_ir["layers"]:
+                if layer["name"] not in self.by_name:
+                    continue
+                params = _torch_params(layer["type"], self.by_name[layer["name"]])
+                for key, target in params.items():
+                    if key == "bias_hh":  # torch's second LSTM bias; the canonical bias is their sum
+                        target.zero_()
+                        continue
+                    value = to_torch_layout(layer["type"], key, weights[layer["name"] + "/" + key])
+                    target.copy_(torch.from_numpy(np.ascontiguousarray(value)))
+
+    def get_weights(self):
+        weights = {}
+        for layer in self.model_ir["layers"]:
+            if layer["name"] not in self.by_name:
+                continue
+            params = _torch_params(layer["type"], self.by_name[layer["name"]])
+            for key, tensor in params.items():
+                if key == "bias_hh":
+                    continue
+                value = tensor.detach().cpu().numpy()
+                if key == "bias" and "bias_hh" in params:
+                    value = value + params["bias_hh"].detach().cpu().numpy()
+                weights[layer["name"] + "/" + key] = from_torch_layout(layer["type"], key, value).copy()
+        return weights
+
+    def _on_device(self, data: Split):
+        """Inputs and labels as device tensors, made once per split: pixels stay uint8 until a batch."""
+        key = id(data)
+        if key not in self._tensors:
+            x = torch.from_numpy(np.array(data.x))
+            y = torch.from_numpy(np.array(data.y)).long()
+            if not self.float_inputs:
+                x = x.long()
+            self._tensors[key] = (x.to(self.torch_device), y.to(self.torch_device))
+        return self._tensors[key]
+
+    def _inputs(self, x: torch.Tensor, scale) -> torch.Tensor:
+        if not self.float_inputs:
+            return x
+        x = x.float()
+        return x / scale if scale else x
+
+    def train_epoch(self, data, order):
+        x_all, y_all = self._on_device(data)
+        order_t = torch.from_numpy(order).to(self.torch_device)
+        loss_name = self.recipe["loss"]
+        self.module.train()
+        loss_sum = torch.zeros((), device=self.torch_device)
+        correct = torch.zeros((), dtype=torch.long, device=self.torch_device)
+        for batch in batch_slices(len(order), self.recipe["batch_size"]):
+            index = order_t[batch]
+            labels = y_all[index]
+            self.optimizer.zero_grad(set_to_none=True)
+            loss, right = loss_and_correct(loss_name, self.module(self._inputs(x_all[index], data.input_scale)),
+                                           labels)
+            loss.backward()
+            self.optimizer.step()
+            loss_sum += loss.detach() * len(index)
+            correct += right
+        return finish_metrics(loss_name, float(loss_sum), float(correct), len(order),
+                              len(order) * (y_all.numel() // len(y_all)))
+
+    def evaluate(self, data):
+        x_all, y_all = self._on_device(data)
+        loss_name = self.recipe["loss"]
+        self.module.eval()
+        loss_sum = torch.zeros((), device=self.torch_device)
+        correct = torch.zeros((), dtype=torch.long, device=self.torch_device)
+        with torch.inference_mode():
+            for batch in batch_slices(len(data), self.recipe["batch_size"]):
+                labels = y_all[batch]
+                loss, right = loss_and_correct(loss_name, self.module(self._inputs(x_all[batch], data.input_scale)),
+                                               labels)
+                loss_sum += loss * len(labels)
+                correct += right
+        return finish_metrics(loss_name, float(loss_sum), float(correct), len(data), y_all.numel())
+
+    def synchronise(self):
+        if self.torch_device.type == "cuda":
+            torch.cuda.synchronize()

@@ -1,0 +1,224 @@
+"""The framework-neutral model IR: a model is declared once and every adapter builds it.
+
+Worker side: imports under Python 3.8 with numpy alone (no framework, no newer syntax).
+
+A model is a plain JSON-able dict: {"input_shape": [...], "input_dtype": "...", "layers": [...]},
+each layer a dict with a "type", a unique "name" and its settings. Activations are per-sample
+shapes (no batch axis), NHWC for images, (time, features) for sequences.
+
+Canonical weight layout (what adapters import and export), by layer type:
+  conv2d     kernel (kh, kw, in, out)  "HWIO", bias (out,)
+  dense      kernel (in, out), bias (out,)
+  batchnorm  gamma, beta, moving_mean, moving_var (channels,)
+  embedding  embeddings (vocab, dim)
+  lstm       kernel (in, 4u), recurrent_kernel (u, 4u), bias (4u,); gates in the order i, f, g, o
+             (input, forget, cell candidate, output), one bias per gate
+Flatten flattens NHWC activations in C order (height, then width, then channels).
+"""
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from typing import List, Tuple
+
+Shape = Tuple[int, ...]
+
+LAYER_SETTINGS = {
+    "conv2d": ("filters", "kernel", "stride", "padding"),
+    "maxpool2d": ("pool", "stride", "padding"),
+    "batchnorm": ("momentum", "epsilon"),
+    "activation": ("fn",),
+    "dropout": ("rate",),
+    "flatten": (),
+    "dense": ("units",),
+    "embedding": ("vocab", "dim"),
+    "lstm": ("units", "return_sequences"),
+}
+ACTIVATIONS = ("relu", "sigmoid", "tanh")
+PADDINGS = ("valid", "same")
+
+
+class IRError(ValueError):
+    pass
+
+
+# ---- layer constructors: the only way workloads declare layers ------------------------------
+
+def conv2d(filters: int, kernel: int = 3, padding: str = "valid", stride: int = 1) -> dict:
+    return {"type": "conv2d", "filters": filters, "kernel": kernel, "stride": stride, "padding": padding}
+
+
+def maxpool2d(pool: int = 2, stride: int = 0, padding: str = "valid") -> dict:
+    """stride 0 means stride = pool, as in every framework's default."""
+    return {"type": "maxpool2d", "pool": pool, "stride": stride or pool, "padding": padding}
+
+
+def batchnorm(momentum: float = 0.99, epsilon: float = 1e-3) -> dict:
+    """momentum as Keras states it: moving = momentum * moving + (1 - momentum) * batch."""
+    return {"type": "batchnorm", "momentum": momentum, "epsilon": epsilon}
+
+
+def activation(fn: str) -> dict:
+    return {"type": "activation", "fn": fn}
+
+
+def relu() -> dict:
+    return activation("relu")
+
+
+def dropout(rate: float) -> dict:
+    return {"type": "dropout", "rate": rate}
+
+
+def flatten() -> dict:
+    return {"type": "flatten"}
+
+
+def dense(units: int) -> dict:
+    """Applies to the last axis, so on a sequence it is a per-timestep dense layer."""
+    return {"type": "dense", "units": units}
+
+
+def embedding(vocab: int, dim: int) -> dict:
+    return {"type": "embedding", "vocab": vocab, "dim": dim}
+
+
+def lstm(units: int, return_sequences: bool = False) -> dict:
+    return {"type": "lstm", "units": units, "return_sequences": return_sequences}
+
+
+def model(input_shape, input_dtype: str, layers: List[dict]) -> dict:
+    """Names the layers (conv2d_1, conv2d_2, dense_1, ...) and checks every shape."""
+    counts = {}  # type: Dict[str, int]
+    named = []
+    for layer in layers:
+        counts[layer["type"]] = counts.get(layer["type"], 0) + 1
+        named.append(dict(layer, name="%s_%d" % (layer["type"], counts[layer["type"]])))
+    spec = {"input_shape": list(input_shape), "input_dtype": input_dtype, "layers": named}
+    infer_shapes(spec)
+    return spec
+
+
+# ---- shapes, parameters, FLOPs --------------------------------------------------------------
+
+def same_padding(size: int, kernel: int, stride: int) -> Tuple[int, int]:
+    """Padding (before, after) that TensorFlow's 'same' uses: output = ceil(size / stride),
+    the odd pixel going after. Adapters of frameworks with symmetric padding use this."""
+    out = -(-size // stride)
+    total = max((out - 1) * stride + kernel - size, 0)
+    return total // 2, total - total // 2
+
+
+def _spatial_out(size: int, kernel: int, stride: int, padding: str) -> int:
+    if padding == "same":
+        return -(-size // stride)
+    return (size - kernel) // stride + 1
+
+
+def _check(layer: dict) -> None:
+    kind = layer.get("type")
+    if kind not in LAYER_SETTINGS:
+        raise IRError("unknown layer type %r; known: %s" % (kind, ", ".join(LAYER_SETTINGS)))
+    for key in LAYER_SETTINGS[kind]:
+        if key not in layer:
+            raise IRError("layer %s lacks %r" % (layer.get("name", kind), key))
+    if kind in ("conv2d", "maxpool2d") and layer["padding"] not in PADDINGS:
+        raise IRError("layer %s: padding %r; accepted: %s" % (layer["name"], layer["padding"], PADDINGS))
+    if kind == "activation" and layer["fn"] not in ACTIVATIONS:
+        raise IRError("layer %s: activation %r; accepted: %s" % (layer["name"], layer["fn"], ACTIVATIONS))
+
+
+def output_shape(layer: dict, shape: Shape) -> Shape:
+    _check(layer)
+    kind = layer["type"]
+    if kind in ("conv2d", "maxpool2d"):
+        if len(shape) != 3:
+            raise IRError("layer %s needs an (H, W, C) input, got %s" % (layer["name"], shape))
+        k = layer["kernel"] if kind == "conv2d" else layer["pool"]
+        h = _spatial_out(shape[0], k, layer["stride"], layer["padding"])
+        w = _spatial_out(shape[1], k, layer["stride"], layer["padding"])
+        if h < 1 or w < 1:
+            raise IRError("layer %s shrinks %s to nothing" % (layer["name"], shape))
+        return (h, w, layer["filters"] if kind == "conv2d" else shape[2])
+    if kind == "flatten":
+        return (int(math.prod(shape)),)
+    if kind == "dense":
+        return tuple(shape[:-1]) + (layer["units"],)
+    if kind == "embedding":
+        return tuple(shape) + (layer["dim"],)
+    if kind == "lstm":
+        if len(shape) != 2:
+            raise IRError("layer %s needs a (time, features) input, got %s" % (layer["name"], shape))
+        return (shape[0], layer["units"]) if layer["return_sequences"] else (layer["units"],)
+    return tuple(shape)
+
+
+def infer_shapes(spec: dict) -> List[Tuple[dict, Shape, Shape]]:
+    """(layer, input shape, output shape) for every layer, in order."""
+    shape = tuple(spec["input_shape"])
+    result = []
+    for layer in spec["layers"]:
+        out = output_shape(layer, shape)
+        result.append((layer, shape, out))
+        shape = out
+    return result
+
+
+def param_shapes(layer: dict, in_shape: Shape) -> "OrderedDict[str, Shape]":
+    """Canonical parameter shapes of one layer, in canonical order."""
+    kind = layer["type"]
+    shapes = OrderedDict()  # type: OrderedDict[str, Shape]
+    if kind == "conv2d":
+        shapes["kernel"] = (layer["kernel"], layer["kernel"], in_shape[-1], layer["filters"])
+        shapes["bias"] = (layer["filters"],)
+    elif kind == "dense":
+        shapes["kernel"] = (in_shape[-1], layer["units"])
+        shapes["bias"] = (layer["units"],)
+    elif kind == "batchnorm":
+        for key in ("gamma", "beta", "moving_mean", "moving_var"):
+            shapes[key] = (in_shape[-1],)
+    elif kind == "embedding":
+        shapes["embeddings"] = (layer["vocab"], layer["dim"])
+    elif kind == "lstm":
+        units = layer["units"]
+        shapes["kernel"] = (in_shape[-1], 4 * units)
+        shapes["recurrent_kernel"] = (units, 4 * units)
+        shapes["bias"] = (4 * units,)
+    return shapes
+
+
+def weight_shapes(spec: dict) -> "OrderedDict[str, Shape]":
+    """Every canonical weight of the model as "layer_name/param" -> shape."""
+    shapes = OrderedDict()  # type: OrderedDict[str, Shape]
+    for layer, in_shape, _ in infer_shapes(spec):
+        for key, shape in param_shapes(layer, in_shape).items():
+            shapes[layer["name"] + "/" + key] = shape
+    return shapes
+
+
+def count_params(spec: dict) -> int:
+    """All parameters, BatchNorm's moving statistics included (as Keras's "Total params")."""
+    return sum(int(math.prod(shape)) for shape in weight_shapes(spec).values())
+
+
+def forward_flops(spec: dict) -> int:
+    """FLOPs of one sample's forward pass: 2 per multiply-add of conv, dense and LSTM layers,
+    plus their bias additions. Element-wise layers (activations, pooling, BatchNorm) are not counted."""
+    total = 0
+    for layer, in_shape, out_shape in infer_shapes(spec):
+        kind = layer["type"]
+        if kind == "conv2d":
+            fan_in = layer["kernel"] * layer["kernel"] * in_shape[-1]
+            total += int(math.prod(out_shape)) * (2 * fan_in + 1)
+        elif kind == "dense":
+            positions = int(math.prod(in_shape[:-1]))
+            total += positions * layer["units"] * (2 * in_shape[-1] + 1)
+        elif kind == "lstm":
+            steps, units = in_shape[0], layer["units"]
+            total += steps * 4 * units * (2 * (in_shape[-1] + units) + 1)
+    return total
+
+
+def train_flops(spec: dict) -> int:
+    """FLOPs of one training sample: forward plus backward, taken as 3x forward (the usual estimate)."""
+    return 3 * forward_flops(spec)

@@ -1,0 +1,53 @@
+"""Stored runs as a text table, CSV or JSON: built from the store alone, never from a live run."""
+import csv
+import io
+import json
+
+# (run field, table heading); the table shows these, CSV and JSON carry every field
+TABLE_COLUMNS = (
+    ("framework", "framework"), ("framework_version", "version"), ("workload", "workload"),
+    ("dataset", "dataset"), ("device", "device"), ("repetition", "rep"), ("status", "status"),
+    ("train_time_s", "train s"), ("first_epoch_s", "epoch1 s"), ("steady_epoch_s", "steady s"),
+    ("eval_time_s", "eval s"), ("metric_name", "metric"), ("metric_value", "value"),
+    ("time_to_target_s", "to target s"), ("params", "params"), ("peak_rss_mb", "peak MiB"),
+    ("mean_cpu_percent", "cpu %"), ("reason", "reason"),
+)
+LARGE_FIELDS = ("config", "packages", "stderr_tail")  # kept out of CSV rows; JSON has them
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4f}" if abs(value) < 1 else f"{value:.2f}"
+    return str(value)
+
+
+def table(runs: list[dict]) -> str:
+    if not runs:
+        return "no runs stored yet"
+    rows = [[heading for _, heading in TABLE_COLUMNS] + ["epochs (metric@train s)"]]
+    rows += [[_cell(run.get(key)) for key, _ in TABLE_COLUMNS] + [epochs_text(run)] for run in runs]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(text.ljust(width) for text, width in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def epochs_text(run: dict) -> str:
+    """Per-epoch metric and training time, compact: "1:0.8123@2.10s 2:...". """
+    return " ".join(f"{e['epoch']}:{_cell(e['metric_value'])}@{e['train_time_s']:.2f}s" for e in run.get("epochs", []))
+
+
+def to_csv(runs: list[dict]) -> str:
+    fields = [key for key in runs[0] if key not in LARGE_FIELDS and key != "epochs"] if runs else []
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(fields + ["epochs"])
+    for run in runs:
+        writer.writerow([run.get(key) for key in fields] + [json.dumps(run.get("epochs", []))])
+    return out.getvalue()
+
+
+def to_json(runs: list[dict]) -> str:
+    return json.dumps(runs, indent=1, default=str)

@@ -1,0 +1,162 @@
+"""Runs a plan of cells: resolves each cell's configuration and hash, skips completed ones, runs the
+worker through the executor and stores one run per cell, in one transaction."""
+import hashlib
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlbench import data, envs
+from dlbench.executor import Outcome, run_worker
+from dlbench.models import ir
+from dlbench.monitor import summarise
+from dlbench.store import Store
+from dlbench.suite import Cell
+from dlbench.workloads import Workload, get_workload
+
+PACKAGE_PARENT = Path(__file__).resolve().parent.parent  # put on the worker's PYTHONPATH
+
+
+@dataclass(frozen=True)
+class Options:
+    results: Path
+    data_dir: Path
+    force: bool = False
+    timeout_s: float | None = None  # overrides the suite's
+    memory_limit_mb: float | None = None
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything a cell resolves to before it runs."""
+    cell: Cell
+    workload: Workload
+    dataset: data.PreparedDataset
+    env: envs.Environment
+    config: dict
+
+    @property
+    def hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.config, sort_keys=True).encode()).hexdigest()
+
+
+def resolve(cell: Cell, data_dir: Path) -> Prepared:
+    workload = get_workload(cell.workload)
+    dataset = data.prepare(cell.dataset, data_dir)
+    env = envs.require(cell.framework)
+    recipe = dict(workload.recipe, epochs=cell.epochs, batch_size=cell.batch_size)
+    config = {
+        "framework": cell.framework, "workload": cell.workload, "dataset": cell.dataset,
+        "dataset_hash": dataset.hash, "device": cell.device, "threads": cell.threads or os.cpu_count(),
+        "seed": cell.seed, "repetition": cell.repetition, "model": workload.model(dataset.meta),
+        "recipe": recipe, "env_packages": env.info()["packages"], "python": env.info()["python_version"],
+    }
+    return Prepared(cell, workload, dataset, env, config)
+
+
+def worker_environment(run_dir: Path, threads: int, extra: dict[str, str]) -> dict[str, str]:
+    """The worker's variables: every cache and temp file of the framework lands in the run's folder."""
+    env = dict(os.environ)
+    for name, sub in (("HOME", "home"), ("TMPDIR", "tmp"), ("XDG_CACHE_HOME", "cache"),
+                      ("TORCH_HOME", "cache/torch"), ("KERAS_HOME", "cache/keras"), ("MPLCONFIGDIR", "cache/mpl")):
+        (run_dir / sub).mkdir(parents=True, exist_ok=True)
+        env[name] = str(run_dir / sub)
+    env.update({
+        "PYTHONPATH": str(PACKAGE_PARENT), "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "1",
+        "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+    })
+    env.update(extra)
+    return env
+
+
+def epoch_rows(events: list[dict], metric: str) -> list[dict]:
+    return [{"epoch": e["epoch"], "train_time_s": e["train_time_s"], "eval_time_s": e["eval_time_s"],
+             "train_loss": e["train_loss"], "train_accuracy": e["train_accuracy"],
+             "metric_value": e["metrics"].get(metric), "metrics": e["metrics"]}
+            for e in events if e.get("event") == "epoch"]
+
+
+def timing_summary(epochs: list[dict], target: dict) -> dict:
+    """Training time excludes evaluation; the first epoch (compilation, warm-up) is kept apart."""
+    if not epochs:
+        return {}
+    train_times = [e["train_time_s"] for e in epochs]
+    summary = {
+        "train_time_s": sum(train_times), "first_epoch_s": train_times[0],
+        "steady_epoch_s": statistics.median(train_times[1:]) if len(train_times) > 1 else None,
+        "eval_time_s": sum(e["eval_time_s"] for e in epochs), "metric_value": epochs[-1]["metric_value"],
+    }
+    elapsed = 0.0
+    for epoch in epochs:
+        elapsed += epoch["train_time_s"]
+        value = epoch["metric_value"]
+        if value is not None and (value >= target["value"] if target["higher_is_better"] else value <= target["value"]):
+            summary["time_to_target_s"] = elapsed
+            break
+    return summary
+
+
+def run_row(prepared: Prepared, outcome: Outcome, epochs: list[dict], run_dir: Path, started_at: str) -> dict:
+    cell, config = prepared.cell, prepared.config
+    ready = next((e for e in outcome.events if e.get("event") == "ready"), {})
+    versions = ready.get("versions", {})
+    recipe = envs.get_recipe(cell.framework)
+    resources = summarise(outcome.samples)
+    return {
+        "cell_hash": prepared.hash, "suite": cell.suite, "framework": cell.framework,
+        "framework_version": versions.get(recipe.version_package) or config["env_packages"].get(recipe.version_package),
+        "workload": cell.workload, "dataset": cell.dataset, "dataset_hash": config["dataset_hash"],
+        "device": cell.device, "repetition": cell.repetition, "status": outcome.status, "reason": outcome.reason,
+        "stderr_tail": outcome.stderr_tail if outcome.status != "ok" else None, "started_at": started_at,
+        "wall_time_s": outcome.wall_time_s, "metric_name": prepared.workload.target["metric"],
+        "target_value": prepared.workload.target["value"], "params": ir.count_params(config["model"]),
+        "flops_per_sample": ir.train_flops(config["model"]), "threads": ready.get("threads"),
+        "startup_s": ready.get("elapsed_s"), "python": config["python"],
+        "packages": dict(config["env_packages"], **versions), "config": config, "run_dir": str(run_dir),
+        **timing_summary(epochs, prepared.workload.target), **resources,
+    }
+
+
+def run_cell(prepared: Prepared, options: Options, on_event: Callable[[dict], None] | None = None) -> tuple:
+    """Runs one prepared cell; returns (run row, epoch rows, samples) for the store."""
+    cell, config = prepared.cell, prepared.config
+    started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    run_dir = options.results / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{prepared.hash[:12]}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    recipe = envs.get_recipe(cell.framework)
+    worker_cell = {"adapter": recipe.adapter, "model": config["model"], "recipe": config["recipe"],
+                   "data_path": str(prepared.dataset.path), "seed": cell.seed, "epochs": cell.epochs,
+                   "device": cell.device, "threads": config["threads"]}
+    (run_dir / "cell.json").write_text(json.dumps(worker_cell, indent=1))
+    command = [str(prepared.env.python), "-m", "dlbench.worker", str(run_dir / "cell.json")]
+    outcome = run_worker(command, worker_environment(run_dir, config["threads"], recipe.worker_env), run_dir,
+                         options.timeout_s or cell.timeout_s, options.memory_limit_mb, on_event)
+    (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in outcome.events))
+    epochs = epoch_rows(outcome.events, prepared.workload.target["metric"])
+    return run_row(prepared, outcome, epochs, run_dir, started_at), epochs, outcome.samples
+
+
+def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None]) -> dict[str, int]:
+    """Runs every cell not yet complete; a failed cell is stored and the plan goes on."""
+    counts = {"ok": 0, "failed": 0, "timeout": 0, "skipped": 0}
+    with Store(options.results / "dlbench.sqlite") as store:
+        completed = store.completed_hashes()
+        resolved = [resolve(cell, options.data_dir) for cell in cells]  # any missing piece stops us here
+        for index, prepared in enumerate(resolved, 1):
+            cell = prepared.cell
+            if prepared.hash in completed and not options.force:
+                counts["skipped"] += 1
+                progress("skip", index, len(cells), cell)
+                continue
+            progress("start", index, len(cells), cell)
+            def on_event(event: dict, index: int = index, cell: Cell = cell) -> None:
+                progress("event", index, len(cells), cell, event)
+
+            run, epochs, samples = run_cell(prepared, options, on_event)
+            store.save_run(run, epochs, samples)
+            counts[run["status"]] += 1
+            progress("end", index, len(cells), cell, run)
+    return counts

@@ -1,0 +1,250 @@
+"""SQLite results store, one file per results folder; each run is saved atomically with its children."""
+
+import dataclasses
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+SCHEMA_VERSION = 1
+FILENAME = "dlbench.sqlite"
+
+# Column name -> SQL declaration; the single source for the DDL, inserts and key validation.
+RUN_COLUMNS: dict[str, str] = {
+    "cell_hash": "TEXT NOT NULL",
+    "suite": "TEXT",
+    "framework": "TEXT NOT NULL",
+    "framework_version": "TEXT",
+    "workload": "TEXT NOT NULL",
+    "dataset": "TEXT",
+    "dataset_hash": "TEXT",
+    "device": "TEXT",
+    "repetition": "INTEGER",
+    "status": "TEXT NOT NULL CHECK(status IN ('ok','failed','timeout'))",
+    "reason": "TEXT",
+    "stderr_tail": "TEXT",
+    "started_at": "TEXT",
+    "wall_time_s": "REAL",
+    "startup_s": "REAL",  # spawn to the worker's ready event: interpreter, data, framework import, build
+    "train_time_s": "REAL",
+    "first_epoch_s": "REAL",
+    "steady_epoch_s": "REAL",
+    "eval_time_s": "REAL",
+    "metric_name": "TEXT",
+    "metric_value": "REAL",
+    "target_value": "REAL",
+    "time_to_target_s": "REAL",
+    "params": "INTEGER",
+    "flops_per_sample": "INTEGER",
+    "peak_rss_mb": "REAL",
+    "mean_rss_mb": "REAL",
+    "mean_cpu_percent": "REAL",
+    "peak_cpu_percent": "REAL",
+    "mean_system_cpu_percent": "REAL",
+    "peak_threads": "INTEGER",
+    "mean_gpu_util_percent": "REAL",
+    "peak_gpu_mem_mb": "REAL",
+    "threads": "INTEGER",
+    "python": "TEXT",
+    "packages": "TEXT",
+    "config": "TEXT",
+    "run_dir": "TEXT",
+}
+EPOCH_COLUMNS: dict[str, str] = {
+    "epoch": "INTEGER",
+    "train_time_s": "REAL",
+    "eval_time_s": "REAL",
+    "train_loss": "REAL",
+    "train_accuracy": "REAL",
+    "metric_value": "REAL",
+    "metrics": "TEXT",
+}
+SAMPLE_COLUMNS: dict[str, str] = {
+    "t_s": "REAL",
+    "cpu_percent": "REAL",
+    "rss_mb": "REAL",
+    "threads": "INTEGER",
+    "system_cpu_percent": "REAL",
+    "gpu_util_percent": "REAL",
+    "gpu_mem_mb": "REAL",
+}
+JSON_COLUMNS = frozenset({"packages", "config", "metrics"})
+
+
+def _columns_sql(columns: Mapping[str, str]) -> str:
+    return ", ".join(f"{name} {decl}" for name, decl in columns.items())
+
+
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS runs (id INTEGER PRIMARY KEY, {_columns_sql(RUN_COLUMNS)});
+CREATE INDEX IF NOT EXISTS runs_cell_hash ON runs(cell_hash);
+CREATE TABLE IF NOT EXISTS epochs (
+    run_id INTEGER REFERENCES runs(id), {_columns_sql(EPOCH_COLUMNS)}, PRIMARY KEY (run_id, epoch)
+);
+CREATE TABLE IF NOT EXISTS samples (run_id INTEGER REFERENCES runs(id), {_columns_sql(SAMPLE_COLUMNS)});
+CREATE INDEX IF NOT EXISTS samples_run_id ON samples(run_id);
+"""
+
+
+class StoreError(Exception):
+    pass
+
+
+class Store:
+    """Results of all runs in one SQLite file (WAL, so reports can read while the executor writes)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Autocommit mode: transactions are explicit, so their extent is exactly what save_run says.
+        self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
+        try:
+            self._open()
+        except sqlite3.DatabaseError as exc:
+            self._conn.close()
+            raise StoreError(f"{self.path}: cannot open results store: {exc}") from exc
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _open(self) -> None:
+        self._check_version()
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA foreign_keys=ON")
+        # NORMAL in WAL mode may lose the last commits on power loss, never consistency.
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        with _transaction(self._conn):
+            # Checked again under the write lock: another process may have created the schema meanwhile.
+            if self._check_version() < SCHEMA_VERSION:
+                for statement in SCHEMA.split(";"):
+                    if statement.strip():
+                        self._conn.execute(statement)
+                self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def _check_version(self) -> int:
+        version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path}: schema version {version} is newer than this dlbench supports "
+                f"(version {SCHEMA_VERSION}); use a newer dlbench or another results folder"
+            )
+        return version
+
+    def save_run(
+        self, run: Mapping[str, Any], epochs: Iterable[Mapping[str, Any]], samples: Iterable[Any]
+    ) -> int:
+        """Insert a run with its epochs and samples in one transaction; returns the run id."""
+        run_row = _row(run, RUN_COLUMNS, "run")
+        epoch_rows = [_row(epoch, EPOCH_COLUMNS, "epoch") for epoch in epochs]
+        sample_rows = [_row(_sample_dict(s), SAMPLE_COLUMNS, "sample") for s in samples]
+        try:
+            with _transaction(self._conn):
+                cursor = self._conn.execute(_insert_sql("runs", list(run_row)), list(run_row.values()))
+                run_id = cursor.lastrowid
+                assert run_id is not None  # always set after a successful INSERT
+                self._insert_children("epochs", EPOCH_COLUMNS, run_id, epoch_rows)
+                self._insert_children("samples", SAMPLE_COLUMNS, run_id, sample_rows)
+        except sqlite3.IntegrityError as exc:
+            raise StoreError(f"{self.path}: run not saved: {exc}") from exc
+        return run_id
+
+    def _insert_children(
+        self, table: str, columns: Mapping[str, str], run_id: int, rows: list[dict[str, Any]]
+    ) -> None:
+        # Every row gets every column (missing ones NULL) so a single executemany fits all rows.
+        names = list(columns)
+        self._conn.executemany(
+            _insert_sql(table, ["run_id", *names]), [[run_id, *(row.get(n) for n in names)] for row in rows]
+        )
+
+    def completed_hashes(self) -> set[str]:
+        """Cell hashes having at least one successful run."""
+        rows = self._conn.execute("SELECT DISTINCT cell_hash FROM runs WHERE status = 'ok'")
+        return {cell_hash for (cell_hash,) in rows}
+
+    def runs(self) -> list[dict[str, Any]]:
+        """All runs by id, JSON columns decoded, each with its "epochs" ordered by epoch."""
+        # One read transaction: a run committed by another process between the two queries
+        # would otherwise show up without its epochs.
+        with _transaction(self._conn, "DEFERRED"):
+            runs = self._select(f"SELECT id, {', '.join(RUN_COLUMNS)} FROM runs ORDER BY id")
+            epoch_rows = self._select(
+                f"SELECT run_id, {', '.join(EPOCH_COLUMNS)} FROM epochs ORDER BY run_id, epoch"
+            )
+        epochs: dict[int, list[dict[str, Any]]] = {}
+        for row in epoch_rows:
+            epochs.setdefault(row.pop("run_id"), []).append(row)
+        for run in runs:
+            run["epochs"] = epochs.get(run["id"], [])
+        return runs
+
+    def samples(self, run_id: int) -> list[dict[str, Any]]:
+        """A run's resource samples in the order they were taken."""
+        sql = f"SELECT {', '.join(SAMPLE_COLUMNS)} FROM samples WHERE run_id = ? ORDER BY rowid"
+        return self._select(sql, (run_id,))
+
+    def _select(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        cursor = self._conn.execute(sql, params)
+        names = [d[0] for d in cursor.description]
+        return [_decode(dict(zip(names, values, strict=True))) for values in cursor]
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+@contextmanager
+def _transaction(conn: sqlite3.Connection, mode: str = "IMMEDIATE") -> Iterator[None]:
+    """BEGIN ... COMMIT, rolled back on any exception (a SIGKILL leaves it uncommitted).
+
+    Writers use IMMEDIATE, which takes the write lock up front, so a concurrent writer waits out
+    the busy timeout instead of failing when its read transaction would need upgrading.
+    """
+    conn.execute(f"BEGIN {mode}")
+    try:
+        yield
+    except BaseException:
+        # SQLite already rolls back by itself after some errors (e.g. disk full).
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _sample_dict(sample: Any) -> Mapping[str, Any]:
+    if dataclasses.is_dataclass(sample) and not isinstance(sample, type):
+        return dataclasses.asdict(sample)
+    return sample
+
+
+def _row(values: Mapping[str, Any], columns: Mapping[str, str], kind: str) -> dict[str, Any]:
+    unknown = sorted(set(values) - set(columns))
+    if unknown:
+        raise StoreError(
+            f"unknown {kind} key(s) {', '.join(map(repr, unknown))}; accepted: {', '.join(columns)}"
+        )
+    return {
+        k: json.dumps(v, sort_keys=True) if k in JSON_COLUMNS and v is not None else v
+        for k, v in values.items()
+    }
+
+
+def _decode(row: dict[str, Any]) -> dict[str, Any]:
+    for key in JSON_COLUMNS.intersection(row):
+        if row[key] is not None:
+            row[key] = json.loads(row[key])
+    return row
+
+
+def _insert_sql(table: str, names: list[str]) -> str:
+    return f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"

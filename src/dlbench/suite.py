@@ -1,0 +1,201 @@
+"""Suite files: parsing, validation with file:line messages, and the plan of cells they describe."""
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dlbench import data
+from dlbench.envs import RECIPES
+from dlbench.workloads import WORKLOADS
+
+DEVICES = ("cpu", "gpu")
+SUITE_FIELDS = ("name", "description", "frameworks", "device", "repeat", "seed", "threads", "timeout_s",
+                "workloads")
+ENTRY_FIELDS = ("workload", "dataset", "epochs", "batch_size")
+
+
+class SuiteError(ValueError):
+    pass
+
+
+class _Mapping(dict):
+    """A YAML mapping that remembers the line of each key, for error messages."""
+    line = 0
+    lines: dict[str, int] = {}
+
+
+class _LineLoader(yaml.SafeLoader):
+    pass
+
+
+def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> _Mapping:
+    mapping = _Mapping(loader.construct_mapping(node, deep=True))
+    mapping.line = node.start_mark.line + 1
+    mapping.lines = {key.value: key.start_mark.line + 1 for key, _ in node.value}
+    return mapping
+
+
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+@dataclass(frozen=True)
+class Entry:
+    workload: str
+    dataset: str
+    epochs: int | None
+    batch_size: int | None
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    description: str
+    frameworks: tuple[str, ...]
+    device: str
+    repeat: int
+    seed: int
+    threads: int | None
+    timeout_s: float
+    entries: tuple[Entry, ...]
+
+
+@dataclass(frozen=True)
+class Cell:
+    suite: str
+    framework: str
+    workload: str
+    dataset: str
+    device: str
+    repetition: int
+    seed: int
+    epochs: int
+    batch_size: int
+    threads: int | None
+    timeout_s: float
+
+
+def builtin_suites() -> list[str]:
+    folder = resources.files("dlbench") / "suites"
+    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def locate(name_or_path: str) -> Path:
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise SuiteError(f"suite file {path} does not exist")
+        return path
+    if name_or_path not in builtin_suites():
+        raise SuiteError(f"unknown suite {name_or_path!r}; built-in suites: {', '.join(builtin_suites())}; "
+                         "or give the path of a suite file (.yaml)")
+    return Path(str(resources.files("dlbench") / "suites" / f"{name_or_path}.yaml"))
+
+
+class _Checker:
+    def __init__(self, path: Path):
+        self.path = path
+
+    def fail(self, mapping: _Mapping, key: str | None, message: str) -> SuiteError:
+        line = mapping.lines.get(key, mapping.line) if key else mapping.line
+        where = f"field {key!r}: " if key else ""
+        return SuiteError(f"{self.path}:{line}: {where}{message}")
+
+    def known_keys(self, mapping: _Mapping, accepted: tuple[str, ...]) -> None:
+        for key in mapping:
+            if key not in accepted:
+                raise self.fail(mapping, key, f"unknown field; accepted: {', '.join(accepted)}")
+
+    def integer(self, mapping: _Mapping, key: str, default: Any, minimum: int = 1) -> Any:
+        value = mapping.get(key, default)
+        if value is None and default is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.fail(mapping, key, f"expected an integer >= {minimum}, got {value!r}")
+        return value
+
+    def choice(self, mapping: _Mapping, key: str, accepted, default: Any = None) -> Any:
+        value = mapping.get(key, default)
+        if value not in accepted:
+            raise self.fail(mapping, key, f"{value!r} is not one of: {', '.join(accepted)}")
+        return value
+
+
+def parse(path: Path) -> Suite:
+    try:
+        document = yaml.load(path.read_text(), Loader=_LineLoader)
+    except yaml.YAMLError as error:
+        raise SuiteError(f"{path}: not valid YAML: {error}") from None
+    check = _Checker(path)
+    if not isinstance(document, _Mapping):
+        raise SuiteError(f"{path}:1: a suite is a mapping with the fields {', '.join(SUITE_FIELDS)}")
+    check.known_keys(document, SUITE_FIELDS)
+    frameworks = document.get("frameworks")
+    if not isinstance(frameworks, list) or not frameworks:
+        raise check.fail(document, "frameworks", f"expected a list of frameworks from: {', '.join(RECIPES)}")
+    for framework in frameworks:
+        if framework not in RECIPES:
+            raise check.fail(document, "frameworks", f"unknown framework {framework!r}; known: {', '.join(RECIPES)}")
+    timeout = document.get("timeout_s", 3600)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        raise check.fail(document, "timeout_s", f"expected a number of seconds > 0, got {timeout!r}")
+    entries = document.get("workloads")
+    if not isinstance(entries, list) or not entries:
+        raise check.fail(document, "workloads", f"expected a non-empty list of mappings with {', '.join(ENTRY_FIELDS)}")
+    return Suite(
+        name=str(document.get("name", path.stem)), description=str(document.get("description", "")),
+        frameworks=tuple(frameworks), device=check.choice(document, "device", DEVICES, "cpu"),
+        repeat=check.integer(document, "repeat", 1), seed=check.integer(document, "seed", 0, minimum=0),
+        threads=check.integer(document, "threads", None), timeout_s=float(timeout),
+        entries=tuple(_entry(check, document, item) for item in entries),
+    )
+
+
+def _entry(check: _Checker, document: _Mapping, item: Any) -> Entry:
+    if not isinstance(item, _Mapping):
+        raise check.fail(document, "workloads", f"each entry is a mapping with the fields {', '.join(ENTRY_FIELDS)}")
+    check.known_keys(item, ENTRY_FIELDS)
+    workload = check.choice(item, "workload", tuple(WORKLOADS))
+    dataset = check.choice(item, "dataset", tuple(data.dataset_names()))
+    task = data.describe(dataset)["task"]
+    if task not in WORKLOADS[workload].tasks:
+        raise check.fail(item, "dataset", f"{dataset!r} is a {task} dataset; {workload} needs "
+                         f"{' or '.join(WORKLOADS[workload].tasks)}")
+    return Entry(workload, dataset, check.integer(item, "epochs", None), check.integer(item, "batch_size", None))
+
+
+def load(name_or_path: str) -> Suite:
+    return parse(locate(name_or_path))
+
+
+def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str] | None = None,
+         device: str | None = None, repeat: int | None = None, epochs: int | None = None) -> list[Cell]:
+    """Cells in run order: repetitions outermost, so a slow drift of the machine touches every
+    framework alike rather than all repetitions of one."""
+    for name in frameworks or ():
+        if name not in RECIPES:
+            raise SuiteError(f"unknown framework {name!r}; known: {', '.join(RECIPES)}")
+    entries = list(suite.entries)
+    if workloads:
+        present = [e.workload for e in entries]
+        for name in workloads:
+            if name not in WORKLOADS:
+                raise SuiteError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}")
+            if name not in present:
+                raise SuiteError(f"workload {name!r} is not in suite {suite.name!r}; its workloads: "
+                                 f"{', '.join(present)}")
+        entries = [e for e in entries if e.workload in workloads]
+    cells = []
+    for repetition in range(1, (repeat or suite.repeat) + 1):
+        for entry in entries:
+            recipe = WORKLOADS[entry.workload].recipe
+            for framework in frameworks or suite.frameworks:
+                cells.append(Cell(
+                    suite=suite.name, framework=framework, workload=entry.workload, dataset=entry.dataset,
+                    device=device or suite.device, repetition=repetition, seed=suite.seed + repetition - 1,
+                    epochs=epochs or entry.epochs or recipe["epochs"],
+                    batch_size=entry.batch_size or recipe["batch_size"], threads=suite.threads,
+                    timeout_s=suite.timeout_s,
+                ))
+    return cells

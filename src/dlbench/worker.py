@@ -1,0 +1,101 @@
+"""Runs one benchmark cell in a framework's own interpreter and prints JSON-lines events.
+
+Worker side: Python 3.8, numpy and the one framework. Started by the harness as
+`<framework env python> -m dlbench.worker CELL.json` with dlbench's package directory on PYTHONPATH.
+
+Events go to a private copy of the original stdout; file descriptor 1 is pointed at stderr, so
+whatever a framework prints can never corrupt the event stream.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import time
+import traceback
+
+import numpy as np
+
+from dlbench.frameworks.base import Split, epoch_order
+from dlbench.models.init import canonical_init
+
+STARTED = time.perf_counter()
+
+
+class Events(object):
+    def __init__(self):
+        self.stream = os.fdopen(os.dup(1), "w")
+        os.dup2(2, 1)  # stray prints (C libraries included) land in stderr
+        sys.stdout = sys.stderr
+
+    def emit(self, event: str, **fields) -> None:
+        fields["event"] = event
+        fields["elapsed_s"] = time.perf_counter() - STARTED
+        self.stream.write(json.dumps(fields) + "\n")
+        self.stream.flush()
+
+
+def load_split(folder: str, part: str, scale) -> Split:
+    """Memory-mapped: preparing the data was the harness's job, reading it costs nothing here."""
+    x = np.load(os.path.join(folder, "x_%s.npy" % part), mmap_mode="r")
+    y = np.load(os.path.join(folder, "y_%s.npy" % part), mmap_mode="r")
+    return Split(x, y, scale)
+
+
+def load_adapter_class(path: str):
+    module_name, _, class_name = path.partition(":")
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def run(cell: dict, events: Events) -> None:
+    with open(os.path.join(cell["data_path"], "meta.json")) as handle:
+        meta = json.load(handle)
+    train = load_split(cell["data_path"], "train", meta.get("input_scale"))
+    test = load_split(cell["data_path"], "test", meta.get("input_scale"))
+
+    tic = time.perf_counter()
+    adapter_class = load_adapter_class(cell["adapter"])  # imports the framework
+    import_s = time.perf_counter() - tic
+    tic = time.perf_counter()
+    adapter = adapter_class(cell["model"], cell["recipe"], meta["task"], cell["device"], cell["threads"],
+                            cell["seed"])
+    adapter.set_weights(canonical_init(cell["model"], cell["seed"]))
+    adapter.synchronise()
+    events.emit("ready", import_s=import_s, build_s=time.perf_counter() - tic, versions=adapter.versions(),
+                threads=adapter.threads_used(), n_train=len(train), n_test=len(test))
+
+    for epoch in range(1, cell["epochs"] + 1):
+        order = epoch_order(cell["seed"], epoch, len(train))
+        tic = time.perf_counter()
+        train_metrics = adapter.train_epoch(train, order)
+        adapter.synchronise()
+        train_time = time.perf_counter() - tic
+        tic = time.perf_counter()
+        metrics = adapter.evaluate(test)
+        adapter.synchronise()
+        events.emit("epoch", epoch=epoch, train_time_s=train_time, eval_time_s=time.perf_counter() - tic,
+                    train_loss=train_metrics["loss"], train_accuracy=train_metrics["accuracy"], metrics=metrics)
+    events.emit("done")
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    events = Events()
+    if len(argv) != 1:
+        events.emit("error", message="usage: python -m dlbench.worker CELL.json")
+        return 2
+    with open(argv[0]) as handle:
+        cell = json.load(handle)
+    events.emit("start", pid=os.getpid(), python=sys.version.split()[0], executable=sys.executable)
+    try:
+        run(cell, events)
+    except Exception as error:  # the harness stores the message; the traceback goes to stderr
+        traceback.print_exc()
+        events.emit("error", message="%s: %s" % (type(error).__name__, error))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

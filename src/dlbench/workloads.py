@@ -1,0 +1,129 @@
+"""The DLBench study's workloads, declared once: model IR + dataset + training recipe + target.
+
+A workload builds its model from a dataset's meta (input shape, classes, vocabulary), so the same
+architecture runs on the study's dataset or on a stand-in such as the quick suite's offline data.
+"""
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlbench.models import ir
+
+
+class WorkloadError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    description: str
+    study_dataset: str
+    study_meta: dict[str, Any]  # the study dataset's shapes, to count parameters without its data
+    build: Callable[[dict], dict]  # dataset meta -> model IR
+    recipe: dict[str, Any]
+    target: dict[str, Any]  # metric, value, and whether higher is better
+    tasks: tuple[str, ...] = field(default=("classification",))
+
+    def model(self, meta: dict | None = None) -> dict:
+        return self.build(meta or self.study_meta)
+
+
+def _image_input(meta: dict) -> tuple[list[int], str]:
+    return meta["input_shape"], "float32"
+
+
+def _cnn_mnist(meta: dict) -> dict:
+    shape, dtype = _image_input(meta)
+    return ir.model(shape, dtype, [
+        ir.conv2d(32), ir.relu(), ir.conv2d(64), ir.relu(), ir.maxpool2d(2), ir.dropout(0.25),
+        ir.flatten(), ir.dense(128), ir.relu(), ir.dropout(0.5), ir.dense(meta["num_classes"]),
+    ])
+
+
+def _cnn_cifar10(meta: dict) -> dict:
+    shape, dtype = _image_input(meta)
+    layers = []
+    for filters in (32, 64):
+        layers += [ir.conv2d(filters, padding="same"), ir.relu(), ir.conv2d(filters), ir.relu(),
+                   ir.maxpool2d(2), ir.dropout(0.25)]
+    layers += [ir.flatten(), ir.dense(512), ir.relu(), ir.dropout(0.5), ir.dense(meta["num_classes"])]
+    return ir.model(shape, dtype, layers)
+
+
+def _cnn_cifar100(meta: dict) -> dict:
+    shape, dtype = _image_input(meta)
+    layers = []
+    for filters, rate in ((128, 0.1), (256, 0.25), (512, 0.5)):
+        layers += [ir.conv2d(filters, padding="same"), ir.relu(), ir.conv2d(filters), ir.relu(),
+                   ir.maxpool2d(2), ir.dropout(rate)]
+    layers += [ir.flatten(), ir.dense(1024), ir.relu(), ir.dropout(0.5), ir.dense(meta["num_classes"])]
+    return ir.model(shape, dtype, layers)
+
+
+def _cnn_svhn(meta: dict) -> dict:
+    shape, dtype = _image_input(meta)
+    layers = []
+    for block, filters in enumerate((48, 64, 128, 160, 192, 192, 192, 192)):
+        stride = 2 if block % 2 == 0 else 1  # the study's "odd" blocks, counted from one
+        layers += [ir.conv2d(filters, kernel=5, padding="same"), ir.batchnorm(), ir.relu(),
+                   ir.maxpool2d(2, stride=stride, padding="same"), ir.dropout(0.2)]
+    layers += [ir.flatten(), ir.dense(3072), ir.relu(), ir.dropout(0.5), ir.dense(meta["num_classes"])]
+    return ir.model(shape, dtype, layers)
+
+
+def _lstm_imdb(meta: dict) -> dict:
+    return ir.model([meta["seq_len"]], "int32", [
+        ir.embedding(meta["vocab_size"], 32), ir.lstm(100), ir.dense(1),
+    ])
+
+
+def _lstm_ptb(meta: dict) -> dict:
+    return ir.model([meta["seq_len"]], "int32", [
+        ir.embedding(meta["vocab_size"], 200), ir.lstm(200, return_sequences=True),
+        ir.lstm(200, return_sequences=True), ir.dropout(0.5), ir.dense(meta["vocab_size"]),
+    ])
+
+
+# The common CNN recipe of WORKLOADS.md: L2 is coupled (added to the gradient) on every weight.
+_CNN_SGD = {"name": "sgd", "lr": 0.01, "momentum": 0.5, "nesterov": False, "weight_decay": 1e-6}
+
+
+def _cnn_recipe(epochs: int) -> dict:
+    return {"optimizer": dict(_CNN_SGD), "batch_size": 128, "epochs": epochs, "loss": "softmax_cross_entropy"}
+
+
+def _image_meta(side: int, channels: int, classes: int) -> dict:
+    return {"task": "classification", "input_shape": [side, side, channels], "num_classes": classes}
+
+
+def _accuracy_target(percent: float) -> dict:
+    return {"metric": "accuracy", "value": percent / 100, "higher_is_better": True}
+
+
+WORKLOADS: dict[str, Workload] = {w.name: w for w in (
+    Workload("cnn-mnist", "2 conv + 2 dense CNN for 28x28 grey digits", "mnist",
+             _image_meta(28, 1, 10), _cnn_mnist, _cnn_recipe(15), _accuracy_target(98.5)),
+    Workload("cnn-cifar10", "the classic Keras CIFAR-10 CNN (4 conv, 2 dense)", "cifar10",
+             _image_meta(32, 3, 10), _cnn_cifar10, _cnn_recipe(100), _accuracy_target(75)),
+    Workload("cnn-cifar100", "3 blocks of 2 conv (128/256/512) + 2 dense", "cifar100",
+             _image_meta(32, 3, 100), _cnn_cifar100, _cnn_recipe(200), _accuracy_target(45)),
+    Workload("cnn-svhn", "8 blocks of 5x5 conv + BatchNorm + pool, 2 dense", "svhn",
+             _image_meta(32, 3, 10), _cnn_svhn, _cnn_recipe(100), _accuracy_target(95)),
+    Workload("lstm-imdb", "embedding 32, LSTM 100 (last output), sigmoid output: sentiment", "imdb",
+             {"task": "binary", "vocab_size": 5000, "seq_len": 500}, _lstm_imdb,
+             {"optimizer": {"name": "adam", "lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-7},
+              "batch_size": 64, "epochs": 50, "loss": "sigmoid_cross_entropy"},
+             _accuracy_target(85), ("binary",)),
+    Workload("lstm-ptb", "embedding 200, 2 stacked LSTM 200, dropout, dense per step: language model", "ptb",
+             {"task": "language_model", "vocab_size": 10000, "seq_len": 30}, _lstm_ptb,
+             {"optimizer": {"name": "adadelta", "lr": 1.0, "rho": 0.95, "epsilon": 1e-6},
+              "batch_size": 20, "epochs": 50, "loss": "sequence_softmax_cross_entropy"},
+             {"metric": "perplexity", "value": 200.0, "higher_is_better": False}, ("language_model",)),
+)}
+
+
+def get_workload(name: str) -> Workload:
+    if name not in WORKLOADS:
+        raise WorkloadError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}")
+    return WORKLOADS[name]

@@ -1,0 +1,178 @@
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from dlbench.monitor import Sample
+from dlbench.store import SCHEMA_VERSION, Store, StoreError
+
+REPO = Path(__file__).resolve().parents[1]
+PYTHON = REPO / ".venv" / "bin" / "python"
+EPOCHS, SAMPLES = 50, 500
+
+
+def make_run(cell_hash: str = "abc123", status: str = "ok") -> dict[str, object]:
+    return {
+        "cell_hash": cell_hash,
+        "suite": "quick",
+        "framework": "pytorch",
+        "framework_version": "2.4.0",
+        "workload": "mlp-digits",
+        "status": status,
+        "repetition": 1,
+        "wall_time_s": 12.5,
+        "params": 1234,
+        "peak_rss_mb": 321.0,
+        "packages": {"torch": "2.4.0", "numpy": "1.26.4"},
+        "config": {"lr": 0.1, "batch_size": 32},
+    }
+
+
+def make_epoch(epoch: int) -> dict[str, object]:
+    return {
+        "epoch": epoch,
+        "train_time_s": 1.0 + epoch,
+        "eval_time_s": 0.1,
+        "train_loss": 0.5 / (epoch + 1),
+        "train_accuracy": 0.9,
+        "metric_value": 0.8,
+        "metrics": {"accuracy": 0.8, "loss": 0.4},
+    }
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    with Store(tmp_path / "results" / "dlbench.sqlite") as s:
+        yield s
+
+
+def test_round_trip_of_run_epochs_and_samples(store: Store) -> None:
+    samples = [
+        Sample(0.1, 95.0, 120.0, 3, 50.0, None, None),
+        {"t_s": 0.2, "cpu_percent": 99.0, "rss_mb": 121.0, "threads": 4, "system_cpu_percent": 51.0},
+    ]
+    # Epochs given out of order come back ordered by epoch.
+    run_id = store.save_run(make_run(), [make_epoch(1), make_epoch(0)], samples)
+
+    [run] = store.runs()
+    assert run["id"] == run_id
+    assert {k: run[k] for k in make_run()} == make_run()
+    assert run["dataset"] is None and run["metric_name"] is None
+    assert run["epochs"] == [make_epoch(0), make_epoch(1)]
+    assert store.samples(run_id) == [
+        {"t_s": 0.1, "cpu_percent": 95.0, "rss_mb": 120.0, "threads": 3, "system_cpu_percent": 50.0,
+         "gpu_util_percent": None, "gpu_mem_mb": None},
+        {"t_s": 0.2, "cpu_percent": 99.0, "rss_mb": 121.0, "threads": 4, "system_cpu_percent": 51.0,
+         "gpu_util_percent": None, "gpu_mem_mb": None},
+    ]  # fmt: skip
+    assert store.samples(run_id + 1) == []
+
+
+def test_json_columns_are_stored_with_sorted_keys(store: Store) -> None:
+    store.save_run(make_run(), [], [])
+    row = store._conn.execute("SELECT packages, config FROM runs").fetchone()
+    assert row == ('{"numpy": "1.26.4", "torch": "2.4.0"}', '{"batch_size": 32, "lr": 0.1}')
+
+
+def test_unknown_keys_are_rejected_by_name(store: Store) -> None:
+    with pytest.raises(StoreError, match=r"unknown run key\(s\) 'colour'.*accepted: cell_hash, suite"):
+        store.save_run({**make_run(), "colour": "red"}, [], [])
+    with pytest.raises(StoreError, match=r"unknown epoch key\(s\) 'loss'.*accepted: epoch, train_time_s"):
+        store.save_run(make_run(), [{"epoch": 0, "loss": 1.0}], [])
+    assert store.runs() == []
+
+
+def test_a_failing_insert_leaves_nothing_behind(store: Store) -> None:
+    # The duplicate epoch fails after the run row was inserted: the whole run must roll back.
+    with pytest.raises(StoreError, match="UNIQUE"):
+        store.save_run(make_run(), [make_epoch(0), make_epoch(0)], [Sample(0.1, 1, 1, 1, 1, None, None)])
+    with pytest.raises(StoreError, match="CHECK"):
+        store.save_run(make_run(status="crashed"), [], [])
+    assert store.runs() == []
+    assert store._conn.execute("SELECT count(*) FROM samples").fetchone() == (0,)
+
+
+def test_completed_hashes_count_only_ok_runs(store: Store) -> None:
+    store.save_run(make_run("a", "ok"), [], [])
+    store.save_run(make_run("b", "failed"), [], [])
+    store.save_run(make_run("c", "timeout"), [], [])
+    store.save_run(make_run("b", "failed"), [], [])
+    store.save_run(make_run("d", "failed"), [], [])
+    store.save_run(make_run("d", "ok"), [], [])
+    assert store.completed_hashes() == {"a", "d"}
+
+
+def test_reopening_keeps_runs_and_schema_version(tmp_path: Path) -> None:
+    path = tmp_path / "dlbench.sqlite"
+    with Store(path) as store:
+        store.save_run(make_run(), [make_epoch(0)], [])
+    with Store(path) as store:
+        assert [r["cell_hash"] for r in store.runs()] == ["abc123"]
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (1,)
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+def test_newer_schema_version_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "dlbench.sqlite"
+    Store(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA user_version=7")
+    with pytest.raises(StoreError) as error:
+        Store(path)
+    assert str(path) in str(error.value)
+    assert "7" in str(error.value) and str(SCHEMA_VERSION) in str(error.value)
+
+
+def test_a_file_that_is_not_a_database_is_reported(tmp_path: Path) -> None:
+    path = tmp_path / "dlbench.sqlite"
+    path.write_bytes(b"not a database at all" * 100)
+    with pytest.raises(StoreError, match=str(path)):
+        Store(path)
+
+
+WRITER = f"""
+import sys
+from pathlib import Path
+from dlbench.store import Store
+store = Store(Path(sys.argv[1]))
+print("ready", flush=True)
+run = {{"cell_hash": "h", "framework": "f", "workload": "w", "status": "ok", "config": {{"x": 1}}}}
+epochs = [{{"epoch": e, "train_loss": 1.0, "metrics": {{"acc": 0.5}}}} for e in range({EPOCHS})]
+samples = [{{"t_s": i / 10, "cpu_percent": 100.0, "rss_mb": 50.0, "threads": 2}} for i in range({SAMPLES})]
+while True:
+    store.save_run(run, epochs, samples)
+"""
+
+
+def test_killed_writer_never_leaves_a_partial_run(tmp_path: Path) -> None:
+    path = tmp_path / "dlbench.sqlite"
+    rng = random.Random(1234)
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    for _ in range(5):
+        writer = subprocess.Popen(
+            [str(PYTHON), "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True, env=env
+        )
+        assert writer.stdout is not None
+        assert writer.stdout.readline() == "ready\n"
+        time.sleep(rng.uniform(0.05, 0.6))
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+        assert writer.returncode == -signal.SIGKILL
+
+    with Store(path) as store:
+        assert store._conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        assert store._conn.execute("PRAGMA foreign_key_check").fetchall() == []
+        runs = store.runs()
+        assert runs, "the writer never committed a run"
+        for run in runs:
+            assert [e["epoch"] for e in run["epochs"]] == list(range(EPOCHS))
+            assert len(store.samples(run["id"])) == SAMPLES
+        # No orphans either: every epoch and sample row belongs to one of the runs seen above.
+        counts = store._conn.execute("SELECT (SELECT count(*) FROM epochs), (SELECT count(*) FROM samples)")
+        assert counts.fetchone() == (EPOCHS * len(runs), SAMPLES * len(runs))
