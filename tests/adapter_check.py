@@ -1,8 +1,11 @@
-"""Runs inside a framework's environment (Python 3.8+, numpy, the framework): trains each workload's
-architecture a few steps on tiny generated data and prints one JSON line of facts per workload.
+"""Runs inside a framework's environment (Python 3.8+, its numpy, the framework): for each workload's
+architecture, loads the canonical weights, records the outputs on fixed probe inputs, trains a few
+steps on tiny generated data, and prints one JSON line of facts per workload.
 
-Usage: python adapter_check.py ADAPTER_PATH < models.json
-models.json: [{"workload", "model", "recipe", "task", "n_classes"}...] made by the harness-side test.
+Usage: python adapter_check.py ADAPTER_PATH < cases.json
+cases.json: [{"workload", "model", "recipe", "task", "n_classes"}...], made by the harness-side test.
+Data come from numpy's legacy RandomState, whose stream is the same in every numpy version, so the
+harness side regenerates the probe inputs exactly.
 """
 
 import json
@@ -15,39 +18,58 @@ from dlbench.models.init import canonical_init
 from dlbench.worker import load_adapter_class
 
 
-def tiny_data(case, count, rng):
-    model = case["model"]
+def generated_inputs(model, count, seed):
+    rng = np.random.RandomState(seed)
     shape = [count] + model["input_shape"]
     if model["input_dtype"].startswith("float"):
-        x = rng.integers(0, 256, size=shape).astype(np.uint8)
-        scale = 255.0
-    else:
-        x = rng.integers(0, model["layers"][0]["vocab"], size=shape).astype(np.int32)
-        scale = None
-    if case["task"] == "language_model":
-        y = rng.integers(0, case["n_classes"], size=shape).astype(np.int32)
-    else:
-        y = rng.integers(0, case["n_classes"], size=count).astype(np.int32)
-    return Split(x, y, scale)
+        return rng.randint(0, 256, size=shape).astype(np.uint8)
+    return rng.randint(0, model["layers"][0]["vocab"], size=shape).astype(np.int32)
+
+
+def probe_inputs(model):
+    """Two samples as the model consumes them: pixels scaled to [0, 1], or token ids."""
+    x = generated_inputs(model, 2, 1)
+    return x.astype(np.float32) / 255 if x.dtype == np.uint8 else x
+
+
+def probe_weights(model):
+    """Canonical weights with biases and BatchNorm statistics moved off their zero/one start, so that
+    a wrong mapping of any of them shows in the outputs."""
+    weights = canonical_init(model, 0)
+    rng = np.random.RandomState(3)
+    for key in sorted(weights):
+        if key.endswith(("bias", "beta", "gamma", "moving_mean")):
+            weights[key] = weights[key] + rng.uniform(-0.2, 0.2, size=weights[key].shape).astype(np.float32)
+        elif key.endswith("moving_var"):
+            weights[key] = rng.uniform(0.5, 1.5, size=weights[key].shape).astype(np.float32)
+    return weights
+
+
+def tiny_data(case, count):
+    x = generated_inputs(case["model"], count, 0)
+    label_shape = x.shape if case["task"] == "language_model" else (count,)
+    y = np.random.RandomState(2).randint(0, case["n_classes"], size=label_shape).astype(np.int32)
+    return Split(x, y, 255.0 if x.dtype == np.uint8 else None)
 
 
 def check(adapter_class, case):
-    rng = np.random.default_rng(0)
     recipe = dict(case["recipe"], batch_size=8)
-    data = tiny_data(case, 16, rng)
+    data = tiny_data(case, 16)
     adapter = adapter_class(case["model"], recipe, case["task"], "cpu", 1, 0)
-    weights = canonical_init(case["model"], 0)
+    weights = probe_weights(case["model"])
     adapter.set_weights(weights)
     exported = adapter.get_weights()
-    roundtrip = max(float(np.max(np.abs(exported[k] - weights[k]))) for k in weights)
+    same_shapes = sorted(exported) == sorted(weights) and all(exported[k].shape == weights[k].shape for k in weights)
+    roundtrip = max(float(np.max(np.abs(exported[k] - weights[k]))) for k in weights) if same_shapes else None
+    predictions = adapter.predict(probe_inputs(case["model"]))
     before = adapter.evaluate(data)
     losses = [adapter.train_epoch(data, epoch_order(0, epoch, len(data)))["loss"] for epoch in range(1, 9)]
     return {
         "workload": case["workload"],
-        "losses": losses,
+        "same_shapes": same_shapes,
         "roundtrip_max_abs": roundtrip,
-        "exported_keys": sorted(exported),
-        "canonical_keys": sorted(weights),
+        "predictions": predictions.tolist(),
+        "train_losses": losses,
         "eval_before": before,
         "eval_after": adapter.evaluate(data),
         "threads": adapter.threads_used(),

@@ -4,11 +4,13 @@ resources, enforces the time and memory limits, and says how it ended.
 A crash, a non-zero exit, a signal, a memory kill and a timeout each end as a failed outcome with a
 reason and the tail of stderr; nothing a worker does can raise out of here.
 """
+import ctypes
 import json
 import os
 import queue
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +22,7 @@ import psutil
 from dlbench.monitor import Monitor, Sample
 
 STDERR_TAIL_CHARS = 4000
+PR_SET_PDEATHSIG = 1  # from linux/prctl.h
 
 
 @dataclass
@@ -31,6 +34,14 @@ class Outcome:
     stderr_tail: str = ""
     wall_time_s: float = 0.0
     returncode: int | None = None
+
+
+def _worker_preexec() -> None:
+    """In the child before exec: its own session (so the whole group can be killed), and death when
+    the harness dies, so an orphaned worker never trains on beside the next run's measurements."""
+    os.setsid()
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def kill_tree(process: subprocess.Popen) -> None:
@@ -90,7 +101,7 @@ def run_worker(command: list[str], env: dict[str, str], run_dir: Path, timeout_s
     started = time.perf_counter()
     with open(stderr_path, "wb") as stderr:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL,
-                                   env=env, cwd=run_dir, start_new_session=True, text=True)
+                                   env=env, cwd=run_dir, preexec_fn=_worker_preexec, text=True)
     over_memory: list[float] = []
 
     def check_memory(sample: Sample) -> None:

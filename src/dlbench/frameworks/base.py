@@ -33,8 +33,9 @@ def batch_slices(count: int, batch_size: int) -> Iterator[slice]:
 
 
 def epoch_order(seed: int, epoch: int, count: int) -> np.ndarray:
-    """The sample order of one epoch: the same for every framework, from the seed alone."""
-    return np.random.default_rng([seed, epoch]).permutation(count).astype(np.int64)
+    """The sample order of one epoch: the same for every framework, from the seed alone (legacy
+    RandomState: its stream is frozen across numpy versions, so old environments agree)."""
+    return np.random.RandomState([seed, epoch]).permutation(count).astype(np.int64)
 
 
 def finish_metrics(loss: str, loss_sum: float, correct: float, samples: int, predictions: int) -> Dict[str, float]:
@@ -82,6 +83,10 @@ class BaseAdapter(object):
 
     def train_epoch(self, data: Split, order: np.ndarray) -> Dict[str, float]:
         """One pass over data in `order`, in batches of the recipe's size; returns loss and accuracy."""
+        raise NotImplementedError
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """The model's raw outputs (logits) for a batch of float inputs or token ids, dropout off."""
         raise NotImplementedError
 
     def evaluate(self, data: Split) -> Dict[str, float]:

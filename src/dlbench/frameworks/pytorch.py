@@ -258,6 +258,12 @@ class Adapter(BaseAdapter):
                 correct += right
         return finish_metrics(loss_name, float(loss_sum), float(correct), len(data), y_all.numel())
 
+    def predict(self, x):
+        self.module.eval()
+        inputs = torch.from_numpy(np.ascontiguousarray(x)).to(self.torch_device)
+        with torch.inference_mode():
+            return self.module(inputs if self.float_inputs else inputs.long()).cpu().numpy()
+
     def synchronise(self):
         if self.torch_device.type == "cuda":
             torch.cuda.synchronize()

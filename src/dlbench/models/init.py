@@ -3,7 +3,9 @@
 Worker side (Python 3.8, numpy >= 1.17). Glorot-uniform kernels, zero biases; LSTM recurrent
 kernels orthogonal with forget-gate bias 1; embeddings uniform(-0.05, 0.05); BatchNorm gamma 1,
 beta 0, moving mean 0, moving variance 1. Each weight draws from its own stream, keyed by the seed
-and the weight's position, so one layer's shape never shifts another's values.
+and the weight's position, so one layer's shape never shifts another's values. The streams are
+numpy's legacy RandomState, whose output numpy promises never to change: framework environments
+hold numpy versions years apart and must still draw identical weights.
 """
 from __future__ import annotations
 
@@ -52,6 +54,6 @@ def canonical_init(spec: dict, seed: int) -> Dict[str, np.ndarray]:
     weights = {}
     for index, (layer, in_shape, _) in enumerate(infer_shapes(spec)):
         for position, (key, shape) in enumerate(param_shapes(layer, in_shape).items()):
-            rng = np.random.default_rng([seed, index, position])
+            rng = np.random.RandomState([seed, index, position])
             weights[layer["name"] + "/" + key] = _layer_weights(rng, layer, key, shape).astype(np.float32)
     return weights

@@ -1,0 +1,103 @@
+"""A fake framework adapter for worker-protocol tests: numpy only, behaviour chosen by $FAKE_MODE.
+
+Runs in the worker process (`python -m dlbench.worker CELL.json`), imported as "fake_framework:Adapter"
+with tests/ on PYTHONPATH. Every misbehaving mode lets epoch 1 finish normally and misbehaves in
+epoch 2, so the tests can check that events reported before a failure are kept.
+
+Modes: ok, crash, exit, hang, memory, oomkill, print, child_hang, child_setsid.
+Modes that start a grandchild write its pid to grandchild.pid in the working directory (the run dir).
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from dlbench.frameworks.base import BaseAdapter, Split
+
+MODES = ("ok", "crash", "exit", "hang", "memory", "oomkill", "print", "child_hang", "child_setsid")
+OK_EPOCH_SLEEP_S = 0.15  # long enough for the 0.1 s monitor to take samples of a good run
+TRAIN_LOSS = 0.5
+EVAL_LOSS = 0.25
+
+
+def _sleep_forever() -> None:
+    while True:
+        time.sleep(3600)
+
+
+def _spawn_grandchild(new_session: bool) -> None:
+    child = subprocess.Popen(["sleep", "1000"], start_new_session=new_session)
+    with open("grandchild.pid", "w") as handle:
+        handle.write(str(child.pid))
+
+
+def _grow_memory() -> None:
+    """Up to ~400 MiB, touched page by page (np.ones writes every byte), 16 MiB at a time."""
+    held = []
+    for _ in range(25):
+        held.append(np.ones(16 * 1024 * 1024 // 8))
+        time.sleep(0.02)
+    _sleep_forever()
+
+
+class Adapter(BaseAdapter):
+    name = "fake"
+
+    def __init__(self, model, recipe, task, device, threads, seed):
+        super().__init__(model, recipe, task, device, threads, seed)
+        self.mode = os.environ.get("FAKE_MODE", "ok")
+        if self.mode not in MODES:
+            raise ValueError("unknown FAKE_MODE %r" % self.mode)
+        self.weights = {}
+        self.epoch = 0
+
+    def versions(self):
+        return {"fake": "1.0", "numpy": np.__version__}
+
+    def threads_used(self):
+        return self.threads
+
+    def set_weights(self, weights):
+        self.weights = {name: np.array(value) for name, value in weights.items()}
+
+    def get_weights(self):
+        return dict(self.weights)
+
+    def synchronise(self):
+        pass
+
+    def train_epoch(self, data: Split, order):
+        self.epoch += 1
+        if self.epoch >= 2:
+            self._misbehave()
+        if self.mode in ("ok", "print"):
+            time.sleep(OK_EPOCH_SLEEP_S)
+        labels = np.asarray(data.y)[order]
+        return {"loss": TRAIN_LOSS / self.epoch, "accuracy": float(np.mean(labels == 1))}
+
+    def evaluate(self, data: Split):
+        return {"loss": EVAL_LOSS, "accuracy": float(np.mean(np.asarray(data.y) == 1))}
+
+    def _misbehave(self) -> None:
+        mode = self.mode
+        if mode == "crash":
+            raise RuntimeError("fake crash")
+        if mode == "exit":
+            os._exit(3)
+        if mode == "hang":
+            _sleep_forever()
+        if mode == "memory":
+            _grow_memory()
+        if mode == "oomkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if mode == "print":
+            print("junk from print() in epoch", self.epoch)
+            sys.stdout.flush()
+            os.write(1, b"{not json from os.write(1)\n")
+            os.write(1, b'{"event": "done", "forged": true}\n')
+        if mode in ("child_hang", "child_setsid"):
+            _spawn_grandchild(new_session=mode == "child_setsid")
+            _sleep_forever()

@@ -1,0 +1,77 @@
+"""An independent numpy forward pass of the IR in canonical layout (float64, dropout off, BatchNorm
+with its moving statistics): the yardstick that tells whether an adapter honours the layout."""
+
+import numpy as np
+
+from dlbench.models.ir import infer_shapes, same_padding
+
+
+def _pad_same(x, kernel, stride, value):
+    (top, bottom), (left, right) = (same_padding(x.shape[i], kernel, stride) for i in (1, 2))
+    return np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)), constant_values=value)
+
+
+def _windows(x, kernel, stride):
+    """Yields (i, j, view) where view[:, r, c] is input pixel (r*stride + i, c*stride + j)."""
+    height = (x.shape[1] - kernel) // stride + 1
+    width = (x.shape[2] - kernel) // stride + 1
+    for i in range(kernel):
+        for j in range(kernel):
+            yield i, j, x[:, i:i + stride * (height - 1) + 1:stride, j:j + stride * (width - 1) + 1:stride]
+
+
+def conv2d(x, kernel, bias, stride, padding):
+    size = kernel.shape[0]
+    if padding == "same":
+        x = _pad_same(x, size, stride, 0.0)
+    out = sum(view @ kernel[i, j] for i, j, view in _windows(x, size, stride))
+    return out + bias
+
+
+def maxpool2d(x, pool, stride, padding):
+    if padding == "same":
+        x = _pad_same(x, pool, stride, -np.inf)
+    return np.max(np.stack([view for _, _, view in _windows(x, pool, stride)]), axis=0)
+
+
+def sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def lstm(x, kernel, recurrent, bias, return_sequences):
+    units = recurrent.shape[0]
+    h = np.zeros((x.shape[0], units))
+    c = np.zeros((x.shape[0], units))
+    outputs = []
+    for t in range(x.shape[1]):
+        z = x[:, t] @ kernel + h @ recurrent + bias
+        i, f, g, o = (z[:, k * units:(k + 1) * units] for k in range(4))
+        c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+        h = sigmoid(o) * np.tanh(c)
+        outputs.append(h)
+    return np.stack(outputs, axis=1) if return_sequences else h
+
+
+def forward(model, weights, x):
+    w = {k: v.astype(np.float64) for k, v in weights.items()}
+    x = x.astype(np.float64) if x.dtype.kind == "f" else x
+    for layer, _, _ in infer_shapes(model):
+        kind, name = layer["type"], layer["name"] + "/"
+        if kind == "conv2d":
+            x = conv2d(x, w[name + "kernel"], w[name + "bias"], layer["stride"], layer["padding"])
+        elif kind == "maxpool2d":
+            x = maxpool2d(x, layer["pool"], layer["stride"], layer["padding"])
+        elif kind == "batchnorm":
+            scale = w[name + "gamma"] / np.sqrt(w[name + "moving_var"] + layer["epsilon"])
+            x = (x - w[name + "moving_mean"]) * scale + w[name + "beta"]
+        elif kind == "activation":
+            x = {"relu": lambda v: np.maximum(v, 0), "sigmoid": sigmoid, "tanh": np.tanh}[layer["fn"]](x)
+        elif kind == "flatten":
+            x = x.reshape(len(x), -1)
+        elif kind == "dense":
+            x = x @ w[name + "kernel"] + w[name + "bias"]
+        elif kind == "embedding":
+            x = w[name + "embeddings"][x]
+        elif kind == "lstm":
+            x = lstm(x, w[name + "kernel"], w[name + "recurrent_kernel"], w[name + "bias"], layer["return_sequences"])
+    return x

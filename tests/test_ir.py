@@ -1,0 +1,128 @@
+import numpy as np
+import pytest
+
+from dlbench.frameworks.base import batch_slices, epoch_order, finish_metrics
+from dlbench.models import ir
+from dlbench.models.init import canonical_init
+from dlbench.workloads import WORKLOADS, WorkloadError, get_workload
+
+# Counted by hand from WORKLOADS.md (cnn-mnist's figure is stated there; cnn-cifar10 and lstm-imdb
+# are the Keras examples' well-known totals).
+EXPECTED_PARAMS = {
+    "cnn-mnist": 1_199_882,
+    "cnn-cifar10": 1_250_858,
+    "cnn-cifar100": 6_777_060,
+    "cnn-svhn": 6_728_938,
+    "lstm-imdb": 213_301,
+    "lstm-ptb": 4_651_600,
+}
+FLATTEN_WIDTH = {"cnn-mnist": 9216, "cnn-cifar10": 2304, "cnn-cifar100": 2048, "cnn-svhn": 768}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_PARAMS))
+def test_parameter_counts_of_the_six_workloads(name):
+    assert ir.count_params(get_workload(name).model()) == EXPECTED_PARAMS[name]
+
+
+@pytest.mark.parametrize("name", sorted(FLATTEN_WIDTH))
+def test_flatten_widths_match_the_study(name):
+    shapes = ir.infer_shapes(get_workload(name).model())
+    assert [out for layer, _, out in shapes if layer["type"] == "flatten"] == [(FLATTEN_WIDTH[name],)]
+
+
+def test_cnn_mnist_flops_counted_by_hand():
+    # conv1 26*26*32*(2*9+1) + conv2 24*24*64*(2*288+1) + dense 128*(2*9216+1) + dense 10*(2*128+1)
+    forward = 411_008 + 21_270_528 + 2_359_424 + 2_570
+    model = get_workload("cnn-mnist").model()
+    assert ir.forward_flops(model) == forward
+    assert ir.train_flops(model) == 3 * forward
+
+
+def test_lstm_flops_and_shapes():
+    model = ir.model([7], "int32", [ir.embedding(11, 3), ir.lstm(5, return_sequences=True), ir.dense(11)])
+    assert [out for _, _, out in ir.infer_shapes(model)] == [(7, 3), (7, 5), (7, 11)]
+    lstm = 7 * 4 * 5 * (2 * (3 + 5) + 1)
+    dense = 7 * 11 * (2 * 5 + 1)
+    assert ir.forward_flops(model) == lstm + dense
+
+
+def test_workload_builds_from_a_dataset_meta():
+    model = get_workload("lstm-ptb").model({"vocab_size": 2000, "seq_len": 30})
+    assert model["layers"][-1]["units"] == 2000 and model["input_shape"] == [30]
+
+
+@pytest.mark.parametrize("size, kernel, stride, pads", [
+    (32, 2, 2, (0, 0)), (16, 2, 1, (0, 1)), (5, 3, 2, (1, 1)), (6, 3, 2, (0, 1)), (28, 3, 1, (1, 1)),
+])
+def test_same_padding_matches_tensorflow(size, kernel, stride, pads):
+    assert ir.same_padding(size, kernel, stride) == pads
+
+
+def test_layers_are_named_in_order():
+    names = [layer["name"] for layer in get_workload("cnn-mnist").model()["layers"]]
+    assert names[:3] == ["conv2d_1", "activation_1", "conv2d_2"] and names[-1] == "dense_2"
+
+
+@pytest.mark.parametrize("layers, message", [
+    ([ir.activation("gelu")], "activation 'gelu'"),
+    ([ir.conv2d(4, padding="full")], "padding 'full'"),
+    ([ir.flatten(), ir.conv2d(4)], r"needs an \(H, W, C\) input"),
+    ([ir.conv2d(4, kernel=9)], "shrinks"),
+    ([{"type": "attention"}], "unknown layer type 'attention'"),
+])
+def test_bad_models_are_refused_with_the_reason(layers, message):
+    with pytest.raises(ir.IRError, match=message):
+        ir.model([6, 6, 1], "float32", layers)
+
+
+def test_unknown_workload_lists_the_known_ones():
+    with pytest.raises(WorkloadError, match="cnn-mnist, cnn-cifar10"):
+        get_workload("resnet")
+
+
+def test_canonical_init_is_deterministic_and_canonical():
+    model = WORKLOADS["lstm-ptb"].model({"vocab_size": 50, "seq_len": 6})
+    first, again, other = canonical_init(model, 0), canonical_init(model, 0), canonical_init(model, 1)
+    assert list(first) == list(ir.weight_shapes(model))
+    for key, shape in ir.weight_shapes(model).items():
+        assert first[key].shape == shape and first[key].dtype == np.float32
+        assert np.array_equal(first[key], again[key])
+    assert not np.array_equal(first["lstm_1/kernel"], other["lstm_1/kernel"])
+    bias = first["lstm_1/bias"]
+    assert np.all(bias[200:400] == 1) and np.all(bias[:200] == 0) and np.all(bias[400:] == 0)
+    recurrent = first["lstm_1/recurrent_kernel"].astype(np.float64)  # (200, 800): orthonormal rows
+    assert np.allclose(recurrent @ recurrent.T, np.eye(200), atol=1e-5)
+    assert np.abs(first["embedding_1/embeddings"]).max() <= 0.05
+    limit = np.sqrt(6 / (200 + 50))
+    assert np.abs(first["dense_1/kernel"]).max() <= limit and np.abs(first["dense_1/kernel"]).max() > 0.9 * limit
+
+
+def test_conv_init_uses_receptive_field_fans():
+    weights = canonical_init(ir.model([8, 8, 3], "float32", [ir.conv2d(16, kernel=5)]), 3)
+    limit = np.sqrt(6 / (25 * 3 + 25 * 16))
+    assert 0.9 * limit < np.abs(weights["conv2d_1/kernel"]).max() <= limit
+
+
+def test_batchnorm_starts_as_identity():
+    weights = canonical_init(ir.model([4, 4, 2], "float32", [ir.batchnorm()]), 0)
+    assert weights["batchnorm_1/gamma"].tolist() == [1, 1] and weights["batchnorm_1/moving_var"].tolist() == [1, 1]
+    assert weights["batchnorm_1/beta"].tolist() == [0, 0] and weights["batchnorm_1/moving_mean"].tolist() == [0, 0]
+
+
+def test_epoch_order_is_a_seeded_permutation():
+    order = epoch_order(0, 1, 1000)
+    assert sorted(order.tolist()) == list(range(1000))
+    assert np.array_equal(order, epoch_order(0, 1, 1000))
+    assert not np.array_equal(order, epoch_order(0, 2, 1000))
+    assert not np.array_equal(order, epoch_order(1, 1, 1000))
+
+
+def test_batches_cover_every_sample_once_keeping_the_last_partial_batch():
+    slices = list(batch_slices(10, 4))
+    assert [(s.start, s.stop) for s in slices] == [(0, 4), (4, 8), (8, 10)]
+
+
+def test_metrics_from_sums():
+    assert finish_metrics("softmax_cross_entropy", 6.0, 3, 4, 4) == {"loss": 1.5, "accuracy": 0.75}
+    lm = finish_metrics("sequence_softmax_cross_entropy", 4.0, 5, 2, 10)
+    assert lm["perplexity"] == pytest.approx(np.exp(2.0)) and lm["accuracy"] == 0.5

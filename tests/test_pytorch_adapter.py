@@ -1,0 +1,71 @@
+"""The PyTorch adapter, run in its own environment: each of the six architectures loads canonical
+weights exactly, computes what an independent numpy forward pass computes, and learns."""
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from adapter_check import probe_inputs, probe_weights
+from numpy_forward import forward
+
+from dlbench import envs
+from dlbench.runner import PACKAGE_PARENT
+from dlbench.workloads import WORKLOADS
+
+TESTS = Path(__file__).parent
+# Full study shapes for the CNNs; small vocabularies and sequences keep the LSTMs quick.
+SMALL_META = {"lstm-imdb": {"vocab_size": 50, "seq_len": 12}, "lstm-ptb": {"vocab_size": 40, "seq_len": 10}}
+
+
+def cases() -> list[dict]:
+    result = []
+    for workload in WORKLOADS.values():
+        meta = dict(workload.study_meta, **SMALL_META.get(workload.name, {}))
+        classes = meta.get("num_classes") or (2 if meta["task"] == "binary" else meta["vocab_size"])
+        result.append({"workload": workload.name, "model": workload.model(meta), "recipe": workload.recipe,
+                       "task": meta["task"], "n_classes": classes})
+    return result
+
+
+def run_check(framework: str, payload: list[dict]) -> dict[str, dict]:
+    env = envs.require(framework)  # make test builds it first; a missing one fails with the command to run
+    adapter = envs.get_recipe(framework).adapter
+    done = subprocess.run([str(env.python), str(TESTS / "adapter_check.py"), adapter], input=json.dumps(payload),
+                          capture_output=True, text=True, timeout=900,
+                          env={"PYTHONPATH": str(PACKAGE_PARENT), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {row["workload"]: row for row in map(json.loads, done.stdout.splitlines())}
+
+
+@pytest.fixture(scope="module")
+def pytorch_results() -> dict[str, dict]:
+    return run_check("pytorch", cases())
+
+
+@pytest.mark.parametrize("case", cases(), ids=lambda c: c["workload"])
+def test_canonical_weights_round_trip_exactly(pytorch_results, case):
+    result = pytorch_results[case["workload"]]
+    assert result["same_shapes"] and result["roundtrip_max_abs"] == 0.0
+
+
+@pytest.mark.parametrize("case", cases(), ids=lambda c: c["workload"])
+def test_outputs_match_an_independent_numpy_forward(pytorch_results, case):
+    expected = forward(case["model"], probe_weights(case["model"]), probe_inputs(case["model"]))
+    got = np.array(pytorch_results[case["workload"]]["predictions"])
+    assert got.shape == expected.shape
+    scale = np.abs(expected).max()
+    assert np.abs(got - expected).max() <= 1e-4 * scale + 1e-5
+
+
+@pytest.mark.parametrize("case", cases(), ids=lambda c: c["workload"])
+def test_a_few_steps_lower_the_loss(pytorch_results, case):
+    result = pytorch_results[case["workload"]]
+    assert result["eval_after"]["loss"] < result["eval_before"]["loss"]
+    assert np.isfinite(result["train_losses"]).all()
+
+
+def test_threads_are_set_and_versions_reported(pytorch_results):
+    for result in pytorch_results.values():
+        assert result["threads"] == 1
+        assert result["versions"]["torch"].startswith("2.")
