@@ -50,7 +50,7 @@ class Adapter(BaseAdapter):
         super().__init__(model, recipe, task, device, threads, seed)
         self.mode = os.environ.get("FAKE_MODE", "ok")
         if self.mode not in MODES:
-            raise ValueError("unknown FAKE_MODE %r" % self.mode)
+            raise ValueError(f"unknown FAKE_MODE {self.mode!r}")
         self.weights = {}
         self.epoch = 0
 

@@ -53,11 +53,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     cells = suite.plan(chosen, args.framework, args.workload, args.device, args.repeat, args.epochs)
     options = Options(Path(args.results), data_dir(args), args.force, args.timeout, args.memory_limit_mb)
     print(f"suite {chosen.name}: {len(cells)} cells; results in {options.results.resolve()}")
-    counts = run_plan(cells, options, Progress())
+    counts, hashes = run_plan(cells, options, Progress())
     with Store(options.results / "dlbench.sqlite") as store:
-        runs = store.runs()
+        latest = {run["cell_hash"]: run for run in store.runs()}  # runs come oldest first
     print()
-    print(results.table(runs[-len(cells):] if counts["skipped"] == 0 else runs))
+    print(results.table([latest[h] for h in hashes if h in latest]))
     print()
     print(", ".join(f"{n} {k}" for k, n in counts.items() if n))
     print(f"results: {(options.results / 'dlbench.sqlite').resolve()} (dlbench results --results {args.results})")
@@ -123,6 +123,20 @@ def cmd_results(args: argparse.Namespace) -> int:
     return 0
 
 
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text}")
+    return value
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="dlbench", description=__doc__)
     commands = top.add_subparsers(dest="command", required=True)
@@ -132,12 +146,13 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("-f", "--framework", action="append", help="only these frameworks (repeatable)")
     run.add_argument("-w", "--workload", action="append", help="only these workloads of the suite (repeatable)")
     run.add_argument("--device", choices=suite.DEVICES)
-    run.add_argument("--repeat", type=int, help="repetitions per cell")
-    run.add_argument("--epochs", type=int, help="epochs per cell, overriding the suite")
+    run.add_argument("--repeat", type=positive_int, help="repetitions per cell")
+    run.add_argument("--epochs", type=positive_int, help="epochs per cell, overriding the suite")
     run.add_argument("--results", default=str(DEFAULT_RESULTS), help="results folder (default: ./dlbench-results)")
     run.add_argument("--data-dir", help="data folder (default: $DLBENCH_DATA or ~/.cache/dlbench/data)")
-    run.add_argument("--timeout", type=float, help="seconds per cell, overriding the suite")
-    run.add_argument("--memory-limit-mb", type=float, help="kill a worker whose process tree exceeds this RSS")
+    run.add_argument("--timeout", type=positive_float, help="seconds per cell, overriding the suite")
+    run.add_argument("--memory-limit-mb", type=positive_float,
+                     help="kill a worker whose process tree exceeds this RSS")
     run.add_argument("--force", action="store_true", help="rerun cells that are already complete")
     run.set_defaults(func=cmd_run)
 

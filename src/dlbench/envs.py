@@ -60,6 +60,28 @@ def uv_command() -> list[str]:
     return [find_uv_bin()]
 
 
+def _reports_version(python: str, version: str) -> bool:
+    try:
+        out = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0 and out.stdout.strip() == version
+
+
+def find_interpreter(version: str) -> str:
+    """A local CPython of this version: on PATH, else in pyenv's folder (whose shims answer only for
+    the active versions). uv is never left to download one: these machines reach only PyPI."""
+    pyenv_root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    candidates = [shutil.which(f"python{version}")]
+    candidates += sorted(str(p) for p in pyenv_root.glob(f"versions/{version}.*/bin/python{version}"))
+    for candidate in candidates:
+        if candidate and _reports_version(candidate, version):
+            return candidate
+    raise EnvError(f"no Python {version} found on PATH or under {pyenv_root}/versions; "
+                   f"install one (for instance: pyenv install {version})")
+
+
 def _pip_find_links() -> str | None:
     try:
         out = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.find-links"],
@@ -126,7 +148,8 @@ def create(framework: str, log=print) -> Environment:
     shutil.rmtree(building, ignore_errors=True)
     tic = time.perf_counter()
     uv = uv_command()
-    _run(uv + ["venv", "--quiet", "--python", recipe.python, str(building)], f"creating the {framework} venv")
+    interpreter = find_interpreter(recipe.python)
+    _run(uv + ["venv", "--quiet", "--python", interpreter, str(building)], f"creating the {framework} venv")
     python = building / "bin" / "python"
     install = uv + ["pip", "install", "--quiet", "--python", str(python), *recipe.packages]
     links = _pip_find_links() if recipe.find_links_from_pip else None

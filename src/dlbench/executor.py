@@ -61,13 +61,18 @@ def kill_tree(process: subprocess.Popen) -> None:
             pass
 
 
+def _parse(line: str) -> dict:
+    try:
+        event = json.loads(line)
+    except json.JSONDecodeError:
+        event = None
+    return event if isinstance(event, dict) else {"event": "garbled", "line": line[:500]}
+
+
 def _read_events(stream, events: "queue.Queue[dict | None]") -> None:
+    """Puts each line's event on the queue, then None when the worker's stdout closes."""
     for line in stream:
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            event = {"event": "garbled", "line": line[:500]}
-        events.put(event)
+        events.put(_parse(line))
     events.put(None)
 
 
@@ -99,9 +104,12 @@ def run_worker(command: list[str], env: dict[str, str], run_dir: Path, timeout_s
                memory_limit_mb: float | None = None, on_event: Callable[[dict], None] | None = None) -> Outcome:
     stderr_path = run_dir / "stderr.log"
     started = time.perf_counter()
-    with open(stderr_path, "wb") as stderr:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL,
-                                   env=env, cwd=run_dir, preexec_fn=_worker_preexec, text=True)
+    try:
+        with open(stderr_path, "wb") as stderr:
+            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL,
+                                       env=env, cwd=run_dir, preexec_fn=_worker_preexec, text=True)
+    except OSError as error:
+        return Outcome("failed", f"cannot start the worker {command[0]}: {error}")
     over_memory: list[float] = []
 
     def check_memory(sample: Sample) -> None:
@@ -137,15 +145,26 @@ def run_worker(command: list[str], env: dict[str, str], run_dir: Path, timeout_s
 
 def _collect(pending: "queue.Queue[dict | None]", process: subprocess.Popen, deadline: float,
              on_event: Callable[[dict], None] | None) -> tuple[list[dict], bool]:
-    """Events until the worker closes stdout; kills it at the deadline."""
+    """Events until the worker's stdout closes; kills the worker at the deadline. A descendant that
+    inherited stdout can hold it open after the worker exits: a grace second later it is killed."""
     events: list[dict] = []
+    exited_at = None
     while True:
-        try:
-            event = pending.get(timeout=max(deadline - time.perf_counter(), 0.0))
-        except queue.Empty:
+        now = time.perf_counter()
+        if now >= deadline:
             kill_tree(process)
             _drain(pending, events)
             return events, True
+        try:
+            event = pending.get(timeout=min(0.2, deadline - now))
+        except queue.Empty:
+            if process.poll() is not None:
+                exited_at = exited_at or now
+                if now - exited_at > 1.0:
+                    kill_tree(process)
+                    _drain(pending, events)
+                    return events, False
+            continue
         if event is None:
             return events, False
         events.append(event)

@@ -139,12 +139,15 @@ def run_cell(prepared: Prepared, options: Options, on_event: Callable[[dict], No
     return run_row(prepared, outcome, epochs, run_dir, started_at), epochs, outcome.samples
 
 
-def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None]) -> dict[str, int]:
-    """Runs every cell not yet complete; a failed cell is stored and the plan goes on."""
+def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None]) -> tuple[dict[str, int], list[str]]:
+    """Runs every cell not yet complete; a failed cell is stored and the plan goes on.
+    Returns the count of each ending and the plan's cell hashes, in order."""
+    for framework in dict.fromkeys(cell.framework for cell in cells):
+        envs.require(framework)  # before any data is prepared or any file written
+    resolved = [resolve(cell, options.data_dir) for cell in cells]
     counts = {"ok": 0, "failed": 0, "timeout": 0, "skipped": 0}
     with Store(options.results / "dlbench.sqlite") as store:
         completed = store.completed_hashes()
-        resolved = [resolve(cell, options.data_dir) for cell in cells]  # any missing piece stops us here
         for index, prepared in enumerate(resolved, 1):
             cell = prepared.cell
             if prepared.hash in completed and not options.force:
@@ -159,4 +162,4 @@ def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None])
             store.save_run(run, epochs, samples)
             counts[run["status"]] += 1
             progress("end", index, len(cells), cell, run)
-    return counts
+    return counts, [prepared.hash for prepared in resolved]

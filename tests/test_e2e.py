@@ -1,0 +1,125 @@
+"""dlbench run, end to end, on the quick suite with the real PyTorch environment: the results it
+stores, resuming, --force, exports, and a harness killed with SIGKILL mid-suite."""
+import csv
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from dlbench import envs
+from dlbench.store import Store
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    envs.require("pytorch")  # make test builds it; without it this fails naming the command
+    return tmp_path_factory.mktemp("data")
+
+
+def dlbench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dlbench.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def stored_runs(results: Path) -> list[dict]:
+    with Store(results / "dlbench.sqlite") as store:
+        return store.runs()
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory, data_dir):
+    results = tmp_path_factory.mktemp("quick")
+    done = dlbench("run", "quick", "--epochs", "2", "--results", str(results), "--data-dir", str(data_dir))
+    return results, done
+
+
+def test_quick_suite_runs_every_cell_and_prints_the_table(quick_run):
+    results, done = quick_run
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "3 ok" in done.stdout and "steady s" in done.stdout
+    assert str((results / "dlbench.sqlite").resolve()) in done.stdout
+    for workload in ("cnn-mnist", "lstm-imdb", "lstm-ptb"):
+        assert f"pytorch {workload}" in done.stdout
+    assert "epoch 2/2" in done.stdout  # live progress
+
+
+def test_stored_runs_hold_timings_metrics_and_resources(quick_run):
+    results, _ = quick_run
+    runs = stored_runs(results)
+    assert [r["workload"] for r in runs] == ["cnn-mnist", "lstm-imdb", "lstm-ptb"]
+    for run in runs:
+        epochs = run["epochs"]
+        assert run["status"] == "ok" and [e["epoch"] for e in epochs] == [1, 2]
+        assert run["train_time_s"] == pytest.approx(sum(e["train_time_s"] for e in epochs))
+        assert run["first_epoch_s"] == epochs[0]["train_time_s"]
+        assert run["steady_epoch_s"] == epochs[1]["train_time_s"]
+        assert run["eval_time_s"] == pytest.approx(sum(e["eval_time_s"] for e in epochs))
+        # the cell's wall time holds startup, training and evaluation
+        assert run["wall_time_s"] > run["startup_s"] + run["train_time_s"] + run["eval_time_s"]
+        assert run["metric_value"] == epochs[-1]["metric_value"]
+        assert run["framework_version"].startswith("2.") and run["packages"]["torch"] == run["framework_version"]
+        assert run["threads"] == os.cpu_count() and run["python"].startswith("3.11")
+        assert run["peak_rss_mb"] > 100 and run["mean_cpu_percent"] > 10
+        assert run["mean_gpu_util_percent"] is None and run["peak_gpu_mem_mb"] is None
+        with Store(results / "dlbench.sqlite") as store:
+            assert len(store.samples(run["id"])) >= 5
+        run_dir = Path(run["run_dir"])
+        assert (run_dir / "cell.json").is_file() and (run_dir / "stderr.log").is_file()
+        assert (run_dir / "home").is_dir() and (run_dir / "tmp").is_dir()  # caches stay in the run folder
+    mnist, imdb, ptb = runs
+    assert mnist["metric_name"] == "accuracy" and mnist["metric_value"] > 0.3  # 10 classes: chance is 0.1
+    assert mnist["params"] == 1_199_882
+    assert imdb["metric_name"] == "accuracy" and 0 <= imdb["metric_value"] <= 1
+    assert ptb["metric_name"] == "perplexity" and ptb["metric_value"] < 2000  # vocabulary of 2,000
+
+
+def test_rerun_skips_completed_cells_and_force_reruns(quick_run, data_dir):
+    results, _ = quick_run
+    common = ["--epochs", "2", "--results", str(results), "--data-dir", str(data_dir)]
+    again = dlbench("run", "quick", *common)
+    assert again.returncode == 0 and "3 skipped" in again.stdout
+    assert len(stored_runs(results)) == 3
+    forced = dlbench("run", "quick", "-w", "lstm-imdb", "--force", *common)
+    assert forced.returncode == 0 and "1 ok" in forced.stdout
+    runs = stored_runs(results)
+    assert len(runs) == 4 and runs[-1]["cell_hash"] == runs[1]["cell_hash"]
+
+
+def test_results_exports(quick_run):
+    results, _ = quick_run
+    as_csv = dlbench("results", "--results", str(results), "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(as_csv.stdout)))
+    assert len(rows) == len(stored_runs(results)) and rows[0]["workload"] == "cnn-mnist"
+    assert json.loads(rows[0]["epochs"])[0]["epoch"] == 1
+    as_json = json.loads(dlbench("results", "--results", str(results), "--format", "json").stdout)
+    assert as_json[0]["config"]["model"]["layers"][0]["type"] == "conv2d"
+    table = dlbench("results", "--results", str(results)).stdout
+    assert "cnn-mnist" in table and "1:" in table
+
+
+def test_sigkill_of_the_harness_loses_no_completed_run(tmp_path, data_dir):
+    command = [sys.executable, "-m", "dlbench.cli", "run", "quick", "--epochs", "2", "--results", str(tmp_path),
+               "--data-dir", str(data_dir)]
+    harness = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    for line in harness.stdout:
+        if line.startswith("[2/3]"):  # the first cell is stored, the second is running
+            break
+    workers = psutil.Process(harness.pid).children(recursive=True)
+    harness.send_signal(signal.SIGKILL)
+    harness.wait()
+    gone, alive = psutil.wait_procs(workers, timeout=30)
+    assert not alive, "a worker outlived its harness"
+    runs = stored_runs(tmp_path)
+    assert [(r["workload"], r["status"], len(r["epochs"])) for r in runs] == [("cnn-mnist", "ok", 2)]
+
+    resumed = dlbench("run", "quick", "--epochs", "2", "--results", str(tmp_path), "--data-dir", str(data_dir))
+    assert resumed.returncode == 0 and "1 skipped" in resumed.stdout and "2 ok" in resumed.stdout
+    runs = stored_runs(tmp_path)
+    assert sorted(r["workload"] for r in runs) == ["cnn-mnist", "lstm-imdb", "lstm-ptb"]
+    assert len({r["cell_hash"] for r in runs}) == 3

@@ -1,0 +1,291 @@
+"""Suite files, the plan they describe, and the command line's answers to user errors."""
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from dlbench import envs, suite
+from dlbench.cli import main
+from dlbench.suite import SuiteError
+
+QUICK_WORKLOADS = "cnn-mnist, lstm-imdb, lstm-ptb"
+ALL_WORKLOADS = "cnn-mnist, cnn-cifar10, cnn-cifar100, cnn-svhn, lstm-imdb, lstm-ptb"
+DATASETS = "digits-28, lee-news-lm, pang-lee-polarity"
+
+
+@pytest.fixture
+def empty_home(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("DLBENCH_HOME", str(home))
+    monkeypatch.delenv("DLBENCH_DATA", raising=False)
+    return home
+
+
+def error_of(capsys, argv: list[str]) -> str:
+    """Runs the CLI, expects a user error (exit 2), returns its one message."""
+    code = main(argv)
+    captured = capsys.readouterr()
+    assert code == 2, captured
+    assert captured.err.startswith("dlbench: error: "), captured.err
+    return captured.err.removeprefix("dlbench: error: ").strip()
+
+
+def write_suite(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "suite.yaml"
+    path.write_text(textwrap.dedent(text).lstrip("\n"))
+    return path
+
+
+# ---- run: names that do not exist -------------------------------------------------------------
+
+def test_unknown_suite_lists_the_builtin_ones(capsys):
+    message = error_of(capsys, ["run", "nosuch"])
+    assert message.startswith("unknown suite 'nosuch'; built-in suites: quick;")
+    assert "(.yaml)" in message
+
+
+def test_unknown_workload_lists_the_known_ones(capsys):
+    assert error_of(capsys, ["run", "-w", "nosuch"]) == f"unknown workload 'nosuch'; known: {ALL_WORKLOADS}"
+
+
+def test_unknown_framework_lists_the_known_ones(capsys):
+    assert error_of(capsys, ["run", "-f", "nosuch"]) == "unknown framework 'nosuch'; known: pytorch"
+
+
+def test_workload_outside_the_suite_lists_the_suites_workloads(capsys):
+    message = error_of(capsys, ["run", "-w", "cnn-mnist", "-w", "cnn-cifar10"])
+    assert message == f"workload 'cnn-cifar10' is not in suite 'quick'; its workloads: {QUICK_WORKLOADS}"
+
+
+def test_missing_suite_file(capsys, tmp_path):
+    path = tmp_path / "missing.yaml"
+    assert error_of(capsys, ["run", str(path)]) == f"suite file {path} does not exist"
+
+
+# ---- run: bad suite files -------------------------------------------------------------------
+
+GOOD_HEAD = """
+name: mine
+frameworks: [pytorch]
+"""
+
+
+def test_unknown_top_level_field_names_its_line_and_the_accepted_fields(capsys, tmp_path):
+    path = write_suite(tmp_path, """
+        name: mine
+        frameworks: [pytorch]
+        # a comment, then the typo on line 4
+        repeats: 3
+        workloads:
+          - {workload: cnn-mnist, dataset: digits-28}
+    """)
+    message = error_of(capsys, ["run", str(path)])
+    assert message == (f"{path}:4: field 'repeats': unknown field; accepted: name, description, frameworks, "
+                       "device, repeat, seed, threads, timeout_s, workloads")
+
+
+def test_bad_epochs_in_the_second_entry_names_its_line(capsys, tmp_path):
+    path = write_suite(tmp_path, """
+        name: mine
+        frameworks: [pytorch]
+        workloads:
+          - workload: cnn-mnist
+            dataset: digits-28
+            epochs: 2
+          - workload: lstm-imdb
+            dataset: pang-lee-polarity
+            epochs: abc
+    """)
+    assert error_of(capsys, ["run", str(path)]) == f"{path}:9: field 'epochs': expected an integer >= 1, got 'abc'"
+
+
+def test_unknown_field_in_an_entry_names_its_line(capsys, tmp_path):
+    path = write_suite(tmp_path, GOOD_HEAD + """workloads:
+  - workload: cnn-mnist
+    dataset: digits-28
+    epoch: 2
+""")
+    message = error_of(capsys, ["run", str(path)])
+    assert message == f"{path}:6: field 'epoch': unknown field; accepted: workload, dataset, epochs, batch_size"
+
+
+def test_unknown_dataset_lists_the_known_ones(capsys, tmp_path):
+    path = write_suite(tmp_path, GOOD_HEAD + """workloads:
+  - workload: cnn-mnist
+    dataset: mnist
+""")
+    assert error_of(capsys, ["run", str(path)]) == f"{path}:5: field 'dataset': 'mnist' is not one of: {DATASETS}"
+
+
+def test_unknown_device(capsys, tmp_path):
+    path = write_suite(tmp_path, GOOD_HEAD + """device: tpu
+workloads:
+  - {workload: cnn-mnist, dataset: digits-28}
+""")
+    assert error_of(capsys, ["run", str(path)]) == f"{path}:3: field 'device': 'tpu' is not one of: cpu, gpu"
+
+
+def test_workload_paired_with_a_dataset_of_another_task(capsys, tmp_path):
+    path = write_suite(tmp_path, GOOD_HEAD + """workloads:
+  - {workload: cnn-mnist, dataset: digits-28}
+  - workload: lstm-imdb
+    dataset: digits-28
+""")
+    message = error_of(capsys, ["run", str(path)])
+    assert message == f"{path}:6: field 'dataset': 'digits-28' is a classification dataset; lstm-imdb needs binary"
+
+
+def test_empty_workloads(capsys, tmp_path):
+    path = write_suite(tmp_path, GOOD_HEAD + "workloads: []\n")
+    message = error_of(capsys, ["run", str(path)])
+    assert message == (f"{path}:3: field 'workloads': expected a non-empty list of mappings with "
+                       "workload, dataset, epochs, batch_size")
+
+
+def test_invalid_yaml(capsys, tmp_path):
+    path = write_suite(tmp_path, GOOD_HEAD + "workloads: [cnn-mnist\n")
+    message = error_of(capsys, ["run", str(path)])
+    assert message.startswith(f"{path}: not valid YAML: ")
+    assert "line 4" in message  # PyYAML's own mark: where the flow sequence ran out
+
+
+@pytest.mark.parametrize(("text", "line", "detail"), [
+    ("- just\n- a list\n", 1, "a suite is a mapping with the fields name,"),
+    ("frameworks: []\nworkloads: []\n", 1, "field 'frameworks': expected a list of frameworks from: pytorch"),
+    ("frameworks: [pytorch, jax]\nworkloads: []\n", 1, "field 'frameworks': unknown framework 'jax'; known: pytorch"),
+    (GOOD_HEAD.lstrip() + "repeat: 0\nworkloads: [{workload: cnn-mnist, dataset: digits-28}]\n", 3,
+     "field 'repeat': expected an integer >= 1, got 0"),
+    (GOOD_HEAD.lstrip() + "timeout_s: true\nworkloads: [{workload: cnn-mnist, dataset: digits-28}]\n", 3,
+     "field 'timeout_s': expected a number of seconds > 0, got True"),
+    (GOOD_HEAD.lstrip() + "workloads: [cnn-mnist]\n", 3, "field 'workloads': each entry is a mapping"),
+])
+def test_other_shape_errors(tmp_path, text, line, detail):
+    path = tmp_path / "suite.yaml"
+    path.write_text(text)
+    with pytest.raises(SuiteError) as caught:
+        suite.load(str(path))
+    assert str(caught.value).startswith(f"{path}:{line}: {detail}")
+
+
+# ---- run: a missing framework environment ---------------------------------------------------
+
+def test_missing_environment_names_the_create_command_and_runs_nothing(capsys, tmp_path, empty_home):
+    results = tmp_path / "results"
+    message = error_of(capsys, ["run", "quick", "--results", str(results), "--data-dir", str(tmp_path / "data")])
+    env_path = empty_home / "envs" / "pytorch"
+    assert message == (f"the pytorch environment does not exist (looked in {env_path}); "
+                       "create it with: dlbench env create pytorch")
+    assert not (results / "runs").exists()
+    assert not env_path.exists()
+    # whatever the store holds, it holds no run
+    if (results / "dlbench.sqlite").exists():
+        assert main(["results", "--results", str(results)]) == 0
+        assert capsys.readouterr().out.strip() == "no runs stored yet"
+
+
+# ---- list and results -----------------------------------------------------------------------
+
+def table_rows(out: str) -> dict[str, list[str]]:
+    return {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
+
+
+def test_list_workloads(capsys):
+    assert main(["list", "workloads"]) == 0
+    rows = table_rows(capsys.readouterr().out)
+    assert rows["workload"][:3] == ["workload", "study", "dataset"]
+    assert rows["cnn-mnist"][:3] == ["cnn-mnist", "mnist", "1,199,882"]
+    assert rows["cnn-mnist"][-3:] == ["accuracy", ">=", "0.985"]
+    assert rows["lstm-ptb"][-3:] == ["perplexity", "<=", "200"]
+    assert set(rows) == {"workload", *ALL_WORKLOADS.split(", ")}
+
+
+def test_list_datasets(capsys, tmp_path):
+    assert main(["list", "datasets", "--data-dir", str(tmp_path)]) == 0
+    rows = table_rows(capsys.readouterr().out)
+    assert set(rows) == {"dataset", *DATASETS.split(", ")}
+    assert rows["digits-28"][1:4] == ["classification", "not", "prepared"]
+    assert rows["pang-lee-polarity"][1] == "binary"
+    assert rows["lee-news-lm"][1] == "language_model"
+
+
+def test_list_suites(capsys):
+    assert main(["list", "suites"]) == 0
+    out = capsys.readouterr().out
+    assert table_rows(out)["quick"][1:3] == ["cnn-mnist,", "lstm-imdb"]
+    assert "offline stand-in data" in out
+
+
+def test_list_frameworks_without_environments(capsys, empty_home):
+    assert main(["list", "frameworks"]) == 0
+    rows = table_rows(capsys.readouterr().out)
+    assert rows["pytorch"] == ["pytorch", "missing:", "dlbench", "env", "create", "pytorch", "-"]
+
+
+def test_env_list_without_environments(capsys, empty_home):
+    assert main(["env", "list"]) == 0
+    assert capsys.readouterr().out == "pytorch: missing (dlbench env create pytorch)\n"
+
+
+def test_env_create_unknown_framework(capsys, empty_home):
+    assert error_of(capsys, ["env", "create", "nosuch"]) == "unknown framework 'nosuch'; known: pytorch"
+    assert list(empty_home.iterdir()) == []
+
+
+def test_results_without_a_store_names_the_path(capsys, tmp_path):
+    message = error_of(capsys, ["results", "--results", str(tmp_path)])
+    assert message == (f"no results at {tmp_path / 'dlbench.sqlite'}; run a suite first (dlbench run) "
+                       "or pass --results DIR")
+
+
+# ---- suite.plan -----------------------------------------------------------------------------
+
+@pytest.fixture
+def two_frameworks(monkeypatch):
+    """A second, fake framework, so the plan's framework order shows."""
+    fake = envs.Recipe("fakefw", "3.11", ("numpy",), "fake_framework:Adapter", "numpy", "numpy")
+    monkeypatch.setitem(envs.RECIPES, "fakefw", fake)
+
+
+PLAN_SUITE = """
+name: planned
+frameworks: [pytorch, fakefw]
+repeat: 2
+seed: 7
+threads: 3
+timeout_s: 90
+workloads:
+  - {workload: cnn-mnist, dataset: digits-28, epochs: 2}
+  - {workload: lstm-imdb, dataset: pang-lee-polarity, batch_size: 16}
+"""
+
+
+def test_plan_puts_repetitions_outermost(tmp_path, two_frameworks):
+    cells = suite.plan(suite.load(str(write_suite(tmp_path, PLAN_SUITE))))
+    assert [(c.repetition, c.workload, c.framework, c.seed) for c in cells] == [
+        (1, "cnn-mnist", "pytorch", 7), (1, "cnn-mnist", "fakefw", 7),
+        (1, "lstm-imdb", "pytorch", 7), (1, "lstm-imdb", "fakefw", 7),
+        (2, "cnn-mnist", "pytorch", 8), (2, "cnn-mnist", "fakefw", 8),
+        (2, "lstm-imdb", "pytorch", 8), (2, "lstm-imdb", "fakefw", 8),
+    ]
+    # entry settings, else the workload's recipe (cnn-mnist: batch 128; lstm-imdb: 50 epochs)
+    assert {(c.workload, c.epochs, c.batch_size) for c in cells} == {("cnn-mnist", 2, 128), ("lstm-imdb", 50, 16)}
+    assert {(c.suite, c.device, c.threads, c.timeout_s) for c in cells} == {("planned", "cpu", 3, 90.0)}
+
+
+def test_plan_overrides(tmp_path, two_frameworks):
+    planned = suite.load(str(write_suite(tmp_path, PLAN_SUITE)))
+    cells = suite.plan(planned, frameworks=["fakefw"], workloads=["lstm-imdb"], device="gpu", repeat=3, epochs=5)
+    assert [(c.repetition, c.workload, c.framework, c.seed) for c in cells] == [
+        (1, "lstm-imdb", "fakefw", 7), (2, "lstm-imdb", "fakefw", 8), (3, "lstm-imdb", "fakefw", 9)]
+    assert {(c.epochs, c.batch_size, c.device) for c in cells} == {(5, 16, "gpu")}
+    # --epochs beats an entry's own epochs too
+    assert {c.epochs for c in suite.plan(planned, epochs=1)} == {1}
+
+
+def test_quick_suite_plan():
+    cells = suite.plan(suite.load("quick"))
+    assert [(c.framework, c.workload, c.dataset, c.epochs, c.seed) for c in cells] == [
+        ("pytorch", "cnn-mnist", "digits-28", 4, 0), ("pytorch", "lstm-imdb", "pang-lee-polarity", 4, 0),
+        ("pytorch", "lstm-ptb", "lee-news-lm", 3, 0)]
+    assert {(c.device, c.timeout_s, c.threads) for c in cells} == {("cpu", 600.0, None)}
