@@ -17,6 +17,9 @@ class EnvError(RuntimeError):
     pass
 
 
+BUILD_VERSION = 2  # bump when create() changes what it builds, so older environments are rebuilt
+
+
 @dataclass(frozen=True)
 class Recipe:
     framework: str
@@ -31,7 +34,9 @@ class Recipe:
     worker_env: dict[str, str] = field(default_factory=dict)
 
     def digest(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+        """Identifies what an environment was built from: the recipe and the way create() builds it."""
+        text = json.dumps([BUILD_VERSION, asdict(self)], sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 RECIPES: dict[str, Recipe] = {r.framework: r for r in (
@@ -151,7 +156,9 @@ def create(framework: str, log=print) -> Environment:
     interpreter = find_interpreter(recipe.python)
     _run(uv + ["venv", "--quiet", "--python", interpreter, str(building)], f"creating the {framework} venv")
     python = building / "bin" / "python"
-    install = uv + ["pip", "install", "--quiet", "--python", str(python), *recipe.packages]
+    # bytecode compiled now: workers run with PYTHONDONTWRITEBYTECODE, and compiling a framework's
+    # sources on every start would add seconds to each cell
+    install = uv + ["pip", "install", "--quiet", "--compile-bytecode", "--python", str(python), *recipe.packages]
     links = _pip_find_links() if recipe.find_links_from_pip else None
     if links:
         install += ["--find-links", links]

@@ -101,6 +101,7 @@ def timing_summary(epochs: list[dict], target: dict) -> dict:
 
 def run_row(prepared: Prepared, outcome: Outcome, epochs: list[dict], run_dir: Path, started_at: str) -> dict:
     cell, config = prepared.cell, prepared.config
+    start = next((e for e in outcome.events if e.get("event") == "start"), {})
     ready = next((e for e in outcome.events if e.get("event") == "ready"), {})
     versions = ready.get("versions", {})
     recipe = envs.get_recipe(cell.framework)
@@ -114,7 +115,8 @@ def run_row(prepared: Prepared, outcome: Outcome, epochs: list[dict], run_dir: P
         "wall_time_s": outcome.wall_time_s, "metric_name": prepared.workload.target["metric"],
         "target_value": prepared.workload.target["value"], "params": ir.count_params(config["model"]),
         "flops_per_sample": ir.train_flops(config["model"]), "threads": ready.get("threads"),
-        "startup_s": ready.get("elapsed_s"), "python": config["python"],
+        "startup_s": ready.get("elapsed_s"),
+        "python": f"{start.get('python', config['python'])} {start.get('executable', prepared.env.python)}",
         "packages": dict(config["env_packages"], **versions), "config": config, "run_dir": str(run_dir),
         **timing_summary(epochs, prepared.workload.target), **resources,
     }
