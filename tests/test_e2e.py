@@ -22,9 +22,9 @@ def data_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("data")
 
 
-def dlbench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+def dlbench(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "dlbench.cli", *args], capture_output=True, text=True,
-                          timeout=timeout)
+                          timeout=600, cwd=cwd)
 
 
 def stored_runs(results: Path) -> list[dict]:
@@ -34,9 +34,10 @@ def stored_runs(results: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory, data_dir):
-    results = tmp_path_factory.mktemp("quick")
-    done = dlbench("run", "quick", "--epochs", "2", "--results", str(results), "--data-dir", str(data_dir))
-    return results, done
+    """Given a relative results folder, as a user in a shell would."""
+    folder = tmp_path_factory.mktemp("quick")
+    done = dlbench("run", "quick", "--epochs", "2", "--results", "results", "--data-dir", str(data_dir), cwd=folder)
+    return folder / "results", done
 
 
 def test_quick_suite_runs_every_cell_and_prints_the_table(quick_run):

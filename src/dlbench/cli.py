@@ -51,8 +51,10 @@ class Progress:
 def cmd_run(args: argparse.Namespace) -> int:
     chosen = suite.load(args.suite)
     cells = suite.plan(chosen, args.framework, args.workload, args.device, args.repeat, args.epochs)
-    options = Options(Path(args.results), data_dir(args), args.force, args.timeout, args.memory_limit_mb)
-    print(f"suite {chosen.name}: {len(cells)} cells; results in {options.results.resolve()}")
+    # absolute: workers run inside their run folders
+    options = Options(Path(args.results).resolve(), data_dir(args).resolve(), args.force, args.timeout,
+                      args.memory_limit_mb)
+    print(f"suite {chosen.name}: {len(cells)} cells; results in {options.results}")
     counts, hashes = run_plan(cells, options, Progress())
     with Store(options.results / "dlbench.sqlite") as store:
         latest = {run["cell_hash"]: run for run in store.runs()}  # runs come oldest first
@@ -60,7 +62,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(results.table([latest[h] for h in hashes if h in latest]))
     print()
     print(", ".join(f"{n} {k}" for k, n in counts.items() if n))
-    print(f"results: {(options.results / 'dlbench.sqlite').resolve()} (dlbench results --results {args.results})")
+    print(f"results: {options.results / 'dlbench.sqlite'} (dlbench results --results {args.results})")
     return 0 if counts["failed"] == counts["timeout"] == 0 else 1
 
 

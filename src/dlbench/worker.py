@@ -85,10 +85,10 @@ def main(argv=None) -> int:
     if len(argv) != 1:
         events.emit("error", message="usage: python -m dlbench.worker CELL.json")
         return 2
-    with open(argv[0]) as handle:
-        cell = json.load(handle)
     events.emit("start", pid=os.getpid(), python=sys.version.split()[0], executable=sys.executable)
     try:
+        with open(argv[0]) as handle:
+            cell = json.load(handle)
         run(cell, events)
     except Exception as error:  # the harness stores the message; the traceback goes to stderr
         traceback.print_exc()
