@@ -2,7 +2,6 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
-FRAMEWORKS := pytorch
 
 .PHONY: run test envs lint clean
 
@@ -13,7 +12,7 @@ $(BIN)/dlbench: pyproject.toml
 	touch $@
 
 envs: $(BIN)/dlbench
-	$(BIN)/dlbench env create $(FRAMEWORKS)
+	$(BIN)/dlbench env create --all
 
 run: envs
 	$(BIN)/dlbench run quick

@@ -15,6 +15,8 @@ import pytest
 from dlbench import envs
 from dlbench.store import Store
 
+QUICK = ("run", "quick", "-f", "pytorch", "--epochs", "2")  # the other frameworks run in test_adapters
+
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
@@ -36,7 +38,7 @@ def stored_runs(results: Path) -> list[dict]:
 def quick_run(tmp_path_factory, data_dir):
     """Given a relative results folder, as a user in a shell would."""
     folder = tmp_path_factory.mktemp("quick")
-    done = dlbench("run", "quick", "--epochs", "2", "--results", "results", "--data-dir", str(data_dir), cwd=folder)
+    done = dlbench(*QUICK, "--results", "results", "--data-dir", str(data_dir), cwd=folder)
     return folder / "results", done
 
 
@@ -82,11 +84,11 @@ def test_stored_runs_hold_timings_metrics_and_resources(quick_run):
 
 def test_rerun_skips_completed_cells_and_force_reruns(quick_run, data_dir):
     results, _ = quick_run
-    common = ["--epochs", "2", "--results", str(results), "--data-dir", str(data_dir)]
-    again = dlbench("run", "quick", *common)
+    common = ["--results", str(results), "--data-dir", str(data_dir)]
+    again = dlbench(*QUICK, *common)
     assert again.returncode == 0 and "3 skipped" in again.stdout
     assert len(stored_runs(results)) == 3
-    forced = dlbench("run", "quick", "-w", "lstm-imdb", "--force", *common)
+    forced = dlbench(*QUICK, "-w", "lstm-imdb", "--force", *common)
     assert forced.returncode == 0 and "1 ok" in forced.stdout
     runs = stored_runs(results)
     assert len(runs) == 4 and runs[-1]["cell_hash"] == runs[1]["cell_hash"]
@@ -105,8 +107,7 @@ def test_results_exports(quick_run):
 
 
 def test_sigkill_of_the_harness_loses_no_completed_run(tmp_path, data_dir):
-    command = [sys.executable, "-m", "dlbench.cli", "run", "quick", "--epochs", "2", "--results", str(tmp_path),
-               "--data-dir", str(data_dir)]
+    command = [sys.executable, "-m", "dlbench.cli", *QUICK, "--results", str(tmp_path), "--data-dir", str(data_dir)]
     harness = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     for line in harness.stdout:
         if line.startswith("[2/3]"):  # the first cell is stored, the second is running
@@ -119,7 +120,7 @@ def test_sigkill_of_the_harness_loses_no_completed_run(tmp_path, data_dir):
     runs = stored_runs(tmp_path)
     assert [(r["workload"], r["status"], len(r["epochs"])) for r in runs] == [("cnn-mnist", "ok", 2)]
 
-    resumed = dlbench("run", "quick", "--epochs", "2", "--results", str(tmp_path), "--data-dir", str(data_dir))
+    resumed = dlbench(*QUICK, "--results", str(tmp_path), "--data-dir", str(data_dir))
     assert resumed.returncode == 0 and "1 skipped" in resumed.stdout and "2 ok" in resumed.stdout
     runs = stored_runs(tmp_path)
     assert sorted(r["workload"] for r in runs) == ["cnn-mnist", "lstm-imdb", "lstm-ptb"]

@@ -8,6 +8,8 @@ from dlbench import envs, suite
 from dlbench.cli import main
 from dlbench.suite import SuiteError
 
+KNOWN = ", ".join(envs.RECIPES)
+
 QUICK_WORKLOADS = "cnn-mnist, lstm-imdb, lstm-ptb"
 ALL_WORKLOADS = "cnn-mnist, cnn-cifar10, cnn-cifar100, cnn-svhn, lstm-imdb, lstm-ptb"
 DATASETS = "digits-28, lee-news-lm, pang-lee-polarity"
@@ -50,7 +52,7 @@ def test_unknown_workload_lists_the_known_ones(capsys):
 
 
 def test_unknown_framework_lists_the_known_ones(capsys):
-    assert error_of(capsys, ["run", "-f", "nosuch"]) == "unknown framework 'nosuch'; known: pytorch"
+    assert error_of(capsys, ["run", "-f", "nosuch"]) == f"unknown framework 'nosuch'; known: {KNOWN}"
 
 
 def test_workload_outside_the_suite_lists_the_suites_workloads(capsys):
@@ -152,8 +154,9 @@ def test_invalid_yaml(capsys, tmp_path):
 
 @pytest.mark.parametrize(("text", "line", "detail"), [
     ("- just\n- a list\n", 1, "a suite is a mapping with the fields name,"),
-    ("frameworks: []\nworkloads: []\n", 1, "field 'frameworks': expected a list of frameworks from: pytorch"),
-    ("frameworks: [pytorch, jax]\nworkloads: []\n", 1, "field 'frameworks': unknown framework 'jax'; known: pytorch"),
+    ("frameworks: []\nworkloads: []\n", 1, f"field 'frameworks': expected 'all' or a list of frameworks from: {KNOWN}"),
+    ("frameworks: [pytorch, nosuch]\nworkloads: []\n", 1,
+     f"field 'frameworks': unknown framework 'nosuch'; known: {KNOWN}"),
     (GOOD_HEAD.lstrip() + "repeat: 0\nworkloads: [{workload: cnn-mnist, dataset: digits-28}]\n", 3,
      "field 'repeat': expected an integer >= 1, got 0"),
     (GOOD_HEAD.lstrip() + "timeout_s: true\nworkloads: [{workload: cnn-mnist, dataset: digits-28}]\n", 3,
@@ -224,11 +227,11 @@ def test_list_frameworks_without_environments(capsys, empty_home):
 
 def test_env_list_without_environments(capsys, empty_home):
     assert main(["env", "list"]) == 0
-    assert capsys.readouterr().out == "pytorch: missing (dlbench env create pytorch)\n"
+    assert capsys.readouterr().out == "".join(f"{n}: missing (dlbench env create {n})\n" for n in envs.RECIPES)
 
 
 def test_env_create_unknown_framework(capsys, empty_home):
-    assert error_of(capsys, ["env", "create", "nosuch"]) == "unknown framework 'nosuch'; known: pytorch"
+    assert error_of(capsys, ["env", "create", "nosuch"]) == f"unknown framework 'nosuch'; known: {KNOWN}"
     assert list(empty_home.iterdir()) == []
 
 
@@ -284,8 +287,8 @@ def test_plan_overrides(tmp_path, two_frameworks):
 
 
 def test_quick_suite_plan():
-    cells = suite.plan(suite.load("quick"))
+    cells = suite.plan(suite.load("quick"))  # every framework, workloads outer
+    entries = [("cnn-mnist", "digits-28", 4), ("lstm-imdb", "pang-lee-polarity", 4), ("lstm-ptb", "lee-news-lm", 3)]
     assert [(c.framework, c.workload, c.dataset, c.epochs, c.seed) for c in cells] == [
-        ("pytorch", "cnn-mnist", "digits-28", 4, 0), ("pytorch", "lstm-imdb", "pang-lee-polarity", 4, 0),
-        ("pytorch", "lstm-ptb", "lee-news-lm", 3, 0)]
+        (framework, *entry, 0) for entry in entries for framework in envs.RECIPES]
     assert {(c.device, c.timeout_s, c.threads) for c in cells} == {("cpu", 600.0, None)}

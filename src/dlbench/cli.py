@@ -100,9 +100,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    names = args.names or ([] if args.action != "list" else list(envs.RECIPES))
+    names = list(envs.RECIPES) if args.all or (args.action == "list" and not args.names) else args.names
     if not names:
-        raise EnvError(f"name the frameworks; known: {', '.join(envs.RECIPES)}")
+        raise EnvError(f"name the frameworks, or give --all; known: {', '.join(envs.RECIPES)}")
     for name in names:
         if args.action == "create":
             envs.create(name)
@@ -166,6 +166,7 @@ def parser() -> argparse.ArgumentParser:
     env = commands.add_parser("env", help="create, list or remove framework environments")
     env.add_argument("action", choices=("create", "list", "remove"))
     env.add_argument("names", nargs="*", metavar="NAME")
+    env.add_argument("--all", action="store_true", help="every known framework")
     env.set_defaults(func=cmd_env)
 
     res = commands.add_parser("results", help="show stored runs")

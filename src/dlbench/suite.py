@@ -132,8 +132,10 @@ def parse(path: Path) -> Suite:
         raise SuiteError(f"{path}:1: a suite is a mapping with the fields {', '.join(SUITE_FIELDS)}")
     check.known_keys(document, SUITE_FIELDS)
     frameworks = document.get("frameworks")
+    if frameworks == "all":
+        frameworks = list(RECIPES)
     if not isinstance(frameworks, list) or not frameworks:
-        raise check.fail(document, "frameworks", f"expected a list of frameworks from: {', '.join(RECIPES)}")
+        raise check.fail(document, "frameworks", f"expected 'all' or a list of frameworks from: {', '.join(RECIPES)}")
     for framework in frameworks:
         if framework not in RECIPES:
             raise check.fail(document, "frameworks", f"unknown framework {framework!r}; known: {', '.join(RECIPES)}")

@@ -85,6 +85,12 @@ class BaseAdapter(object):
         """One pass over data in `order`, in batches of the recipe's size; returns loss and accuracy."""
         raise NotImplementedError
 
+    def loss_and_gradients(self, data: Split) -> "tuple[float, Dict[str, np.ndarray]]":
+        """The training-mode loss of `data` as one batch, and its gradient for every trainable canonical
+        weight (moving statistics excluded), in canonical layout. No optimiser step is taken; a
+        training-mode forward may update moving statistics, and a caller that cares restores them."""
+        raise NotImplementedError
+
     def predict(self, x: np.ndarray) -> np.ndarray:
         """The model's raw outputs (logits) for a batch of float inputs or token ids, dropout off."""
         raise NotImplementedError

@@ -170,7 +170,7 @@ class Adapter(BaseAdapter):
         self.module.to(self.torch_device)
         self.optimizer = make_optimizer(self.module.parameters(), recipe["optimizer"])
         self.float_inputs = model["input_dtype"].startswith("float")
-        self._tensors = {}  # id of a Split -> (x, y) on the device, converted once
+        self._tensors = {}  # id of a Split -> (the split, x, y on the device): converted once
 
     def versions(self):
         return {"torch": torch.__version__, "numpy": np.__version__}
@@ -192,30 +192,47 @@ class Adapter(BaseAdapter):
                     target.copy_(torch.from_numpy(np.ascontiguousarray(value)))
 
     def get_weights(self):
-        weights = {}
+        return self._export(gradients=False)
+
+    def _export(self, gradients: bool) -> Dict[str, np.ndarray]:
+        """Canonical weights, or the gradients of the trainable ones."""
+        out = {}
         for layer in self.model_ir["layers"]:
             if layer["name"] not in self.by_name:
                 continue
             params = _torch_params(layer["type"], self.by_name[layer["name"]])
             for key, tensor in params.items():
-                if key == "bias_hh":
+                if key == "bias_hh" or (gradients and key.startswith("moving_")):
                     continue
-                value = tensor.detach().cpu().numpy()
-                if key == "bias" and "bias_hh" in params:
-                    value = value + params["bias_hh"].detach().cpu().numpy()
-                weights[layer["name"] + "/" + key] = from_torch_layout(layer["type"], key, value).copy()
-        return weights
+                if gradients:
+                    value = tensor.grad  # b_ih and b_hh get the same gradient: the canonical bias's
+                else:
+                    value = tensor.detach()
+                    if key == "bias" and "bias_hh" in params:
+                        value = value + params["bias_hh"].detach()
+                out[layer["name"] + "/" + key] = from_torch_layout(layer["type"], key, value.cpu().numpy()).copy()
+        return out
+
+    def loss_and_gradients(self, data):
+        x_all, y_all = self._on_device(data)
+        self.module.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss, _ = loss_and_correct(self.recipe["loss"], self.module(self._inputs(x_all, data.input_scale)), y_all)
+        loss.backward()
+        gradients = self._export(gradients=True)
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(loss), gradients
 
     def _on_device(self, data: Split):
         """Inputs and labels as device tensors, made once per split: pixels stay uint8 until a batch."""
         key = id(data)
-        if key not in self._tensors:
+        if key not in self._tensors:  # holding the split keeps its id from being reused
             x = torch.from_numpy(np.array(data.x))
             y = torch.from_numpy(np.array(data.y)).long()
             if not self.float_inputs:
                 x = x.long()
-            self._tensors[key] = (x.to(self.torch_device), y.to(self.torch_device))
-        return self._tensors[key]
+            self._tensors[key] = (data, x.to(self.torch_device), y.to(self.torch_device))
+        return self._tensors[key][1:]
 
     def _inputs(self, x: torch.Tensor, scale) -> torch.Tensor:
         if not self.float_inputs:
