@@ -23,7 +23,9 @@ def generated_inputs(model, count, seed):
     shape = [count] + model["input_shape"]
     if model["input_dtype"].startswith("float"):
         return rng.randint(0, 256, size=shape).astype(np.uint8)
-    return rng.randint(0, model["layers"][0]["vocab"], size=shape).astype(np.int32)
+    first = model["layers"][0]
+    vocab = first["vocab"] if first["type"] == "embedding" else min(first["source_vocab"], first["target_vocab"])
+    return rng.randint(0, vocab, size=shape).astype(np.int32)
 
 
 def probe_inputs(model):
@@ -47,7 +49,7 @@ def probe_weights(model):
 
 def tiny_data(case, count):
     x = generated_inputs(case["model"], count, 0)
-    label_shape = x.shape if case["task"] == "language_model" else (count,)
+    label_shape = {"language_model": x.shape, "translation": (count, case["target_len"])}.get(case["task"], (count,))
     y = np.random.RandomState(2).randint(0, case["n_classes"], size=label_shape).astype(np.int32)
     return Split(x, y, 255.0 if x.dtype == np.uint8 else None)
 

@@ -38,10 +38,10 @@ def sigmoid(x):
     return 1 / (1 + np.exp(-x))
 
 
-def lstm(x, kernel, recurrent, bias, return_sequences):
+def lstm(x, kernel, recurrent, bias, return_sequences, state=None):
+    """Returns the outputs (all steps, or the last) and the final (h, c)."""
     units = recurrent.shape[0]
-    h = np.zeros((x.shape[0], units))
-    c = np.zeros((x.shape[0], units))
+    h, c = state if state is not None else (np.zeros((x.shape[0], units)), np.zeros((x.shape[0], units)))
     outputs = []
     for t in range(x.shape[1]):
         z = x[:, t] @ kernel + h @ recurrent + bias
@@ -49,7 +49,16 @@ def lstm(x, kernel, recurrent, bias, return_sequences):
         c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
         h = sigmoid(o) * np.tanh(c)
         outputs.append(h)
-    return np.stack(outputs, axis=1) if return_sequences else h
+    return (np.stack(outputs, axis=1) if return_sequences else h), (h, c)
+
+
+def seq2seq(x, layer, w):
+    source, target = x[:, :layer["source_len"]], x[:, layer["source_len"]:]
+    lstm_weights = [[w[part + key] for key in ("kernel", "recurrent_kernel", "bias")]
+                    for part in ("encoder_", "decoder_")]
+    _, state = lstm(w["source_embeddings"][source], *lstm_weights[0], False)
+    out, _ = lstm(w["target_embeddings"][target], *lstm_weights[1], True, state)
+    return out
 
 
 def forward(model, weights, x):
@@ -73,5 +82,8 @@ def forward(model, weights, x):
         elif kind == "embedding":
             x = w[name + "embeddings"][x]
         elif kind == "lstm":
-            x = lstm(x, w[name + "kernel"], w[name + "recurrent_kernel"], w[name + "bias"], layer["return_sequences"])
+            x, _ = lstm(x, w[name + "kernel"], w[name + "recurrent_kernel"], w[name + "bias"],
+                        layer["return_sequences"])
+        elif kind == "seq2seq":
+            x = seq2seq(x, layer, {k[len(name):]: v for k, v in w.items() if k.startswith(name)})
     return x

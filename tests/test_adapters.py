@@ -16,16 +16,19 @@ from dlbench.workloads import WORKLOADS
 TESTS = Path(__file__).parent
 FRAMEWORKS = sorted(envs.RECIPES)
 # Full study shapes for the CNNs; small vocabularies and sequences keep the LSTMs quick.
-SMALL_META = {"lstm-imdb": {"vocab_size": 50, "seq_len": 12}, "lstm-ptb": {"vocab_size": 40, "seq_len": 10}}
+SMALL_META = {"lstm-imdb": {"vocab_size": 50, "seq_len": 12}, "lstm-ptb": {"vocab_size": 40, "seq_len": 10},
+              "seq2seq-manythings": {"source_vocab_size": 30, "target_vocab_size": 20, "source_len": 7,
+                                     "target_len": 5}}
 
 
 def cases() -> list[dict]:
     result = []
     for workload in WORKLOADS.values():
         meta = dict(workload.study_meta, **SMALL_META.get(workload.name, {}))
-        classes = meta.get("num_classes") or (2 if meta["task"] == "binary" else meta["vocab_size"])
+        classes = meta.get("num_classes") or meta.get("target_vocab_size") or (
+            2 if meta["task"] == "binary" else meta["vocab_size"])
         result.append({"workload": workload.name, "model": workload.model(meta), "recipe": workload.recipe,
-                       "task": meta["task"], "n_classes": classes})
+                       "task": meta["task"], "n_classes": classes, "target_len": meta.get("target_len")})
     return result
 
 

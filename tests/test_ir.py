@@ -15,6 +15,8 @@ EXPECTED_PARAMS = {
     "cnn-svhn": 6_728_938,
     "lstm-imdb": 213_301,
     "lstm-ptb": 4_651_600,
+    # embeddings 24000*256 + 12000*256, two LSTMs 4*(256*512+256) each, dense 256*12000+12000
+    "seq2seq-manythings": 9_216_000 + 2 * 525_312 + 3_084_000,
 }
 FLATTEN_WIDTH = {"cnn-mnist": 9216, "cnn-cifar10": 2304, "cnn-cifar100": 2048, "cnn-svhn": 768}
 
@@ -44,6 +46,18 @@ def test_lstm_flops_and_shapes():
     lstm = 7 * 4 * 5 * (2 * (3 + 5) + 1)
     dense = 7 * 11 * (2 * 5 + 1)
     assert ir.forward_flops(model) == lstm + dense
+
+
+def test_seq2seq_shapes_and_weights():
+    model = ir.model([7 + 5], "int32", [ir.seq2seq(7, 30, 20, 8, 6), ir.dense(20)])
+    assert [out for _, _, out in ir.infer_shapes(model)] == [(5, 6), (5, 20)]
+    assert list(ir.weight_shapes(model))[:4] == ["seq2seq_1/source_embeddings", "seq2seq_1/target_embeddings",
+                                                 "seq2seq_1/encoder_kernel", "seq2seq_1/encoder_recurrent_kernel"]
+    weights = canonical_init(model, 0)
+    assert np.all(weights["seq2seq_1/decoder_bias"][6:12] == 1)
+    assert np.abs(weights["seq2seq_1/source_embeddings"]).max() <= 0.05
+    with pytest.raises(ir.IRError, match="source_len"):
+        ir.model([7], "int32", [ir.seq2seq(7, 30, 20, 8, 6)])
 
 
 def test_workload_builds_from_a_dataset_meta():
@@ -123,6 +137,8 @@ def test_batches_cover_every_sample_once_keeping_the_last_partial_batch():
 
 
 def test_metrics_from_sums():
-    assert finish_metrics("softmax_cross_entropy", 6.0, 3, 4, 4) == {"loss": 1.5, "accuracy": 0.75}
-    lm = finish_metrics("sequence_softmax_cross_entropy", 4.0, 5, 2, 10)
+    assert finish_metrics("softmax_cross_entropy", 6.0, 4, 3, 4) == {"loss": 1.5, "accuracy": 0.75}
+    lm = finish_metrics("sequence_softmax_cross_entropy", 4.0, 2, 5, 10)
     assert lm["perplexity"] == pytest.approx(np.exp(2.0)) and lm["accuracy"] == 0.5
+    masked = finish_metrics("masked_sequence_softmax_cross_entropy", 7.0, 7, 3, 7)  # 7 unmasked tokens
+    assert masked["loss"] == 1.0 and masked["accuracy"] == pytest.approx(3 / 7)

@@ -85,6 +85,13 @@ def _lstm_ptb(meta: dict) -> dict:
     ])
 
 
+def _seq2seq(meta: dict) -> dict:
+    return ir.model([meta["source_len"] + meta["target_len"]], "int32", [
+        ir.seq2seq(meta["source_len"], meta["source_vocab_size"], meta["target_vocab_size"], 256, 256),
+        ir.dense(meta["target_vocab_size"]),
+    ])
+
+
 # The common CNN recipe of WORKLOADS.md: L2 is coupled (added to the gradient) on every weight.
 _CNN_SGD = {"name": "sgd", "lr": 0.01, "momentum": 0.5, "nesterov": False, "weight_decay": 1e-6}
 
@@ -120,6 +127,14 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
              {"optimizer": {"name": "adadelta", "lr": 1.0, "rho": 0.95, "epsilon": 1e-6},
               "batch_size": 20, "epochs": 50, "loss": "sequence_softmax_cross_entropy"},
              {"metric": "perplexity", "value": 200.0, "higher_is_better": False}, ("language_model",)),
+    # The vocabularies and lengths come from the prepared pairs; the study-size figures below (used only
+    # to list parameters and FLOPs) are estimates for the first 100,000 spa-eng pairs.
+    Workload("seq2seq-manythings", "LSTM encoder-decoder 256, teacher forcing, masked loss: translation",
+             "manythings", {"task": "translation", "source_vocab_size": 24000, "target_vocab_size": 12000,
+                            "source_len": 20, "target_len": 18}, _seq2seq,
+             {"optimizer": {"name": "adam", "lr": 1e-4, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-7},
+              "batch_size": 128, "epochs": 100, "loss": "masked_sequence_softmax_cross_entropy"},
+             _accuracy_target(70), ("translation",)),
 )}
 
 

@@ -10,7 +10,9 @@ from typing import Dict, Iterator
 
 import numpy as np
 
-LOSSES = ("softmax_cross_entropy", "sigmoid_cross_entropy", "sequence_softmax_cross_entropy")
+LOSSES = ("softmax_cross_entropy", "sigmoid_cross_entropy", "sequence_softmax_cross_entropy",
+          "masked_sequence_softmax_cross_entropy")
+PAD_ID = 0  # the label the masked loss and its accuracy leave out
 OPTIMIZERS = ("sgd", "adam", "adadelta")
 
 
@@ -38,12 +40,13 @@ def epoch_order(seed: int, epoch: int, count: int) -> np.ndarray:
     return np.random.RandomState([seed, epoch]).permutation(count).astype(np.int64)
 
 
-def finish_metrics(loss: str, loss_sum: float, correct: float, samples: int, predictions: int) -> Dict[str, float]:
-    """Metrics from sums an adapter accumulates: loss_sum is the per-sample-weighted loss sum,
-    correct counts right predictions out of `predictions` (tokens for a language model)."""
-    mean_loss = loss_sum / samples
+def finish_metrics(loss: str, loss_sum: float, weight: float, correct: float, predictions: float) -> Dict[str, float]:
+    """Metrics from sums an adapter accumulates over batches: loss_sum adds each batch's mean loss
+    times its weight (samples; unmasked tokens for the masked loss), and correct counts right
+    predictions out of `predictions` (samples, tokens, or unmasked tokens)."""
+    mean_loss = loss_sum / weight
     metrics = {"loss": mean_loss, "accuracy": correct / predictions}
-    if loss == "sequence_softmax_cross_entropy":
+    if loss.endswith("sequence_softmax_cross_entropy"):
         metrics["perplexity"] = math.exp(min(mean_loss, 700.0))  # exp overflows past ~709
     return metrics
 

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dlbench.frameworks.base import BaseAdapter, Split, batch_slices, finish_metrics
+from dlbench.frameworks.base import PAD_ID, BaseAdapter, Split, batch_slices, finish_metrics
 from dlbench.models.ir import infer_shapes, same_padding
 
 
@@ -50,7 +50,22 @@ class LSTMLayer(nn.Module):
         return out if self.return_sequences else out[:, -1]
 
 
-WEIGHTED = ("conv2d", "batchnorm", "dense", "embedding", "lstm")
+class Seq2Seq(nn.Module):
+    def __init__(self, layer: dict):
+        super().__init__()
+        self.source_len = layer["source_len"]
+        self.source_embedding = nn.Embedding(layer["source_vocab"], layer["embed_dim"])
+        self.target_embedding = nn.Embedding(layer["target_vocab"], layer["embed_dim"])
+        self.encoder = nn.LSTM(layer["embed_dim"], layer["units"], batch_first=True)
+        self.decoder = nn.LSTM(layer["embed_dim"], layer["units"], batch_first=True)
+
+    def forward(self, x):
+        _, state = self.encoder(self.source_embedding(x[:, :self.source_len]))
+        out, _ = self.decoder(self.target_embedding(x[:, self.source_len:]), state)
+        return out
+
+
+WEIGHTED = ("conv2d", "batchnorm", "dense", "embedding", "lstm", "seq2seq")
 ACTIVATIONS = {"relu": nn.ReLU, "sigmoid": nn.Sigmoid, "tanh": nn.Tanh}
 
 
@@ -96,8 +111,10 @@ def build_module(spec: dict) -> "tuple[nn.Sequential, Dict[str, nn.Module]]":
             module = nn.Linear(in_shape[-1], layer["units"])
         elif kind == "embedding":
             module = nn.Embedding(layer["vocab"], layer["dim"])
-        else:
+        elif kind == "lstm":
             module = LSTMLayer(in_shape[-1], layer["units"], layer["return_sequences"])
+        else:
+            module = Seq2Seq(layer)
         modules.append(module)
         if kind in WEIGHTED:
             by_name[layer["name"]] = module[-1] if isinstance(module, nn.Sequential) else module
@@ -113,16 +130,24 @@ def _torch_params(kind: str, module: nn.Module) -> Dict[str, torch.Tensor]:
     if kind == "embedding":
         return {"embeddings": module.weight}
     if kind == "lstm":
-        lstm = module.lstm
-        return {"kernel": lstm.weight_ih_l0, "recurrent_kernel": lstm.weight_hh_l0,
-                "bias": lstm.bias_ih_l0, "bias_hh": lstm.bias_hh_l0}
+        return _lstm_params("", module.lstm)
+    if kind == "seq2seq":
+        return {"source_embeddings": module.source_embedding.weight,
+                "target_embeddings": module.target_embedding.weight,
+                **_lstm_params("encoder_", module.encoder), **_lstm_params("decoder_", module.decoder)}
     return {"kernel": module.weight, "bias": module.bias}
+
+
+def _lstm_params(prefix: str, lstm: nn.LSTM) -> Dict[str, torch.Tensor]:
+    """torch keeps two biases; the canonical one is their sum ("..._hh" marks torch's second)."""
+    return {prefix + "kernel": lstm.weight_ih_l0, prefix + "recurrent_kernel": lstm.weight_hh_l0,
+            prefix + "bias": lstm.bias_ih_l0, prefix + "bias_hh": lstm.bias_hh_l0}
 
 
 def to_torch_layout(kind: str, key: str, value: np.ndarray) -> np.ndarray:
     if kind == "conv2d" and key == "kernel":
         return value.transpose(3, 2, 0, 1)  # HWIO -> OIHW
-    if key in ("kernel", "recurrent_kernel"):
+    if key.endswith("kernel"):
         return value.T  # (in, out) -> (out, in); LSTM gate order i, f, g, o is torch's own
     return value
 
@@ -144,15 +169,27 @@ def make_optimizer(params, config: dict) -> torch.optim.Optimizer:
     return torch.optim.Adadelta(params, lr=config["lr"], rho=config["rho"], eps=config["epsilon"])
 
 
-def loss_and_correct(loss: str, logits: torch.Tensor, labels: torch.Tensor):
-    """Mean loss of the batch and its number of right predictions (a tensor: no host sync)."""
+def loss_terms(loss: str, logits: torch.Tensor, labels: torch.Tensor):
+    """The batch's mean loss, its weight, right predictions and predictions made (tensors: no host
+    sync), as base.finish_metrics sums them."""
     if loss == "sigmoid_cross_entropy":
         logits = logits.squeeze(-1)
         value = F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
-        return value, ((logits > 0) == labels.bool()).sum()
+        return value, len(labels), ((logits > 0) == labels.bool()).sum(), len(labels)
     flat = logits.reshape(-1, logits.shape[-1])
     flat_labels = labels.reshape(-1)
-    return F.cross_entropy(flat, flat_labels), (flat.argmax(-1) == flat_labels).sum()
+    right = flat.argmax(-1) == flat_labels
+    if loss == "masked_sequence_softmax_cross_entropy":
+        kept = flat_labels != PAD_ID
+        count = kept.sum()
+        return F.cross_entropy(flat, flat_labels, ignore_index=PAD_ID), count, (right & kept).sum(), count
+    return F.cross_entropy(flat, flat_labels), len(labels), right.sum(), flat_labels.numel()
+
+
+def batch_sums(loss, weight, right, made) -> torch.Tensor:
+    """(loss x weight, weight, right, made) on the loss's device, in float64 so long epochs sum exactly."""
+    return torch.stack([torch.as_tensor(value, dtype=torch.float64, device=loss.device)
+                        for value in (loss * weight, weight, right, made)])
 
 
 class Adapter(BaseAdapter):
@@ -185,7 +222,7 @@ class Adapter(BaseAdapter):
                     continue
                 params = _torch_params(layer["type"], self.by_name[layer["name"]])
                 for key, target in params.items():
-                    if key == "bias_hh":  # torch's second LSTM bias; the canonical bias is their sum
+                    if key.endswith("bias_hh"):  # torch's second LSTM bias; the canonical bias is their sum
                         target.zero_()
                         continue
                     value = to_torch_layout(layer["type"], key, weights[layer["name"] + "/" + key])
@@ -202,14 +239,14 @@ class Adapter(BaseAdapter):
                 continue
             params = _torch_params(layer["type"], self.by_name[layer["name"]])
             for key, tensor in params.items():
-                if key == "bias_hh" or (gradients and key.startswith("moving_")):
+                if key.endswith("bias_hh") or (gradients and key.startswith("moving_")):
                     continue
                 if gradients:
                     value = tensor.grad  # b_ih and b_hh get the same gradient: the canonical bias's
                 else:
                     value = tensor.detach()
-                    if key == "bias" and "bias_hh" in params:
-                        value = value + params["bias_hh"].detach()
+                    if key + "_hh" in params:
+                        value = value + params[key + "_hh"].detach()
                 out[layer["name"] + "/" + key] = from_torch_layout(layer["type"], key, value.cpu().numpy()).copy()
         return out
 
@@ -217,7 +254,7 @@ class Adapter(BaseAdapter):
         x_all, y_all = self._on_device(data)
         self.module.train()
         self.optimizer.zero_grad(set_to_none=True)
-        loss, _ = loss_and_correct(self.recipe["loss"], self.module(self._inputs(x_all, data.input_scale)), y_all)
+        loss = loss_terms(self.recipe["loss"], self.module(self._inputs(x_all, data.input_scale)), y_all)[0]
         loss.backward()
         gradients = self._export(gradients=True)
         self.optimizer.zero_grad(set_to_none=True)
@@ -245,35 +282,28 @@ class Adapter(BaseAdapter):
         order_t = torch.from_numpy(order).to(self.torch_device)
         loss_name = self.recipe["loss"]
         self.module.train()
-        loss_sum = torch.zeros((), device=self.torch_device)
-        correct = torch.zeros((), dtype=torch.long, device=self.torch_device)
+        sums = torch.zeros(4, dtype=torch.float64, device=self.torch_device)
         for batch in batch_slices(len(order), self.recipe["batch_size"]):
             index = order_t[batch]
-            labels = y_all[index]
             self.optimizer.zero_grad(set_to_none=True)
-            loss, right = loss_and_correct(loss_name, self.module(self._inputs(x_all[index], data.input_scale)),
-                                           labels)
+            logits = self.module(self._inputs(x_all[index], data.input_scale))
+            loss, weight, right, made = loss_terms(loss_name, logits, y_all[index])
             loss.backward()
             self.optimizer.step()
-            loss_sum += loss.detach() * len(index)
-            correct += right
-        return finish_metrics(loss_name, float(loss_sum), float(correct), len(order),
-                              len(order) * (y_all.numel() // len(y_all)))
+            sums += batch_sums(loss.detach(), weight, right, made)
+        return finish_metrics(loss_name, *sums.tolist())
 
     def evaluate(self, data):
         x_all, y_all = self._on_device(data)
         loss_name = self.recipe["loss"]
         self.module.eval()
-        loss_sum = torch.zeros((), device=self.torch_device)
-        correct = torch.zeros((), dtype=torch.long, device=self.torch_device)
+        sums = torch.zeros(4, dtype=torch.float64, device=self.torch_device)
         with torch.inference_mode():
             for batch in batch_slices(len(data), self.recipe["batch_size"]):
-                labels = y_all[batch]
-                loss, right = loss_and_correct(loss_name, self.module(self._inputs(x_all[batch], data.input_scale)),
-                                               labels)
-                loss_sum += loss * len(labels)
-                correct += right
-        return finish_metrics(loss_name, float(loss_sum), float(correct), len(data), y_all.numel())
+                logits = self.module(self._inputs(x_all[batch], data.input_scale))
+                loss, weight, right, made = loss_terms(loss_name, logits, y_all[batch])
+                sums += batch_sums(loss, weight, right, made)
+        return finish_metrics(loss_name, *sums.tolist())
 
     def predict(self, x):
         self.module.eval()

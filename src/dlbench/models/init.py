@@ -31,17 +31,17 @@ def orthogonal(rng, rows: int, cols: int) -> np.ndarray:
 
 def _layer_weights(rng, layer: dict, key: str, shape) -> np.ndarray:
     kind = layer["type"]
-    if key in ("bias", "beta", "moving_mean"):
+    if key.endswith("bias") or key in ("beta", "moving_mean"):
         value = np.zeros(shape)
-        if kind == "lstm":  # forget gate (second quarter) starts open
+        if kind in ("lstm", "seq2seq"):  # forget gate (second quarter) starts open
             units = layer["units"]
             value[units:2 * units] = 1.0
         return value
     if key in ("gamma", "moving_var"):
         return np.ones(shape)
-    if key == "embeddings":
+    if key.endswith("embeddings"):
         return rng.uniform(-0.05, 0.05, size=shape)
-    if key == "recurrent_kernel":
+    if key.endswith("recurrent_kernel"):
         return orthogonal(rng, shape[0], shape[1])
     if kind == "conv2d":
         receptive = shape[0] * shape[1]

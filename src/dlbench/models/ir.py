@@ -13,6 +13,8 @@ Canonical weight layout (what adapters import and export), by layer type:
   embedding  embeddings (vocab, dim)
   lstm       kernel (in, 4u), recurrent_kernel (u, 4u), bias (4u,); gates in the order i, f, g, o
              (input, forget, cell candidate, output), one bias per gate
+  seq2seq    source_embeddings (Vs, E), target_embeddings (Vt, E), then encoder_ and decoder_ kernel,
+             recurrent_kernel and bias laid out as an lstm's
 Flatten flattens NHWC activations in C order (height, then width, then channels).
 """
 from __future__ import annotations
@@ -33,6 +35,7 @@ LAYER_SETTINGS = {
     "dense": ("units",),
     "embedding": ("vocab", "dim"),
     "lstm": ("units", "return_sequences"),
+    "seq2seq": ("source_len", "source_vocab", "target_vocab", "embed_dim", "units"),
 }
 ACTIVATIONS = ("relu", "sigmoid", "tanh")
 PADDINGS = ("valid", "same")
@@ -85,6 +88,15 @@ def embedding(vocab: int, dim: int) -> dict:
 
 def lstm(units: int, return_sequences: bool = False) -> dict:
     return {"type": "lstm", "units": units, "return_sequences": return_sequences}
+
+
+def seq2seq(source_len: int, source_vocab: int, target_vocab: int, embed_dim: int, units: int) -> dict:
+    """An encoder-decoder block with teacher forcing. Its input is one row of token ids per sample:
+    the source (source_len ids), then the decoder's inputs (<start> and the target but its last token).
+    The encoder LSTM reads the embedded source from a zero state; its final (h, c) starts the decoder
+    LSTM, whose outputs at every step are the block's output: (target steps, units)."""
+    return {"type": "seq2seq", "source_len": source_len, "source_vocab": source_vocab,
+            "target_vocab": target_vocab, "embed_dim": embed_dim, "units": units}
 
 
 def model(input_shape, input_dtype: str, layers: List[dict]) -> dict:
@@ -150,6 +162,10 @@ def output_shape(layer: dict, shape: Shape) -> Shape:
         if len(shape) != 2:
             raise IRError("layer %s needs a (time, features) input, got %s" % (layer["name"], shape))
         return (shape[0], layer["units"]) if layer["return_sequences"] else (layer["units"],)
+    if kind == "seq2seq":
+        if len(shape) != 1 or shape[0] <= layer["source_len"]:
+            raise IRError("layer %s needs (source_len + target steps,) token ids, got %s" % (layer["name"], shape))
+        return (shape[0] - layer["source_len"], layer["units"])
     return tuple(shape)
 
 
@@ -180,11 +196,18 @@ def param_shapes(layer: dict, in_shape: Shape) -> "OrderedDict[str, Shape]":
     elif kind == "embedding":
         shapes["embeddings"] = (layer["vocab"], layer["dim"])
     elif kind == "lstm":
-        units = layer["units"]
-        shapes["kernel"] = (in_shape[-1], 4 * units)
-        shapes["recurrent_kernel"] = (units, 4 * units)
-        shapes["bias"] = (4 * units,)
+        shapes.update(_lstm_shapes("", in_shape[-1], layer["units"]))
+    elif kind == "seq2seq":
+        shapes["source_embeddings"] = (layer["source_vocab"], layer["embed_dim"])
+        shapes["target_embeddings"] = (layer["target_vocab"], layer["embed_dim"])
+        shapes.update(_lstm_shapes("encoder_", layer["embed_dim"], layer["units"]))
+        shapes.update(_lstm_shapes("decoder_", layer["embed_dim"], layer["units"]))
     return shapes
+
+
+def _lstm_shapes(prefix: str, features: int, units: int) -> "OrderedDict[str, Shape]":
+    return OrderedDict([(prefix + "kernel", (features, 4 * units)), (prefix + "recurrent_kernel", (units, 4 * units)),
+                        (prefix + "bias", (4 * units,))])
 
 
 def weight_shapes(spec: dict) -> "OrderedDict[str, Shape]":
@@ -214,9 +237,15 @@ def forward_flops(spec: dict) -> int:
             positions = int(math.prod(in_shape[:-1]))
             total += positions * layer["units"] * (2 * in_shape[-1] + 1)
         elif kind == "lstm":
-            steps, units = in_shape[0], layer["units"]
-            total += steps * 4 * units * (2 * (in_shape[-1] + units) + 1)
+            total += _lstm_flops(in_shape[0], in_shape[-1], layer["units"])
+        elif kind == "seq2seq":
+            steps = in_shape[0]  # source steps in the encoder, the rest in the decoder
+            total += _lstm_flops(steps, layer["embed_dim"], layer["units"])
     return total
+
+
+def _lstm_flops(steps: int, features: int, units: int) -> int:
+    return steps * 4 * units * (2 * (features + units) + 1)
 
 
 def train_flops(spec: dict) -> int:
