@@ -39,7 +39,7 @@ def run_check(framework: str, payload: list[dict]) -> dict[str, dict]:
     env = envs.require(framework)  # make test builds it first; a missing one fails with the command to run
     recipe = envs.get_recipe(framework)
     variables = {"PYTHONPATH": str(PACKAGE_PARENT), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1",
-                 **recipe.worker_env}
+                 "DLBENCH_THREADS": "1", "HOME": str(TESTS.parent / ".pytest_cache"), **recipe.worker_env}
     done = subprocess.run([str(env.python), str(TESTS / "adapter_check.py"), recipe.adapter],
                           input=json.dumps(payload), capture_output=True, text=True, timeout=1200, env=variables)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -67,6 +67,7 @@ def worker_environment(run_dir: Path, threads: int, extra: dict[str, str]) -> di
     env.update({
         "PYTHONPATH": str(PACKAGE_PARENT), "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "1",
         "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+        "DLBENCH_THREADS": str(threads),  # for frameworks that take their thread count at import
     })
     env.update(extra)
     return env
