@@ -4,15 +4,15 @@ from pathlib import Path
 
 import pytest
 
-from dlbench import envs, suite
+from dlbench import data, envs, suite
 from dlbench.cli import main
 from dlbench.suite import SuiteError
 
 KNOWN = ", ".join(envs.RECIPES)
 
 QUICK_WORKLOADS = "cnn-mnist, lstm-imdb, lstm-ptb"
-ALL_WORKLOADS = "cnn-mnist, cnn-cifar10, cnn-cifar100, cnn-svhn, lstm-imdb, lstm-ptb"
-DATASETS = "digits-28, lee-news-lm, pang-lee-polarity"
+ALL_WORKLOADS = "cnn-mnist, cnn-cifar10, cnn-cifar100, cnn-svhn, lstm-imdb, lstm-ptb, seq2seq-manythings"
+DATASETS = ", ".join(data.dataset_names())
 
 
 @pytest.fixture
@@ -43,7 +43,7 @@ def write_suite(tmp_path: Path, text: str) -> Path:
 
 def test_unknown_suite_lists_the_builtin_ones(capsys):
     message = error_of(capsys, ["run", "nosuch"])
-    assert message.startswith("unknown suite 'nosuch'; built-in suites: quick;")
+    assert message.startswith("unknown suite 'nosuch'; built-in suites: paper, quick;")
     assert "(.yaml)" in message
 
 
@@ -115,9 +115,9 @@ def test_unknown_field_in_an_entry_names_its_line(capsys, tmp_path):
 def test_unknown_dataset_lists_the_known_ones(capsys, tmp_path):
     path = write_suite(tmp_path, GOOD_HEAD + """workloads:
   - workload: cnn-mnist
-    dataset: mnist
+    dataset: emnist
 """)
-    assert error_of(capsys, ["run", str(path)]) == f"{path}:5: field 'dataset': 'mnist' is not one of: {DATASETS}"
+    assert error_of(capsys, ["run", str(path)]) == f"{path}:5: field 'dataset': 'emnist' is not one of: {DATASETS}"
 
 
 def test_unknown_device(capsys, tmp_path):

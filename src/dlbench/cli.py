@@ -2,19 +2,20 @@
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
-from dlbench import data, envs, results, suite
+from dlbench import certify, data, envs, results, suite
 from dlbench.data import DatasetError
 from dlbench.envs import EnvError
 from dlbench.models import ir
-from dlbench.runner import Options, run_plan
+from dlbench.runner import REFERENCE, Options, run_plan
 from dlbench.store import Store, StoreError
 from dlbench.suite import SuiteError
-from dlbench.workloads import WORKLOADS, WorkloadError
+from dlbench.workloads import WORKLOADS, WorkloadError, get_workload
 
 DEFAULT_RESULTS = Path("dlbench-results")
-USER_ERRORS = (SuiteError, WorkloadError, EnvError, DatasetError, StoreError)
+USER_ERRORS = (SuiteError, WorkloadError, EnvError, DatasetError, StoreError, certify.CertifyError)
 
 
 def data_dir(args: argparse.Namespace) -> Path:
@@ -78,10 +79,10 @@ def cmd_list(args: argparse.Namespace) -> int:
                          str(w.recipe["epochs"]), str(w.recipe["batch_size"]), w.recipe["optimizer"]["name"], target])
     elif args.what == "frameworks":
         rows.append(["framework", "environment", "version"])
-        for name, recipe in envs.RECIPES.items():
+        for name in envs.RECIPES:
             env = envs.environment(name)
             if env.exists():
-                rows.append([name, str(env.path), env.info()["packages"].get(recipe.version_package, "?")])
+                rows.append([name, str(env.path), env.version() or "?"])
             else:
                 rows.append([name, f"missing: dlbench env create {name}", "-"])
     elif args.what == "datasets":
@@ -119,9 +120,63 @@ def cmd_results(args: argparse.Namespace) -> int:
     if not path.exists():
         raise StoreError(f"no results at {path}; run a suite first (dlbench run) or pass --results DIR")
     with Store(path) as store:
-        runs = store.runs()
+        runs, certificates = store.runs(), store.certificates()
     render = {"table": results.table, "csv": results.to_csv, "json": results.to_json}[args.format]
     print(render(runs))
+    if args.format == "table" and certificates:
+        print()
+        print(results.certificates_table(certificates))
+    return 0
+
+
+def cmd_certify(args: argparse.Namespace) -> int:
+    results_dir = Path(args.results).resolve()
+    with Store(results_dir / "dlbench.sqlite") as store:
+        if args.show:
+            print(results.certificates_table(store.certificates()))
+            return 0
+        for name in args.framework or ():
+            envs.get_recipe(name)
+        frameworks = args.framework or [name for name in envs.RECIPES if name != REFERENCE]
+        workloads = [get_workload(name) for name in args.workload] if args.workload else list(WORKLOADS.values())
+        workdir = results_dir / "certify" / time.strftime("%Y%m%d-%H%M%S")
+
+        def progress(cert: dict) -> None:
+            verdict = "pass" if cert["passed"] else "FAIL"
+            print(f"{cert['framework']} {cert['workload']}: {verdict} (worst {cert['worst_tensor']}, "
+                  f"relative deviation {cert['worst_scaled_deviation']})", flush=True)
+
+        certificates = certify.certify(frameworks, workloads, store, workdir, progress)
+    print()
+    print(results.certificates_table(certificates))
+    return 0 if all(cert["passed"] for cert in certificates) else 1
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    from dlbench.data import download, manage
+
+    folder = data_dir(args)
+    if args.action == "list":
+        rows = [["dataset", "task", "status", "size", "source", "licence"]]
+        for name in data.dataset_names():
+            info = data.describe(name)
+            status, size = manage.status(name, folder)
+            rows.append([name, info["task"], status, f"{size / 1e6:,.3f} MB", info["source"], info["licence"]])
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        for row in rows:
+            print("  ".join(text.ljust(width) for text, width in zip(row, widths, strict=True)).rstrip())
+        return 0
+    if not args.names or (args.action == "path" and len(args.names) != 1):
+        raise DatasetError(f"data {args.action} needs {'one dataset' if args.action == 'path' else 'dataset names'}; "
+                           f"known: {', '.join(data.dataset_names())}")
+    offline = args.offline or download.offline_from_env()
+    for name in args.names:
+        if args.action == "path":
+            print(manage.location(name, folder))
+        elif args.action == "fetch":
+            print("\n".join(manage.fetch(name, folder, offline)), flush=True)
+        else:
+            print("\n".join(manage.verify(name, folder)), flush=True)
     return 0
 
 
@@ -168,6 +223,21 @@ def parser() -> argparse.ArgumentParser:
     env.add_argument("names", nargs="*", metavar="NAME")
     env.add_argument("--all", action="store_true", help="every known framework")
     env.set_defaults(func=cmd_env)
+
+    cert = commands.add_parser("certify", help=f"certify frameworks against the reference ({REFERENCE})")
+    cert.add_argument("-f", "--framework", action="append", help="only these frameworks (default: all others)")
+    cert.add_argument("-w", "--workload", action="append", help="only these workloads (default: all)")
+    cert.add_argument("--results", default=str(DEFAULT_RESULTS), help="results folder holding the store")
+    cert.add_argument("--show", action="store_true", help="show the stored certificates and run nothing")
+    cert.set_defaults(func=cmd_certify)
+
+    dat = commands.add_parser("data", help="list, fetch, verify or locate datasets")
+    dat.add_argument("action", choices=("list", "fetch", "verify", "path"))
+    dat.add_argument("names", nargs="*", metavar="NAME")
+    dat.add_argument("--data-dir", help="data folder (default: $DLBENCH_DATA or ~/.cache/dlbench/data)")
+    dat.add_argument("--offline", action="store_true",
+                     help="never use the network (also DLBENCH_OFFLINE=1); say which files are missing and where")
+    dat.set_defaults(func=cmd_data)
 
     res = commands.add_parser("results", help="show stored runs")
     res.add_argument("--results", default=str(DEFAULT_RESULTS))

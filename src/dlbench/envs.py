@@ -123,6 +123,14 @@ class Environment:
     def exists(self) -> bool:
         return self.info_file.is_file() and self.python.exists()
 
+    def version(self) -> str | None:
+        """The framework's version as installed."""
+        return self.info()["packages"].get(get_recipe(self.framework).version_package)
+
+    def packages_digest(self) -> str:
+        """Identifies exactly what is installed: certificates are valid for this and nothing else."""
+        return hashlib.sha256(json.dumps(self.info()["packages"], sort_keys=True).encode()).hexdigest()[:16]
+
 
 def environment(framework: str) -> Environment:
     get_recipe(framework)
@@ -164,7 +172,9 @@ def create(framework: str, log=print) -> Environment:
         install += ["--find-links", links]
     log(f"{framework}: installing {' '.join(recipe.packages)}" + (f" (local wheels from {links})" if links else ""))
     _run(install, f"installing {framework}")
-    _run([str(python), "-c", f"import {recipe.import_check}"], f"importing {framework}")
+    # with the worker's variables: Keras picks its backend (and so what it imports) from KERAS_BACKEND
+    _run(["env", *(f"{k}={v}" for k, v in recipe.worker_env.items()), str(python), "-c",
+          f"import {recipe.import_check}"], f"importing {framework}")
     freeze = _run(uv + ["pip", "freeze", "--python", str(python)], "listing packages")
     version = _run([str(python), "-c", "import platform; print(platform.python_version())"], "python version")
     info = {"framework": framework, "recipe": recipe.digest(), "python_version": version.strip(),

@@ -215,6 +215,8 @@ class Monitor:
             if self._stop.wait(max(0.0, deadline - time.monotonic())) or not tree.root_alive():
                 return
             sample = self._take(tree, time.monotonic() - t0)
+            if sample is None:  # the tree ended while being read: nothing left to measure
+                return
             with self._lock:
                 self._samples.append(sample)
             if self._on_sample is not None:
@@ -228,8 +230,10 @@ class Monitor:
             deadline += math.ceil((now - deadline) / self._interval) * self._interval
         return deadline
 
-    def _take(self, tree: _ProcessTree, t_s: float) -> Sample:
+    def _take(self, tree: _ProcessTree, t_s: float) -> Sample | None:
         cpu, rss, threads, pids = tree.read()
+        if not pids:
+            return None
         gpu_util, gpu_mem = self._gpu.read(pids)
         return Sample(
             t_s=t_s,

@@ -10,7 +10,7 @@ TABLE_COLUMNS = (
     ("train_time_s", "train s"), ("first_epoch_s", "epoch1 s"), ("steady_epoch_s", "steady s"),
     ("eval_time_s", "eval s"), ("metric_name", "metric"), ("metric_value", "value"),
     ("time_to_target_s", "to target s"), ("params", "params"), ("peak_rss_mb", "peak MiB"),
-    ("mean_cpu_percent", "cpu %"), ("reason", "reason"),
+    ("mean_cpu_percent", "cpu %"), ("certificate", "certified"), ("reason", "reason"),
 )
 LARGE_FIELDS = ("config", "packages", "stderr_tail")  # kept out of CSV rows; JSON has them
 
@@ -23,15 +23,41 @@ def _cell(value) -> str:
     return str(value)
 
 
+def aligned(rows: list[list[str]]) -> str:
+    """A text table: the first row is the heading, underlined."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(text.ljust(width) for text, width in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
 def table(runs: list[dict]) -> str:
     if not runs:
         return "no runs stored yet"
     rows = [[heading for _, heading in TABLE_COLUMNS] + ["epochs (metric@train s)"]]
     rows += [[_cell(run.get(key)) for key, _ in TABLE_COLUMNS] + [epochs_text(run)] for run in runs]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(text.ljust(width) for text, width in zip(row, widths, strict=True)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    return "\n".join(lines)
+    return aligned(rows)
+
+
+def certificates_table(certificates: list[dict]) -> str:
+    """Each certificate's verdict and its worst tensor: deviation relative to the reference tensor's
+    largest magnitude, and that over its tolerance."""
+    if not certificates:
+        return "no certificates stored yet (dlbench certify)"
+    rows = [["framework", "version", "workload", "reference", "verdict", "worst tensor", "max abs", "max rel",
+             "of tolerance", "created"]]
+    for cert in certificates:
+        worst = next(d for d in cert["deviations"] if d["tensor"] == cert["worst_tensor"])
+        share = "-" if worst["max_rel"] is None else f"{worst['max_rel'] / worst['tolerance']:.2f}"
+        rows.append([cert["framework"], _cell(cert["framework_version"]), cert["workload"],
+                     f"{cert['reference']} {cert['reference_version']}", "pass" if cert["passed"] else "FAIL",
+                     cert["worst_tensor"] + ("" if worst["max_abs"] is not None else f" ({worst.get('problem')})"),
+                     _sci(worst["max_abs"]), _sci(worst["max_rel"]), share, cert["created_at"]])
+    return aligned(rows)
+
+
+def _sci(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2e}"
 
 
 def epochs_text(run: dict) -> str:

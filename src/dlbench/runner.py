@@ -18,6 +18,7 @@ from dlbench.suite import Cell
 from dlbench.workloads import Workload, get_workload
 
 PACKAGE_PARENT = Path(__file__).resolve().parent.parent  # put on the worker's PYTHONPATH
+REFERENCE = "pytorch"  # the framework every other one is certified against
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ def run_row(prepared: Prepared, outcome: Outcome, epochs: list[dict], run_dir: P
     resources = summarise(outcome.samples)
     return {
         "cell_hash": prepared.hash, "suite": cell.suite, "framework": cell.framework,
-        "framework_version": versions.get(recipe.version_package) or config["env_packages"].get(recipe.version_package),
+        "framework_version": versions.get(recipe.version_package) or prepared.env.version(),
         "workload": cell.workload, "dataset": cell.dataset, "dataset_hash": config["dataset_hash"],
         "device": cell.device, "repetition": cell.repetition, "status": outcome.status, "reason": outcome.reason,
         "stderr_tail": outcome.stderr_tail if outcome.status != "ok" else None, "started_at": started_at,
@@ -142,6 +143,12 @@ def run_cell(prepared: Prepared, options: Options, on_event: Callable[[dict], No
     return run_row(prepared, outcome, epochs, run_dir, started_at), epochs, outcome.samples
 
 
+def certificate_status(store: Store, prepared: Prepared) -> str:
+    if prepared.cell.framework == REFERENCE:
+        return "reference"
+    return store.certificate_status(prepared.cell.framework, prepared.env.packages_digest(), prepared.cell.workload)
+
+
 def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None]) -> tuple[dict[str, int], list[str]]:
     """Runs every cell not yet complete; a failed cell is stored and the plan goes on.
     Returns the count of each ending and the plan's cell hashes, in order."""
@@ -162,6 +169,7 @@ def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None])
                 progress("event", index, len(cells), cell, event)
 
             run, epochs, samples = run_cell(prepared, options, on_event)
+            run["certificate"] = certificate_status(store, prepared)
             store.save_run(run, epochs, samples)
             counts[run["status"]] += 1
             progress("end", index, len(cells), cell, run)

@@ -52,6 +52,9 @@ RUN_COLUMNS: dict[str, str] = {
     "packages": "TEXT",
     "config": "TEXT",
     "run_dir": "TEXT",
+    # the framework's equivalence certificate for this workload when the run was stored:
+    # reference (the reference framework itself), passed, failed, or none
+    "certificate": "TEXT",
 }
 EPOCH_COLUMNS: dict[str, str] = {
     "epoch": "INTEGER",
@@ -71,7 +74,20 @@ SAMPLE_COLUMNS: dict[str, str] = {
     "gpu_util_percent": "REAL",
     "gpu_mem_mb": "REAL",
 }
-JSON_COLUMNS = frozenset({"packages", "config", "metrics"})
+CERTIFICATE_COLUMNS: dict[str, str] = {
+    "framework": "TEXT NOT NULL",
+    "framework_version": "TEXT",
+    "framework_env": "TEXT NOT NULL",  # digest of the environment's packages: what the certificate is for
+    "reference": "TEXT NOT NULL",
+    "reference_version": "TEXT",
+    "workload": "TEXT NOT NULL",
+    "passed": "INTEGER NOT NULL",
+    "worst_tensor": "TEXT",
+    "worst_scaled_deviation": "REAL",
+    "created_at": "TEXT",
+    "deviations": "TEXT",  # per tensor: kind, max_abs, max_rel, tolerance, passed
+}
+JSON_COLUMNS = frozenset({"packages", "config", "metrics", "deviations"})
 
 
 def _columns_sql(columns: Mapping[str, str]) -> str:
@@ -86,6 +102,7 @@ CREATE TABLE IF NOT EXISTS epochs (
 );
 CREATE TABLE IF NOT EXISTS samples (run_id INTEGER REFERENCES runs(id), {_columns_sql(SAMPLE_COLUMNS)});
 CREATE INDEX IF NOT EXISTS samples_run_id ON samples(run_id);
+CREATE TABLE IF NOT EXISTS certificates (id INTEGER PRIMARY KEY, {_columns_sql(CERTIFICATE_COLUMNS)});
 """
 
 
@@ -159,6 +176,22 @@ class Store:
         self._conn.executemany(
             _insert_sql(table, ["run_id", *names]), [[run_id, *(row.get(n) for n in names)] for row in rows]
         )
+
+    def save_certificate(self, certificate: Mapping[str, Any]) -> int:
+        row = _row(certificate, CERTIFICATE_COLUMNS, "certificate")
+        with _transaction(self._conn):
+            return self._conn.execute(_insert_sql("certificates", list(row)), list(row.values())).lastrowid
+
+    def certificates(self) -> list[dict[str, Any]]:
+        """All certificates, oldest first."""
+        return self._select(f"SELECT id, {', '.join(CERTIFICATE_COLUMNS)} FROM certificates ORDER BY id")
+
+    def certificate_status(self, framework: str, framework_env: str, workload: str) -> str:
+        """passed or failed by the newest certificate of this environment for this workload, else none."""
+        row = self._conn.execute(
+            "SELECT passed FROM certificates WHERE framework = ? AND framework_env = ? AND workload = ? "
+            "ORDER BY id DESC LIMIT 1", (framework, framework_env, workload)).fetchone()
+        return "none" if row is None else ("passed" if row[0] else "failed")
 
     def completed_hashes(self) -> set[str]:
         """Cell hashes having at least one successful run."""

@@ -1,20 +1,28 @@
-"""Offline datasets, prepared once by the harness into numpy arrays that workers memory-map.
+"""Datasets, prepared once by the harness into numpy arrays that workers memory-map.
 
-Each dataset module exposes NAME, INFO (name, task, description, source, licence) and build().
+Two kinds: offline quick sets (modules with NAME, INFO and build()) and the study's datasets
+(download.Source: a table of files to download and verify, and a build from those files).
+Layout of the data folder: raw/<dataset>/<file> for downloads, prepared/<dataset>/ for arrays.
 """
 
 from __future__ import annotations
 
 import shutil
+import tempfile
 from pathlib import Path
 from types import ModuleType
 
-from . import digits, lee_lm, polarity
+from . import cifar, digits, download, imdb, lee_lm, manythings, mnist, polarity, ptb, svhn, voc
+from .download import Source
 from .prepared import META_FILE, DatasetError, PreparedDataset, load_prepared, write_prepared
 
 __all__ = ["DatasetError", "PreparedDataset", "dataset_names", "describe", "load_prepared", "prepare"]
 
-_DATASETS = {module.NAME: module for module in (digits, polarity, lee_lm)}
+_DATASETS: dict[str, ModuleType | Source] = {module.NAME: module for module in (digits, polarity, lee_lm)}
+_DATASETS.update({source.info["name"]: source for source in (
+    mnist.MNIST, mnist.FASHION_MNIST, cifar.CIFAR10, cifar.CIFAR100, svhn.SVHN, imdb.IMDB, ptb.PTB,
+    manythings.SPA_ENG, voc.VOC2012,
+)})
 
 
 def dataset_names() -> list[str]:
@@ -22,13 +30,31 @@ def dataset_names() -> list[str]:
 
 
 def describe(name: str) -> dict:
-    return dict(_module(name).INFO)
+    dataset = _dataset(name)
+    return dict(dataset.info if isinstance(dataset, Source) else dataset.INFO)
+
+
+def files(name: str) -> tuple[download.FileSpec, ...]:
+    """The downloaded files a dataset is prepared from; none for the offline quick sets."""
+    dataset = _dataset(name)
+    return dataset.files if isinstance(dataset, Source) else ()
+
+
+def raw_dir(name: str, data_dir: Path) -> Path:
+    return Path(data_dir) / "raw" / name
+
+
+def prepared_dir(name: str, data_dir: Path) -> Path:
+    return Path(data_dir) / "prepared" / name
 
 
 def prepare(name: str, data_dir: Path) -> PreparedDataset:
-    """Prepare `name` under data_dir/prepared/<name>, or return it if already prepared and valid."""
-    module = _module(name)
-    final = Path(data_dir) / "prepared" / name
+    """Prepare `name` under data_dir/prepared/<name>, or return it if already prepared and valid.
+
+    Never downloads: a study dataset whose files are missing raises, naming them and where they go.
+    """
+    dataset = _dataset(name)
+    final = prepared_dir(name, data_dir)
     if (final / META_FILE).exists():
         try:
             return load_prepared(final)
@@ -36,13 +62,24 @@ def prepare(name: str, data_dir: Path) -> PreparedDataset:
             # Invalid (edited, truncated, older layout): rebuild rather than fail every run.
             shutil.rmtree(final)
     try:
-        write_prepared(module.build(), final)
+        _build_and_write(name, dataset, Path(data_dir), final)
     except FileExistsError:
         pass  # a concurrent preparation finished first; its result is checked below
     return load_prepared(final)
 
 
-def _module(name: str) -> ModuleType:
+def _build_and_write(name: str, dataset: ModuleType | Source, data_dir: Path, final: Path) -> None:
+    if not isinstance(dataset, Source):
+        write_prepared(dataset.build(), final)
+        return
+    paths = download.require(dataset.files, raw_dir(name, data_dir), name)
+    # Archives are unpacked into a scratch folder beside the data, removed whatever happens.
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{name}.work-", dir=data_dir) as work:
+        write_prepared(dataset.build(paths, Path(work)), final)
+
+
+def _dataset(name: str) -> ModuleType | Source:
     try:
         return _DATASETS[name]
     except KeyError:

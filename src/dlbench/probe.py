@@ -1,0 +1,47 @@
+"""Certification probe: what one framework computes for one workload on one fixed batch.
+
+Worker side (Python 3.8, numpy and the one framework). Run by the harness as
+`<framework env python> -m dlbench.probe REQUEST.json OUT.npz`. From the canonical weights of the
+seed it records the outputs, the loss and its gradients, then the weights after a few optimiser steps
+on the same batch, all in canonical layout, for the harness to compare with the reference's.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+from dlbench.frameworks.base import Split
+from dlbench.models.init import canonical_init
+from dlbench.worker import load_adapter_class
+
+
+def probe(request: dict) -> dict:
+    x, y = np.load(request["x"]), np.load(request["y"])
+    scale = 255.0 if x.dtype == np.uint8 else None
+    batch = Split(x, y, scale)
+    model, seed = request["model"], request["seed"]
+    adapter = load_adapter_class(request["adapter"])(model, request["recipe"], request["task"], "cpu", 1, seed)
+    start = canonical_init(model, seed)
+    adapter.set_weights(start)
+    arrays = {"output": adapter.predict(x.astype(np.float32) / scale if scale else x)}
+    loss, gradients = adapter.loss_and_gradients(batch)
+    arrays["loss"] = np.array(loss)
+    arrays.update(("grad/" + key, value) for key, value in gradients.items())
+    adapter.set_weights(start)  # the gradient pass may have moved BatchNorm's statistics
+    for _ in range(request["steps"]):  # one step each: the recipe's batch size is the batch's
+        adapter.train_epoch(batch, np.arange(len(x)))
+    arrays.update(("after/" + key, value) for key, value in adapter.get_weights().items())
+    return arrays
+
+
+def main() -> int:
+    with open(sys.argv[1]) as handle:
+        request = json.load(handle)
+    np.savez(sys.argv[2], **probe(request))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

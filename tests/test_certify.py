@@ -1,0 +1,105 @@
+"""Equivalence certificates: real probes in the framework environments, the verdicts, and the store."""
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dlbench import certify, envs
+from dlbench.cli import main
+from dlbench.runner import PACKAGE_PARENT, REFERENCE
+from dlbench.store import Store
+from dlbench.workloads import WORKLOADS, get_workload
+
+TESTS = Path(__file__).parent
+CANDIDATES = [name for name in sorted(envs.RECIPES) if name != REFERENCE]
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store(tmp_path / "dlbench.sqlite") as opened:
+        yield opened
+
+
+def quiet(_certificate: dict) -> None:
+    pass
+
+
+@pytest.fixture
+def broken(monkeypatch):
+    """Frameworks named pytorch-<bug>: the PyTorch environment, an adapter with that mapping bug."""
+    reference = envs.RECIPES[REFERENCE]
+    real_require = envs.require
+    for name, adapter in (("pytorch-swapped-gates", "SwappedGates"), ("pytorch-transposed-conv", "TransposedConv")):
+        monkeypatch.setitem(envs.RECIPES, name, dataclasses.replace(
+            reference, framework=name, adapter=f"broken_pytorch:{adapter}",
+            worker_env={"PYTHONPATH": f"{PACKAGE_PARENT}:{TESTS}"}))
+    monkeypatch.setattr(envs, "require", lambda name: real_require(REFERENCE if name.startswith("pytorch-") else name))
+
+
+def test_the_reference_certifies_against_itself_exactly(store, tmp_path):
+    [cert] = certify.certify([REFERENCE], [get_workload("lstm-imdb")], store, tmp_path, quiet)
+    assert cert["passed"] and cert["worst_scaled_deviation"] == 0.0
+    kinds = {row["kind"] for row in cert["deviations"]}
+    assert kinds == {"output", "loss", "grad", "after"}
+    names = {row["tensor"] for row in cert["deviations"]}
+    assert {"grad/lstm_1/kernel", "after/lstm_1/recurrent_kernel", "after/embedding_1/embeddings"} <= names
+    assert store.certificates()[0]["deviations"] == cert["deviations"]
+
+
+@pytest.mark.parametrize("framework, workload, culprit", [
+    ("pytorch-swapped-gates", "lstm-imdb", "lstm_1"),
+    ("pytorch-transposed-conv", "cnn-mnist", "conv2d_1"),
+])
+def test_a_broken_mapping_fails_certification(broken, store, tmp_path, framework, workload, culprit):
+    [cert] = certify.certify([framework], [get_workload(workload)], store, tmp_path, quiet)
+    assert not cert["passed"]
+    failed = [row["tensor"] for row in cert["deviations"] if not row["passed"]]
+    assert "output" in failed and "loss" in failed and any(culprit in name for name in failed)
+    assert cert["worst_scaled_deviation"] > 100 * certify.TOLERANCES["output"]
+
+
+def test_runs_are_marked_with_their_certificate(broken, store, tmp_path):
+    env = envs.require("pytorch-swapped-gates")
+    assert store.certificate_status("pytorch-swapped-gates", env.packages_digest(), "lstm-imdb") == "none"
+    certify.certify(["pytorch-swapped-gates"], [get_workload("lstm-imdb")], store, tmp_path, quiet)
+    assert store.certificate_status("pytorch-swapped-gates", env.packages_digest(), "lstm-imdb") == "failed"
+    assert store.certificate_status("pytorch-swapped-gates", "another-env", "lstm-imdb") == "none"
+
+
+def test_compare_names_missing_and_misshapen_tensors():
+    reference = {"output": np.ones((2, 3)), "grad/a": np.ones(4), "after/b": np.ones(2), "loss": np.array(1.0)}
+    candidate = {"output": np.ones((2, 3)) * (1 + 5e-5), "grad/a": np.ones(5), "loss": np.array(1.0 + 1e-9)}
+    rows = {row["tensor"]: row for row in certify.compare(reference, candidate)}
+    assert rows["output"]["passed"] and rows["output"]["max_rel"] == pytest.approx(5e-5)
+    assert not rows["grad/a"]["passed"] and rows["grad/a"]["problem"] == "shape (5,) != (4,)"
+    assert not rows["after/b"]["passed"] and rows["after/b"]["problem"] == "missing"
+    assert rows["loss"]["passed"]
+
+
+def test_tiny_deviations_of_near_zero_tensors_pass_by_the_absolute_floor():
+    rows = certify.compare({"grad/a": np.array([1e-9, 0.0])}, {"grad/a": np.array([5e-8, 0.0])})
+    assert rows[0]["passed"] and rows[0]["max_rel"] > 1
+
+
+def test_weights_after_the_steps_are_measured_against_the_steps():
+    start = {"w": np.array([1.0, -1.0])}
+    reference = {"after/w": np.array([1.001, -1.0])}  # one step of 1e-3
+    half_step_off = {"after/w": np.array([1.0015, -1.0])}  # tiny next to the weights, half the step
+    [row] = certify.compare(reference, half_step_off, start)
+    assert not row["passed"] and row["max_rel"] == pytest.approx(0.5)
+
+
+def test_certify_show_and_results_display(tmp_path, capsys):
+    assert main(["certify", "-f", REFERENCE, "-w", "lstm-imdb", "--results", str(tmp_path)]) == 0
+    assert main(["certify", "--show", "--results", str(tmp_path)]) == 0
+    shown = capsys.readouterr().out
+    assert "lstm-imdb" in shown and "pass" in shown and "of tolerance" in shown
+
+
+@pytest.mark.parametrize("framework", CANDIDATES)
+@pytest.mark.parametrize("workload", sorted(WORKLOADS))
+def test_every_framework_certifies_on_every_workload(store, tmp_path, framework, workload):
+    [cert] = certify.certify([framework], [get_workload(workload)], store, tmp_path, quiet)
+    failed = [(row["tensor"], row["max_rel"], row.get("problem")) for row in cert["deviations"] if not row["passed"]]
+    assert cert["passed"], failed
