@@ -3,9 +3,11 @@
 For a workload, both frameworks load the same canonical weights with dropout off, and on one fixed
 batch their outputs, loss, the gradient of every weight, and every weight after a few optimiser
 steps are compared in canonical layout. A tensor passes when its largest absolute deviation,
-relative to the reference tensor's largest magnitude, is within the float32 tolerance of its kind.
-Weights after the steps are measured against the steps themselves (the reference's largest change
-from the start), not against the weights, which would hide a wrong update in the weights' size.
+relative to the scale of what it measures, is within the float32 tolerance of its kind. The scale of
+an output is its largest magnitude. A gradient's is the largest gradient of its layer: a bias feeding
+a BatchNorm has a true gradient of zero, so its own magnitude is rounding noise. Weights after the
+steps are measured against the steps themselves (the layer's largest change from the start), not
+against the weights, which would hide a wrong update in the weights' size.
 """
 import json
 import subprocess
@@ -21,12 +23,13 @@ from dlbench.runner import REFERENCE, worker_environment
 from dlbench.store import Store
 from dlbench.workloads import Workload
 
-BATCH = 4
+BATCH = 16  # BatchNorm over fewer values (cnn-svhn ends at 2x2) turns rounding noise into chaos
 STEPS = 3
 SEED = 0
 # Largest deviation allowed, relative to the reference tensor's largest magnitude, by kind of tensor.
 TOLERANCES = {"output": 1e-4, "loss": 1e-4, "grad": 1e-3, "after": 1e-3}
 ABSOLUTE_FLOOR = 1e-7  # a deviation this small passes whatever the tensor's scale (tensors near zero)
+NOISE_FACTOR = 3.0  # beyond tolerance, a tensor still passes within this many times the reference's own error
 
 
 class CertifyError(RuntimeError):
@@ -61,17 +64,18 @@ def fixed_batch(model: dict, meta: dict, count: int = BATCH) -> tuple[np.ndarray
     return x, y.astype(np.int32)
 
 
-def probe(framework: str, workload: Workload, workdir: Path) -> dict[str, np.ndarray]:
-    """Runs dlbench.probe in the framework's environment."""
+def probe(framework: str, workload: Workload, workdir: Path, exact: bool = False) -> dict[str, np.ndarray]:
+    """Runs dlbench.probe in the framework's environment; `exact` asks the reference for float64."""
     env = envs.require(framework)
     recipe = envs.get_recipe(framework)
-    folder = workdir / f"{framework}-{workload.name}"
+    folder = workdir / f"{framework}-{workload.name}{'-float64' if exact else ''}"
     folder.mkdir(parents=True, exist_ok=True)
     model = without_dropout(workload.model())
     x, y = fixed_batch(model, workload.study_meta)
     np.save(folder / "x.npy", x)
     np.save(folder / "y.npy", y)
-    request = {"adapter": recipe.adapter, "model": model, "recipe": dict(workload.recipe, batch_size=len(x)),
+    training = dict(workload.recipe, batch_size=len(x), **({"dtype": "float64"} if exact else {}))
+    request = {"adapter": recipe.adapter, "model": model, "recipe": training,
                "task": workload.study_meta["task"], "x": str(folder / "x.npy"), "y": str(folder / "y.npy"),
                "seed": SEED, "steps": STEPS}
     (folder / "request.json").write_text(json.dumps(request))
@@ -86,11 +90,33 @@ def probe(framework: str, workload: Workload, workdir: Path) -> dict[str, np.nda
         return dict(arrays)
 
 
+def scales(reference: dict[str, np.ndarray], start: dict[str, np.ndarray] | None) -> dict[str, float]:
+    """What each tensor's deviation is measured against (see the module's docstring)."""
+    def measured(name: str) -> np.ndarray:
+        if name.startswith("after/") and start:
+            return reference[name] - start[name[len("after/"):]]
+        return reference[name]
+
+    own = {name: float(np.max(np.abs(measured(name)), initial=0.0)) for name in reference}
+    layer = {}  # "grad/conv2d_1" -> the largest of that layer's tensors
+    for name, value in own.items():
+        if name.count("/") == 2:
+            key = name.rsplit("/", 1)[0]
+            layer[key] = max(layer.get(key, 0.0), value)
+    return {name: layer.get(name.rsplit("/", 1)[0], value) if name.count("/") == 2 else value
+            for name, value in own.items()}
+
+
+def _max_abs(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.max(np.abs(a.astype(np.float64) - b), initial=0.0))
+
+
 def compare(reference: dict[str, np.ndarray], candidate: dict[str, np.ndarray],
-            start: dict[str, np.ndarray] | None = None) -> list[dict]:
+            start: dict[str, np.ndarray] | None = None, exact: dict[str, np.ndarray] | None = None) -> list[dict]:
     """One row per reference tensor; a tensor the candidate lacks or shapes differently fails.
-    `start` holds the canonical weights the steps began from."""
+    `start` holds the canonical weights the steps began from; `exact`, the reference in float64."""
     rows = []
+    scale_of = scales(reference, start)
     for name, expected in reference.items():
         kind = name.split("/")[0]
         row = {"tensor": name, "kind": kind, "tolerance": TOLERANCES[kind], "max_abs": None, "max_rel": None}
@@ -98,18 +124,28 @@ def compare(reference: dict[str, np.ndarray], candidate: dict[str, np.ndarray],
         if got is None or got.shape != expected.shape:
             row.update(passed=False, problem="missing" if got is None else f"shape {got.shape} != {expected.shape}")
         else:
-            deviation = float(np.max(np.abs(got.astype(np.float64) - expected), initial=0.0))
-            moved = expected - start[name[len("after/"):]] if kind == "after" and start else expected
-            scale = float(np.max(np.abs(moved), initial=0.0))
+            deviation = _max_abs(got, expected)
+            scale = scale_of[name]
             relative = deviation / scale if scale > 0 else (0.0 if deviation == 0 else float("inf"))
             row.update(max_abs=deviation, max_rel=relative,
                        passed=bool(deviation <= ABSOLUTE_FLOOR or relative <= TOLERANCES[kind]))
+            if exact is not None and not row["passed"]:
+                # Where float32 itself is unstable (BatchNorm of near-constant channels, near-ties in
+                # pooling), judge by the exact result: no further from it than the reference is.
+                noise, off = _max_abs(expected, exact[name]), _max_abs(got, exact[name])
+                row.update(reference_error=noise, error=off, passed=bool(off <= NOISE_FACTOR * noise))
         rows.append(row)
     return rows
 
 
+def _share_of_tolerance(row: dict) -> float:
+    if row["max_abs"] is None:
+        return float("inf")
+    return 0.0 if row["max_abs"] <= ABSOLUTE_FLOOR else row["max_rel"] / row["tolerance"]
+
+
 def certificate(framework: str, workload: Workload, rows: list[dict]) -> dict:
-    worst = max(rows, key=lambda r: float("inf") if r["max_rel"] is None else r["max_rel"] / r["tolerance"])
+    worst = max(rows, key=lambda row: (not row["passed"], _share_of_tolerance(row)))
     env, reference_env = envs.require(framework), envs.require(REFERENCE)
     return {
         "framework": framework, "framework_version": env.version(), "framework_env": env.packages_digest(),
@@ -128,9 +164,10 @@ def certify(frameworks: list[str], workloads: list[Workload], store: Store, work
     results = []
     for workload in workloads:
         reference = probe(REFERENCE, workload, workdir)
+        exact = probe(REFERENCE, workload, workdir, exact=True)
         start = canonical_init(without_dropout(workload.model()), SEED)
         for framework in frameworks:
-            rows = compare(reference, probe(framework, workload, workdir), start)
+            rows = compare(reference, probe(framework, workload, workdir), start, exact)
             cert = certificate(framework, workload, rows)
             store.save_certificate(cert)
             progress(cert)

@@ -42,6 +42,13 @@ class Recipe:
 RECIPES: dict[str, Recipe] = {r.framework: r for r in (
     Recipe("pytorch", "3.11", ("torch==2.13.0", "numpy"), "dlbench.frameworks.pytorch:Adapter",
            "torch, numpy", "torch", find_links_from_pip=True),
+    Recipe("jax", "3.11", ("jax", "flax", "optax", "numpy"), "dlbench.frameworks.jax_flax:Adapter",
+           "jax, flax, optax", "jax"),
+    # CPU build, what these machines can test; on a GPU machine install "tensorflow" (with CUDA) instead.
+    # version_package names the installed distribution (what Environment.version() finds in the freeze);
+    # the worker's versions() reports tf.__version__ under "tensorflow", the module it imported.
+    Recipe("tensorflow", "3.11", ("tensorflow-cpu", "numpy"), "dlbench.frameworks.tensorflow_nn:Adapter",
+           "tensorflow, numpy", "tensorflow-cpu", worker_env={"TF_CPP_MIN_LOG_LEVEL": "2"}),
 )}
 
 

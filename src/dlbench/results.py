@@ -49,6 +49,8 @@ def certificates_table(certificates: list[dict]) -> str:
     for cert in certificates:
         worst = next(d for d in cert["deviations"] if d["tensor"] == cert["worst_tensor"])
         share = "-" if worst["max_rel"] is None else f"{worst['max_rel'] / worst['tolerance']:.2f}"
+        if "error" in worst:  # judged against float64: its error next to the float32 reference's own
+            share += f" (float64: {worst['error']:.1e} vs reference {worst['reference_error']:.1e})"
         rows.append([cert["framework"], _cell(cert["framework_version"]), cert["workload"],
                      f"{cert['reference']} {cert['reference_version']}", "pass" if cert["passed"] else "FAIL",
                      cert["worst_tensor"] + ("" if worst["max_abs"] is not None else f" ({worst.get('problem')})"),

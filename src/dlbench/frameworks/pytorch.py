@@ -39,10 +39,19 @@ class SamePad(nn.Module):
         return F.pad(x, self.pads, value=self.value)
 
 
+def canonical_lstm(in_features: int, units: int) -> nn.LSTM:
+    """torch's LSTM adds two biases; the IR has one. The second stays zero and untrained: trained, it
+    would take its own optimiser step (and weight decay) beside the first, moving the canonical bias
+    twice as far as every other framework's."""
+    lstm = nn.LSTM(in_features, units, batch_first=True)
+    lstm.bias_hh_l0.requires_grad_(False)
+    return lstm
+
+
 class LSTMLayer(nn.Module):
     def __init__(self, in_features: int, units: int, return_sequences: bool):
         super().__init__()
-        self.lstm = nn.LSTM(in_features, units, batch_first=True)
+        self.lstm = canonical_lstm(in_features, units)
         self.return_sequences = return_sequences
 
     def forward(self, x):
@@ -56,8 +65,8 @@ class Seq2Seq(nn.Module):
         self.source_len = layer["source_len"]
         self.source_embedding = nn.Embedding(layer["source_vocab"], layer["embed_dim"])
         self.target_embedding = nn.Embedding(layer["target_vocab"], layer["embed_dim"])
-        self.encoder = nn.LSTM(layer["embed_dim"], layer["units"], batch_first=True)
-        self.decoder = nn.LSTM(layer["embed_dim"], layer["units"], batch_first=True)
+        self.encoder = canonical_lstm(layer["embed_dim"], layer["units"])
+        self.decoder = canonical_lstm(layer["embed_dim"], layer["units"])
 
     def forward(self, x):
         _, state = self.encoder(self.source_embedding(x[:, :self.source_len]))
@@ -139,7 +148,7 @@ def _torch_params(kind: str, module: nn.Module) -> Dict[str, torch.Tensor]:
 
 
 def _lstm_params(prefix: str, lstm: nn.LSTM) -> Dict[str, torch.Tensor]:
-    """torch keeps two biases; the canonical one is their sum ("..._hh" marks torch's second)."""
+    """torch keeps two biases; the canonical one is their sum ("..._hh" marks torch's second, kept 0)."""
     return {prefix + "kernel": lstm.weight_ih_l0, prefix + "recurrent_kernel": lstm.weight_hh_l0,
             prefix + "bias": lstm.bias_ih_l0, prefix + "bias_hh": lstm.bias_hh_l0}
 
@@ -205,8 +214,12 @@ class Adapter(BaseAdapter):
         torch.manual_seed(seed)  # dropout masks
         self.module, self.by_name = build_module(model)
         self.module.to(self.torch_device)
-        self.optimizer = make_optimizer(self.module.parameters(), recipe["optimizer"])
+        trainable = [p for p in self.module.parameters() if p.requires_grad]
+        self.optimizer = make_optimizer(trainable, recipe["optimizer"])
         self.float_inputs = model["input_dtype"].startswith("float")
+        # float64 only for certification, which measures float32 rounding against it
+        self.dtype = torch.float64 if recipe.get("dtype") == "float64" else torch.float32
+        self.module.to(self.dtype)
         self._tensors = {}  # id of a Split -> (the split, x, y on the device): converted once
 
     def versions(self):
@@ -242,7 +255,7 @@ class Adapter(BaseAdapter):
                 if key.endswith("bias_hh") or (gradients and key.startswith("moving_")):
                     continue
                 if gradients:
-                    value = tensor.grad  # b_ih and b_hh get the same gradient: the canonical bias's
+                    value = tensor.grad
                 else:
                     value = tensor.detach()
                     if key + "_hh" in params:
@@ -274,7 +287,7 @@ class Adapter(BaseAdapter):
     def _inputs(self, x: torch.Tensor, scale) -> torch.Tensor:
         if not self.float_inputs:
             return x
-        x = x.float()
+        x = x.to(self.dtype)
         return x / scale if scale else x
 
     def train_epoch(self, data, order):
@@ -309,7 +322,7 @@ class Adapter(BaseAdapter):
         self.module.eval()
         inputs = torch.from_numpy(np.ascontiguousarray(x)).to(self.torch_device)
         with torch.inference_mode():
-            return self.module(inputs if self.float_inputs else inputs.long()).cpu().numpy()
+            return self.module(inputs.to(self.dtype) if self.float_inputs else inputs.long()).cpu().numpy()
 
     def synchronise(self):
         if self.torch_device.type == "cuda":
