@@ -49,6 +49,14 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
     # the worker's versions() reports tf.__version__ under "tensorflow", the module it imported.
     Recipe("tensorflow", "3.11", ("tensorflow-cpu", "numpy"), "dlbench.frameworks.tensorflow_nn:Adapter",
            "tensorflow, numpy", "tensorflow-cpu", worker_env={"TF_CPP_MIN_LOG_LEVEL": "2"}),
+    # Keras 3, one adapter for its three backends; the backend is chosen by KERAS_BACKEND at import.
+    Recipe("keras-tensorflow", "3.11", ("tensorflow-cpu", "keras", "numpy"), "dlbench.frameworks.keras3:Adapter",
+           "keras, tensorflow, numpy", "keras",
+           worker_env={"KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}),
+    Recipe("keras-jax", "3.11", ("keras", "jax", "numpy"), "dlbench.frameworks.keras3:Adapter",
+           "keras, jax, numpy", "keras", worker_env={"KERAS_BACKEND": "jax"}),
+    Recipe("keras-torch", "3.11", ("keras", "torch==2.13.0", "numpy"), "dlbench.frameworks.keras3:Adapter",
+           "keras, torch, numpy", "keras", find_links_from_pip=True, worker_env={"KERAS_BACKEND": "torch"}),
 )}
 
 
