@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from dlbench.monitor import Monitor, Sample, summarise
+from dlbench.monitor import Monitor, Sample, _ProcessTree, summarise
 
 # Both children report their phases as CLOCK_MONOTONIC readings, which are shared across processes,
 # so the test can place each phase on the monitor's own time axis. The busy phase burns a known amount
@@ -229,6 +229,28 @@ def test_vanished_pid_gives_no_samples() -> None:
     monitor = Monitor(child.pid)
     monitor.start()
     assert monitor.stop() == []
+
+
+def test_a_process_that_released_its_memory_while_exiting_is_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Between freeing its memory and becoming a zombie, an exiting process reads as RSS 0: the race
+    # that once stored a bogus 0 MiB sample at the end of a run.
+    child = spawn("import time; time.sleep(30)")
+    try:
+        tree = _ProcessTree(child.pid)
+        assert tree.read()[3] == {child.pid}
+        def memory_while_exiting(self: psutil.Process) -> types.SimpleNamespace:
+            return types.SimpleNamespace(rss=0, vms=0)
+
+        # psutil's oneshot() switches the caches of its memoised readers on and off.
+        memory_while_exiting.cache_activate = memory_while_exiting.cache_deactivate = lambda proc: None  # type: ignore[attr-defined]
+        monkeypatch.setattr(psutil.Process, "memory_info", memory_while_exiting)
+        assert tree.read() == (0.0, 0.0, 0, set())
+        monitor = Monitor(child.pid, interval_s=0.02)
+        monitor.start()
+        assert monitor.stop() == []  # the tree reads as ended, so sampling stops by itself
+    finally:
+        child.kill()
+        child.wait()
 
 
 def sample(

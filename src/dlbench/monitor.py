@@ -49,10 +49,15 @@ class _ProcessTree:
         for proc, is_new in self._refresh():
             try:
                 with proc.oneshot():
+                    proc_rss = proc.memory_info().rss
+                    # A process in the middle of exiting has already released its memory but is not
+                    # yet a zombie; its reading would be a bogus 0 MiB sample, so it counts as gone.
+                    if proc_rss == 0:
+                        continue
                     # A process discovered just now was primed microseconds ago: reading its CPU
                     # over that window would be pure clock-tick noise, so it counts as 0 once.
                     cpu += 0.0 if is_new else proc.cpu_percent(None)
-                    rss += proc.memory_info().rss / _MIB
+                    rss += proc_rss / _MIB
                     threads += proc.num_threads()
             except _GONE:
                 continue
