@@ -15,6 +15,7 @@ import numpy as np
 
 from dlbench.frameworks.base import Split, epoch_order
 from dlbench.models.init import canonical_init
+from dlbench.models.ir import input_vocab
 from dlbench.worker import load_adapter_class
 
 
@@ -23,9 +24,7 @@ def generated_inputs(model, count, seed):
     shape = [count] + model["input_shape"]
     if model["input_dtype"].startswith("float"):
         return rng.randint(0, 256, size=shape).astype(np.uint8)
-    first = model["layers"][0]
-    vocab = first["vocab"] if first["type"] == "embedding" else min(first["source_vocab"], first["target_vocab"])
-    return rng.randint(0, vocab, size=shape).astype(np.int32)
+    return rng.randint(0, input_vocab(model), size=shape).astype(np.int32)
 
 
 def probe_inputs(model):

@@ -19,6 +19,7 @@ import numpy as np
 
 from dlbench import envs
 from dlbench.models.init import canonical_init
+from dlbench.models.ir import input_vocab
 from dlbench.runner import REFERENCE, worker_environment
 from dlbench.store import Store
 from dlbench.workloads import Workload
@@ -48,9 +49,7 @@ def fixed_batch(model: dict, meta: dict, count: int = BATCH) -> tuple[np.ndarray
     if model["input_dtype"].startswith("float"):
         x = rng.randint(0, 256, size=shape).astype(np.uint8)
     else:
-        first = model["layers"][0]
-        vocab = first["vocab"] if first["type"] == "embedding" else min(first["source_vocab"], first["target_vocab"])
-        x = rng.randint(0, vocab, size=shape).astype(np.int32)
+        x = rng.randint(0, input_vocab(model), size=shape).astype(np.int32)
     task = meta["task"]
     if task == "classification":
         y = rng.randint(0, meta["num_classes"], size=count)

@@ -219,6 +219,12 @@ def weight_shapes(spec: dict) -> "OrderedDict[str, Shape]":
     return shapes
 
 
+def input_vocab(spec: dict) -> int:
+    """How many token ids a token model's input may hold (both languages' for a seq2seq block)."""
+    first = spec["layers"][0]
+    return first["vocab"] if first["type"] == "embedding" else min(first["source_vocab"], first["target_vocab"])
+
+
 def count_params(spec: dict) -> int:
     """All parameters, BatchNorm's moving statistics included (as Keras's "Total params")."""
     return sum(int(math.prod(shape)) for shape in weight_shapes(spec).values())
