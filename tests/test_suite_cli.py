@@ -1,4 +1,5 @@
 """Suite files, the plan they describe, and the command line's answers to user errors."""
+import dataclasses
 import textwrap
 from pathlib import Path
 
@@ -292,3 +293,11 @@ def test_quick_suite_plan():
     assert [(c.framework, c.workload, c.dataset, c.epochs, c.seed) for c in cells] == [
         (framework, *entry, 0) for entry in entries for framework in envs.RECIPES]
     assert {(c.device, c.timeout_s, c.threads) for c in cells} == {("cpu", 600.0, None)}
+
+
+def test_recipe_digest_covers_set_fields_but_not_defaults():
+    base = envs.Recipe("x", "3.11", ("numpy",), "m:A", "numpy", "numpy")
+    explicit = dataclasses.replace(base, find_links_from_pip=False, worker_env={})
+    assert explicit.digest() == base.digest()  # a new optional field leaves existing environments valid
+    assert dataclasses.replace(base, worker_env={"A": "1"}).digest() != base.digest()
+    assert dataclasses.replace(base, packages=("numpy<2",)).digest() != base.digest()

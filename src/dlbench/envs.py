@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
 
@@ -34,8 +34,13 @@ class Recipe:
     worker_env: dict[str, str] = field(default_factory=dict)
 
     def digest(self) -> str:
-        """Identifies what an environment was built from: the recipe and the way create() builds it."""
-        text = json.dumps([BUILD_VERSION, asdict(self)], sort_keys=True)
+        """Identifies what an environment was built from: the recipe and the way create() builds it.
+        Fields left at their defaults are not part of it, so adding an optional field to Recipe does
+        not make every existing environment look stale."""
+        defaults = {f.name: f.default_factory() if f.default_factory is not MISSING else f.default
+                    for f in fields(self)}
+        changed = {name: value for name, value in asdict(self).items() if value != defaults.get(name, MISSING)}
+        text = json.dumps([BUILD_VERSION, changed], sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
