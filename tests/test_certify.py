@@ -97,12 +97,6 @@ def test_certify_show_and_results_display(tmp_path, capsys):
     assert "lstm-imdb" in shown and "pass" in shown and "of tolerance" in shown
 
 
-# Open: with Keras's TensorFlow backend, Adam moves embedding rows 2e-3 (two learning rates) away from
-# the reference after 3 steps, while its outputs, loss and gradients agree; not yet explained. Listed so
-# that a new failure, or this one mended, both show here.
-KNOWN_FAILURES = {"lstm-imdb": {"keras-tensorflow"}, "seq2seq-manythings": {"keras-tensorflow"}}
-
-
 @pytest.mark.parametrize("workload", sorted(WORKLOADS))
 def test_every_framework_certifies_on_every_workload(store, tmp_path, workload):
     """All candidates at once per workload, so the reference is probed once."""
@@ -111,7 +105,4 @@ def test_every_framework_certifies_on_every_workload(store, tmp_path, workload):
     failed = {cert["framework"]: [(row["tensor"], row["max_rel"], row.get("error"), row.get("problem"))
                                   for row in cert["deviations"] if not row["passed"]]
               for cert in certificates if not cert["passed"]}
-    known = KNOWN_FAILURES.get(workload, set()) & set(CANDIDATES)
-    assert set(failed) == known, failed
-    for framework in known:
-        assert any("embeddings" in tensor for tensor, *_ in failed[framework]), failed
+    assert failed == {}

@@ -246,6 +246,24 @@ class Trainer(keras.Model):
 
 # ---- optimisers -------------------------------------------------------------------------------
 
+def dense_gradient(gradient):
+    """TensorFlow hands embedding gradients over as IndexedSlices with one row per token occurrence,
+    repeats included; Keras's element-wise ops (ops.square among them) then act on each occurrence
+    before the rows are summed, so Adam's v took the sum of squares where the reference squares the
+    sum. Densified, every optimiser sees the one summed gradient, as in the reference.
+    (keras.ops.convert_to_tensor returns IndexedSlices unchanged.)"""
+    if BACKEND == "tensorflow" and isinstance(gradient, tf.IndexedSlices):
+        return tf.convert_to_tensor(gradient)
+    return gradient
+
+
+class DenseGradients(object):
+    """Mixin: every update step takes a dense gradient (see dense_gradient)."""
+
+    def update_step(self, gradient, variable, learning_rate):
+        return super().update_step(dense_gradient(gradient), variable, learning_rate)
+
+
 class CoupledL2(object):
     """Mixin: coupled L2 as torch's weight_decay, g = grad + wd * p before the optimiser's own update
     (Keras's weight_decay is decoupled). The loss stays the data loss."""
@@ -253,7 +271,6 @@ class CoupledL2(object):
     coupled_l2 = 0.0
 
     def update_step(self, gradient, variable, learning_rate):
-        gradient = ops.convert_to_tensor(gradient)  # a dense gradient (TensorFlow's IndexedSlices densified)
         gradient = ops.add(gradient, ops.multiply(ops.cast(variable, gradient.dtype), self.coupled_l2))
         return super().update_step(gradient, variable, learning_rate)
 
@@ -287,6 +304,7 @@ def make_optimizer(config: dict):
     decay = float(config.get("weight_decay") or 0.0)
     if decay:
         cls = type("CoupledL2" + cls.__name__, (CoupledL2, cls), {"coupled_l2": decay})
+    cls = type("Dense" + cls.__name__, (DenseGradients, cls), {})
     return cls(learning_rate=config["lr"], **kwargs)
 
 
