@@ -68,3 +68,27 @@ def test_python_3_8_and_old_numpy_draw_identical_weights_and_order(python38, tmp
         for key, value in canonical_init(model, 7).items():
             # QR of the orthogonal init goes through each numpy's LAPACK: allow float32 rounding there
             assert np.allclose(old[name + ":" + key], value, rtol=0, atol=1e-6), (name, key)
+
+
+IMPORT_WORKER = """
+import sys
+import numpy
+import dlbench.probe
+import dlbench.worker
+print("%d.%d.%d" % sys.version_info[:3], numpy.__version__, dlbench.worker.load_adapter_class(sys.argv[1]).name)
+"""
+
+
+@pytest.mark.parametrize("framework", sorted(envs.RECIPES))
+def test_worker_side_imports_under_each_environments_python_and_numpy(framework, tmp_path):
+    env = envs.require(framework)  # make test builds it first
+    recipe = envs.get_recipe(framework)
+    variables = {"PYTHONPATH": str(PACKAGE_PARENT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+                 "TMPDIR": str(tmp_path), **recipe.worker_env}
+    done = subprocess.run([str(env.python), "-c", IMPORT_WORKER, recipe.adapter], capture_output=True, text=True,
+                          env=variables, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    python, numpy_version, name = done.stdout.split()
+    assert python == env.info()["python_version"]
+    assert numpy_version == env.info()["packages"]["numpy"]
+    assert framework.startswith(name)  # the keras-* environments share one adapter

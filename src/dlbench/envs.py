@@ -32,6 +32,9 @@ class Recipe:
     # CPU build of torch, without which a plain "torch" pulls a multi-GB CUDA build
     find_links_from_pip: bool = False
     worker_env: dict[str, str] = field(default_factory=dict)
+    # pins for the build environments of packages built from source (uv's --build-constraints): an
+    # sdist whose setup.py needs pkg_resources builds only with an older setuptools than the newest
+    build_constraints: tuple[str, ...] = ()
 
     def digest(self) -> str:
         """Identifies what an environment was built from: the recipe and the way create() builds it.
@@ -62,6 +65,12 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
            "keras, jax, numpy", "keras", worker_env={"KERAS_BACKEND": "jax"}),
     Recipe("keras-torch", "3.11", ("keras", "torch==2.13.0", "numpy"), "dlbench.frameworks.keras3:Adapter",
            "keras, torch, numpy", "keras", find_links_from_pip=True, worker_env={"KERAS_BACKEND": "torch"}),
+    # Chainer 7.8.1 is an sdist: its setup.py imports pkg_resources, gone from setuptools 81, hence the
+    # build constraint (setuptools < 74 at run time too, as FRAMEWORKS.md found working); numpy 2 fails
+    # on np.sctypes. threadpoolctl sets the BLAS threads numpy computes with (Chainer's CPU backend).
+    Recipe("chainer", "3.11", ("chainer==7.8.1", "numpy<2", "setuptools<74", "threadpoolctl"),
+           "dlbench.frameworks.chainer_nn:Adapter", "chainer, numpy, threadpoolctl", "chainer",
+           build_constraints=("setuptools<74",)),
 )}
 
 
@@ -190,6 +199,10 @@ def create(framework: str, log=print) -> Environment:
     links = _pip_find_links() if recipe.find_links_from_pip else None
     if links:
         install += ["--find-links", links]
+    if recipe.build_constraints:
+        constraints = building / "build-constraints.txt"
+        constraints.write_text("".join(line + "\n" for line in recipe.build_constraints))
+        install += ["--build-constraints", str(constraints)]
     log(f"{framework}: installing {' '.join(recipe.packages)}" + (f" (local wheels from {links})" if links else ""))
     _run(install, f"installing {framework}")
     # with the worker's variables: Keras picks its backend (and so what it imports) from KERAS_BACKEND
