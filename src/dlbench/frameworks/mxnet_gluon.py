@@ -278,6 +278,7 @@ def from_gluon_layout(kind: str, key: str, value: np.ndarray) -> np.ndarray:
 
 
 # ---- optimisers: the reference's (torch's) formulas, with nd operators ---------------------------
+# In place where the reference is (torch's mul_, add_): the same roundings, fewer temporaries.
 
 class SGD(object):
     def __init__(self, params: List[nd.NDArray], config: dict):
@@ -291,9 +292,10 @@ class SGD(object):
                 g = g + self.weight_decay * p  # coupled L2, on every trainable weight
             if self.momentum:
                 v = self.velocity[k]
-                v[:] = self.momentum * v + g
+                v *= self.momentum
+                v += g
                 g = g + self.momentum * v if self.nesterov else v
-            p[:] = p - self.lr * g
+            p -= self.lr * g
 
 
 class Adam(object):
@@ -308,9 +310,14 @@ class Adam(object):
         step_size = self.lr / (1.0 - self.b1 ** self.t)
         bc2_sqrt = (1.0 - self.b2 ** self.t) ** 0.5
         for p, g, m, v in zip(params, grads, self.m, self.v):
-            m[:] = self.b1 * m + (1.0 - self.b1) * g
-            v[:] = self.b2 * v + (1.0 - self.b2) * nd.square(g)
-            p[:] = p - step_size * m / (nd.sqrt(v) / bc2_sqrt + self.eps)
+            m *= self.b1
+            m += (1.0 - self.b1) * g
+            v *= self.b2
+            v += (1.0 - self.b2) * nd.square(g)
+            denominator = nd.sqrt(v)
+            denominator /= bc2_sqrt
+            denominator += self.eps
+            p -= step_size * m / denominator
 
 
 class Adadelta(object):
@@ -321,10 +328,14 @@ class Adadelta(object):
 
     def step(self, params, grads):
         for p, g, v, u in zip(params, grads, self.square_avg, self.delta_avg):
-            v[:] = self.rho * v + (1.0 - self.rho) * nd.square(g)
-            d = nd.sqrt(u + self.eps) / nd.sqrt(v + self.eps) * g
-            u[:] = self.rho * u + (1.0 - self.rho) * nd.square(d)
-            p[:] = p - self.lr * d
+            v *= self.rho
+            v += (1.0 - self.rho) * nd.square(g)
+            d = nd.sqrt(u + self.eps)
+            d /= nd.sqrt(v + self.eps)
+            d *= g
+            u *= self.rho
+            u += (1.0 - self.rho) * nd.square(d)
+            p -= self.lr * d
 
 
 OPTIMIZERS = {"sgd": SGD, "adam": Adam, "adadelta": Adadelta}
