@@ -389,6 +389,10 @@ class Adapter(BaseAdapter):
         self.net, self.by_name, self.norms = build_net(model)
         self.objective = Objective(self.net, recipe["loss"])
         self.objective.initialize(ctx=self.ctx)  # placeholders: set_weights brings the canonical ones
+        # float64 only for certification, which measures float32 rounding against it
+        self.dtype = np.float64 if recipe.get("dtype") == "float64" else np.float32
+        if self.dtype == np.float64:
+            self.objective.cast("float64")
         self.objective.hybridize()  # marks only: the graphs are built by the first calls
         self.trainable = [p for p in self.objective.collect_params().values() if p.grad_req != "null"]
         self.optimizer = OPTIMIZERS[recipe["optimizer"]["name"]]([p.data(self.ctx) for p in self.trainable],
@@ -416,7 +420,7 @@ class Adapter(BaseAdapter):
                     param.set_data(nd.zeros(param.shape, ctx=self.ctx))
                     continue
                 value = to_gluon_layout(layer["type"], key, weights[layer["name"] + "/" + key])
-                param.set_data(nd.array(np.ascontiguousarray(value), ctx=self.ctx, dtype=np.float32))
+                param.set_data(nd.array(np.ascontiguousarray(value), ctx=self.ctx, dtype=self.dtype))
 
     def get_weights(self):
         return self._export(gradients=False)
@@ -441,19 +445,19 @@ class Adapter(BaseAdapter):
 
     def _on_device(self, data: Split):
         """Inputs and labels as device arrays, made once per split: pixels stay uint8 until a batch;
-        token ids and labels are float32, what MXNet's embedding and pick take (exact below 2**24)."""
+        token ids and labels are floats, what MXNet's embedding and pick take (exact below 2**24)."""
         key = id(data)
         if key not in self._arrays:  # holding the split keeps its id from being reused
             x = np.asarray(data.x)
-            x = nd.array(x, ctx=self.ctx, dtype=np.uint8 if self.float_inputs else np.float32)
-            y = nd.array(np.asarray(data.y), ctx=self.ctx, dtype=np.float32)
+            x = nd.array(x, ctx=self.ctx, dtype=np.uint8 if self.float_inputs else self.dtype)
+            y = nd.array(np.asarray(data.y), ctx=self.ctx, dtype=self.dtype)
             self._arrays[key] = (data, x, y)
         return self._arrays[key][1:]
 
     def _inputs(self, x: nd.NDArray, scale) -> nd.NDArray:
         if not self.float_inputs:
             return x
-        x = x.astype(np.float32)
+        x = x.astype(self.dtype)
         return x / scale if scale else x
 
     def _weights_of(self, y_shape, count):
@@ -504,8 +508,8 @@ class Adapter(BaseAdapter):
             terms = nd.concat(loss * count, count, right, count, dim=0)
         else:
             weight, made = self._weights_of(y_shape, None)
-            terms = nd.concat(loss * weight, nd.full((1,), weight, ctx=self.ctx), right,
-                              nd.full((1,), made, ctx=self.ctx), dim=0)
+            terms = nd.concat(loss * weight, nd.full((1,), weight, ctx=self.ctx, dtype=loss.dtype), right,
+                              nd.full((1,), made, ctx=self.ctx, dtype=loss.dtype), dim=0)
         return terms.astype(np.float64)
 
     def loss_and_gradients(self, data):
@@ -530,7 +534,7 @@ class Adapter(BaseAdapter):
         return finish_metrics(self.recipe["loss"], *sums.asnumpy().tolist())
 
     def predict(self, x):
-        inputs = nd.array(np.ascontiguousarray(x), ctx=self.ctx, dtype=np.float32)  # token ids too
+        inputs = nd.array(np.ascontiguousarray(x), ctx=self.ctx, dtype=self.dtype)  # token ids too
         return self.net(inputs)[0].asnumpy()
 
     def synchronise(self):
