@@ -27,18 +27,34 @@ Nothing is fetched to the host inside an epoch: the loss and counts are summed o
 read once at its end; synchronise() is mx.nd.waitall().
 
 Threads: MXNet's engine reads MXNET_CPU_WORKER_NTHREADS at import (the recipe sets 1, its default:
-one engine thread runs the operators in order) and each operator runs OpenMP threads, whose count
-the adapter sets with MXNet's own runtime call (MXSetNumOMPThreads) from the cell's budget; the
-worker's OMP_NUM_THREADS says the same before import. MXNET_HOME (datasets, model zoo) is pointed
-into the run's cache folder, where HOME already is.
+one engine thread runs the operators in order), and each operator runs OpenMP threads. Their count
+is fixed when MXNet loads: the engine's thread inherits OMP_NUM_THREADS, which the adapter sets from
+the cell's budget (DLBENCH_THREADS) before importing mxnet, with MXNET_OMP_MAX_THREADS, MXNet's cap
+for its own operators. Measured: a convolution ran 1.6x CPU per wall second with OMP_NUM_THREADS=2
+and 1.0x with 1, whatever MXNet's runtime call MXSetNumOMPThreads said, so the adapter does not
+rely on that call; an adapter asked for another count in the same process refuses.
+MXNET_HOME (datasets, model zoo) is pointed into the run's cache folder, where HOME already is.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 
-if os.environ.get("XDG_CACHE_HOME"):  # before import: mxnet reads it then
-    os.environ.setdefault("MXNET_HOME", os.path.join(os.environ["XDG_CACHE_HOME"], "mxnet"))
+
+def _configure_before_import() -> int:
+    """The OpenMP thread count, and MXNet's cache folder: both read when mxnet is imported."""
+    try:
+        threads = int(os.environ.get("DLBENCH_THREADS") or os.environ.get("OMP_NUM_THREADS") or 0)
+    except ValueError:
+        threads = 0
+    threads = threads if threads > 0 else (os.cpu_count() or 1)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    os.environ["MXNET_OMP_MAX_THREADS"] = str(threads)
+    if os.environ.get("XDG_CACHE_HOME"):
+        os.environ.setdefault("MXNET_HOME", os.path.join(os.environ["XDG_CACHE_HOME"], "mxnet"))
+    return threads
+
+
+THREADS = _configure_before_import()
 
 from typing import Dict, List  # noqa: E402
 
@@ -49,14 +65,6 @@ from mxnet.gluon import nn, rnn  # noqa: E402
 
 from dlbench.frameworks.base import PAD_ID, BaseAdapter, Split, batch_slices, finish_metrics  # noqa: E402
 from dlbench.models.ir import infer_shapes, same_padding  # noqa: E402
-
-
-def set_omp_threads(threads: int) -> int:
-    """MXNet's runtime knob for the OpenMP threads each operator may use."""
-    check = mx.base.check_call
-    check(mx.base._LIB.MXSetNumOMPThreads(ctypes.c_int(threads)))
-    return threads
-
 
 # ---- blocks -------------------------------------------------------------------------------------
 
@@ -377,7 +385,9 @@ class Adapter(BaseAdapter):
 
     def __init__(self, model, recipe, task, device, threads, seed):
         super().__init__(model, recipe, task, device, threads, seed)
-        self.omp_threads = set_omp_threads(threads)
+        if threads != THREADS:
+            raise RuntimeError("MXNet's OpenMP runs %d threads, fixed when mxnet was imported (from DLBENCH_THREADS "
+                               "or OMP_NUM_THREADS); %d cannot be set in the same process" % (THREADS, threads))
         if device == "gpu":
             if mx.context.num_gpus() == 0:
                 raise RuntimeError("device gpu requested, but MXNet %s sees no GPU (CUDA build: %s)"
@@ -404,7 +414,7 @@ class Adapter(BaseAdapter):
         return {"mxnet": mx.__version__, "numpy": np.__version__}
 
     def threads_used(self):
-        return self.omp_threads
+        return THREADS
 
     # ---- weights ----
 
