@@ -187,7 +187,6 @@ class Net(gluon.HybridBlock):
         return [x] + stats
 
 
-ACTIVATIONS = ("relu", "sigmoid", "tanh")
 WEIGHTED = ("conv2d", "batchnorm", "dense", "embedding", "lstm", "seq2seq")
 
 
@@ -470,13 +469,6 @@ class Adapter(BaseAdapter):
         x = x.astype(self.dtype)
         return x / scale if scale else x
 
-    def _weights_of(self, y_shape, count):
-        """(weight, made) of a batch as base.finish_metrics sums them."""
-        if self.recipe["loss"] == "masked_sequence_softmax_cross_entropy":
-            return count, count
-        made = float(np.prod(y_shape))
-        return float(y_shape[0]), made
-
     # ---- training ----
 
     def _update_moving_statistics(self, stats, in_count: int) -> None:
@@ -491,10 +483,15 @@ class Adapter(BaseAdapter):
             moving_mean[:] = momentum * moving_mean + (1.0 - momentum) * mean
             moving_var[:] = momentum * moving_var + (1.0 - momentum) * unbiased
 
-    def _train_step(self, x, y):
+    def _forward_backward(self, x, y):
+        """The objective's outputs, training mode, with the loss's gradients in the parameters."""
         with autograd.record():
             outputs = self.objective(x, y)
         outputs[0].backward()
+        return outputs
+
+    def _train_step(self, x, y):
+        outputs = self._forward_backward(x, y)
         self.optimizer.step([p.data(self.ctx) for p in self.trainable], [p.grad(self.ctx) for p in self.trainable])
         if self.norms:
             self._update_moving_statistics(outputs[3:], x.shape[0])
@@ -513,25 +510,21 @@ class Adapter(BaseAdapter):
         return finish_metrics(self.recipe["loss"], *sums.asnumpy().tolist())  # the epoch's one fetch
 
     def _batch_sums(self, loss, right, count, y_shape) -> nd.NDArray:
-        """(loss x weight, weight, right, made) as float64 on the engine: no host sync per batch."""
+        """(loss x weight, weight, right, made), as base.finish_metrics sums them, in float64 on the
+        engine: no host sync per batch. Weight and predictions made follow from the labels' shape,
+        but for the masked loss, whose both are the kept tokens."""
         if self.recipe["loss"] == "masked_sequence_softmax_cross_entropy":
             terms = nd.concat(loss * count, count, right, count, dim=0)
         else:
-            weight, made = self._weights_of(y_shape, None)
+            weight, made = float(y_shape[0]), float(np.prod(y_shape))
             terms = nd.concat(loss * weight, nd.full((1,), weight, ctx=self.ctx, dtype=loss.dtype), right,
                               nd.full((1,), made, ctx=self.ctx, dtype=loss.dtype), dim=0)
         return terms.astype(np.float64)
 
     def loss_and_gradients(self, data):
         x_all, y_all = self._on_device(data)
-        loss = self._forward_backward(self._inputs(x_all, data.input_scale), y_all)
+        loss = self._forward_backward(self._inputs(x_all, data.input_scale), y_all)[0]
         return float(loss.asscalar()), self._export(gradients=True)
-
-    def _forward_backward(self, x, y):
-        with autograd.record():
-            outputs = self.objective(x, y)
-        outputs[0].backward()
-        return outputs[0]
 
     def evaluate(self, data):
         x_all, y_all = self._on_device(data)
