@@ -71,6 +71,11 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
     Recipe("chainer", "3.11", ("chainer==7.8.1", "numpy<2", "setuptools<74", "threadpoolctl"),
            "dlbench.frameworks.chainer_nn:Adapter", "chainer, numpy, threadpoolctl", "chainer",
            build_constraints=("setuptools<74",)),
+    # MXNet 1.9.1 (archived upstream): its wheel declares Python 3.5-3.8, and numpy 1.24 removed the
+    # np.bool it uses. One engine worker thread for the CPU (MXNet's default, stated so it is recorded):
+    # each operator then runs its own OpenMP threads, the cell's budget, set by the adapter.
+    Recipe("mxnet", "3.8", ("mxnet==1.9.1", "numpy<1.24"), "dlbench.frameworks.mxnet_gluon:Adapter",
+           "mxnet, numpy", "mxnet", worker_env={"MXNET_CPU_WORKER_NTHREADS": "1"}),
 )}
 
 
