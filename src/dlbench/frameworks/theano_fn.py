@@ -30,7 +30,8 @@ the fallback is used; versions()["theano-blas"] says which.
 
 Threads and files. THEANO_FLAGS is set before Theano is imported: openmp on when the cell has more
 than one thread (OpenMP then runs Theano's large elementwise loops and CorrMM's batch loop with
-OMP_NUM_THREADS threads, which OpenBLAS reads too), base_compiledir under HOME, which the harness
+OMP_NUM_THREADS threads, which OpenBLAS reads too; measured at 2 threads, cnn-mnist steady epochs
+3.8 s on against 4.1 s off), base_compiledir under HOME, which the harness
 points into the run's folder (temporary files follow TMPDIR, also there). The thread count is taken
 at import from DLBENCH_THREADS.
 
