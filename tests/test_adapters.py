@@ -77,3 +77,17 @@ def test_threads_are_set_and_versions_reported(checked):
     for result in checked.values():
         assert result["threads"] == 1
         assert all(isinstance(v, str) and v for v in result["versions"].values())
+
+
+RECURRENT = {case["workload"] for case in CASES
+             if any(layer["type"] in ("lstm", "seq2seq") for layer in case["model"]["layers"])}
+
+
+@pytest.mark.parametrize("checked", [name for name in FRAMEWORKS if name == "theano"], indirect=True)
+def test_theano_reports_the_scan_it_ran(checked):
+    """Theano's scan runs its compiled (Cython) loop where the interpreter builds it (up to Python
+    3.10), else its Python loop; the adapter reports which one its compiled functions ran."""
+    major, minor = map(int, envs.require("theano").info()["python_version"].split(".")[:2])
+    expected = "c" if (major, minor) < (3, 11) else "python"
+    for workload, result in checked.items():
+        assert result["versions"]["theano-scan"] == (expected if workload in RECURRENT else "none"), workload

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
@@ -76,6 +77,13 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
     # each operator then runs its own OpenMP threads, the cell's budget, set by the adapter.
     Recipe("mxnet", "3.8", ("mxnet==1.9.1", "numpy<1.24"), "dlbench.frameworks.mxnet_gluon:Adapter",
            "mxnet, numpy", "mxnet", worker_env={"MXNET_CPU_WORKER_NTHREADS": "1"}),
+    # Theano 1.0.5 needs numpy < 1.24 (np.bool), scipy < 1.14 (the last wheels with an LP64 OpenBLAS,
+    # which Theano links as its BLAS) and setuptools < 81 (pkg_resources; uv venvs have none).
+    # Python 3.10: the newest interpreter where Theano's compiled (Cython) scan still builds.
+    Recipe("theano", "3.10", ("theano==1.0.5", "numpy<1.24", "scipy<1.14", "setuptools<81"),
+           "dlbench.frameworks.theano_fn:Adapter", "theano, numpy", "theano",
+           # without blas.ldflags Theano's import fails probing numpy's build info; the adapter sets its own
+           worker_env={"THEANO_FLAGS": "blas.ldflags="}),
 )}
 
 
@@ -210,9 +218,12 @@ def create(framework: str, log=print) -> Environment:
         install += ["--build-constraints", str(constraints)]
     log(f"{framework}: installing {' '.join(recipe.packages)}" + (f" (local wheels from {links})" if links else ""))
     _run(install, f"installing {framework}")
-    # with the worker's variables: Keras picks its backend (and so what it imports) from KERAS_BACKEND
-    _run(["env", *(f"{k}={v}" for k, v in recipe.worker_env.items()), str(python), "-c",
-          f"import {recipe.import_check}"], f"importing {framework}")
+    # with the worker's variables: Keras picks its backend (and so what it imports) from KERAS_BACKEND;
+    # in a scratch HOME, so that what a framework writes at import (Theano compiles modules into
+    # ~/.theano) stays out of the user's home
+    with tempfile.TemporaryDirectory() as home:
+        _run(["env", f"HOME={home}", *(f"{k}={v}" for k, v in recipe.worker_env.items()), str(python), "-c",
+              f"import {recipe.import_check}"], f"importing {framework}")
     freeze = _run(uv + ["pip", "freeze", "--python", str(python)], "listing packages")
     version = _run([str(python), "-c", "import platform; print(platform.python_version())"], "python version")
     info = {"framework": framework, "recipe": recipe.digest(), "python_version": version.strip(),
