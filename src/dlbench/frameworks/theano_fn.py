@@ -37,7 +37,10 @@ at import from DLBENCH_THREADS.
 
 Compilation happens on the first train_epoch / evaluate / predict / loss_and_gradients call, so a
 graph's compile time lands in the first epoch (Theano's own import, which builds its small runtime
-modules into a cold compile folder, lands in the worker's import time).
+modules into a cold compile folder, lands in the worker's import time). The compile folder is
+cold in every run, so gcc.cxxflags=-g0 drops the debug information Theano asks g++ for: measured on
+2 cores, first epochs of 53 s against 61 s (cnn-mnist) and 100 s against 113 s (lstm-imdb), the
+steady epochs and results unchanged.
 """
 from __future__ import annotations
 
@@ -83,7 +86,7 @@ def configure() -> str:
     if sys.version_info >= (3, 11):  # the Cython scan cannot build there: take Theano's Python loop
         sys.modules[SCAN_EXT] = None
     ldflags = scipy_openblas(os.path.join(COMPILE_DIR, "openblas"))
-    own = "device=cpu,floatX=float32,base_compiledir=%s,blas.ldflags=%s,openmp=%s" % (
+    own = "device=cpu,floatX=float32,gcc.cxxflags=-g0,base_compiledir=%s,blas.ldflags=%s,openmp=%s" % (
         COMPILE_DIR, ldflags, THREADS > 1)
     inherited = os.environ.get("THEANO_FLAGS")
     os.environ["THEANO_FLAGS"] = (inherited + "," if inherited else "") + own
