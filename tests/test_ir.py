@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from dlbench.frameworks.base import batch_slices, epoch_order, finish_metrics
+from dlbench.frameworks.base import batch_slices, epoch_order, finish_metrics, thread_budget
 from dlbench.models import ir
 from dlbench.models.init import canonical_init
 from dlbench.workloads import WORKLOADS, WorkloadError, get_workload
@@ -142,3 +142,10 @@ def test_metrics_from_sums():
     assert lm["perplexity"] == pytest.approx(np.exp(2.0)) and lm["accuracy"] == 0.5
     masked = finish_metrics("masked_sequence_softmax_cross_entropy", 7.0, 7, 3, 7)  # 7 unmasked tokens
     assert masked["loss"] == 1.0 and masked["accuracy"] == pytest.approx(3 / 7)
+
+
+@pytest.mark.parametrize("value, expected", [("3", 3), ("", None), ("0", None), ("-2", None), ("two", None)])
+def test_thread_budget_is_the_harness_setting_else_the_cores(monkeypatch, value, expected):
+    monkeypatch.setattr("os.cpu_count", lambda: 5)
+    monkeypatch.setenv("DLBENCH_THREADS", value)
+    assert thread_budget() == (expected or 5)

@@ -6,6 +6,7 @@ Worker side: Python 3.8, numpy alone. An adapter module defines `Adapter`, a sub
 from __future__ import annotations
 
 import math
+import os
 from typing import Dict, Iterator
 
 import numpy as np
@@ -14,6 +15,16 @@ LOSSES = ("softmax_cross_entropy", "sigmoid_cross_entropy", "sequence_softmax_cr
           "masked_sequence_softmax_cross_entropy")
 PAD_ID = 0  # the label the masked loss and its accuracy leave out
 OPTIMIZERS = ("sgd", "adam", "adadelta")
+
+
+def thread_budget() -> int:
+    """The cell's thread count, for frameworks that fix theirs when they load: DLBENCH_THREADS, which
+    the harness sets for every worker; the machine's cores where it is unset or not a positive integer."""
+    try:
+        threads = int(os.environ.get("DLBENCH_THREADS") or 0)
+    except ValueError:
+        threads = 0
+    return threads if threads > 0 else (os.cpu_count() or 1)
 
 
 class Split(object):

@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import os
 
+from dlbench.frameworks.base import thread_budget  # numpy alone, before the framework
+
 
 def _configure_threads() -> int:
     """Must run before jax is imported: XLA reads these when it creates its CPU client."""
-    try:
-        threads = int(os.environ.get("DLBENCH_THREADS") or 0)
-    except ValueError:
-        threads = 0
-    threads = threads if threads > 0 else (os.cpu_count() or 1)
+    threads = thread_budget()
     os.environ["PJRT_NPROC"] = str(threads)  # the CPU client's intra-op thread pool size
     if threads == 1:
         flags = os.environ.get("XLA_FLAGS", "")

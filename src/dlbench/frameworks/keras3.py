@@ -42,19 +42,13 @@ from typing import Dict
 
 import numpy as np
 
+from dlbench.frameworks.base import PAD_ID, BaseAdapter, Split, batch_slices, finish_metrics, thread_budget
+
 BACKEND = os.environ.get("KERAS_BACKEND", "tensorflow")
-
-
-def _budget() -> int:
-    try:
-        return max(1, int(os.environ.get("DLBENCH_THREADS", "")))
-    except ValueError:
-        return os.cpu_count() or 1
-
 
 # Thread knobs that must be set before the backend starts.
 _SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
-if BACKEND == "jax" and _budget() == 1:
+if BACKEND == "jax" and thread_budget() == 1:
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _SINGLE_THREAD_XLA).strip()
 
 if BACKEND == "tensorflow":
@@ -71,7 +65,7 @@ if BACKEND == "tensorflow":
             raise RuntimeError("TensorFlow's runtime already runs with %d intra-op threads; %d cannot be set "
                                "in the same process" % (config.get_intra_op_parallelism_threads(), threads)) from None
 
-    _configure_tf_threads(_budget())
+    _configure_tf_threads(thread_budget())
 elif BACKEND == "jax":
     import jax
     import jaxlib
@@ -82,8 +76,6 @@ else:
 
 import keras  # noqa: E402  (after the backend's thread settings)
 from keras import ops  # noqa: E402
-
-from dlbench.frameworks.base import PAD_ID, BaseAdapter, Split, batch_slices, finish_metrics  # noqa: E402
 
 if keras.backend.backend() != BACKEND:
     raise RuntimeError("Keras runs the %r backend, KERAS_BACKEND asks for %r" % (keras.backend.backend(), BACKEND))

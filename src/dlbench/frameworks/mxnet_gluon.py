@@ -39,14 +39,12 @@ from __future__ import annotations
 
 import os
 
+from dlbench.frameworks.base import thread_budget  # numpy alone, before the framework
+
 
 def _configure_before_import() -> int:
     """The OpenMP thread count, and MXNet's cache folder: both read when mxnet is imported."""
-    try:
-        threads = int(os.environ.get("DLBENCH_THREADS") or os.environ.get("OMP_NUM_THREADS") or 0)
-    except ValueError:
-        threads = 0
-    threads = threads if threads > 0 else (os.cpu_count() or 1)
+    threads = thread_budget()
     os.environ["OMP_NUM_THREADS"] = str(threads)
     os.environ["MXNET_OMP_MAX_THREADS"] = str(threads)
     if os.environ.get("XDG_CACHE_HOME"):
@@ -385,8 +383,8 @@ class Adapter(BaseAdapter):
     def __init__(self, model, recipe, task, device, threads, seed):
         super().__init__(model, recipe, task, device, threads, seed)
         if threads != THREADS:
-            raise RuntimeError("MXNet's OpenMP runs %d threads, fixed when mxnet was imported (from DLBENCH_THREADS "
-                               "or OMP_NUM_THREADS); %d cannot be set in the same process" % (THREADS, threads))
+            raise RuntimeError("MXNet's OpenMP runs %d threads, fixed when mxnet was imported (from DLBENCH_THREADS); "
+                               "%d cannot be set in the same process" % (THREADS, threads))
         if device == "gpu":
             if mx.context.num_gpus() == 0:
                 raise RuntimeError("device gpu requested, but MXNet %s sees no GPU (CUDA build: %s)"

@@ -54,11 +54,11 @@ from typing import Dict, List
 
 import numpy as np
 
-from dlbench.frameworks.base import PAD_ID, BaseAdapter, Split, batch_slices, finish_metrics
+from dlbench.frameworks.base import PAD_ID, BaseAdapter, Split, batch_slices, finish_metrics, thread_budget
 from dlbench.models.ir import infer_shapes, param_shapes, same_padding
 
 SCAN_EXT = "theano.scan_module.scan_perform_ext"
-THREADS = int(os.environ.get("DLBENCH_THREADS") or os.environ.get("OMP_NUM_THREADS") or 1)
+THREADS = thread_budget()
 COMPILE_DIR = os.path.join(os.path.expanduser("~"), ".theano")  # HOME: in the run's folder
 
 
