@@ -20,8 +20,12 @@ run: envs
 lint: $(BIN)/dlbench
 	$(BIN)/ruff check src tests
 
+# Two pytest workers: most tests wait on a single-threaded framework process, so two fit two cores;
+# tests sharing a costly fixture stay on one worker (tests/conftest.py). --durations: the CI log
+# names the slowest tests.
+PYTEST_WORKERS ?= 2
 test: envs lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=20
 
 clean:
 	rm -rf $(VENV) dlbench-results

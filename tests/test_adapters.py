@@ -35,11 +35,13 @@ def cases() -> list[dict]:
 CASES = cases()
 
 
-def run_check(framework: str, payload: list[dict]) -> dict[str, dict]:
+def run_check(framework: str, payload: list[dict], compile_cache: Path) -> dict[str, dict]:
     env = envs.require(framework)  # make test builds it first; a missing one fails with the command to run
     recipe = envs.get_recipe(framework)
+    (compile_cache.parent / "home").mkdir(parents=True, exist_ok=True)
     variables = {"PYTHONPATH": str(PACKAGE_PARENT), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1",
-                 "DLBENCH_THREADS": "1", "HOME": str(TESTS.parent / ".pytest_cache"), **recipe.worker_env}
+                 "DLBENCH_THREADS": "1", "HOME": str(compile_cache.parent / "home"),
+                 "DLBENCH_COMPILE_CACHE": str(compile_cache), **recipe.worker_env}
     done = subprocess.run([str(env.python), str(TESTS / "adapter_check.py"), recipe.adapter],
                           input=json.dumps(payload), capture_output=True, text=True, timeout=1200, env=variables)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -47,8 +49,8 @@ def run_check(framework: str, payload: list[dict]) -> dict[str, dict]:
 
 
 @pytest.fixture(scope="module", params=FRAMEWORKS)
-def checked(request) -> dict[str, dict]:
-    return run_check(request.param, CASES)
+def checked(request, compile_cache) -> dict[str, dict]:
+    return run_check(request.param, CASES, compile_cache)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c["workload"])

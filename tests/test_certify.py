@@ -1,9 +1,11 @@
 """Equivalence certificates: real probes in the framework environments, the verdicts, and the store."""
 import dataclasses
+import pickle
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import exclusive
 
 from dlbench import certify, envs
 from dlbench.cli import main
@@ -13,6 +15,7 @@ from dlbench.workloads import WORKLOADS, get_workload
 
 TESTS = Path(__file__).parent
 CANDIDATES = [name for name in sorted(envs.RECIPES) if name != REFERENCE]
+ALL_WORKLOADS = [WORKLOADS[name] for name in sorted(WORKLOADS)]
 
 
 @pytest.fixture
@@ -97,12 +100,46 @@ def test_certify_show_and_results_display(tmp_path, capsys):
     assert "lstm-imdb" in shown and "pass" in shown and "of tolerance" in shown
 
 
-@pytest.mark.parametrize("workload", sorted(WORKLOADS))
-def test_every_framework_certifies_on_every_workload(store, tmp_path, workload):
-    """All candidates at once per workload, so the reference is probed once."""
-    certificates = certify.certify(CANDIDATES, [get_workload(workload)], store, tmp_path, quiet)
-    assert [cert["framework"] for cert in certificates] == CANDIDATES
-    failed = {cert["framework"]: [(row["tensor"], row["max_rel"], row.get("error"), row.get("problem"))
-                                  for row in cert["deviations"] if not row["passed"]]
+@pytest.fixture(scope="session")
+def certify_dir(session_dir) -> Path:
+    """The probes' folder of the session: its compile cache is the adapter checks' too."""
+    return session_dir / "certify"
+
+
+@pytest.fixture(scope="session")
+def reference(certify_dir) -> dict:
+    """The reference's probes of every workload, computed by one pytest worker and read by the others."""
+    saved = certify_dir / "reference.pickle"
+    with exclusive(certify_dir / "reference.lock"):
+        if not saved.is_file():
+            probes = certify.reference_probes(ALL_WORKLOADS, certify_dir)
+            saved.write_bytes(pickle.dumps(probes))
+    return pickle.loads(saved.read_bytes())
+
+
+@pytest.mark.parametrize("framework", CANDIDATES)
+def test_every_workload_certifies(store, certify_dir, reference, framework):
+    """One probe process per framework, as `dlbench certify` runs it, against the shared reference."""
+    certificates = certify.certify([framework], ALL_WORKLOADS, store, certify_dir, quiet, reference)
+    assert [cert["workload"] for cert in certificates] == sorted(WORKLOADS)
+    failed = {cert["workload"]: [(row["tensor"], row["max_rel"], row.get("error"), row.get("problem"))
+                                 for row in cert["deviations"] if not row["passed"]]
               for cert in certificates if not cert["passed"]}
     assert failed == {}
+
+
+def test_a_failing_probe_names_its_workload_and_keeps_the_others(broken, tmp_path, monkeypatch):
+    """One probe process serves several workloads: a workload that fails is named with its traceback,
+    and the workloads before and after it still ran."""
+    good, bad = get_workload("lstm-imdb"), get_workload("lstm-ptb")
+    real_request = certify._request
+
+    def request_with_a_missing_batch(workload, folder, exact):
+        request = real_request(workload, folder, exact)
+        return dict(request, x=str(folder / "nowhere.npy")) if workload is bad else request
+
+    monkeypatch.setattr(certify, "_request", request_with_a_missing_batch)
+    with pytest.raises(certify.CertifyError, match=r"pytorch lstm-ptb: the probe failed(.|\n)*nowhere\.npy"):
+        certify.probe_many(REFERENCE, [(good, False), (bad, False), (good, True)], tmp_path)
+    assert (tmp_path / REFERENCE / "lstm-imdb.npz").is_file()
+    assert (tmp_path / REFERENCE / "lstm-imdb-float64.npz").is_file()

@@ -10,13 +10,22 @@ from dlbench.models.init import canonical_init
 from dlbench.runner import REFERENCE
 from dlbench.workloads import get_workload
 
+NAMES = ["cnn-svhn", "lstm-ptb", "seq2seq-manythings"]
 
-@pytest.mark.parametrize("name", ["cnn-svhn", "lstm-ptb", "seq2seq-manythings"])
-def test_mxnet_matches_the_reference_at_float64(tmp_path, name):
-    workload = get_workload(name)
-    reference = certify.probe(REFERENCE, workload, tmp_path, exact=True)
-    candidate = certify.probe("mxnet", workload, tmp_path, exact=True)
-    start = canonical_init(certify.without_dropout(workload.model()), certify.SEED)
+
+@pytest.fixture(scope="module")
+def probes(tmp_path_factory) -> dict[str, tuple[dict, dict]]:
+    """Both frameworks' float64 probes of the three workloads, one process each."""
+    folder = tmp_path_factory.mktemp("float64")
+    wanted = [(get_workload(name), True) for name in NAMES]
+    return dict(zip(NAMES, zip(certify.probe_many(REFERENCE, wanted, folder),
+                               certify.probe_many("mxnet", wanted, folder), strict=True), strict=True))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_mxnet_matches_the_reference_at_float64(probes, name):
+    reference, candidate = probes[name]
+    start = canonical_init(certify.without_dropout(get_workload(name).model()), certify.SEED)
     assert sorted(candidate) == sorted(reference)
     worst = max(row["max_rel"] for row in certify.compare(reference, candidate, start))
     assert worst < 1e-10

@@ -63,30 +63,57 @@ def fixed_batch(model: dict, meta: dict, count: int = BATCH) -> tuple[np.ndarray
     return x, y.astype(np.int32)
 
 
-def probe(framework: str, workload: Workload, workdir: Path, exact: bool = False) -> dict[str, np.ndarray]:
-    """Runs dlbench.probe in the framework's environment; `exact` asks the reference for float64."""
-    env = envs.require(framework)
-    recipe = envs.get_recipe(framework)
-    folder = workdir / f"{framework}-{workload.name}{'-float64' if exact else ''}"
-    folder.mkdir(parents=True, exist_ok=True)
+def _request(workload: Workload, folder: Path, exact: bool) -> dict:
+    """One probe's request: the fixed batch written next to it, the recipe at the batch's size."""
+    name = f"{workload.name}{'-float64' if exact else ''}"
     model = without_dropout(workload.model())
     x, y = fixed_batch(model, workload.study_meta)
-    np.save(folder / "x.npy", x)
-    np.save(folder / "y.npy", y)
+    np.save(folder / f"{name}-x.npy", x)
+    np.save(folder / f"{name}-y.npy", y)
+    out = folder / f"{name}.npz"
+    for stale in (out, out.with_name(out.name + ".error")):
+        stale.unlink(missing_ok=True)
     training = dict(workload.recipe, batch_size=len(x), **({"dtype": "float64"} if exact else {}))
-    request = {"adapter": recipe.adapter, "model": model, "recipe": training,
-               "task": workload.study_meta["task"], "x": str(folder / "x.npy"), "y": str(folder / "y.npy"),
-               "seed": SEED, "steps": STEPS}
-    (folder / "request.json").write_text(json.dumps(request))
-    out = folder / "probe.npz"
-    done = subprocess.run([str(env.python), "-m", "dlbench.probe", str(folder / "request.json"), str(out)],
-                          capture_output=True, text=True, cwd=folder, timeout=1800,
-                          env=worker_environment(folder, 1, recipe.worker_env))
-    if done.returncode != 0:
-        raise CertifyError(f"{framework} {workload.name}: the probe failed (exit {done.returncode}):\n"
-                           f"{done.stderr[-3000:]}")
-    with np.load(out) as arrays:
-        return dict(arrays)
+    return {"name": f"{workload.name}{' (float64)' if exact else ''}", "model": model, "recipe": training,
+            "task": workload.study_meta["task"], "x": str(folder / f"{name}-x.npy"),
+            "y": str(folder / f"{name}-y.npy"), "seed": SEED, "steps": STEPS, "out": str(out)}
+
+
+def probe_many(framework: str, probes: list[tuple[Workload, bool]], workdir: Path) -> list[dict[str, np.ndarray]]:
+    """Runs dlbench.probe once in the framework's environment for every (workload, exact) probe, in
+    order; `exact` asks for float64 (the reference can). Compiled code is shared by every probe of one
+    workdir (its compile cache): certification times nothing, so a warm cache changes no verdict."""
+    env = envs.require(framework)
+    recipe = envs.get_recipe(framework)
+    folder = workdir / framework
+    folder.mkdir(parents=True, exist_ok=True)
+    requests = [dict(_request(workload, folder, exact), adapter=recipe.adapter) for workload, exact in probes]
+    (folder / "requests.json").write_text(json.dumps(requests))
+    variables = dict(recipe.worker_env, DLBENCH_COMPILE_CACHE=str(workdir / "compile-cache"))
+    done = subprocess.run([str(env.python), "-m", "dlbench.probe", str(folder / "requests.json")],
+                          capture_output=True, text=True, cwd=folder, timeout=1800 * len(requests),
+                          env=worker_environment(folder, 1, variables))
+    arrays = []
+    for request in requests:
+        out, error = Path(request["out"]), Path(request["out"] + ".error")
+        if not out.is_file():
+            detail = error.read_text() if error.is_file() else done.stderr
+            raise CertifyError(f"{framework} {request['name']}: the probe failed (exit {done.returncode}):\n"
+                               f"{detail[-3000:]}")
+        with np.load(out) as loaded:
+            arrays.append(dict(loaded))
+    return arrays
+
+
+def probe(framework: str, workload: Workload, workdir: Path, exact: bool = False) -> dict[str, np.ndarray]:
+    """One workload's probe; `exact` asks for float64."""
+    return probe_many(framework, [(workload, exact)], workdir)[0]
+
+
+def reference_probes(workloads: list[Workload], workdir: Path) -> dict[str, tuple[dict, dict]]:
+    """The reference's probes of each workload, in float32 and float64, from one process."""
+    arrays = probe_many(REFERENCE, [(w, exact) for w in workloads for exact in (False, True)], workdir)
+    return {w.name: (arrays[2 * i], arrays[2 * i + 1]) for i, w in enumerate(workloads)}
 
 
 def scales(reference: dict[str, np.ndarray], start: dict[str, np.ndarray] | None) -> dict[str, float]:
@@ -156,18 +183,21 @@ def certificate(framework: str, workload: Workload, rows: list[dict]) -> dict:
 
 
 def certify(frameworks: list[str], workloads: list[Workload], store: Store, workdir: Path,
-            progress: Callable[[dict], None]) -> list[dict]:
-    """Certifies every framework x workload pair against the reference and stores each certificate."""
+            progress: Callable[[dict], None], reference: dict[str, tuple[dict, dict]] | None = None) -> list[dict]:
+    """Certifies every framework x workload pair against the reference and stores each certificate.
+    One probe process per framework serves all the workloads. `reference`, the reference's probes
+    (reference_probes) of these workloads, when already at hand."""
     for framework in [REFERENCE, *frameworks]:
         envs.require(framework)
+    if reference is None:
+        reference = reference_probes(workloads, workdir)
     results = []
-    for workload in workloads:
-        reference = probe(REFERENCE, workload, workdir)
-        exact = probe(REFERENCE, workload, workdir, exact=True)
-        start = canonical_init(without_dropout(workload.model()), SEED)
-        for framework in frameworks:
-            rows = compare(reference, probe(framework, workload, workdir), start, exact)
-            cert = certificate(framework, workload, rows)
+    for framework in frameworks:
+        candidates = probe_many(framework, [(workload, False) for workload in workloads], workdir)
+        for workload, candidate in zip(workloads, candidates, strict=True):
+            float32, exact = reference[workload.name]
+            start = canonical_init(without_dropout(workload.model()), SEED)
+            cert = certificate(framework, workload, compare(float32, candidate, start, exact))
             store.save_certificate(cert)
             progress(cert)
             results.append(cert)

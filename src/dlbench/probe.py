@@ -1,14 +1,19 @@
 """Certification probe: what one framework computes for one workload on one fixed batch.
 
 Worker side (Python 3.8, numpy and the one framework). Run by the harness as
-`<framework env python> -m dlbench.probe REQUEST.json OUT.npz`. From the canonical weights of the
-seed it records the outputs, the loss and its gradients, then the weights after a few optimiser steps
-on the same batch, all in canonical layout, for the harness to compare with the reference's.
+`<framework env python> -m dlbench.probe BATCH.json`, BATCH.json a list of requests, each naming the
+.npz file its arrays go to. One process serves every workload of a framework, so the framework is
+imported once and compiled code (Theano's modules, under the compile cache the harness names) is
+shared between workloads. From the canonical weights of the seed a request records the outputs, the
+loss and its gradients, then the weights after a few optimiser steps on the same batch, all in
+canonical layout, for the harness to compare with the reference's. A request that fails leaves its
+traceback in OUT.error instead, and the others still run.
 """
 from __future__ import annotations
 
 import json
 import sys
+import traceback
 
 import numpy as np
 
@@ -38,9 +43,18 @@ def probe(request: dict) -> dict:
 
 def main() -> int:
     with open(sys.argv[1]) as handle:
-        request = json.load(handle)
-    np.savez(sys.argv[2], **probe(request))
-    return 0
+        requests = json.load(handle)
+    failed = 0
+    for request in requests:
+        try:
+            arrays = probe(request)
+        except Exception:  # one workload's failure must not hide the others' results
+            failed += 1
+            with open(request["out"] + ".error", "w") as handle:
+                handle.write(traceback.format_exc())
+            continue
+        np.savez(request["out"], **arrays)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

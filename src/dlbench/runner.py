@@ -70,6 +70,7 @@ def worker_environment(run_dir: Path, threads: int, extra: dict[str, str]) -> di
         "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
         "DLBENCH_THREADS": str(threads),  # for frameworks that take their thread count at import
     })
+    env.pop("DLBENCH_COMPILE_CACHE", None)  # a measured run compiles cold unless its caller says otherwise
     env.update(extra)
     return env
 

@@ -27,6 +27,13 @@ def thread_budget() -> int:
     return threads if threads > 0 else (os.cpu_count() or 1)
 
 
+def compile_cache(default):
+    """Where a framework keeps the code it compiles: DLBENCH_COMPILE_CACHE, which the harness sets only
+    for processes that time nothing (certification probes, tests) so that they compile once; else
+    `default`, inside the run's own folder, cold in every measured run."""
+    return os.environ.get("DLBENCH_COMPILE_CACHE") or default
+
+
 class Split(object):
     """One split of a prepared dataset: inputs as stored (uint8 pixels or int token ids) and labels."""
 

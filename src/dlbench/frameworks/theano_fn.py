@@ -32,7 +32,8 @@ Threads and files. THEANO_FLAGS is set before Theano is imported: openmp on when
 than one thread (OpenMP then runs Theano's large elementwise loops and CorrMM's batch loop with
 OMP_NUM_THREADS threads, which OpenBLAS reads too; measured at 2 threads, cnn-mnist steady epochs
 3.8 s on against 4.1 s off), base_compiledir under HOME, which the harness
-points into the run's folder (temporary files follow TMPDIR, also there). The thread count is taken
+points into the run's folder (temporary files follow TMPDIR, also there); processes that time
+nothing share one compile folder instead (base.compile_cache). The thread count is taken
 at import from DLBENCH_THREADS.
 
 Compilation happens on the first train_epoch / evaluate / predict / loss_and_gradients call, so a
@@ -54,12 +55,21 @@ from typing import Dict, List
 
 import numpy as np
 
-from dlbench.frameworks.base import PAD_ID, BaseAdapter, Split, batch_slices, finish_metrics, thread_budget
+from dlbench.frameworks.base import (
+    PAD_ID,
+    BaseAdapter,
+    Split,
+    batch_slices,
+    compile_cache,
+    finish_metrics,
+    thread_budget,
+)
 from dlbench.models.ir import infer_shapes, param_shapes, same_padding
 
 SCAN_EXT = "theano.scan_module.scan_perform_ext"
 THREADS = thread_budget()
-COMPILE_DIR = os.path.join(os.path.expanduser("~"), ".theano")  # HOME: in the run's folder
+# HOME is in the run's folder; certification probes share one cache (base.compile_cache)
+COMPILE_DIR = compile_cache(os.path.join(os.path.expanduser("~"), ".theano"))
 
 
 def scipy_openblas(link_dir: str) -> str:
