@@ -12,6 +12,7 @@ percentile bootstrap intervals of the median at 95 % (9,999 resamples, seeded, s
 the same interval). With a handful of runs such an interval is rough; that is why verdicts also need
 the test, and why one run gets no interval at all.
 """
+import dataclasses
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from statsmodels.stats.multitest import multipletests
 
 CONFIDENCE = 0.95
 RESAMPLES = 9999
-SMALL = 8  # up to this many values a side, Mann-Whitney p-values are exact (scipy's own threshold)
+SMALL = 8  # with a side this small, scipy computes Mann-Whitney p exactly (when nothing ties)
 MAX_REPETITIONS = 1000  # repetitions_needed searches up to this many a side
 SIMULATIONS = 400  # simulated experiments per sample size in repetitions_needed
 
@@ -140,30 +141,33 @@ def pair_tests(pairs: Sequence[tuple[str, Sequence[float | None], str, Sequence[
                lower_is_better: bool = True, alpha: float = 0.05, seed: int = 0,
                better: str = FASTER, worse: str = SLOWER) -> list[PairTest]:
     """One PairTest per (label a, values a, label b, values b), Holm over all of them."""
-    raw = []
-    for label_a, a, label_b, b in pairs:
-        x, y = _values(a), _values(b)
-        raw.append((label_a, label_b, ratio(x, y, seed), mann_whitney(x, y, seed), min_p_possible(x.size, y.size),
-                    min(x.size, y.size)))
-    tested = [p for *_, p, _, _ in raw if p is not None]
-    adjusted = iter(holm(tested))
+    untested = [_unadjusted(label_a, _values(a), label_b, _values(b), seed) for label_a, a, label_b, b in pairs]
+    adjusted = iter(holm([t.p_value for t in untested if t.p_value is not None]))
     tests = []
-    for label_a, label_b, rat, p, min_p, n in raw:
-        p_adj = next(adjusted) if p is not None else None
-        shown = p_adj is not None and p_adj < alpha and rat.excludes(1.0)
-        if n == 0:
-            verdict = NO_RUNS
-        elif n == 1:
-            verdict = SINGLE
-        elif min_p is not None and min_p >= alpha:
-            verdict = TOO_FEW
-        elif not shown:
-            verdict = NO_DIFFERENCE
-        else:
-            a_lower = rat.high is not None and rat.high < 1.0
-            verdict = better if a_lower == lower_is_better else worse
-        tests.append(PairTest(label_a, label_b, rat, p, p_adj, shown, min_p, verdict))
+    for test in untested:
+        p_adjusted = next(adjusted) if test.p_value is not None else None
+        shown = p_adjusted is not None and p_adjusted < alpha and test.ratio.excludes(1.0)
+        tested = dataclasses.replace(test, p_adjusted=p_adjusted, shown=shown)
+        tests.append(dataclasses.replace(tested, verdict=_verdict(tested, alpha, lower_is_better, better, worse)))
     return tests
+
+
+def _unadjusted(label_a: str, a: np.ndarray, label_b: str, b: np.ndarray, seed: int) -> PairTest:
+    return PairTest(label_a, label_b, ratio(a, b, seed), mann_whitney(a, b, seed), None, False,
+                    min_p_possible(a.size, b.size), "")
+
+
+def _verdict(test: PairTest, alpha: float, lower_is_better: bool, better: str, worse: str) -> str:
+    if test.ratio.n == 0:
+        return NO_RUNS
+    if test.ratio.n == 1:
+        return SINGLE
+    if test.min_p_possible is not None and test.min_p_possible >= alpha:
+        return TOO_FEW
+    if not test.shown:
+        return NO_DIFFERENCE
+    a_lower = test.ratio.high is not None and test.ratio.high < 1.0
+    return better if a_lower == lower_is_better else worse
 
 
 def pairwise(samples: Mapping[str, Sequence[float | None]], lower_is_better: bool = True, alpha: float = 0.05,
