@@ -135,6 +135,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return compare.run(args.results, args.versions, args.metric, args.fail_above)
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from dlbench import report  # matplotlib loads only for this command
+
+    print(report.write(Path(args.results), args.format, Path(args.output) if args.output else None))
+    return 0
+
+
 def cmd_certify(args: argparse.Namespace) -> int:
     results_dir = Path(args.results).resolve()
     with Store(results_dir / "dlbench.sqlite") as store:
@@ -261,6 +268,13 @@ def parser() -> argparse.ArgumentParser:
     cmp.add_argument("--fail-above", metavar="PERCENT",
                      help="exit 1 when a cell of B is slower than A by more than this, e.g. 5%%")
     cmp.set_defaults(func=cmd_compare)
+
+    rep = commands.add_parser("report", help="write the report of the stored runs: findings, tables, figures")
+    rep.add_argument("--results", default=str(DEFAULT_RESULTS), help="results folder holding the store")
+    rep.add_argument("--format", choices=("html", "md"), default="html",
+                     help="html: one self-contained page (default); md: findings and tables as Markdown")
+    rep.add_argument("--output", help="file to write (default: <results>/report.html or report.md)")
+    rep.set_defaults(func=cmd_report)
     return top
 
 
