@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from dlbench.analysis.stats import TOO_FEW, PairTest, pairwise, repetitions_needed
+from dlbench.analysis.stats import NO_DIFFERENCE, TOO_FEW, PairTest, pairwise, repetitions_needed
 from dlbench.analysis.summary import CellSummary, summarise
 from dlbench.workloads import WORKLOADS
 
@@ -135,14 +135,18 @@ def ranking(values: Mapping[str, Sequence[float]], quantity: Quantity, tests: Se
         return (f"{best} is the {quantity.best}: {quantity.what} {quantity.fmt(medians[best])}. "
                 f"The next, {quantity.gap(runner, medians[best], medians[runner])} "
                 f"({_ci(test, best)}shown, Holm-adjusted p = {test.p_adjusted:.2g}).")
-    reasons = sorted({pair[o].verdict if pair[o] is not None else "not tested" for o in level}
-                     - {"no difference shown"})
+    verdicts = {pair[o].verdict if pair[o] is not None else "not tested" for o in level}
+    if verdicts == {TOO_FEW} and not behind:
+        listed = ", ".join(f"{o} {quantity.fmt(medians[o])}" for o in order)
+        return (f"Too few repetitions to show any difference in {quantity.what}, so no framework is ranked; "
+                f"the medians: {listed}.")
+    reasons = sorted(verdicts - {NO_DIFFERENCE})
     tied = ", ".join(f"{o} ({quantity.fmt(medians[o])})" for o in level)
     why = f" ({'; '.join(reasons)})" if reasons else ""
     sentence = (f"No difference shown in {quantity.what} between {best} ({quantity.fmt(medians[best])}) and "
                 f"{tied}{why}: none of them is ranked above the others.")
     if behind:
-        sentence += f" Shown behind them: {', '.join(f'{o} ({quantity.fmt(medians[o])})' for o in behind)}."
+        sentence += f" Shown behind {best}: {', '.join(f'{o} ({quantity.fmt(medians[o])})' for o in behind)}."
     return sentence
 
 
@@ -177,7 +181,8 @@ def _too_few(few: Sequence[PairTest], steady: Mapping[str, Sequence[float]]) -> 
         except ValueError:  # beyond the search's range: the noise swamps a 10% difference
             needed = "more than a thousand"
         note += (f". At this run-to-run noise (CV {cv * 100:.1f}% of the steady epoch time), showing a 10% "
-                 f"difference takes {needed} repetitions per framework")
+                 f"difference takes {needed} repetitions per framework for one comparison (more where many are "
+                 f"corrected together)")
     return note + "."
 
 

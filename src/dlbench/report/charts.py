@@ -23,7 +23,7 @@ STYLE = {
     "grid.alpha": 0.3,
     "figure.dpi": 72,
 }
-MAX_POINTS = 240  # per timeline series: enough for the eye, keeps one chart near 20 kB
+MAX_POINTS = 120  # per timeline series: enough for the eye at this width, keeps one chart near 10 kB
 PALETTE = plt.get_cmap("tab10").colors
 
 
@@ -47,6 +47,9 @@ def _compact(text: str) -> str:
     """A smaller SVG that draws the same: numbers inside tags to 2 decimals (matplotlib writes 6), no
     indentation, and only the ids that something references (clip paths, markers, hatches)."""
     text = re.sub(r"<[^>]+>", lambda tag: re.sub(r"(\.\d\d)\d+", r"\1", tag.group(0)), text)
+    text = re.sub(r'(?<= d=")[^"]*', lambda d: re.sub(r"(\.\d)\d+", r"\1", d.group(0)).replace(" \n", " "),
+                  text)  # 0.1 pt will do
+    text = re.sub(r' transform="rotate\(-0 [\d.]+ [\d.]+\)"', "", text)  # matplotlib's no-op rotation
     used = set(re.findall(r'(?:url\(#|href="#)([^)"]+)', text))
     text = re.sub(r' id="([^"]*)"', lambda m: m.group(0) if m.group(1) in used else "", text)
     return re.sub(r">\s+<", "><", text)
@@ -127,7 +130,7 @@ def timeline(samples: Sequence[Mapping[str, float | None]], chart_id: str) -> st
     if gpu:
         panels += [("GPU util %", (("gpu_util_percent", "utilisation"),)),
                    ("GPU MiB", (("gpu_mem_mb", "process memory"),))]
-    with plt.rc_context(STYLE):
+    with plt.rc_context({**STYLE, "axes.grid": False}):
         fig, axes = plt.subplots(1, len(panels), figsize=(8.5 if not gpu else 11, 1.9))
         for ax, (title, keys) in zip(axes, panels, strict=True):
             for key, label in keys:

@@ -32,6 +32,8 @@ h2{margin-top:36px;border-bottom:2px solid #1d2330;padding-bottom:4px}
 table{border-collapse:collapse;background:#fff;font-size:13.5px;margin:8px 0}
 th,td{border:1px solid #dde1e8;padding:5px 8px;text-align:left;vertical-align:top}
 th{background:#eef1f6}
+.ci{color:#667;font-size:12px}
+.wide{overflow-x:auto}
 table.sortable th{cursor:pointer}
 .note{color:#555;font-size:13px;margin:2px 0 12px}
 figure.chart{background:#fff;border:1px solid #dde1e8;border-radius:8px;margin:10px 0;padding:8px;overflow-x:auto}
@@ -140,12 +142,21 @@ def table_html(table: Table, sortable: bool = False) -> str:
     body = []
     for i, row in enumerate(table.rows):
         row_framework = table.row_frameworks[i] if table.row_frameworks else None
-        cells = "".join(f"<td{attrs(data_framework=f or None, **{'class': _verdict_class(c)})}>{escape(c)}</td>"
+        cells = "".join(f"<td{attrs(data_framework=f or None, **{'class': _verdict_class(c)})}>{_cell(c)}</td>"
                         for c, f in zip(row, columns, strict=True))
         body.append(f"<tr{attrs(data_framework=row_framework)}>{cells}</tr>")
     note = f'<p class="note">{escape(table.note)}</p>' if table.note else ""
-    return (f"<h3>{escape(table.title)}</h3><table{cls}><thead><tr>{head}</tr></thead>"
-            f"<tbody>{''.join(body)}</tbody></table>{note}")
+    return (f'<h3>{escape(table.title)}</h3><div class="wide"><table{cls}><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(body)}</tbody></table></div>{note}")
+
+
+def _cell(text: str) -> str:
+    """A table cell; a median's interval "[low-high]" goes on its own, quieter line."""
+    median, bracket, rest = text.partition(" [")
+    interval, closing, after = rest.partition("]")
+    if not bracket or not closing:
+        return escape(text)
+    return f'{escape(median)}<br><span class="ci">[{escape(interval)}]</span>{escape(after)}'
 
 
 def _verdict_class(text: str) -> str | None:
