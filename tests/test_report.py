@@ -150,6 +150,7 @@ def test_markdown_holds_the_findings_and_tables(results: Path) -> None:
     assert "### Final metric, cpu" in text and "### Training time, cpu" in text
     assert "| workload (dataset) | jax | pytorch | tensorflow |" in text
     assert "rep 5: time cap, 2 of 4 epochs" in text
+    assert "| cnn-mnist (digits-28) | fastest, 0.607 s | 1.67x [1.65-1.69] |" in text
     assert "<svg" not in text
 
 
@@ -192,3 +193,27 @@ def test_cli_writes_the_report_and_prints_its_path(results: Path, tmp_path: Path
     assert capsys.readouterr().out.strip() == str(out) and out.read_text().startswith("# dlbench report")
     assert cli.main(["report", "--results", str(tmp_path / "none")]) == 2
     assert "no results at" in capsys.readouterr().err
+
+
+def test_filters_hide_what_does_not_match(page: Path, tmp_path: Path) -> None:
+    """A link can preselect the filters: with framework=jax only jax's timelines stay, and the findings
+    of groups that hold jax."""
+    done = browse(tmp_path / "profile", page.as_uri() + "#expand&framework=jax&workload=lstm-ptb", "--dump-dom")
+    dom = done.stdout
+    assert render_status(dom)["errors"] == "0"
+    timelines = re.findall(r'<figure class="chart" data-framework="(\w+)"( hidden="")?>', dom)
+    assert {f for f, hidden in timelines if not hidden} == {"jax"}
+    assert {f for f, hidden in timelines if hidden} == {"pytorch", "tensorflow"}
+    cards = re.findall(r'<section class="card" data-workload="([\w-]+)"[^>]*?( hidden="")?>', dom)
+    assert cards == [("cnn-mnist", ' hidden=""'), ("lstm-ptb", "")]
+
+
+def test_gpu_samples_get_their_own_panels() -> None:
+    from dlbench.report import charts
+
+    samples = [{"t_s": i / 10, "cpu_percent": 100.0, "system_cpu_percent": 110.0, "rss_mb": 500.0,
+                "gpu_util_percent": 90.0, "gpu_mem_mb": 2048.0} for i in range(50)]
+    svg = charts.timeline(samples, "gpu-run")
+    assert svg.startswith('<svg role="img" aria-label="gpu-run"')
+    assert ">GPU util %</text>" in svg and ">GPU MiB</text>" in svg
+    assert "GPU" not in charts.timeline([{**s, "gpu_util_percent": None, "gpu_mem_mb": None} for s in samples], "cpu")

@@ -117,7 +117,7 @@ def ranking(values: Mapping[str, Sequence[float]], quantity: Quantity, tests: Se
     values: label -> one value per successful run; tests: stats.pairwise over the same values."""
     present = {name: list(v) for name, v in values.items() if v}
     if not present:
-        return f"No {quantity.what}: no run completed."
+        return f"No {quantity.what}: no successful run recorded one."
     medians = {name: statistics.median(v) for name, v in present.items()}
     order = sorted(present, key=medians.__getitem__, reverse=not quantity.lower_is_better)
     best = order[0]

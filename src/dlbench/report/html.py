@@ -96,10 +96,18 @@ SCRIPT = """
     table.setAttribute('data-sorted', up ? String(column) : '');
   }
   document.addEventListener('DOMContentLoaded', function () {
-    if (location.hash === '#expand') {
-      document.querySelectorAll('details').forEach(function (d) { d.open = true; });
-    }
+    // #expand opens the folded timelines; #framework=jax&device=cpu preselects filters (a link can carry them)
+    location.hash.slice(1).split('&').forEach(function (part) {
+      var pair = part.split('=');
+      var select = document.querySelector('nav select[name="' + pair[0] + '"]');
+      if (part === 'expand') {
+        document.querySelectorAll('details').forEach(function (d) { d.open = true; });
+      } else if (select && pair.length === 2) {
+        select.value = decodeURIComponent(pair[1]);
+      }
+    });
     document.querySelectorAll('nav select').forEach(function (s) { s.addEventListener('change', filter); });
+    filter();
     document.querySelectorAll('table.sortable').forEach(function (table) {
       Array.prototype.forEach.call(table.tHead.rows[0].cells, function (th, i) {
         th.title = 'sort';

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from dlbench.analysis.findings import group, label, metric_format, seconds
 from dlbench.analysis.stats import Estimate
-from dlbench.analysis.summary import CellSummary
+from dlbench.analysis.summary import CellSummary, speed_ratios
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ def with_ci(value: Estimate, fmt: Callable[[float], str]) -> str:
         return "-"
     if value.low is None or value.high is None:
         return f"{fmt(value.median)} (1 run)" if value.n == 1 else fmt(value.median)
-    unit = next((u for u in (" s", "%") if fmt(value.median).endswith(u)), "")
+    unit = next((u for u in (" s", "%", "x") if fmt(value.median).endswith(u)), "")
     low, high = (fmt(v).removesuffix(unit) for v in (value.low, value.high))
     return f"{fmt(value.median)} [{low}-{high}]"
 
@@ -68,7 +68,30 @@ def study_tables(cells: Sequence[CellSummary]) -> list[Table]:
                 note += "; training time excludes evaluation and includes the first epoch"
             tables.append(Table(f"{heading}, {device}", ["workload (dataset)", *columns], rows,
                                 ["", *(c.split(" ")[0] for c in columns)], note))
+        tables.append(relative_speed(mine, columns, device))
     return tables
+
+
+def relative_speed(cells: Sequence[CellSummary], columns: list[str], device: str) -> Table:
+    """Each framework's steady epoch time over the fastest one's in its row (summary.speed_ratios)."""
+    ratios = {r.cell.key: r for r in speed_ratios(list(cells))}
+    rows = []
+    for (workload, dataset, _), group_cells in group(cells).items():
+        row = [f"{workload} ({dataset or '?'})"]
+        by_label = {label(c, group_cells): c for c in group_cells}
+        for name in columns:
+            found = ratios.get(by_label[name].key) if name in by_label else None
+            if found is None:
+                row.append("" if name not in by_label else "-")
+            elif found.cell is found.fastest:
+                row.append(f"fastest, {seconds(found.cell.steady_epoch_s.median)}")
+            else:
+                row.append(with_ci(found.to_fastest, lambda v: f"{v:.2f}x"))
+        rows.append(row)
+    return Table(f"Steady epoch time relative to the fastest, {device}", ["workload (dataset)", *columns], rows,
+                 ["", *(c.split(" ")[0] for c in columns)],
+                 "median steady epoch time over the fastest median in the row [bootstrap 95% CI of the ratio]; "
+                 "whether a gap is shown, the findings say")
 
 
 def certificate_grid(certificates: Sequence[Mapping], runs: Sequence[Mapping]) -> Table:
