@@ -1,11 +1,12 @@
 """Run order: repetitions outermost, each shuffled from the suite's seed, and each run's place recorded."""
 import random
+import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from dlbench import envs, runner, suite
+from dlbench import envs, machine, runner, suite
 from dlbench.runner import Options, Prepared, run_plan
 from dlbench.store import Store
 
@@ -85,3 +86,13 @@ def test_run_plan_records_position_machine_and_version(tmp_path, two_frameworks,
     assert machine["logical_cores"] >= 1 and machine["memory_mib"] > 0 and isinstance(machine["gpus"], list)
     assert set(runs[0]["dlbench_version"]) == {"version", "commit", "dirty"}
     assert all(r["machine"] == machine for r in runs)
+
+
+def test_machine_reads_the_cpu_model_and_the_checkout_commit(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) CPU @ 2.20GHz\n")
+    assert machine.cpu_model(cpuinfo) == "Intel(R) Xeon(R) CPU @ 2.20GHz"
+    version = machine.dlbench_version()
+    head = subprocess.run(["git", "-C", str(machine.PACKAGE_DIR), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode == 0:  # the tests run from a checkout
+        assert version["commit"] == head.stdout.strip() and isinstance(version["dirty"], bool)

@@ -145,3 +145,13 @@ def test_summarise_groups_runs_into_cells():
     assert jax_ratio.to_reference.high < 0.7
     assert ratios["lstm-imdb", "jax"].reference is None and ratios["lstm-imdb", "jax"].to_reference is None
     assert speed_ratios(runs)[0].to_fastest == jax_ratio.to_fastest  # from runs, the same
+
+
+def test_too_few_counts_the_holm_correction_of_the_call():
+    # 5 runs a side reach p = 0.0079 at best; Holm over 10 pairs multiplies the smallest p by 10
+    apart = {name: noisy(float(2 ** i), 5, 0.01, i) for i, name in enumerate("abcde")}
+    tests = pairwise(apart)
+    assert len(tests) == 10 and {t.verdict for t in tests} == {"too few repetitions"}
+    assert all(t.p_value == pytest.approx(2 / 252) for t in tests)  # each pair fully apart
+    # over 6 pairs (4 labels) the same runs can be shown: 6 * 0.0079 = 0.048
+    assert {t.verdict for t in pairwise({k: apart[k] for k in "abcd"})} == {"faster"}

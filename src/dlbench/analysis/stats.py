@@ -57,7 +57,9 @@ class PairTest:
     p_adjusted: float | None  # Holm over the comparisons of one call
     shown: bool  # the corrected test rejects at alpha AND the ratio's CI excludes 1
     min_p_possible: float | None  # the smallest two-sided p this test can give with these sample sizes
-    verdict: str  # for a: better / worse word ("faster" / "slower"), NO_DIFFERENCE, TOO_FEW, SINGLE or NO_RUNS
+    # a's: the better / worse word ("faster" / "slower") when shown, else NO_DIFFERENCE, TOO_FEW (see
+    # pair_tests), SINGLE (a side with one run) or NO_RUNS (a side with none)
+    verdict: str
 
 
 def _values(values: Sequence[float | None]) -> np.ndarray:
@@ -140,15 +142,23 @@ def min_p_possible(n_a: int, n_b: int) -> float | None:
 def pair_tests(pairs: Sequence[tuple[str, Sequence[float | None], str, Sequence[float | None]]],
                lower_is_better: bool = True, alpha: float = 0.05, seed: int = 0,
                better: str = FASTER, worse: str = SLOWER) -> list[PairTest]:
-    """One PairTest per (label a, values a, label b, values b), Holm over all of them."""
+    """One PairTest per (label a, values a, label b, values b), Holm over all of them.
+
+    A pair is "too few repetitions" when nothing these sample sizes could give would be shown: its own
+    smallest possible p is not below alpha, or Holm's first step (m tests times the smallest possible p
+    of any of them, a floor under every adjusted p) is not. 5 runs a side reach p 0.008, so Holm over 7
+    or more such comparisons can show nothing."""
     untested = [_unadjusted(label_a, _values(a), label_b, _values(b), seed) for label_a, a, label_b, b in pairs]
-    adjusted = iter(holm([t.p_value for t in untested if t.p_value is not None]))
+    testable = [t for t in untested if t.p_value is not None]
+    adjusted = iter(holm([t.p_value for t in testable]))
+    floor = len(testable) * min((t.min_p_possible for t in testable), default=0.0)
     tests = []
     for test in untested:
         p_adjusted = next(adjusted) if test.p_value is not None else None
         shown = p_adjusted is not None and p_adjusted < alpha and test.ratio.excludes(1.0)
         tested = dataclasses.replace(test, p_adjusted=p_adjusted, shown=shown)
-        tests.append(dataclasses.replace(tested, verdict=_verdict(tested, alpha, lower_is_better, better, worse)))
+        verdict = _verdict(tested, alpha, floor, lower_is_better, better, worse)
+        tests.append(dataclasses.replace(tested, verdict=verdict))
     return tests
 
 
@@ -157,12 +167,12 @@ def _unadjusted(label_a: str, a: np.ndarray, label_b: str, b: np.ndarray, seed: 
                     min_p_possible(a.size, b.size), "")
 
 
-def _verdict(test: PairTest, alpha: float, lower_is_better: bool, better: str, worse: str) -> str:
+def _verdict(test: PairTest, alpha: float, floor: float, lower_is_better: bool, better: str, worse: str) -> str:
     if test.ratio.n == 0:
         return NO_RUNS
     if test.ratio.n == 1:
         return SINGLE
-    if test.min_p_possible is not None and test.min_p_possible >= alpha:
+    if test.min_p_possible is not None and max(test.min_p_possible, floor) >= alpha:
         return TOO_FEW
     if not test.shown:
         return NO_DIFFERENCE
