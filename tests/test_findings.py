@@ -60,7 +60,7 @@ def test_three_repetitions_are_too_few_and_the_caveat_says_how_many_would_do(tmp
     assert finding.speed == ("Too few repetitions to show any difference in steady epoch time, so no framework is "
                              "ranked; the medians: jax 0.500 s, pytorch 1.00 s.")
     [few] = [c for c in finding.caveats if c.startswith("Too few repetitions")]
-    assert "the smallest p-value these sample sizes allow is 0.1" in few
+    assert "the smallest p-value these sample sizes allow is 0.1." in few
     assert "repetitions per framework" in few
 
 
@@ -100,3 +100,13 @@ def test_level_leaders_are_named_together_and_a_clear_laggard_apart(tmp_path: Pa
     [finding] = store_findings(tmp_path, runs)
     assert finding.speed == ("No difference shown in steady epoch time between pytorch (1.00 s) and jax (1.01 s): "
                              "none of them is ranked above the others. Shown behind pytorch: tensorflow (2.00 s).")
+
+
+def test_holm_over_many_pairs_can_leave_five_repetitions_too_few(tmp_path: Path) -> None:
+    # 5 frameworks, 10 pairs of 5 runs: the smallest p (0.0079) times 10 cannot reach 0.05
+    runs = [run for k, name in enumerate(("pytorch", "jax", "tensorflow", "mxnet", "chainer"))
+            for run in repeated(name, [(k + 1) * v for v in SAME])]
+    [finding] = store_findings(tmp_path, runs)
+    assert finding.speed.startswith("Too few repetitions to show any difference in steady epoch time")
+    [few] = [c for c in finding.caveats if c.startswith("Too few repetitions")]
+    assert "is 0.0079, before Holm's correction over the 10 comparisons of this workload" in few

@@ -160,7 +160,7 @@ def caveats(cells: Sequence[CellSummary], tests: Sequence[PairTest]) -> list[str
                      f"with no confidence interval or test.")
     few = [t for t in tests if t.verdict == TOO_FEW]
     if few:
-        notes.append(_too_few(few, samples(cells, "steady_epoch_s")))
+        notes.append(_too_few(few, len(tests), samples(cells, "steady_epoch_s")))
     notes += _stand_in_notes(cells[0])
     notes += _certificate_notes(cells)
     notes += _failure_notes(cells)
@@ -168,11 +168,13 @@ def caveats(cells: Sequence[CellSummary], tests: Sequence[PairTest]) -> list[str
     return notes
 
 
-def _too_few(few: Sequence[PairTest], steady: Mapping[str, Sequence[float]]) -> str:
+def _too_few(few: Sequence[PairTest], comparisons: int, steady: Mapping[str, Sequence[float]]) -> str:
     smallest = min((t.min_p_possible for t in few if t.min_p_possible is not None), default=None)
     note = "Too few repetitions to show any difference"
     if smallest is not None:
-        note += f": the smallest p-value these sample sizes allow is {smallest:.2g}, before Holm's correction"
+        note += f": the smallest p-value these sample sizes allow is {smallest:.2g}"
+        if comparisons > 1:
+            note += f", before Holm's correction over the {comparisons} comparisons of this workload"
     cvs = [statistics.stdev(v) / statistics.mean(v) for v in steady.values() if len(v) > 1 and statistics.mean(v)]
     if cvs:
         cv = statistics.median(cvs)
