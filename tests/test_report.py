@@ -217,3 +217,20 @@ def test_gpu_samples_get_their_own_panels() -> None:
     assert svg.startswith('<svg role="img" aria-label="gpu-run"')
     assert ">GPU util %</text>" in svg and ">GPU MiB</text>" in svg
     assert "GPU" not in charts.timeline([{**s, "gpu_util_percent": None, "gpu_mem_mb": None} for s in samples], "cpu")
+
+
+def test_failed_runs_and_missing_fields_still_make_a_report(tmp_path: Path) -> None:
+    with Store(tmp_path / "dlbench.sqlite") as store:
+        store.save_run(*synthetic_run("pytorch", "cnn-mnist", 1, 1.0, 0.9, status="failed", done=0, reason="boom"))
+        store.save_run(*synthetic_run("jax", "cnn-mnist", 1, 1.0, 0.9, status="failed", done=0, reason="boom",
+                                      n_samples=0))
+        store.save_run({"cell_hash": "x", "framework": "pytorch", "workload": "unknown-workload", "status": "ok"},
+                       [], [])
+    loaded = report.load(tmp_path / "dlbench.sqlite")
+    page = html.render(loaded)
+    assert html.expected_charts(loaded) == 2 + 1  # bars of each group, one sampled run, no convergence
+    assert page.count("<figure class=\"chart\"") == 3
+    assert "No steady epoch time: no successful run recorded one." in page
+    assert "jax, repetition 1 (of 1 run): failed before its first epoch: boom." in page
+    assert "rep 1: failed, 0 of 4 epochs" in page
+    assert ["machine", "not recorded"] not in loaded.manifest[0].rows  # the failed runs recorded a machine

@@ -218,7 +218,8 @@ def _failure_notes(cells: Sequence[CellSummary]) -> list[str]:
             stopped = (" before its first epoch" if not done else
                        f" after {done} of {cell.epochs_planned or '?'} epochs")
             what = "timed out" if run.status == "timeout" else "failed"
-            notes.append(f"{label(cell, cells)}, repetition {run.repetition} (of {len(cell.runs)} runs): "
+            runs = f"{len(cell.runs)} run{'s' if len(cell.runs) > 1 else ''}"
+            notes.append(f"{label(cell, cells)}, repetition {run.repetition} (of {runs}): "
                          f"{what}{stopped}: {run.reason or 'no reason recorded'}.")
     return notes
 

@@ -259,8 +259,9 @@ def _summary(report: Report) -> str:
 
 def render(report: Report) -> str:
     runs = report.runs
-    palette = charts.colours(sorted(set(run_labels(runs).values())))
     groups = run_groups(runs)
+    # labels as each group names them (with versions only where a group holds several)
+    palette = charts.colours(sorted({name for g in groups.values() for name in run_labels(g).values()}))
     findings = "".join(finding_html(f, {r["framework"] for r in groups[(f.workload, f.dataset, f.device)]})
                        for f in report.findings)
     figures = "".join(group_figures(g, report.samples, palette, i) for i, g in enumerate(groups.values()))
