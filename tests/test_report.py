@@ -206,6 +206,10 @@ def test_filters_hide_what_does_not_match(page: Path, tmp_path: Path) -> None:
     assert {f for f, hidden in timelines if hidden} == {"pytorch", "tensorflow"}
     cards = re.findall(r'<section class="card" data-workload="([\w-]+)"[^>]*?( hidden="")?>', dom)
     assert cards == [("cnn-mnist", ' hidden=""'), ("lstm-ptb", "")]
+    rows = re.findall(r'<tr data-workload="([\w-]+)"( hidden="")?>', dom)  # the study's tables, 3 per device
+    assert rows == [("cnn-mnist", ' hidden=""'), ("lstm-ptb", "")] * 3
+    order = re.findall(r'<tr data-framework="(\w+)" data-workload="([\w-]+)" data-device="cpu"( hidden="")?>', dom)
+    assert [(f, w) for f, w, hidden in order if not hidden] == [("jax", "lstm-ptb")] * 5
 
 
 def test_gpu_samples_get_their_own_panels() -> None:

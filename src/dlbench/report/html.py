@@ -149,13 +149,17 @@ def table_html(table: Table, sortable: bool = False) -> str:
                    for h, f in zip(table.header, columns, strict=True))
     body = []
     for i, row in enumerate(table.rows):
-        row_framework = table.row_frameworks[i] if table.row_frameworks else None
+        keys = table.row_keys[i] if table.row_keys else {}
         cells = "".join(f"<td{attrs(data_framework=f or None, **{'class': _verdict_class(c)})}>{_cell(c)}</td>"
                         for c, f in zip(row, columns, strict=True))
-        body.append(f"<tr{attrs(data_framework=row_framework)}>{cells}</tr>")
+        body.append(f"<tr{_data(keys)}>{cells}</tr>")
     note = f'<p class="note">{escape(table.note)}</p>' if table.note else ""
-    return (f'<h3>{escape(table.title)}</h3><div class="wide"><table{cls}><thead><tr>{head}</tr></thead>'
-            f"<tbody>{''.join(body)}</tbody></table></div>{note}")
+    return (f'<div{_data(table.keys)}><h3>{escape(table.title)}</h3><div class="wide"><table{cls}><thead><tr>{head}'
+            f"</tr></thead><tbody>{''.join(body)}</tbody></table></div>{note}</div>")
+
+
+def _data(keys: Mapping[str, str]) -> str:
+    return attrs(**{f"data_{k}": v for k, v in keys.items()})
 
 
 def _cell(text: str) -> str:

@@ -63,7 +63,7 @@ def environments_table(runs: Sequence[Mapping]) -> Table:
              ", ".join(f"{k} {v}" for k, v in sorted(packages.items())) or NOT_RECORDED]
             for (framework, version, python), packages in envs.items()]
     return Table("Environments", ["framework", "version", "python", "packages"], rows,
-                 row_frameworks=[framework for framework, _, _ in envs])
+                 row_keys=[{"framework": framework} for framework, _, _ in envs])
 
 
 def settings_table(runs: Sequence[Mapping]) -> Table:
@@ -90,7 +90,9 @@ def run_order_table(runs: Sequence[Mapping]) -> Table:
              str(r.get("repetition")), str(r.get("threads") if r.get("threads") is not None else "-"),
              r["status"], version_text(r.get("dlbench_version"))] for r in ordered]
     return Table("Run order", ["plan position", "started", "framework", "workload", "dataset", "device", "rep",
-                               "threads", "status", "dlbench"], rows, row_frameworks=[r["framework"] for r in ordered])
+                               "threads", "status", "dlbench"], rows,
+                 row_keys=[{"framework": r["framework"], "workload": r["workload"], "device": r.get("device") or "?"}
+                           for r in ordered])
 
 
 def version_text(recorded: object) -> str:

@@ -20,7 +20,9 @@ class Table:
     # per column: the framework it shows, so the page can filter columns by framework ("" for none)
     frameworks: list[str] = field(default_factory=list)
     note: str = ""
-    row_frameworks: list[str] = field(default_factory=list)  # the same per row, where rows are frameworks
+    # what the page's filters match: per row (framework, workload, device), and for the whole table
+    row_keys: list[dict[str, str]] = field(default_factory=list)
+    keys: dict[str, str] = field(default_factory=dict)
 
 
 def with_ci(value: Estimate, fmt: Callable[[float], str]) -> str:
@@ -67,7 +69,8 @@ def study_tables(cells: Sequence[CellSummary]) -> list[Table]:
             if figure == "train_time_s":
                 note += "; training time excludes evaluation and includes the first epoch"
             tables.append(Table(f"{heading}, {device}", ["workload (dataset)", *columns], rows,
-                                ["", *(c.split(" ")[0] for c in columns)], note))
+                                ["", *(c.split(" ")[0] for c in columns)], note,
+                                [{"workload": workload} for workload, _, _ in groups], {"device": device}))
         tables.append(relative_speed(mine, columns, device))
     return tables
 
@@ -91,7 +94,8 @@ def relative_speed(cells: Sequence[CellSummary], columns: list[str], device: str
     return Table(f"Steady epoch time relative to the fastest, {device}", ["workload (dataset)", *columns], rows,
                  ["", *(c.split(" ")[0] for c in columns)],
                  "median steady epoch time over the fastest median in the row [bootstrap 95% CI of the ratio]; "
-                 "whether a gap is shown, the findings say")
+                 "whether a gap is shown, the findings say", [{"workload": w} for w, _, _ in group(cells)],
+                 {"device": device})
 
 
 def certificate_grid(certificates: Sequence[Mapping], runs: Sequence[Mapping]) -> Table:
@@ -120,4 +124,4 @@ def certificate_grid(certificates: Sequence[Mapping], runs: Sequence[Mapping]) -
         rows.append(row)
     return Table("Framework x workload", ["framework", *workloads], rows, [],
                  "newest certificate per pair: verdict (worst deviation relative to the reference's scale, tensor)",
-                 frameworks)
+                 [{"framework": f} for f in frameworks])
