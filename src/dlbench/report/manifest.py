@@ -75,11 +75,12 @@ def settings_table(runs: Sequence[Mapping]) -> Table:
         optimizer = recipe.get("optimizer") or {}
         key = (run.get("suite") or "?", run["workload"], run.get("dataset") or "?", run.get("device") or "?",
                str(recipe.get("epochs", "?")), str(recipe.get("batch_size", "?")),
-               optimizer.get("name", "?") if isinstance(optimizer, dict) else str(optimizer))
+               optimizer.get("name", "?") if isinstance(optimizer, dict) else str(optimizer),
+               str(config.get("threads", "?")))
         settings.setdefault(key, set()).add(config.get("seed"))
     rows = [[*key, ", ".join(str(s) for s in sorted(seeds, key=str))] for key, seeds in settings.items()]
     return Table("Suite settings", ["suite", "workload", "dataset", "device", "epochs", "batch size", "optimizer",
-                                    "seeds"], rows)
+                                    "threads asked", "seeds"], rows)
 
 
 def run_order_table(runs: Sequence[Mapping]) -> Table:
@@ -90,7 +91,7 @@ def run_order_table(runs: Sequence[Mapping]) -> Table:
              str(r.get("repetition")), str(r.get("threads") if r.get("threads") is not None else "-"),
              r["status"], version_text(r.get("dlbench_version"))] for r in ordered]
     return Table("Run order", ["plan position", "started", "framework", "workload", "dataset", "device", "rep",
-                               "threads", "status", "dlbench"], rows,
+                               "threads used", "status", "dlbench"], rows,
                  row_keys=[{"framework": r["framework"], "workload": r["workload"], "device": r.get("device") or "?"}
                            for r in ordered])
 
