@@ -14,8 +14,11 @@ $(BIN)/dlbench: pyproject.toml
 envs: $(BIN)/dlbench
 	$(BIN)/dlbench env create --all
 
+# The report is written even when a cell failed; make still fails then, with the run's exit status.
 run: envs
-	$(BIN)/dlbench run quick
+	status=0; $(BIN)/dlbench run quick || status=$$?; \
+	printf 'report: '; $(BIN)/dlbench report || { [ $$status -ne 0 ] || status=1; }; \
+	exit $$status
 
 lint: $(BIN)/dlbench
 	$(BIN)/ruff check src tests

@@ -114,8 +114,55 @@ def test_reopening_keeps_runs_and_schema_version(tmp_path: Path) -> None:
     with Store(path) as store:
         assert [r["cell_hash"] for r in store.runs()] == ["abc123"]
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (1,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (2,)
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+# The schema of version 1, as dlbench wrote it before plan_position, machine and dlbench_version.
+V1_DDL = """
+CREATE TABLE runs (id INTEGER PRIMARY KEY, cell_hash TEXT NOT NULL, suite TEXT, framework TEXT NOT NULL,
+    framework_version TEXT, workload TEXT NOT NULL, dataset TEXT, dataset_hash TEXT, device TEXT,
+    repetition INTEGER, status TEXT NOT NULL CHECK(status IN ('ok','failed','timeout')), reason TEXT,
+    stderr_tail TEXT, started_at TEXT, wall_time_s REAL, startup_s REAL, train_time_s REAL, first_epoch_s REAL,
+    steady_epoch_s REAL, eval_time_s REAL, metric_name TEXT, metric_value REAL, target_value REAL,
+    time_to_target_s REAL, params INTEGER, flops_per_sample INTEGER, peak_rss_mb REAL, mean_rss_mb REAL,
+    mean_cpu_percent REAL, peak_cpu_percent REAL, mean_system_cpu_percent REAL, peak_threads INTEGER,
+    mean_gpu_util_percent REAL, peak_gpu_mem_mb REAL, threads INTEGER, python TEXT, packages TEXT, config TEXT,
+    run_dir TEXT, certificate TEXT);
+CREATE INDEX runs_cell_hash ON runs(cell_hash);
+CREATE TABLE epochs (run_id INTEGER REFERENCES runs(id), epoch INTEGER, train_time_s REAL, eval_time_s REAL,
+    train_loss REAL, train_accuracy REAL, metric_value REAL, metrics TEXT, PRIMARY KEY (run_id, epoch));
+CREATE TABLE samples (run_id INTEGER REFERENCES runs(id), t_s REAL, cpu_percent REAL, rss_mb REAL,
+    threads INTEGER, system_cpu_percent REAL, gpu_util_percent REAL, gpu_mem_mb REAL);
+CREATE INDEX samples_run_id ON samples(run_id);
+CREATE TABLE certificates (id INTEGER PRIMARY KEY, framework TEXT NOT NULL, framework_version TEXT,
+    framework_env TEXT NOT NULL, reference TEXT NOT NULL, reference_version TEXT, workload TEXT NOT NULL,
+    passed INTEGER NOT NULL, worst_tensor TEXT, worst_scaled_deviation REAL, created_at TEXT, deviations TEXT);
+PRAGMA user_version=1;
+"""
+
+
+def test_a_version_1_store_is_migrated_and_keeps_its_runs(tmp_path: Path) -> None:
+    path = tmp_path / "dlbench.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.executescript(V1_DDL)
+        conn.execute("INSERT INTO runs (cell_hash, framework, workload, status, config) "
+                     "VALUES ('old', 'pytorch', 'cnn-mnist', 'ok', '{\"seed\": 0}')")
+        conn.execute("INSERT INTO epochs (run_id, epoch, train_time_s) VALUES (1, 1, 2.5)")
+    conn.close()
+    with Store(path) as store:
+        [old] = store.runs()
+        assert (old["cell_hash"], old["config"], old["epochs"][0]["train_time_s"]) == ("old", {"seed": 0}, 2.5)
+        assert (old["plan_position"], old["machine"], old["dlbench_version"]) == (None, None, None)
+        new = {**make_run("new"), "plan_position": 3, "machine": {"hostname": "h", "gpus": []},
+               "dlbench_version": {"version": "0.1.0", "commit": None, "dirty": None}}
+        store.save_run(new, [], [])
+        assert {k: store.runs()[1][k] for k in new} == new
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (2,)
+    conn.close()
+    with Store(path) as store:  # reopening a migrated store migrates nothing again
+        assert [r["cell_hash"] for r in store.runs()] == ["old", "new"]
 
 
 def test_newer_schema_version_is_refused(tmp_path: Path) -> None:

@@ -6,6 +6,8 @@ import time
 from pathlib import Path
 
 from dlbench import certify, data, envs, results, suite
+from dlbench.analysis import compare
+from dlbench.analysis.load import AnalysisError
 from dlbench.data import DatasetError
 from dlbench.envs import EnvError
 from dlbench.models import ir
@@ -15,7 +17,7 @@ from dlbench.suite import SuiteError
 from dlbench.workloads import WORKLOADS, WorkloadError, get_workload
 
 DEFAULT_RESULTS = Path("dlbench-results")
-USER_ERRORS = (SuiteError, WorkloadError, EnvError, DatasetError, StoreError, certify.CertifyError)
+USER_ERRORS = (SuiteError, WorkloadError, EnvError, DatasetError, StoreError, certify.CertifyError, AnalysisError)
 
 
 def data_dir(args: argparse.Namespace) -> Path:
@@ -126,6 +128,17 @@ def cmd_results(args: argparse.Namespace) -> int:
     if args.format == "table" and certificates:
         print()
         print(results.certificates_table(certificates))
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    return compare.run(args.results, args.versions, args.metric, args.fail_above)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from dlbench import report  # matplotlib loads only for this command
+
+    print(report.write(Path(args.results), args.format, Path(args.output) if args.output else None))
     return 0
 
 
@@ -243,6 +256,25 @@ def parser() -> argparse.ArgumentParser:
     res.add_argument("--results", default=str(DEFAULT_RESULTS))
     res.add_argument("--format", choices=("table", "csv", "json"), default="table")
     res.set_defaults(func=cmd_results)
+
+    cmp = commands.add_parser("compare", help="compare two results folders, or two framework versions in one, "
+                              "cell by cell")
+    cmp.add_argument("results", nargs="+", metavar="RESULTS",
+                     help="results folders or dlbench.sqlite files: A B (A before, B after); one with --versions")
+    cmp.add_argument("--versions", nargs=2, metavar=("FRAMEWORK@VERSION_A", "FRAMEWORK@VERSION_B"),
+                     help="compare two framework versions inside one store, e.g. pytorch@2.8.0 pytorch@2.13.0")
+    cmp.add_argument("--metric", default="steady_epoch_s",
+                     help=f"the time compared (default steady_epoch_s); one of: {', '.join(compare.METRICS)}")
+    cmp.add_argument("--fail-above", metavar="PERCENT",
+                     help="exit 1 when a cell of B is slower than A by more than this, e.g. 5%%")
+    cmp.set_defaults(func=cmd_compare)
+
+    rep = commands.add_parser("report", help="write the report of the stored runs: findings, tables, figures")
+    rep.add_argument("--results", default=str(DEFAULT_RESULTS), help="results folder holding the store")
+    rep.add_argument("--format", choices=("html", "md"), default="html",
+                     help="html: one self-contained page (default); md: findings and tables as Markdown")
+    rep.add_argument("--output", help="file to write (default: <results>/report.html or report.md)")
+    rep.set_defaults(func=cmd_report)
     return top
 
 

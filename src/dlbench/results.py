@@ -73,8 +73,13 @@ def to_csv(runs: list[dict]) -> str:
     writer = csv.writer(out)
     writer.writerow(fields + ["epochs"])
     for run in runs:
-        writer.writerow([run.get(key) for key in fields] + [json.dumps(run.get("epochs", []))])
+        writer.writerow([_csv_value(run.get(key)) for key in fields] + [json.dumps(run.get("epochs", []))])
     return out.getvalue()
+
+
+def _csv_value(value):
+    """Mappings (machine, dlbench_version) as JSON, not Python's repr."""
+    return json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else value
 
 
 def to_json(runs: list[dict]) -> str:

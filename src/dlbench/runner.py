@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlbench import data, envs
+from dlbench import data, envs, machine
 from dlbench.executor import Outcome, run_worker
 from dlbench.models import ir
 from dlbench.monitor import summarise
@@ -151,12 +151,15 @@ def certificate_status(store: Store, prepared: Prepared) -> str:
 
 
 def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None]) -> tuple[dict[str, int], list[str]]:
-    """Runs every cell not yet complete; a failed cell is stored and the plan goes on.
+    """Runs every cell not yet complete, in the order given; a failed cell is stored and the plan goes on.
+    Each run records its 1-based position in `cells`, the machine and the dlbench version.
     Returns the count of each ending and the plan's cell hashes, in order."""
-    for framework in dict.fromkeys(cell.framework for cell in cells):
+    planned = {cell.framework for cell in cells}
+    for framework in [name for name in envs.RECIPES if name in planned]:  # a fixed order, not the shuffled one
         envs.require(framework)  # before any data is prepared or any file written
     resolved = [resolve(cell, options.data_dir) for cell in cells]
     counts = {"ok": 0, "failed": 0, "timeout": 0, "skipped": 0}
+    provenance = {"machine": machine.describe(), "dlbench_version": machine.dlbench_version()}
     with Store(options.results / "dlbench.sqlite") as store:
         completed = store.completed_hashes()
         for index, prepared in enumerate(resolved, 1):
@@ -171,6 +174,7 @@ def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None])
 
             run, epochs, samples = run_cell(prepared, options, on_event)
             run["certificate"] = certificate_status(store, prepared)
+            run.update(provenance, plan_position=index)
             store.save_run(run, epochs, samples)
             counts[run["status"]] += 1
             progress("end", index, len(cells), cell, run)

@@ -9,7 +9,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 FILENAME = "dlbench.sqlite"
 
 # Column name -> SQL declaration; the single source for the DDL, inserts and key validation.
@@ -55,6 +55,10 @@ RUN_COLUMNS: dict[str, str] = {
     # the framework's equivalence certificate for this workload when the run was stored:
     # reference (the reference framework itself), passed, failed, or none
     "certificate": "TEXT",
+    # added in schema version 2 (NULL in runs stored before):
+    "plan_position": "INTEGER",  # 1-based place in the run order of the plan that ran it
+    "machine": "TEXT",  # hostname, cpu_model, logical_cores, memory_mib, gpus, os, python (dlbench.machine)
+    "dlbench_version": "TEXT",  # version, commit, dirty (dlbench.machine.dlbench_version)
 }
 EPOCH_COLUMNS: dict[str, str] = {
     "epoch": "INTEGER",
@@ -87,7 +91,7 @@ CERTIFICATE_COLUMNS: dict[str, str] = {
     "created_at": "TEXT",
     "deviations": "TEXT",  # per tensor: kind, max_abs, max_rel, tolerance, passed
 }
-JSON_COLUMNS = frozenset({"packages", "config", "metrics", "deviations"})
+JSON_COLUMNS = frozenset({"packages", "config", "metrics", "deviations", "machine", "dlbench_version"})
 
 
 def _columns_sql(columns: Mapping[str, str]) -> str:
@@ -104,6 +108,14 @@ CREATE TABLE IF NOT EXISTS samples (run_id INTEGER REFERENCES runs(id), {_column
 CREATE INDEX IF NOT EXISTS samples_run_id ON samples(run_id);
 CREATE TABLE IF NOT EXISTS certificates (id INTEGER PRIMARY KEY, {_columns_sql(CERTIFICATE_COLUMNS)});
 """
+
+
+# Schema version -> the statements that bring a store of the version before it there. A new store gets
+# SCHEMA (the latest) at once; an older one runs each later step in order, in one transaction.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    2: tuple(f"ALTER TABLE runs ADD COLUMN {name} {RUN_COLUMNS[name]}"
+             for name in ("plan_position", "machine", "dlbench_version")),
+}
 
 
 class StoreError(Exception):
@@ -134,11 +146,15 @@ class Store:
         # NORMAL in WAL mode may lose the last commits on power loss, never consistency.
         self._conn.execute("PRAGMA synchronous=NORMAL")
         with _transaction(self._conn):
-            # Checked again under the write lock: another process may have created the schema meanwhile.
-            if self._check_version() < SCHEMA_VERSION:
-                for statement in SCHEMA.split(";"):
-                    if statement.strip():
-                        self._conn.execute(statement)
+            # Checked again under the write lock: another process may have created or migrated it meanwhile.
+            version = self._check_version()
+            if version == 0:
+                statements = [statement for statement in SCHEMA.split(";") if statement.strip()]
+            else:
+                statements = [s for target in range(version + 1, SCHEMA_VERSION + 1) for s in MIGRATIONS[target]]
+            for statement in statements:
+                self._conn.execute(statement)
+            if version < SCHEMA_VERSION:
                 self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def _check_version(self) -> int:

@@ -1,4 +1,5 @@
 """Suite files: parsing, validation with file:line messages, and the plan of cells they describe."""
+import random
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -174,7 +175,8 @@ def load(name_or_path: str) -> Suite:
 def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str] | None = None,
          device: str | None = None, repeat: int | None = None, epochs: int | None = None) -> list[Cell]:
     """Cells in run order: repetitions outermost, so a slow drift of the machine touches every
-    framework alike rather than all repetitions of one."""
+    framework alike rather than all repetitions of one; within a repetition the cells are shuffled
+    (`shuffled`), so no framework always runs first or right after the same neighbour."""
     for name in frameworks or ():
         if name not in RECIPES:
             raise SuiteError(f"unknown framework {name!r}; known: {', '.join(RECIPES)}")
@@ -190,14 +192,26 @@ def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str]
         entries = [e for e in entries if e.workload in workloads]
     cells = []
     for repetition in range(1, (repeat or suite.repeat) + 1):
+        repetition_cells = []
         for entry in entries:
             recipe = WORKLOADS[entry.workload].recipe
             for framework in frameworks or suite.frameworks:
-                cells.append(Cell(
+                repetition_cells.append(Cell(
                     suite=suite.name, framework=framework, workload=entry.workload, dataset=entry.dataset,
                     device=device or suite.device, repetition=repetition, seed=suite.seed + repetition - 1,
                     epochs=epochs or entry.epochs or recipe["epochs"],
                     batch_size=entry.batch_size or recipe["batch_size"], threads=suite.threads,
                     timeout_s=suite.timeout_s,
                 ))
+        cells += shuffled(repetition_cells, suite.seed, repetition)
     return cells
+
+
+def shuffled(cells: list[Cell], seed: int, repetition: int) -> list[Cell]:
+    """The cells of one repetition in the order they run: listed order (workloads, then frameworks)
+    shuffled by random.Random(f"{seed}-{repetition}"). A string seed is hashed with SHA-512, not
+    hash(), so the order is the same in every process; each repetition gets its own order, and every
+    run records its place in it (plan_position)."""
+    order = list(cells)
+    random.Random(f"{seed}-{repetition}").shuffle(order)
+    return order

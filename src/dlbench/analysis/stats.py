@@ -1,0 +1,219 @@
+"""Statistics over repetitions: medians with bootstrap confidence intervals, ratios, Mann-Whitney tests
+with Holm's correction, verdicts that never rank what was not shown, and the repetitions a difference needs.
+
+Every statistic here takes ONE value per run (a run's steady_epoch_s, train_time_s, first_epoch_s,
+metric_value, peak_rss_mb or mean_cpu_percent). The epochs of one run are not independent samples: they
+share the process, its warm caches, its allocator state and the machine's state at that time, so
+treating them as repetitions would make intervals too narrow and tests too eager. A run's steady epoch
+time is already the median of its epochs after the first; that one number is the run's sample.
+
+The building blocks are scipy.stats (bootstrap, mannwhitneyu) and statsmodels (Holm). Intervals are
+percentile bootstrap intervals of the median at 95 % (9,999 resamples, seeded, so the same values give
+the same interval). With a handful of runs such an interval is rough; that is why verdicts also need
+the test, and why one run gets no interval at all.
+"""
+import dataclasses
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+from statsmodels.stats.multitest import multipletests
+
+CONFIDENCE = 0.95
+RESAMPLES = 9999
+SMALL = 8  # with a side this small, scipy computes Mann-Whitney p exactly (when nothing ties)
+MAX_REPETITIONS = 1000  # repetitions_needed searches up to this many a side
+SIMULATIONS = 400  # simulated experiments per sample size in repetitions_needed
+
+FASTER, SLOWER = "faster", "slower"
+NO_DIFFERENCE = "no difference shown"
+TOO_FEW = "too few repetitions"
+SINGLE = "single runs"
+NO_RUNS = "no runs"  # a side without a single value (all its runs failed, or none ran)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A median with its bootstrap 95 % CI. low and high are None with fewer than 2 values (no
+    interval is invented from one run); equal values give low == high == median."""
+    n: int
+    median: float | None
+    low: float | None
+    high: float | None
+
+    def excludes(self, value: float) -> bool:
+        """Whether the interval lies wholly above or below `value` (False without an interval)."""
+        return self.low is not None and self.high is not None and (self.low > value or self.high < value)
+
+
+@dataclass(frozen=True)
+class PairTest:
+    a: str  # labels, e.g. framework names
+    b: str
+    ratio: Estimate  # a's median / b's median, CI from resampling each side independently
+    p_value: float | None  # two-sided Mann-Whitney U; None with fewer than 2 values a side
+    p_adjusted: float | None  # Holm over the comparisons of one call
+    shown: bool  # the corrected test rejects at alpha AND the ratio's CI excludes 1
+    min_p_possible: float | None  # the smallest two-sided p this test can give with these sample sizes
+    # a's: the better / worse word ("faster" / "slower") when shown, else NO_DIFFERENCE, TOO_FEW (see
+    # pair_tests), SINGLE (a side with one run) or NO_RUNS (a side with none)
+    verdict: str
+
+
+def _values(values: Sequence[float | None]) -> np.ndarray:
+    """The values as floats, None left out (a run without this figure, e.g. one epoch: no steady time)."""
+    array = np.asarray([v for v in values if v is not None], dtype=float)
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"values must be finite numbers or None, got {list(values)!r}")
+    return array
+
+
+def _bootstrap(samples: tuple[np.ndarray, ...], statistic: Callable[..., np.ndarray], seed: int) -> tuple[float, float]:
+    result = stats.bootstrap(samples, statistic, n_resamples=RESAMPLES, vectorized=True, paired=False,
+                             confidence_level=CONFIDENCE, method="percentile", rng=np.random.default_rng(seed))
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
+def estimate(values: Sequence[float | None], seed: int = 0) -> Estimate:
+    """Median of the values (None left out) with a percentile-bootstrap 95 % CI."""
+    array = _values(values)
+    if array.size == 0:
+        return Estimate(0, None, None, None)
+    median = float(np.median(array))
+    if array.size == 1:
+        return Estimate(1, median, None, None)
+    if np.all(array == array[0]):  # every resample is the same: the bootstrap has nothing to spread
+        return Estimate(array.size, median, median, median)
+    low, high = _bootstrap((array,), lambda x, axis: np.median(x, axis=axis), seed)
+    return Estimate(array.size, median, low, high)
+
+
+def ratio(a: Sequence[float | None], b: Sequence[float | None], seed: int = 0) -> Estimate:
+    """median(a) / median(b) with a bootstrap 95 % CI that resamples a and b independently.
+    n is the smaller side's count; no interval unless both sides have 2 values or more."""
+    x, y = _values(a), _values(b)
+    n = min(x.size, y.size)
+    if n == 0 or np.median(y) == 0:
+        return Estimate(n, None, None, None)
+    value = float(np.median(x) / np.median(y))
+    if n == 1:
+        return Estimate(n, value, None, None)
+    if np.all(x == x[0]) and np.all(y == y[0]):
+        return Estimate(n, value, value, value)
+    low, high = _bootstrap((x, y), lambda p, q, axis: np.median(p, axis=axis) / np.median(q, axis=axis), seed)
+    return Estimate(n, value, low, high)
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment (statsmodels): reject where the adjusted p is below alpha."""
+    if len(p_values) == 0:
+        return []
+    return [float(p) for p in multipletests(list(p_values), method="holm")[1]]
+
+
+def _mwu_method(x: np.ndarray, y: np.ndarray, seed: int) -> str | stats.PermutationMethod:
+    # scipy's "auto" is exact for small samples only without ties, and otherwise normal-approximated,
+    # which can claim p-values that small samples cannot give: ties in small samples get a permutation test.
+    small = min(x.size, y.size) <= SMALL
+    tied = np.unique(np.concatenate([x, y])).size < x.size + y.size
+    if small and tied:
+        return stats.PermutationMethod(n_resamples=RESAMPLES, rng=np.random.default_rng(seed))
+    return "auto"
+
+
+def mann_whitney(a: Sequence[float | None], b: Sequence[float | None], seed: int = 0) -> float | None:
+    """Two-sided Mann-Whitney U p-value, None with fewer than 2 values a side."""
+    x, y = _values(a), _values(b)
+    if min(x.size, y.size) < 2:
+        return None
+    return float(stats.mannwhitneyu(x, y, alternative="two-sided", method=_mwu_method(x, y, seed)).pvalue)
+
+
+def min_p_possible(n_a: int, n_b: int) -> float | None:
+    """The smallest two-sided p Mann-Whitney gives for these sizes: that of two samples with no overlap
+    (3 vs 3: 0.1, so 3 repetitions a side can never show a difference at 0.05)."""
+    if min(n_a, n_b) < 2:
+        return None
+    return float(stats.mannwhitneyu(np.arange(n_a), np.arange(n_a, n_a + n_b), alternative="two-sided").pvalue)
+
+
+def pair_tests(pairs: Sequence[tuple[str, Sequence[float | None], str, Sequence[float | None]]],
+               lower_is_better: bool = True, alpha: float = 0.05, seed: int = 0,
+               better: str = FASTER, worse: str = SLOWER) -> list[PairTest]:
+    """One PairTest per (label a, values a, label b, values b), Holm over all of them.
+
+    A pair is "too few repetitions" when nothing these sample sizes could give would be shown: its own
+    smallest possible p is not below alpha, or Holm's first step (m tests times the smallest possible p
+    of any of them, a floor under every adjusted p) is not. 5 runs a side reach p 0.008, so Holm over 7
+    or more such comparisons can show nothing."""
+    untested = [_unadjusted(label_a, _values(a), label_b, _values(b), seed) for label_a, a, label_b, b in pairs]
+    testable = [t for t in untested if t.p_value is not None]
+    adjusted = iter(holm([t.p_value for t in testable]))
+    floor = len(testable) * min((t.min_p_possible for t in testable), default=0.0)
+    tests = []
+    for test in untested:
+        p_adjusted = next(adjusted) if test.p_value is not None else None
+        shown = p_adjusted is not None and p_adjusted < alpha and test.ratio.excludes(1.0)
+        tested = dataclasses.replace(test, p_adjusted=p_adjusted, shown=shown)
+        verdict = _verdict(tested, alpha, floor, lower_is_better, better, worse)
+        tests.append(dataclasses.replace(tested, verdict=verdict))
+    return tests
+
+
+def _unadjusted(label_a: str, a: np.ndarray, label_b: str, b: np.ndarray, seed: int) -> PairTest:
+    return PairTest(label_a, label_b, ratio(a, b, seed), mann_whitney(a, b, seed), None, False,
+                    min_p_possible(a.size, b.size), "")
+
+
+def _verdict(test: PairTest, alpha: float, floor: float, lower_is_better: bool, better: str, worse: str) -> str:
+    if test.ratio.n == 0:
+        return NO_RUNS
+    if test.ratio.n == 1:
+        return SINGLE
+    if test.min_p_possible is not None and max(test.min_p_possible, floor) >= alpha:
+        return TOO_FEW
+    if not test.shown:
+        return NO_DIFFERENCE
+    a_lower = test.ratio.high is not None and test.ratio.high < 1.0
+    return better if a_lower == lower_is_better else worse
+
+
+def pairwise(samples: Mapping[str, Sequence[float | None]], lower_is_better: bool = True, alpha: float = 0.05,
+             seed: int = 0, better: str = FASTER, worse: str = SLOWER) -> list[PairTest]:
+    """Every pair of labels, a before b in the mapping's order, Holm over all pairs. The verdict is a's:
+    `better` / `worse` only when shown (say better="more accurate", worse="less accurate" for a metric)."""
+    pairs = [(a, samples[a], b, samples[b]) for a, b in itertools.combinations(samples, 2)]
+    return pair_tests(pairs, lower_is_better, alpha, seed, better, worse)
+
+
+def repetitions_needed(cv: float, effect: float = 0.10, alpha: float = 0.05, power: float = 0.8,
+                       seed: int = 0) -> int:
+    """The smallest n a side at which a two-sided Mann-Whitney test at `alpha` detects a ratio of
+    1 + effect between two lognormal samples of this coefficient of variation in a share `power` of
+    SIMULATIONS simulated experiments (the same draws for every n, so power grows with n smoothly).
+    Binary search over 2..MAX_REPETITIONS; ValueError when even MAX_REPETITIONS is not enough."""
+    if cv < 0 or effect <= 0 or not 0 < alpha < 1 or not 0 < power < 1:
+        raise ValueError(f"need cv >= 0, effect > 0, 0 < alpha < 1 and 0 < power < 1; got cv={cv}, "
+                         f"effect={effect}, alpha={alpha}, power={power}")
+    if cv == 0:  # no noise: any difference separates the samples, so only the test's resolution counts
+        return next(n for n in range(2, MAX_REPETITIONS + 1) if min_p_possible(n, n) < alpha)
+    sigma = np.sqrt(np.log1p(cv ** 2))  # a lognormal's sigma for this coefficient of variation
+    rng = np.random.default_rng(seed)
+    base = rng.normal(0.0, sigma, (SIMULATIONS, MAX_REPETITIONS))
+    shifted = rng.normal(np.log1p(effect), sigma, (SIMULATIONS, MAX_REPETITIONS))
+
+    def detects(n: int) -> bool:
+        # ranks are the same for logs, so the lognormal draws need not be exponentiated
+        p = stats.mannwhitneyu(base[:, :n], shifted[:, :n], axis=1, alternative="two-sided").pvalue
+        return float(np.mean(p < alpha)) >= power
+
+    if not detects(MAX_REPETITIONS):
+        raise ValueError(f"a {effect:.0%} difference at cv {cv:.3f} needs more than {MAX_REPETITIONS} "
+                         "repetitions a side")
+    low, high = 1, MAX_REPETITIONS  # detects(high) holds, low is below any n that can
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if detects(middle) else (middle, high)
+    return high

@@ -1,0 +1,92 @@
+"""Synthetic stores for the report and findings tests: runs as the runner stores them, with known answers."""
+import random
+from pathlib import Path
+
+from dlbench.store import Store
+
+VERSIONS = {"pytorch": "2.13.0", "jax": "0.6.2", "tensorflow": "2.20.0"}
+METRICS = {"cnn-mnist": ("accuracy", 0.985), "lstm-ptb": ("perplexity", 200.0), "lstm-imdb": ("accuracy", 0.85)}
+MACHINE = {"hostname": "bench-1", "cpu_model": "Test CPU @ 2.0GHz", "logical_cores": 2, "memory_mib": 7936,
+           "gpus": [], "os": "Linux-6.1-x86_64", "python": "3.11.2"}
+DATASETS = {"cnn-mnist": "digits-28", "lstm-ptb": "lee-news-lm", "lstm-imdb": "pang-lee-polarity"}
+
+
+def synthetic_run(framework: str, workload: str, repetition: int, steady: float, metric: float, *,
+                  first: float | None = None, epochs: int = 4, done: int | None = None, status: str = "ok",
+                  reason: str | None = None, device: str = "cpu", certificate: str = "passed",
+                  n_samples: int = 40, position: int = 0, machine: bool = True) -> tuple[dict, list[dict], list[dict]]:
+    """One run: `done` of `epochs` epochs (all by default), steady epochs of `steady` seconds, the metric
+    moving towards `metric` and reaching it at the last planned epoch."""
+    done = epochs if done is None else done
+    first = steady * 1.5 if first is None else first
+    metric_name, target = METRICS[workload]
+    start = 0.1 if metric_name == "accuracy" else 2000.0
+    rows = []
+    for k in range(1, done + 1):
+        value = start + (metric - start) * k / epochs
+        rows.append({"epoch": k, "train_time_s": first if k == 1 else steady, "eval_time_s": 0.05,
+                     "train_loss": 1.0 / k, "train_accuracy": None, "metric_value": value,
+                     "metrics": {metric_name: value}})
+    rng = random.Random(hash((framework, workload, repetition)) & 0xFFFF)
+    samples = [{"t_s": i * 0.1, "cpu_percent": 150 + rng.random() * 40, "rss_mb": 300 + i * 0.5,
+                "threads": 8, "system_cpu_percent": 180 + rng.random() * 10, "gpu_util_percent": None,
+                "gpu_mem_mb": None} for i in range(n_samples)]
+    train = sum(r["train_time_s"] for r in rows)
+    run = {
+        "cell_hash": f"{framework}-{workload}-{device}-{repetition}", "suite": "test", "framework": framework,
+        "framework_version": VERSIONS.get(framework, "1.0"), "workload": workload, "dataset": DATASETS[workload],
+        "device": device, "repetition": repetition, "status": status, "reason": reason,
+        "started_at": f"2026-12-03T10:{position // 60:02d}:{position % 60:02d}+0000", "wall_time_s": train + 3,
+        "train_time_s": train if rows else None, "first_epoch_s": first if rows else None,
+        "steady_epoch_s": steady if done > 1 else None, "metric_name": metric_name,
+        "metric_value": rows[-1]["metric_value"] if rows else None, "target_value": target, "params": 1000,
+        "peak_rss_mb": 320.0, "mean_cpu_percent": 170.0, "threads": 2, "python": "3.11.2 /envs/python",
+        "packages": {framework: VERSIONS.get(framework, "1.0"), "numpy": "2.1.0"},
+        "config": {"threads": 2, "seed": repetition - 1, "repetition": repetition,
+                   "recipe": {"epochs": epochs, "batch_size": 128}},
+        "certificate": "reference" if framework == "pytorch" else certificate,
+        "plan_position": position, "machine": MACHINE if machine else None,
+        "dlbench_version": {"version": "0.1.0", "commit": "0123456789abcdef", "dirty": False},
+    }
+    return run, rows, samples
+
+
+def jitter(value: float, repetition: int, spread: float = 0.02) -> float:
+    """A deterministic spread of about +-spread around value over the repetitions."""
+    return value * (1 + spread * ((repetition * 7919) % 11 - 5) / 5)
+
+
+def study_store(path: Path, repetitions: int = 5) -> Path:
+    """Three frameworks on two workloads, `repetitions` each: jax clearly fastest with a compiling first
+    epoch, pytorch and tensorflow level; one failed tensorflow run, one jax run stopped after 2 of 4
+    epochs; certificates stored for jax (pass) and tensorflow (fail)."""
+    speeds = {"pytorch": 1.0, "jax": 0.6, "tensorflow": 1.01}
+    accuracy = {"pytorch": 0.93, "jax": 0.931, "tensorflow": 0.80}
+    perplexity = {"pytorch": 150.0, "jax": 151.0, "tensorflow": 149.0}
+    position = 0
+    with Store(path / "dlbench.sqlite") as store:
+        for rep in range(1, repetitions + 1):
+            for framework in speeds:
+                for workload, metric in (("cnn-mnist", accuracy), ("lstm-ptb", perplexity)):
+                    position += 1
+                    kwargs: dict = {"position": position, "certificate": "failed" if framework == "tensorflow"
+                                    else "passed"}
+                    if framework == "jax":
+                        kwargs["first"] = 8.0
+                    if framework == "tensorflow" and workload == "cnn-mnist" and rep == 2:
+                        kwargs.update(status="failed", reason="worker exited with status 1: <OOM> & friends",
+                                      done=0)
+                    if framework == "jax" and workload == "lstm-ptb" and rep == repetitions:
+                        kwargs.update(status="timeout", reason="timed out after 600 s", done=2)
+                    store.save_run(*synthetic_run(framework, workload, rep, jitter(speeds[framework], rep),
+                                                  jitter(metric[framework], rep, 0.002), **kwargs))
+        for framework, passed, worst in (("jax", 1, 3e-6), ("tensorflow", 0, 4e-2)):
+            for workload in ("cnn-mnist", "lstm-ptb"):
+                store.save_certificate({
+                    "framework": framework, "framework_version": VERSIONS[framework], "framework_env": "abc",
+                    "reference": "pytorch", "reference_version": VERSIONS["pytorch"], "workload": workload,
+                    "passed": passed, "worst_tensor": "grad/dense_1/kernel", "worst_scaled_deviation": worst,
+                    "created_at": "2026-12-03T09:00:00+0000",
+                    "deviations": [{"tensor": "grad/dense_1/kernel", "kind": "gradient", "max_abs": worst,
+                                    "max_rel": worst, "tolerance": 1e-3, "passed": bool(passed)}]})
+    return path / "dlbench.sqlite"

@@ -1,0 +1,145 @@
+"""dlbench compare on stores built in the test: a planted slowdown is found and fails the guard, none passes."""
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from analysis_runs import build_store, noisy, run_dict
+
+from dlbench.analysis import compare, stats
+from dlbench.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def cells_of(folder: Path, medians: dict[str, float], reps: int, seed: int, metric: float = 0.9,
+             version: str = "1.0") -> list[dict]:
+    runs = []
+    for i, (framework, median) in enumerate(medians.items()):
+        for repetition, steady in enumerate(noisy(median, reps, 0.01, seed + 10 * i), 1):
+            runs.append(run_dict(framework, "cnn-mnist", steady, repetition, metric=metric, version=version))
+    return runs
+
+
+def row(out: str, label: str) -> str:
+    [line] = [line for line in out.splitlines() if line.endswith(label)]
+    return line
+
+
+def cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["compare", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture
+def before(tmp_path) -> Path:
+    return build_store(tmp_path / "before", cells_of(tmp_path, {"pytorch": 2.0, "jax": 1.0}, 5, seed=1))
+
+
+def test_a_planted_slowdown_is_found_and_fails_the_guard(capsys, tmp_path, before):
+    after_runs = cells_of(tmp_path, {"pytorch": 2.4, "jax": 1.0}, 5, seed=100, metric=0.85)
+    after_runs.append(run_dict("jax", "lstm-imdb", 3.0, 1))  # a cell only B has
+    after = build_store(tmp_path / "after", after_runs)
+    code, out, _ = cli(capsys, str(before), str(after), "--fail-above", "5%")
+    assert code == 1
+    torch = row(out, "pytorch cnn-mnist digits-28 cpu").split()
+    assert torch[0] == "+" and "slower;" in torch and "FAILS" in torch and "5/5" in torch
+    assert float(torch[3]) == pytest.approx(1.2, abs=0.03) and "-0.05" in torch  # ratio B/A, metric B - A
+    jax = row(out, "jax cnn-mnist digits-28 cpu")
+    assert "no difference shown" in jax and "FAILS" not in jax
+    assert "only in B:\n  jax lstm-imdb digits-28 cpu" in out
+    assert "--fail-above 5%: 1 cell(s) slower by more than that" in out
+    # a guard of 25 % lets the 20 % slowdown through, though it is still shown
+    code, out, _ = cli(capsys, str(before), str(after), "--fail-above", "25")
+    assert code == 0 and "slower" in row(out, "pytorch cnn-mnist digits-28 cpu")
+
+
+def test_no_slowdown_passes(capsys, tmp_path, before):
+    after = build_store(tmp_path / "after", cells_of(tmp_path, {"pytorch": 2.0, "jax": 1.0}, 5, seed=200))
+    code, out, _ = cli(capsys, str(before / "dlbench.sqlite"), str(after), "--fail-above", "5%")
+    assert code == 0
+    for framework in ("pytorch", "jax"):
+        assert "no difference shown" in row(out, f"{framework} cnn-mnist digits-28 cpu")
+    assert "no cell slower by more than that" in out
+
+
+def test_comparison_values(tmp_path, before):
+    after = build_store(tmp_path / "after", cells_of(tmp_path, {"pytorch": 2.4, "jax": 1.0}, 5, seed=100))
+    result = compare.compare_stores(before, after)
+    [torch] = [c for c in result.cells if c.label.startswith("pytorch")]
+    a = [r["steady_epoch_s"] for r in cells_of(tmp_path, {"pytorch": 2.0}, 5, seed=1)]
+    b = [r["steady_epoch_s"] for r in cells_of(tmp_path, {"pytorch": 2.4}, 5, seed=100)]
+    assert torch.a.median == pytest.approx(np.median(a)) and torch.b.median == pytest.approx(np.median(b))
+    assert torch.test.ratio.median == pytest.approx(np.median(b) / np.median(a))
+    assert torch.test.p_value == pytest.approx(stats.mann_whitney(b, a))
+    assert torch.test.p_adjusted == pytest.approx(min(1.0, 2 * torch.test.p_value))  # Holm over two cells
+    assert torch.test.verdict == "slower" and torch.on_medians_alone is False
+
+
+def test_single_runs_are_guarded_on_their_values_and_say_so(capsys, tmp_path):
+    before = build_store(tmp_path / "a", [run_dict("pytorch", "cnn-mnist", 2.0, 1)])
+    after = build_store(tmp_path / "b", [run_dict("pytorch", "cnn-mnist", 2.3, 1)])
+    code, out, _ = cli(capsys, str(before), str(after), "--fail-above", "10%")
+    assert code == 1 and "single runs; FAILS --fail-above 10%" in out
+    assert "compares their medians (single values) alone" in out
+    assert cli(capsys, str(before), str(after), "--fail-above", "20%")[0] == 0
+    assert cli(capsys, str(before), str(after))[0] == 0  # no guard asked for
+
+
+def test_cells_differing_in_recipe_do_not_match(capsys, tmp_path):
+    before = build_store(tmp_path / "a", [run_dict("pytorch", "cnn-mnist", 2.0, 1, planned=3)])
+    after = build_store(tmp_path / "b", [run_dict("pytorch", "cnn-mnist", 2.0, 1, planned=4)])
+    result = compare.compare_stores(before, after)
+    # alike in framework, workload, dataset and device: a digest of each configuration tells them apart
+    [only_a], [only_b] = result.only_a, result.only_b
+    assert result.cells == () and only_a != only_b
+    assert {label.rsplit(" #", 1)[0] for label in (only_a, only_b)} == {"pytorch cnn-mnist digits-28 cpu"}
+    code, out, _ = cli(capsys, str(before), str(after))
+    assert code == 0 and "no cell has runs on both sides" in out
+
+
+def test_two_framework_versions_in_one_store(capsys, tmp_path):
+    runs = cells_of(tmp_path, {"pytorch": 2.0}, 5, seed=1, version="2.8.0")
+    runs += cells_of(tmp_path, {"pytorch": 2.4}, 5, seed=2, version="2.13.0")
+    for run in runs[5:]:
+        run["cell_hash"] += "-new"
+    store = build_store(tmp_path / "r", runs)
+    code, out, _ = cli(capsys, str(store), "--versions", "pytorch@2.8.0", "pytorch@2.13.0", "--fail-above", "5%")
+    assert code == 1 and "A: pytorch@2.8.0" in out and "slower" in row(out, "cnn-mnist digits-28 cpu")
+    code, _, err = cli(capsys, str(store), "--versions", "pytorch@2.9", "pytorch@2.13.0")
+    assert code == 2 and "no runs of pytorch@2.9 in" in err and "there: pytorch@2.13.0, pytorch@2.8.0" in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["{missing}", "{store}"], "{missing} does not exist; give a results folder or a dlbench.sqlite file"),
+    (["{empty}", "{store}"], "no results store in {empty} (expected {empty}/dlbench.sqlite)"),
+    (["{store}", "{store}", "--fail-above", "five"], "--fail-above 'five' is not a percentage; expected a number"),
+    (["{store}", "{store}", "--fail-above=-5%"], "--fail-above '-5%' is not a percentage"),
+    (["{store}", "{store}", "--metric", "speed"], "--metric 'speed' is not one of: steady_epoch_s, train_time_s"),
+    (["{store}"], "compare needs two results folders or stores (A B), got 1"),
+    (["{store}", "--versions", "pytorch", "pytorch@2"], "--versions 'pytorch' is not FRAMEWORK@VERSION"),
+])
+def test_bad_input_exits_2_naming_the_value(capsys, tmp_path, argv, message):
+    paths = {"missing": tmp_path / "nowhere", "empty": tmp_path / "empty",
+             "store": build_store(tmp_path / "s", [run_dict("pytorch", "cnn-mnist", 2.0, 1)])}
+    paths["empty"].mkdir()
+    code, _, err = cli(capsys, *(arg.format(**paths) for arg in argv))
+    assert code == 2 and err.startswith(f"dlbench: error: {message.format(**paths)}"), err
+    assert not paths["missing"].exists()  # nothing created
+
+
+def test_noise_script_prints_cv_and_repetitions(tmp_path):
+    runs = cells_of(tmp_path, {"pytorch": 2.0, "jax": 1.0}, 5, seed=1)
+    runs.append(run_dict("jax", "lstm-imdb", 3.0, 1))
+    store = build_store(tmp_path / "r", runs)
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "noise.py"), str(store)], capture_output=True,
+                          text=True, env={"PYTHONPATH": str(REPO / "src")}, timeout=300)
+    assert done.returncode == 0, done.stderr
+    torch = [r["steady_epoch_s"] for r in runs if r["framework"] == "pytorch"]
+    cv = np.std(torch, ddof=1) / np.mean(torch)
+    line = [line for line in done.stdout.splitlines() if line.startswith("pytorch ")][0].split()
+    assert float(line[-2]) == pytest.approx(cv, abs=5e-4)  # printed to 3 decimals
+    assert int(line[-1]) == stats.repetitions_needed(cv)
+    assert "jax lstm-imdb" in done.stdout and "1 run" in done.stdout

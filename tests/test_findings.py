@@ -1,0 +1,112 @@
+"""Findings sentences on stores built here: a winner only where the difference is shown, and the caveats."""
+from pathlib import Path
+
+from synthetic_store import jitter, synthetic_run
+
+from dlbench.analysis.findings import Finding, findings_of_runs
+from dlbench.store import Store
+
+SAME = [1.00, 1.03, 0.97, 1.02, 0.98]  # run-to-run noise of a few percent
+SAME_SHUFFLED = [0.99, 1.02, 1.01, 0.97, 1.03]
+
+
+def store_findings(tmp_path: Path, runs: list[tuple]) -> list[Finding]:
+    with Store(tmp_path / "dlbench.sqlite") as store:
+        for run in runs:
+            store.save_run(*run)
+        return findings_of_runs(store.runs())
+
+
+def repeated(framework: str, steadies: list[float], workload: str = "cnn-mnist", metric: float = 0.9,
+             **kwargs) -> list[tuple]:
+    return [synthetic_run(framework, workload, rep, steady, jitter(metric, rep, 0.01), **kwargs)
+            for rep, steady in enumerate(steadies, start=1)]
+
+
+def test_overlapping_repetitions_rank_nobody(tmp_path: Path) -> None:
+    [finding] = store_findings(tmp_path, repeated("pytorch", SAME) + repeated("jax", SAME_SHUFFLED))
+    assert finding.speed.startswith("No difference shown in steady epoch time between")
+    assert "is the fastest" not in finding.speed
+    assert "none of them is ranked" in finding.speed
+
+
+def test_a_clear_gap_names_the_winner_and_its_size(tmp_path: Path) -> None:
+    fast = [0.5 * v for v in SAME]
+    [finding] = store_findings(tmp_path, repeated("pytorch", SAME) + repeated("jax", fast))
+    assert finding.speed.startswith("jax is the fastest: steady epoch time 0.500 s.")
+    assert "pytorch, at 1.00 s, takes 2.00x as long" in finding.speed
+    assert "shown, Holm-adjusted p = " in finding.speed
+
+
+def test_accuracy_ranks_by_the_workloads_direction(tmp_path: Path) -> None:
+    # perplexity: lower is better, so the lower one is the most accurate
+    runs = (repeated("pytorch", SAME, "lstm-ptb", metric=150.0)
+            + repeated("jax", SAME_SHUFFLED, "lstm-ptb", metric=300.0))
+    [finding] = store_findings(tmp_path, runs)
+    assert finding.accuracy.startswith("pytorch is the most accurate: final perplexity 15")
+    assert "lee-news-lm is not ptb, the study's dataset for lstm-ptb" in " ".join(finding.caveats)
+
+
+def test_single_runs_get_no_interval_no_test_and_no_ranking(tmp_path: Path) -> None:
+    [finding] = store_findings(tmp_path, repeated("pytorch", [1.0]) + repeated("jax", [0.5]))
+    assert finding.speed.startswith("Single runs, steady epoch time: jax 0.500 s; pytorch, at 1.00 s")
+    assert "no framework is ranked" in finding.speed
+    assert "CI" not in finding.speed and " p = " not in finding.speed
+    assert any(c.startswith("Single runs for jax, pytorch:") for c in finding.caveats)
+
+
+def test_three_repetitions_are_too_few_and_the_caveat_says_how_many_would_do(tmp_path: Path) -> None:
+    [finding] = store_findings(tmp_path, repeated("pytorch", SAME[:3]) + repeated("jax", [0.5 * v for v in SAME[:3]]))
+    assert finding.speed == ("Too few repetitions to show any difference in steady epoch time, so no framework is "
+                             "ranked; the medians: jax 0.500 s, pytorch 1.00 s.")
+    [few] = [c for c in finding.caveats if c.startswith("Too few repetitions")]
+    assert "the smallest p-value these sample sizes allow is 0.1." in few
+    assert "repetitions per framework" in few
+
+
+def test_failed_and_stopped_cells_are_caveats_with_their_reasons(tmp_path: Path) -> None:
+    runs = repeated("pytorch", SAME) + repeated("jax", SAME_SHUFFLED)
+    runs[6] = synthetic_run("jax", "cnn-mnist", 2, 1.0, 0.9, status="failed", done=0,
+                            reason="worker exited with status 1: out of memory")
+    runs[7] = synthetic_run("jax", "cnn-mnist", 3, 1.0, 0.9, status="timeout", done=2, epochs=4,
+                            reason="timed out after 600 s")
+    [finding] = store_findings(tmp_path, runs)
+    assert ("jax, repetition 2 (of 5 runs): failed before its first epoch: worker exited with status 1: "
+            "out of memory.") in finding.caveats
+    assert "jax, repetition 3 (of 5 runs): timed out after 2 of 4 epochs: timed out after 600 s." in finding.caveats
+
+
+def test_uncertified_pairs_and_compiling_first_epochs_are_caveats(tmp_path: Path) -> None:
+    runs = repeated("pytorch", SAME_SHUFFLED) + repeated("jax", SAME, first=9.0, certificate="none")
+    [finding] = store_findings(tmp_path, runs)
+    text = " ".join(finding.caveats)
+    assert "jax held no passing equivalence certificate for cnn-mnist (no certificate was stored)" in text
+    assert "jax's first epoch (9.00 s) takes 9.0x its steady epoch" in text
+    assert "pytorch held no" not in text and "pytorch's first epoch" not in text
+
+
+def test_one_finding_per_workload_dataset_and_device(tmp_path: Path) -> None:
+    runs = (repeated("pytorch", SAME) + repeated("pytorch", SAME, device="gpu")
+            + repeated("pytorch", SAME, "lstm-imdb"))
+    titles = [f.title for f in store_findings(tmp_path, runs)]
+    assert sorted(titles) == ["cnn-mnist on digits-28 (cpu)", "cnn-mnist on digits-28 (gpu)",
+                              "lstm-imdb on pang-lee-polarity (cpu)"]
+    assert all("Only pytorch completed" in f.speed for f in store_findings(tmp_path / "again", runs))
+
+
+def test_level_leaders_are_named_together_and_a_clear_laggard_apart(tmp_path: Path) -> None:
+    runs = (repeated("pytorch", SAME) + repeated("jax", SAME_SHUFFLED)
+            + repeated("tensorflow", [2 * v for v in SAME]))
+    [finding] = store_findings(tmp_path, runs)
+    assert finding.speed == ("No difference shown in steady epoch time between pytorch (1.00 s) and jax (1.01 s): "
+                             "none of them is ranked above the others. Shown behind pytorch: tensorflow (2.00 s).")
+
+
+def test_holm_over_many_pairs_can_leave_five_repetitions_too_few(tmp_path: Path) -> None:
+    # 5 frameworks, 10 pairs of 5 runs: the smallest p (0.0079) times 10 cannot reach 0.05
+    runs = [run for k, name in enumerate(("pytorch", "jax", "tensorflow", "mxnet", "chainer"))
+            for run in repeated(name, [(k + 1) * v for v in SAME])]
+    [finding] = store_findings(tmp_path, runs)
+    assert finding.speed.startswith("Too few repetitions to show any difference in steady epoch time")
+    [few] = [c for c in finding.caveats if c.startswith("Too few repetitions")]
+    assert "is 0.0079, before Holm's correction over the 10 comparisons of this workload" in few

@@ -1,0 +1,242 @@
+"""dlbench report: the HTML page opened in a real headless Chromium with networking blocked, the Markdown, the CLI."""
+import http.server
+import os
+import re
+import shutil
+import struct
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+from synthetic_store import study_store, synthetic_run
+
+from dlbench import cli, report
+from dlbench.report import html
+from dlbench.store import Store
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+BROWSER_TIMEOUT_S = 120
+# Every request, loopback included (<-loopback>), goes to a proxy on the discard port where nothing listens.
+OFFLINE = ["--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>"]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("results")
+    study_store(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def page(results: Path) -> Path:
+    return report.write(results)
+
+
+def need_chromium() -> str:
+    if CHROMIUM:
+        return CHROMIUM
+    if os.environ.get("CI"):
+        pytest.fail("chromium is missing in CI: .ci/run installs Debian's chromium package")
+    pytest.skip("chromium is not installed (apt-get install chromium); CI installs it and runs this test")
+
+
+def browse(profile: Path, url: str, *flags: str, offline: bool = True) -> subprocess.CompletedProcess:
+    """Headless Chromium on one URL with a fresh profile; console messages go to stderr."""
+    command = [need_chromium(), "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+               "--disable-extensions", "--disable-background-networking", f"--user-data-dir={profile}",
+               "--enable-logging=stderr", "--v=0", *(OFFLINE if offline else []), *flags, url]
+    return subprocess.run(command, capture_output=True, text=True, timeout=BROWSER_TIMEOUT_S)
+
+
+def render_status(dom: str) -> dict[str, str]:
+    tag = re.search(r'<p id="render-status"[^>]*>', dom)
+    assert tag, f"no render status in the DOM: {dom[-2000:]}"
+    return dict(re.findall(r'data-([\w-]+)="([^"]*)"', tag.group(0)))
+
+
+def console_messages(stderr: str) -> list[str]:
+    """What the page's scripts logged (Chromium's own pages log from chrome:// sources, left out)."""
+    return [line for line in stderr.splitlines() if ":CONSOLE" in line and "source: file://" in line]
+
+
+def test_the_page_needs_nothing_from_outside(page: Path) -> None:
+    text = page.read_text()
+    assert text.startswith("<!DOCTYPE html>")
+    # no external script, stylesheet, image or frame: the only URLs are XML namespace names
+    assert not re.search(r'<(script|img|iframe|link)\b[^>]*\b(src|href)=', text)
+    assert set(re.findall(r'https?://[^"\s]+', text)) <= {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
+
+
+def test_store_text_is_escaped(page: Path) -> None:
+    text = page.read_text()
+    assert "&lt;OOM&gt; &amp; friends" in text
+    assert "<OOM>" not in text
+
+
+def test_report_in_a_real_browser_shows_every_chart_without_errors(page: Path, results: Path,
+                                                                   tmp_path: Path) -> None:
+    # expand the folded timelines (#expand), so every chart must take room on the page
+    done = browse(tmp_path / "profile", page.as_uri() + "#expand", "--dump-dom")
+    assert done.returncode == 0, done.stderr[-2000:]
+    status = render_status(done.stdout)
+    with Store(results / "dlbench.sqlite") as store:
+        runs = store.runs()
+        sampled = sum(1 for run in runs if store.samples(run["id"]))
+    groups = {(r["workload"], r["dataset"], r["device"]) for r in runs}
+    expected = 2 * len(groups) + sampled  # epoch-time bars and convergence per workload, a timeline per run
+    assert expected == 2 * 2 + 30
+    assert status == {"expected": str(expected), "charts": str(expected), "charts-shown": str(expected),
+                      "errors": "0"}
+    assert '<pre id="js-errors" hidden=""></pre>' in done.stdout
+    assert console_messages(done.stderr) == []
+
+    shot = tmp_path / "report.png"
+    done = browse(tmp_path / "profile", page.as_uri(), f"--screenshot={shot}", "--window-size=1400,3000")
+    assert done.returncode == 0, done.stderr[-2000:]
+    header = shot.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n"
+    assert struct.unpack(">II", header[16:24]) == (1400, 3000)
+    assert shot.stat().st_size > 50_000  # charts and text, not a blank page
+
+
+def test_script_errors_reach_the_page_status(page: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.html"
+    broken.write_text(page.read_text().replace("</body>", "<script>notDefined();</script></body>"))
+    done = browse(tmp_path / "profile", broken.as_uri(), "--dump-dom")
+    assert render_status(done.stdout)["errors"] == "1"
+    assert "notDefined is not defined" in done.stdout
+    assert any("notDefined" in line for line in console_messages(done.stderr))
+
+
+class Recorder(http.server.BaseHTTPRequestHandler):
+    paths: list[str] = []
+
+    def do_GET(self) -> None:  # noqa: N802 (the http.server API)
+        Recorder.paths.append(self.path)
+        self.send_response(404)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_the_browser_flags_block_the_network(tmp_path: Path) -> None:
+    """The same page fetching from a server on this machine: blocked with the flags, reached without."""
+    need_chromium()
+    server = http.server.HTTPServer(("127.0.0.1", 0), Recorder)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        probe = tmp_path / "probe.html"
+        probe.write_text(f'<img src="{url}/img.png"><script>fetch("{url}/fetch").catch(function () {{}});</script>')
+        Recorder.paths = []
+        browse(tmp_path / "offline", probe.as_uri(), "--dump-dom", "--virtual-time-budget=3000")
+        assert Recorder.paths == []
+        browse(tmp_path / "online", probe.as_uri(), "--dump-dom", "--virtual-time-budget=3000", offline=False)
+        assert "/img.png" in Recorder.paths  # the probe does reach the server when nothing blocks it
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_markdown_holds_the_findings_and_tables(results: Path) -> None:
+    text = report.write(results, "md").read_text()
+    assert (results / "report.md").exists()
+    assert "## Findings" in text and "### cnn-mnist on digits-28 (cpu)" in text
+    assert "- **Speed**: jax is the fastest: steady epoch time 0.6" in text
+    assert "- _Caveat_: tensorflow, repetition 2 (of 5 runs): failed before its first epoch: worker exited with " \
+           "status 1: &lt;OOM&gt; &amp; friends." in text
+    assert "### Final metric, cpu" in text and "### Training time, cpu" in text
+    assert "| workload (dataset) | jax | pytorch | tensorflow |" in text
+    assert "rep 5: time cap, 2 of 4 epochs" in text
+    assert "| cnn-mnist (digits-28) | fastest, 0.607 s | 1.67x [1.65-1.69] |" in text
+    assert "<svg" not in text
+
+
+def test_a_framework_stopped_by_its_time_cap_shows_the_last_epochs_metric(tmp_path: Path) -> None:
+    with Store(tmp_path / "dlbench.sqlite") as store:
+        store.save_run(*synthetic_run("pytorch", "cnn-mnist", 1, 1.0, 0.95))
+        store.save_run(*synthetic_run("jax", "cnn-mnist", 1, 1.0, 0.9, epochs=200, done=94, status="timeout",
+                                      reason="timed out after 86400 s", machine=False))
+    loaded = report.load(tmp_path / "dlbench.sqlite")
+    metric = next(t for t in loaded.study_tables if t.title == "Final metric, cpu")
+    assert metric.header == ["workload (dataset)", "jax", "pytorch"]
+    assert metric.rows[0][1] == "47.6% after 94 of 200 epochs (time cap)"
+    assert metric.rows[0][2] == "95.0% (1 run)"
+    machine = next(t for t in loaded.manifest if t.title == "Machine")
+    assert ["CPU", "Test CPU @ 2.0GHz"] in machine.rows  # from the run that recorded it
+
+
+def test_manifest_and_certificates(results: Path) -> None:
+    loaded = report.load(results / "dlbench.sqlite")
+    tables = {t.title: t for t in loaded.manifest}
+    assert tables["Machine"].rows[:2] == [["host", "bench-1"], ["CPU", "Test CPU @ 2.0GHz"]]
+    assert ["GPUs", "none"] in tables["Machine"].rows
+    order = tables["Run order"]
+    assert [row[0] for row in order.rows] == [str(i) for i in range(1, 31)]
+    assert order.rows[0][-1] == "0.1.0 (0123456789)"
+    settings = ["test", "cnn-mnist", "digits-28", "cpu", "4", "128", "?", "2", "0, 1, 2, 3, 4"]
+    assert settings in tables["Suite settings"].rows
+    assert loaded.certificate_grid.rows == [
+        ["pytorch", "reference", "reference"],
+        ["jax", "pass (3.0e-06, grad/dense_1/kernel)", "pass (3.0e-06, grad/dense_1/kernel)"],
+        ["tensorflow", "FAIL (4.0e-02, grad/dense_1/kernel)", "FAIL (4.0e-02, grad/dense_1/kernel)"]]
+    assert html.expected_charts(loaded) == 34
+
+
+def test_cli_writes_the_report_and_prints_its_path(results: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["report", "--results", str(results)]) == 0
+    assert capsys.readouterr().out.strip() == str(results / "report.html")
+    out = tmp_path / "paper" / "report.md"
+    assert cli.main(["report", "--results", str(results), "--format", "md", "--output", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == str(out) and out.read_text().startswith("# dlbench report")
+    assert cli.main(["report", "--results", str(tmp_path / "none")]) == 2
+    assert "no results at" in capsys.readouterr().err
+
+
+def test_filters_hide_what_does_not_match(page: Path, tmp_path: Path) -> None:
+    """A link can preselect the filters: with framework=jax only jax's timelines stay, and the findings
+    of groups that hold jax."""
+    done = browse(tmp_path / "profile", page.as_uri() + "#expand&framework=jax&workload=lstm-ptb", "--dump-dom")
+    dom = done.stdout
+    assert render_status(dom)["errors"] == "0"
+    timelines = re.findall(r'<figure class="chart" data-framework="(\w+)"( hidden="")?>', dom)
+    assert {f for f, hidden in timelines if not hidden} == {"jax"}
+    assert {f for f, hidden in timelines if hidden} == {"pytorch", "tensorflow"}
+    cards = re.findall(r'<section class="card" data-workload="([\w-]+)"[^>]*?( hidden="")?>', dom)
+    assert cards == [("cnn-mnist", ' hidden=""'), ("lstm-ptb", "")]
+    rows = re.findall(r'<tr data-workload="([\w-]+)"( hidden="")?>', dom)  # the study's tables, 3 per device
+    assert rows == [("cnn-mnist", ' hidden=""'), ("lstm-ptb", "")] * 3
+    order = re.findall(r'<tr data-framework="(\w+)" data-workload="([\w-]+)" data-device="cpu"( hidden="")?>', dom)
+    assert [(f, w) for f, w, hidden in order if not hidden] == [("jax", "lstm-ptb")] * 5
+
+
+def test_gpu_samples_get_their_own_panels() -> None:
+    from dlbench.report import charts
+
+    samples = [{"t_s": i / 10, "cpu_percent": 100.0, "system_cpu_percent": 110.0, "rss_mb": 500.0,
+                "gpu_util_percent": 90.0, "gpu_mem_mb": 2048.0} for i in range(50)]
+    svg = charts.timeline(samples, "gpu-run")
+    assert svg.startswith('<svg role="img" aria-label="gpu-run"')
+    assert ">GPU util %</text>" in svg and ">GPU MiB</text>" in svg
+    assert "GPU" not in charts.timeline([{**s, "gpu_util_percent": None, "gpu_mem_mb": None} for s in samples], "cpu")
+
+
+def test_failed_runs_and_missing_fields_still_make_a_report(tmp_path: Path) -> None:
+    with Store(tmp_path / "dlbench.sqlite") as store:
+        store.save_run(*synthetic_run("pytorch", "cnn-mnist", 1, 1.0, 0.9, status="failed", done=0, reason="boom"))
+        store.save_run(*synthetic_run("jax", "cnn-mnist", 1, 1.0, 0.9, status="failed", done=0, reason="boom",
+                                      n_samples=0))
+        store.save_run({"cell_hash": "x", "framework": "pytorch", "workload": "unknown-workload", "status": "ok"},
+                       [], [])
+    loaded = report.load(tmp_path / "dlbench.sqlite")
+    page = html.render(loaded)
+    assert html.expected_charts(loaded) == 2 + 1  # bars of each group, one sampled run, no convergence
+    assert page.count("<figure class=\"chart\"") == 3
+    assert "No steady epoch time: no successful run recorded one." in page
+    assert "jax, repetition 1 (of 1 run): failed before its first epoch: boom." in page
+    assert "rep 1: failed, 0 of 4 epochs" in page
+    assert ["machine", "not recorded"] not in loaded.manifest[0].rows  # the failed runs recorded a machine

@@ -1,0 +1,98 @@
+"""Run order: repetitions outermost, each shuffled from the suite's seed, and each run's place recorded."""
+import random
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from dlbench import envs, machine, runner, suite
+from dlbench.runner import Options, Prepared, run_plan
+from dlbench.store import Store
+
+SUITE = """
+name: ordered
+frameworks: [pytorch, fakefw]
+repeat: 3
+seed: {seed}
+workloads:
+  - {{workload: cnn-mnist, dataset: digits-28, epochs: 2}}
+  - {{workload: lstm-imdb, dataset: pang-lee-polarity}}
+"""
+
+
+@pytest.fixture
+def two_frameworks(monkeypatch):
+    fake = envs.Recipe("fakefw", "3.11", ("numpy",), "fake_framework:Adapter", "numpy", "numpy")
+    monkeypatch.setitem(envs.RECIPES, "fakefw", fake)
+
+
+def load(tmp_path: Path, seed: int) -> suite.Suite:
+    path = tmp_path / f"suite-{seed}.yaml"
+    path.write_text(textwrap.dedent(SUITE.format(seed=seed)).lstrip("\n"))
+    return suite.load(str(path))
+
+
+def names(cells: list[suite.Cell]) -> list[tuple[int, str, str]]:
+    return [(c.repetition, c.workload, c.framework) for c in cells]
+
+
+def test_each_repetition_is_the_listed_order_shuffled_by_seed_and_repetition(tmp_path, two_frameworks):
+    cells = suite.plan(load(tmp_path, 5))
+    listed = [("cnn-mnist", "pytorch"), ("cnn-mnist", "fakefw"), ("lstm-imdb", "pytorch"), ("lstm-imdb", "fakefw")]
+    expected = []
+    for repetition in (1, 2, 3):
+        order = list(listed)
+        random.Random(f"5-{repetition}").shuffle(order)
+        expected += [(repetition, *pair) for pair in order]
+    assert names(cells) == expected
+    # the rule is not the identity here, and repetitions differ from each other
+    assert {tuple(expected[i:i + 4]) for i in (0, 4, 8)} != {tuple((r, *p) for p in listed) for r in (1, 2, 3)}
+    assert len({tuple(pair[1:] for pair in expected[i:i + 4]) for i in (0, 4, 8)}) > 1
+
+
+def test_the_same_seed_gives_the_same_order_and_another_seed_another(tmp_path, two_frameworks):
+    assert names(suite.plan(load(tmp_path, 5))) == names(suite.plan(load(tmp_path, 5)))
+    orders = {tuple(names(suite.plan(load(tmp_path, seed)))) for seed in range(6)}
+    assert len(orders) > 1
+
+
+def test_run_plan_records_position_machine_and_version(tmp_path, two_frameworks, monkeypatch):
+    """The plan's run order reaches the store. Only the worker is replaced, by a run row of its cell."""
+    cells = suite.plan(load(tmp_path, 5))
+    monkeypatch.setattr(runner.envs, "require", lambda framework: None)
+
+    def resolve(cell: suite.Cell, data_dir: Path) -> Prepared:
+        config = {"framework": cell.framework, "workload": cell.workload, "seed": cell.seed,
+                  "repetition": cell.repetition}
+        return Prepared(cell, None, None, None, config)
+
+    def run_cell(prepared: Prepared, options: Options, on_event) -> tuple:
+        cell = prepared.cell
+        row = {"cell_hash": prepared.hash, "framework": cell.framework, "workload": cell.workload,
+               "repetition": cell.repetition, "status": "ok", "config": prepared.config}
+        return row, [], []
+
+    monkeypatch.setattr(runner, "resolve", resolve)
+    monkeypatch.setattr(runner, "run_cell", run_cell)
+    monkeypatch.setattr(runner, "certificate_status", lambda store, prepared: "none")
+    run_plan(cells, Options(tmp_path / "results", tmp_path / "data"), lambda *args: None)
+    with Store(tmp_path / "results" / "dlbench.sqlite") as store:
+        runs = store.runs()
+    assert [(r["plan_position"], r["repetition"], r["workload"], r["framework"]) for r in runs] == [
+        (position, *cell) for position, cell in enumerate(names(cells), 1)]
+    machine = runs[0]["machine"]
+    assert set(machine) == {"hostname", "cpu_model", "logical_cores", "memory_mib", "gpus", "os", "python"}
+    assert machine["logical_cores"] >= 1 and machine["memory_mib"] > 0 and isinstance(machine["gpus"], list)
+    assert set(runs[0]["dlbench_version"]) == {"version", "commit", "dirty"}
+    assert all(r["machine"] == machine for r in runs)
+
+
+def test_machine_reads_the_cpu_model_and_the_checkout_commit(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) CPU @ 2.20GHz\n")
+    assert machine.cpu_model(cpuinfo) == "Intel(R) Xeon(R) CPU @ 2.20GHz"
+    version = machine.dlbench_version()
+    head = subprocess.run(["git", "-C", str(machine.PACKAGE_DIR), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode == 0:  # the tests run from a checkout
+        assert version["commit"] == head.stdout.strip() and isinstance(version["dirty"], bool)

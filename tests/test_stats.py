@@ -1,0 +1,157 @@
+"""dlbench.analysis.stats and summary against known answers."""
+import numpy as np
+import pytest
+from analysis_runs import noisy, run_dict
+from scipy import stats as scipy_stats
+
+from dlbench.analysis import stats
+from dlbench.analysis.stats import Estimate, estimate, holm, pairwise, ratio, repetitions_needed
+from dlbench.analysis.summary import speed_ratios, summarise
+
+
+def test_estimate_of_one_value_has_no_interval_and_equal_values_a_point():
+    assert estimate([1.5]) == Estimate(1, 1.5, None, None)
+    assert estimate([]) == Estimate(0, None, None, None)
+    assert estimate([2.0, None, 2.0, 2.0]) == Estimate(3, 2.0, 2.0, 2.0)  # None: a run without the figure
+
+
+def test_estimate_interval_holds_the_median_and_is_seeded():
+    values = noisy(10.0, 9, 0.05, seed=1)
+    first = estimate(values, seed=3)
+    assert first.n == 9 and first.median == pytest.approx(np.median(values))
+    assert min(values) <= first.low < first.median < first.high <= max(values)
+    assert estimate(values, seed=3) == first
+
+
+def test_estimate_rejects_non_finite_values():
+    with pytest.raises(ValueError, match="finite"):
+        estimate([1.0, float("nan")])
+
+
+def test_ratio_of_a_known_factor():
+    a, b = noisy(2.0, 8, 0.03, seed=1), noisy(1.0, 8, 0.03, seed=2)
+    r = ratio(a, b)
+    assert r.median == pytest.approx(np.median(a) / np.median(b))
+    assert r.low < 2.0 < r.high and r.excludes(1.0)
+    assert ratio([2.0], [1.0]) == Estimate(1, 2.0, None, None)
+
+
+def test_holm_matches_a_hand_computed_case():
+    # sorted: 0.005*4 = 0.02, 0.01*3 = 0.03, 0.03*2 = 0.06, 0.04*1 = 0.04 -> raised to the running max 0.06
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])  # capped at 1
+    assert holm([]) == []
+
+
+def test_a_large_difference_is_found_and_named_by_direction():
+    fast, slow = noisy(1.0, 8, 0.05, seed=1), noisy(1.5, 8, 0.05, seed=2)
+    [test] = pairwise({"jax": fast, "pytorch": slow})
+    assert (test.a, test.b, test.verdict, test.shown) == ("jax", "pytorch", "faster", True)
+    assert test.p_value == pytest.approx(scipy_stats.mannwhitneyu(fast, slow).pvalue)
+    assert test.p_adjusted < 0.05 and test.ratio.high < 1
+    [reverse] = pairwise({"pytorch": slow, "jax": fast})
+    assert reverse.verdict == "slower"
+    # a metric where higher is better, with its own words
+    [accuracy] = pairwise({"a": noisy(0.9, 8, 0.01, 1), "b": noisy(0.7, 8, 0.01, 2)}, lower_is_better=False,
+                          better="more accurate", worse="less accurate")
+    assert accuracy.verdict == "more accurate"
+
+
+def test_identical_distributions_are_rarely_called_different():
+    shown = raw = 0
+    for seed in range(200):
+        [test] = pairwise({"a": noisy(1.0, 8, 0.05, 2 * seed), "b": noisy(1.0, 8, 0.05, 2 * seed + 1)}, seed=seed)
+        shown += test.shown
+        raw += test.p_value < 0.05
+        assert test.verdict in ("no difference shown", "faster", "slower")
+    assert shown / 200 <= 0.1 and raw / 200 <= 0.1
+
+
+def test_holm_applies_over_all_pairs_of_a_call():
+    samples = {"a": noisy(1.0, 5, 0.01, 1), "b": noisy(2.0, 5, 0.01, 2), "c": noisy(4.0, 3, 0.01, 3)}
+    tests = pairwise(samples)
+    assert [(t.a, t.b) for t in tests] == [("a", "b"), ("a", "c"), ("b", "c")]
+    assert [t.p_adjusted for t in tests] == pytest.approx(holm([t.p_value for t in tests]))
+    # 5 vs 3 fully apart: p = 0.036, but Holm over three comparisons lifts it above 0.05
+    assert tests[2].p_value == pytest.approx(0.0357, abs=1e-4) and tests[2].verdict == "no difference shown"
+    assert tests[0].verdict == "faster"
+
+
+def test_a_single_repetition_gives_single_runs_and_no_test():
+    [test] = pairwise({"a": [1.0], "b": [2.0, 2.1, 2.2]})
+    assert (test.verdict, test.p_value, test.p_adjusted, test.shown) == ("single runs", None, None, False)
+    assert test.ratio == Estimate(1, pytest.approx(1 / 2.1), None, None)
+    [empty] = pairwise({"a": [], "b": [2.0]})
+    assert empty.verdict == "no runs"
+
+
+def test_three_against_three_is_too_few_whatever_the_gap():
+    [test] = pairwise({"a": [1.0, 1.01, 1.02], "b": [3.0, 3.01, 3.02]})
+    assert test.min_p_possible == pytest.approx(0.1) and test.p_value == pytest.approx(0.1)
+    assert (test.verdict, test.shown) == ("too few repetitions", False)
+    assert stats.min_p_possible(4, 4) == pytest.approx(2 / 70) and stats.min_p_possible(1, 5) is None
+
+
+def test_ties_in_small_samples_get_an_exact_permutation_p_not_a_normal_approximation():
+    p = stats.mann_whitney([1.0, 1.0, 2.0], [2.0, 3.0, 3.0])
+    assert p >= stats.min_p_possible(3, 3)
+
+
+def test_repetitions_needed_grows_with_noise_and_delivers_the_power():
+    needed = {cv: repetitions_needed(cv) for cv in (0.0, 0.02, 0.05, 0.1, 0.2)}
+    assert needed[0.0] == 4  # no noise: the smallest n whose exact test can reach p < 0.05
+    assert needed[0.0] <= needed[0.02] <= needed[0.05] <= needed[0.1] <= needed[0.2]
+    assert needed[0.02] <= 6 and needed[0.2] >= 30
+    # check the answer for cv 0.1 on fresh draws: the power is there at n and missing at n / 2
+    n = needed[0.1]
+    sigma = np.sqrt(np.log1p(0.1 ** 2))
+    rng = np.random.default_rng(99)
+
+    def power(size: int) -> float:
+        a = rng.normal(0, sigma, (1000, size))
+        b = rng.normal(np.log(1.1), sigma, (1000, size))
+        return float(np.mean(scipy_stats.mannwhitneyu(a, b, axis=1).pvalue < 0.05))
+
+    assert power(n) >= 0.74 and power(n // 2) < 0.7
+    with pytest.raises(ValueError, match="more than 1000"):
+        repetitions_needed(2.0, effect=0.01)
+
+
+def test_summarise_groups_runs_into_cells():
+    runs = [run_dict("pytorch", "cnn-mnist", s, r) for r, s in enumerate(noisy(2.0, 5, 0.02, 1), 1)]
+    runs += [run_dict("jax", "cnn-mnist", s, r) for r, s in enumerate(noisy(1.0, 4, 0.02, 2), 1)]
+    runs += [run_dict("jax", "cnn-mnist", 1.0, 5, status="timeout", reason="timed out after 90 s")]
+    runs += [run_dict("jax", "lstm-imdb", 3.0, 1)]
+    for i, run in enumerate(runs, 1):
+        run["id"] = i
+        run["epochs"] = [{"epoch": e} for e in range(1, (2 if run["status"] == "timeout" else 3) + 1)]
+    cells = summarise(runs)
+    assert [(c.workload, c.framework, c.n_ok) for c in cells] == [
+        ("cnn-mnist", "jax", 4), ("cnn-mnist", "pytorch", 5), ("lstm-imdb", "jax", 1)]
+    jax = cells[0]
+    assert jax.failures == (("timeout", "timed out after 90 s"),)
+    assert jax.epochs_completed == (3, 3, 3, 3, 2) and jax.epochs_planned == 3
+    assert jax.steady_epoch_s.n == 4 and jax.steady_epoch_s.median == pytest.approx(
+        np.median([r["steady_epoch_s"] for r in runs[5:9]]))
+    assert jax.certificates == ("passed",) and cells[1].certificates == ("reference",)
+    assert jax.runs[-1].status == "timeout" and jax.runs[-1].epochs_completed == 2
+    assert cells[2].steady_epoch_s == Estimate(1, 3.0, None, None)
+
+    ratios = {(r.cell.workload, r.cell.framework): r for r in speed_ratios(cells)}
+    jax_ratio, torch_ratio = ratios["cnn-mnist", "jax"], ratios["cnn-mnist", "pytorch"]
+    assert jax_ratio.fastest is jax and jax_ratio.to_fastest == Estimate(4, 1.0, 1.0, 1.0)
+    assert torch_ratio.to_fastest.median == pytest.approx(cells[1].steady_epoch_s.median / jax.steady_epoch_s.median)
+    assert torch_ratio.to_fastest.low > 1.5 and torch_ratio.to_reference.median == 1.0
+    assert jax_ratio.to_reference.high < 0.7
+    assert ratios["lstm-imdb", "jax"].reference is None and ratios["lstm-imdb", "jax"].to_reference is None
+    assert speed_ratios(runs)[0].to_fastest == jax_ratio.to_fastest  # from runs, the same
+
+
+def test_too_few_counts_the_holm_correction_of_the_call():
+    # 5 runs a side reach p = 0.0079 at best; Holm over 10 pairs multiplies the smallest p by 10
+    apart = {name: noisy(float(2 ** i), 5, 0.01, i) for i, name in enumerate("abcde")}
+    tests = pairwise(apart)
+    assert len(tests) == 10 and {t.verdict for t in tests} == {"too few repetitions"}
+    assert all(t.p_value == pytest.approx(2 / 252) for t in tests)  # each pair fully apart
+    # over 6 pairs (4 labels) the same runs can be shown: 6 * 0.0079 = 0.048
+    assert {t.verdict for t in pairwise({k: apart[k] for k in "abcd"})} == {"faster"}
