@@ -23,12 +23,13 @@ run: envs
 lint: $(BIN)/dlbench
 	$(BIN)/ruff check src tests
 
-# Two pytest workers: most tests wait on a single-threaded framework process, so two fit two cores;
-# tests sharing a costly fixture stay on one worker (tests/conftest.py). --durations: the CI log
-# names the slowest tests.
+# Two pytest workers: most tests wait on a single-threaded framework process, so two fit two cores.
+# --dist loadfile keeps a file on one worker, so a module fixture (an adapter check, the quick run)
+# is computed once; the two longest files, test_adapters and test_certify, come first and run side
+# by side. --durations: the CI log names the slowest tests.
 PYTEST_WORKERS ?= 2
 test: envs lint
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=20
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=20
 
 clean:
 	rm -rf $(VENV) dlbench-results

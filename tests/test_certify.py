@@ -1,11 +1,9 @@
 """Equivalence certificates: real probes in the framework environments, the verdicts, and the store."""
 import dataclasses
-import pickle
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import exclusive
 
 from dlbench import certify, envs
 from dlbench.cli import main
@@ -108,13 +106,8 @@ def certify_dir(session_dir) -> Path:
 
 @pytest.fixture(scope="session")
 def reference(certify_dir) -> dict:
-    """The reference's probes of every workload, computed by one pytest worker and read by the others."""
-    saved = certify_dir / "reference.pickle"
-    with exclusive(certify_dir / "reference.lock"):
-        if not saved.is_file():
-            probes = certify.reference_probes(ALL_WORKLOADS, certify_dir)
-            saved.write_bytes(pickle.dumps(probes))
-    return pickle.loads(saved.read_bytes())
+    """The reference's probes of every workload, once for all the frameworks' certificates."""
+    return certify.reference_probes(ALL_WORKLOADS, certify_dir)
 
 
 @pytest.mark.parametrize("framework", CANDIDATES)

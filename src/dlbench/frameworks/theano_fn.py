@@ -85,8 +85,10 @@ def scipy_openblas(link_dir: str) -> str:
         # -lopenblas finds the first link; the compiled module then needs the library's own soname
         for name in ("libopenblas.so", os.path.basename(path)):
             link = os.path.join(link_dir, name)
-            if not os.path.exists(link):
+            try:
                 os.symlink(path, link)
+            except FileExistsError:  # made before, or by a process sharing this compile folder
+                pass
         return "-L%s -lopenblas" % link_dir
     return ""
 
