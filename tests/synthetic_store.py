@@ -56,7 +56,7 @@ def jitter(value: float, repetition: int, spread: float = 0.02) -> float:
     return value * (1 + spread * ((repetition * 7919) % 11 - 5) / 5)
 
 
-def study_store(path: Path, repetitions: int = 5) -> Path:
+def study_store(path: Path, repetitions: int = 8) -> Path:
     """Three frameworks on two workloads, `repetitions` each: jax clearly fastest with a compiling first
     epoch, pytorch and tensorflow level; one failed tensorflow run, one jax run stopped after 2 of 4
     epochs; certificates stored for jax (pass) and tensorflow (fail)."""

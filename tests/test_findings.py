@@ -60,7 +60,7 @@ def test_three_repetitions_are_too_few_and_the_caveat_says_how_many_would_do(tmp
     assert finding.speed == ("Too few repetitions to show any difference in steady epoch time, so no framework is "
                              "ranked; the medians: jax 0.500 s, pytorch 1.00 s.")
     [few] = [c for c in finding.caveats if c.startswith("Too few repetitions")]
-    assert "the smallest p-value these sample sizes allow is 0.1." in few
+    assert "the smallest p-value these sample sizes allow is 0.1, before Holm's correction over the 2 " in few
     assert "repetitions per framework" in few
 
 
@@ -103,10 +103,29 @@ def test_level_leaders_are_named_together_and_a_clear_laggard_apart(tmp_path: Pa
 
 
 def test_holm_over_many_pairs_can_leave_five_repetitions_too_few(tmp_path: Path) -> None:
-    # 5 frameworks, 10 pairs of 5 runs: the smallest p (0.0079) times 10 cannot reach 0.05
+    # 5 frameworks, 10 pairs of 5 runs for speed and 10 for accuracy: the smallest p (0.0079) times 20
+    # cannot reach 0.05
     runs = [run for k, name in enumerate(("pytorch", "jax", "tensorflow", "mxnet", "chainer"))
             for run in repeated(name, [(k + 1) * v for v in SAME])]
     [finding] = store_findings(tmp_path, runs)
     assert finding.speed.startswith("Too few repetitions to show any difference in steady epoch time")
     [few] = [c for c in finding.caveats if c.startswith("Too few repetitions")]
-    assert "is 0.0079, before Holm's correction over the 10 comparisons of this workload" in few
+    assert "is 0.0079, before Holm's correction over the 20 comparisons of this report" in few
+
+
+def test_holm_covers_every_comparison_of_the_report(tmp_path: Path) -> None:
+    """A gap that one workload's runs show on their own is not shown when the report makes many more
+    comparisons: 5 runs a side reach p 0.0079, so Holm over 8 comparisons (4 workload x device groups,
+    speed and accuracy) can show nothing."""
+    def two_frameworks(workload: str, device: str) -> list[tuple]:
+        return (repeated("pytorch", SAME, workload, device=device)
+                + repeated("jax", [0.5 * v for v in SAME], workload, device=device))
+
+    [alone] = store_findings(tmp_path / "one", two_frameworks("cnn-mnist", "cpu"))
+    assert alone.speed.startswith("jax is the fastest")
+    groups = [(w, d) for w in ("cnn-mnist", "lstm-imdb") for d in ("cpu", "gpu")]
+    together = store_findings(tmp_path / "four", [run for w, d in groups for run in two_frameworks(w, d)])
+    assert len(together) == 4
+    for finding in together:
+        assert finding.speed.startswith("Too few repetitions to show any difference in steady epoch time")
+        assert any("over the 8 comparisons of this report" in c for c in finding.caveats)

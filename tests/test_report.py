@@ -85,7 +85,7 @@ def test_report_in_a_real_browser_shows_every_chart_without_errors(page: Path, r
         sampled = sum(1 for run in runs if store.samples(run["id"]))
     groups = {(r["workload"], r["dataset"], r["device"]) for r in runs}
     expected = 2 * len(groups) + sampled  # epoch-time bars and convergence per workload, a timeline per run
-    assert expected == 2 * 2 + 30
+    assert expected == 2 * 2 + 48
     assert status == {"expected": str(expected), "charts": str(expected), "charts-shown": str(expected),
                       "errors": "0"}
     assert '<pre id="js-errors" hidden=""></pre>' in done.stdout
@@ -146,12 +146,12 @@ def test_markdown_holds_the_findings_and_tables(results: Path) -> None:
     assert (results / "report.md").exists()
     assert "## Findings" in text and "### cnn-mnist on digits-28 (cpu)" in text
     assert "- **Speed**: jax is the fastest: steady epoch time 0.6" in text
-    assert "- _Caveat_: tensorflow, repetition 2 (of 5 runs): failed before its first epoch: worker exited with " \
+    assert "- _Caveat_: tensorflow, repetition 2 (of 8 runs): failed before its first epoch: worker exited with " \
            "status 1: &lt;OOM&gt; &amp; friends." in text
     assert "### Final metric, cpu" in text and "### Training time, cpu" in text
     assert "| workload (dataset) | jax | pytorch | tensorflow |" in text
-    assert "rep 5: time cap, 2 of 4 epochs" in text
-    assert "| cnn-mnist (digits-28) | fastest, 0.607 s | 1.67x [1.65-1.69] |" in text
+    assert "rep 8: time cap, 2 of 4 epochs" in text
+    assert "| cnn-mnist (digits-28) | fastest, 0.604 s | 1.67x [1.64-1.69] |" in text
     assert "<svg" not in text
 
 
@@ -175,15 +175,15 @@ def test_manifest_and_certificates(results: Path) -> None:
     assert tables["Machine"].rows[:2] == [["host", "bench-1"], ["CPU", "Test CPU @ 2.0GHz"]]
     assert ["GPUs", "none"] in tables["Machine"].rows
     order = tables["Run order"]
-    assert [row[0] for row in order.rows] == [str(i) for i in range(1, 31)]
+    assert [row[0] for row in order.rows] == [str(i) for i in range(1, 49)]
     assert order.rows[0][-1] == "0.1.0 (0123456789)"
-    settings = ["test", "cnn-mnist", "digits-28", "cpu", "4", "128", "?", "2", "0, 1, 2, 3, 4"]
+    settings = ["test", "cnn-mnist", "digits-28", "cpu", "4", "128", "?", "2", "0, 1, 2, 3, 4, 5, 6, 7"]
     assert settings in tables["Suite settings"].rows
     assert loaded.certificate_grid.rows == [
         ["pytorch", "reference", "reference"],
         ["jax", "pass (3.0e-06, grad/dense_1/kernel)", "pass (3.0e-06, grad/dense_1/kernel)"],
         ["tensorflow", "FAIL (4.0e-02, grad/dense_1/kernel)", "FAIL (4.0e-02, grad/dense_1/kernel)"]]
-    assert html.expected_charts(loaded) == 34
+    assert html.expected_charts(loaded) == 52
 
 
 def test_cli_writes_the_report_and_prints_its_path(results: Path, tmp_path: Path,
@@ -211,7 +211,7 @@ def test_filters_hide_what_does_not_match(page: Path, tmp_path: Path) -> None:
     rows = re.findall(r'<tr data-workload="([\w-]+)"( hidden="")?>', dom)  # the study's tables, 3 per device
     assert rows == [("cnn-mnist", ' hidden=""'), ("lstm-ptb", "")] * 3
     order = re.findall(r'<tr data-framework="(\w+)" data-workload="([\w-]+)" data-device="cpu"( hidden="")?>', dom)
-    assert [(f, w) for f, w, hidden in order if not hidden] == [("jax", "lstm-ptb")] * 5
+    assert [(f, w) for f, w, hidden in order if not hidden] == [("jax", "lstm-ptb")] * 8
 
 
 def test_gpu_samples_get_their_own_panels() -> None:

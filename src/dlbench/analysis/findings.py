@@ -9,7 +9,15 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from dlbench.analysis.stats import NO_DIFFERENCE, TOO_FEW, PairTest, pairwise, repetitions_needed
+from dlbench.analysis.stats import (
+    NO_DIFFERENCE,
+    TOO_FEW,
+    Family,
+    PairTest,
+    all_pairs,
+    family_tests,
+    repetitions_needed,
+)
 from dlbench.analysis.summary import CellSummary, summarise
 from dlbench.workloads import WORKLOADS
 
@@ -150,9 +158,10 @@ def ranking(values: Mapping[str, Sequence[float]], quantity: Quantity, tests: Se
     return sentence
 
 
-def caveats(cells: Sequence[CellSummary], tests: Sequence[PairTest]) -> list[str]:
+def caveats(cells: Sequence[CellSummary], tests: Sequence[PairTest], comparisons: int | None = None) -> list[str]:
     """What limits one group's findings: single runs, too few repetitions, stand-in data, uncertified
-    pairs, failed or stopped runs, first epochs dominated by compilation. tests: the speed tests."""
+    pairs, failed or stopped runs, first epochs dominated by compilation. tests: the speed tests;
+    comparisons: how many Holm's correction covered (default: these tests)."""
     notes = []
     single = [label(c, cells) for c in cells if c.n_ok == 1]
     if single:
@@ -160,7 +169,7 @@ def caveats(cells: Sequence[CellSummary], tests: Sequence[PairTest]) -> list[str
                      f"with no confidence interval or test.")
     few = [t for t in tests if t.verdict == TOO_FEW]
     if few:
-        notes.append(_too_few(few, len(tests), samples(cells, "steady_epoch_s")))
+        notes.append(_too_few(few, comparisons or len(tests), samples(cells, "steady_epoch_s")))
     notes += _stand_in_notes(cells[0])
     notes += _certificate_notes(cells)
     notes += _failure_notes(cells)
@@ -174,7 +183,7 @@ def _too_few(few: Sequence[PairTest], comparisons: int, steady: Mapping[str, Seq
     if smallest is not None:
         note += f": the smallest p-value these sample sizes allow is {smallest:.2g}"
         if comparisons > 1:
-            note += f", before Holm's correction over the {comparisons} comparisons of this workload"
+            note += f", before Holm's correction over the {comparisons} comparisons of this report"
     cvs = [statistics.stdev(v) / statistics.mean(v) for v in steady.values() if len(v) > 1 and statistics.mean(v)]
     if cvs:
         cv = statistics.median(cvs)
@@ -234,22 +243,36 @@ def _compilation_notes(cells: Sequence[CellSummary]) -> list[str]:
     return notes
 
 
-def group_finding(cells: Sequence[CellSummary], seed: int = 0) -> Finding:
-    """The finding of one workload x dataset x device: its cells all share that group."""
+def _families(cells: Sequence[CellSummary]) -> tuple[Family, Family]:
+    """The speed and the metric comparisons of one workload x dataset x device group."""
+    higher = higher_is_better(cells[0].workload)
+    steady = {k: v for k, v in samples(cells, "steady_epoch_s").items() if v}
+    final = {k: v for k, v in samples(cells, "metric_value").items() if v}
+    return (Family(all_pairs(steady)),
+            Family(all_pairs(final), lower_is_better=not higher, better="more accurate", worse="less accurate"))
+
+
+def group_finding(cells: Sequence[CellSummary], speed_tests: Sequence[PairTest], metric_tests: Sequence[PairTest],
+                  comparisons: int) -> Finding:
+    """The finding of one workload x dataset x device (its cells all share that group), from its tests;
+    comparisons: how many the report corrected together."""
     first = cells[0]
-    higher = higher_is_better(first.workload)
-    speed, metric = speed_quantity(), metric_quantity(first.metric_name, higher)
+    speed, metric = speed_quantity(), metric_quantity(first.metric_name, higher_is_better(first.workload))
     steady, final = samples(cells, speed.figure), samples(cells, metric.figure)
-    speed_tests = pairwise({k: v for k, v in steady.items() if v}, lower_is_better=True, seed=seed)
-    metric_tests = pairwise({k: v for k, v in final.items() if v}, lower_is_better=not higher, seed=seed,
-                            better="more accurate", worse="less accurate")
     return Finding(first.workload, first.dataset, first.device, ranking(steady, speed, speed_tests),
-                   ranking(final, metric, metric_tests), tuple(caveats(cells, speed_tests)))
+                   ranking(final, metric, metric_tests), tuple(caveats(cells, speed_tests, comparisons)))
 
 
 def findings(cells: Sequence[CellSummary], seed: int = 0) -> list[Finding]:
-    """One finding per workload x dataset x device of the summaries."""
-    return [group_finding(group_cells, seed) for group_cells in group(cells).values()]
+    """One finding per workload x dataset x device of the summaries. Every comparison that the findings
+    make, of speed and of the metric in every group, is one family for Holm's correction: a claim
+    holds at 5 % over the whole report, not over each sentence."""
+    groups = list(group(cells).values())
+    families = [family for group_cells in groups for family in _families(group_cells)]
+    tests = family_tests(families, seed=seed)
+    comparisons = sum(len(family.pairs) for family in families)
+    return [group_finding(group_cells, tests[2 * i], tests[2 * i + 1], comparisons)
+            for i, group_cells in enumerate(groups)]
 
 
 def findings_of_runs(runs: list[dict], seed: int = 0) -> list[Finding]:

@@ -139,27 +139,48 @@ def min_p_possible(n_a: int, n_b: int) -> float | None:
     return float(stats.mannwhitneyu(np.arange(n_a), np.arange(n_a, n_a + n_b), alternative="two-sided").pvalue)
 
 
-def pair_tests(pairs: Sequence[tuple[str, Sequence[float | None], str, Sequence[float | None]]],
-               lower_is_better: bool = True, alpha: float = 0.05, seed: int = 0,
-               better: str = FASTER, worse: str = SLOWER) -> list[PairTest]:
-    """One PairTest per (label a, values a, label b, values b), Holm over all of them.
+Pair = tuple[str, Sequence[float | None], str, Sequence[float | None]]  # label a, values a, label b, values b
+
+
+@dataclass(frozen=True)
+class Family:
+    """Pairs whose verdicts speak of one quantity: lower_is_better and the words for a shown gap."""
+    pairs: Sequence[Pair]
+    lower_is_better: bool = True
+    better: str = FASTER
+    worse: str = SLOWER
+
+
+def family_tests(families: Sequence[Family], alpha: float = 0.05, seed: int = 0) -> list[list[PairTest]]:
+    """One PairTest per pair of every family, Holm over all the pairs of all the families together (a
+    report's comparisons, whatever they measure), each verdict in its family's words.
 
     A pair is "too few repetitions" when nothing these sample sizes could give would be shown: its own
     smallest possible p is not below alpha, or Holm's first step (m tests times the smallest possible p
     of any of them, a floor under every adjusted p) is not. 5 runs a side reach p 0.008, so Holm over 7
     or more such comparisons can show nothing."""
-    untested = [_unadjusted(label_a, _values(a), label_b, _values(b), seed) for label_a, a, label_b, b in pairs]
-    testable = [t for t in untested if t.p_value is not None]
+    untested = [[_unadjusted(label_a, _values(a), label_b, _values(b), seed) for label_a, a, label_b, b in family.pairs]
+                for family in families]
+    testable = [t for tests in untested for t in tests if t.p_value is not None]
     adjusted = iter(holm([t.p_value for t in testable]))
     floor = len(testable) * min((t.min_p_possible for t in testable), default=0.0)
-    tests = []
-    for test in untested:
-        p_adjusted = next(adjusted) if test.p_value is not None else None
-        shown = p_adjusted is not None and p_adjusted < alpha and test.ratio.excludes(1.0)
-        tested = dataclasses.replace(test, p_adjusted=p_adjusted, shown=shown)
-        verdict = _verdict(tested, alpha, floor, lower_is_better, better, worse)
-        tests.append(dataclasses.replace(tested, verdict=verdict))
-    return tests
+    results = []
+    for family, tests in zip(families, untested, strict=True):
+        finished = []
+        for test in tests:
+            p_adjusted = next(adjusted) if test.p_value is not None else None
+            shown = p_adjusted is not None and p_adjusted < alpha and test.ratio.excludes(1.0)
+            tested = dataclasses.replace(test, p_adjusted=p_adjusted, shown=shown)
+            verdict = _verdict(tested, alpha, floor, family.lower_is_better, family.better, family.worse)
+            finished.append(dataclasses.replace(tested, verdict=verdict))
+        results.append(finished)
+    return results
+
+
+def pair_tests(pairs: Sequence[Pair], lower_is_better: bool = True, alpha: float = 0.05, seed: int = 0,
+               better: str = FASTER, worse: str = SLOWER) -> list[PairTest]:
+    """One PairTest per (label a, values a, label b, values b), Holm over all of them (family_tests)."""
+    return family_tests([Family(pairs, lower_is_better, better, worse)], alpha, seed)[0]
 
 
 def _unadjusted(label_a: str, a: np.ndarray, label_b: str, b: np.ndarray, seed: int) -> PairTest:
@@ -180,12 +201,16 @@ def _verdict(test: PairTest, alpha: float, floor: float, lower_is_better: bool, 
     return better if a_lower == lower_is_better else worse
 
 
+def all_pairs(samples: Mapping[str, Sequence[float | None]]) -> list[Pair]:
+    """Every pair of labels, a before b in the mapping's order."""
+    return [(a, samples[a], b, samples[b]) for a, b in itertools.combinations(samples, 2)]
+
+
 def pairwise(samples: Mapping[str, Sequence[float | None]], lower_is_better: bool = True, alpha: float = 0.05,
              seed: int = 0, better: str = FASTER, worse: str = SLOWER) -> list[PairTest]:
-    """Every pair of labels, a before b in the mapping's order, Holm over all pairs. The verdict is a's:
-    `better` / `worse` only when shown (say better="more accurate", worse="less accurate" for a metric)."""
-    pairs = [(a, samples[a], b, samples[b]) for a, b in itertools.combinations(samples, 2)]
-    return pair_tests(pairs, lower_is_better, alpha, seed, better, worse)
+    """Every pair of labels, Holm over all pairs. The verdict is a's: `better` / `worse` only when shown
+    (say better="more accurate", worse="less accurate" for a metric)."""
+    return pair_tests(all_pairs(samples), lower_is_better, alpha, seed, better, worse)
 
 
 def repetitions_needed(cv: float, effect: float = 0.10, alpha: float = 0.05, power: float = 0.8,
