@@ -7,7 +7,7 @@ import pytest
 
 from dlbench import certify, envs
 from dlbench.cli import main
-from dlbench.runner import PACKAGE_PARENT, REFERENCE
+from dlbench.runner import PACKAGE_PARENT, REFERENCE, worker_environment
 from dlbench.store import Store
 from dlbench.workloads import WORKLOADS, get_workload
 
@@ -136,3 +136,12 @@ def test_a_failing_probe_names_its_workload_and_keeps_the_others(broken, tmp_pat
         certify.probe_many(REFERENCE, [(good, False), (bad, False), (good, True)], tmp_path)
     assert (tmp_path / REFERENCE / "lstm-imdb.npz").is_file()
     assert (tmp_path / REFERENCE / "lstm-imdb-float64.npz").is_file()
+
+
+def test_measured_runs_never_inherit_the_shared_compile_cache(monkeypatch, tmp_path):
+    """Probes share compiled code (they time nothing); a run's worker compiles cold in its own folder
+    even when the harness itself was started with DLBENCH_COMPILE_CACHE set."""
+    monkeypatch.setenv("DLBENCH_COMPILE_CACHE", str(tmp_path / "shared"))
+    assert "DLBENCH_COMPILE_CACHE" not in worker_environment(tmp_path / "run", 2, {})
+    probing = worker_environment(tmp_path / "probe", 1, {"DLBENCH_COMPILE_CACHE": str(tmp_path / "shared")})
+    assert probing["DLBENCH_COMPILE_CACHE"] == str(tmp_path / "shared")
