@@ -152,6 +152,7 @@ def test_markdown_holds_the_findings_and_tables(results: Path) -> None:
     assert "| workload (dataset) | jax | pytorch | tensorflow |" in text
     assert "rep 8: time cap, 2 of 4 epochs" in text
     assert "| cnn-mnist (digits-28) | fastest, 0.604 s | 1.67x [1.64-1.69] |" in text
+    assert "| cnn-mnist (digits-28) | 0.60x [0.59-0.61] | reference, 1.01 s | 1.01x [0.99-1.02] |" in text
     assert "<svg" not in text
 
 

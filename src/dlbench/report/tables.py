@@ -71,12 +71,13 @@ def study_tables(cells: Sequence[CellSummary]) -> list[Table]:
             tables.append(Table(f"{heading}, {device}", ["workload (dataset)", *columns], rows,
                                 ["", *(c.split(" ")[0] for c in columns)], note,
                                 [{"workload": workload} for workload, _, _ in groups], {"device": device}))
-        tables.append(relative_speed(mine, columns, device))
+        tables += [relative_speed(mine, columns, device, against) for against in ("fastest", "reference")]
     return tables
 
 
-def relative_speed(cells: Sequence[CellSummary], columns: list[str], device: str) -> Table:
-    """Each framework's steady epoch time over the fastest one's in its row (summary.speed_ratios)."""
+def relative_speed(cells: Sequence[CellSummary], columns: list[str], device: str, against: str = "fastest") -> Table:
+    """Each framework's steady epoch time over the fastest one's in its row, or over the reference's
+    (`against`: "fastest" or "reference"; summary.speed_ratios)."""
     ratios = {r.cell.key: r for r in speed_ratios(list(cells))}
     rows = []
     for (workload, dataset, _), group_cells in group(cells).items():
@@ -84,16 +85,19 @@ def relative_speed(cells: Sequence[CellSummary], columns: list[str], device: str
         by_label = {label(c, group_cells): c for c in group_cells}
         for name in columns:
             found = ratios.get(by_label[name].key) if name in by_label else None
+            base = None if found is None else found.fastest if against == "fastest" else found.reference
+            ratio = None if found is None else found.to_fastest if against == "fastest" else found.to_reference
             if found is None:
                 row.append("" if name not in by_label else "-")
-            elif found.cell is found.fastest:
-                row.append(f"fastest, {seconds(found.cell.steady_epoch_s.median)}")
+            elif found.cell is base:
+                row.append(f"{against}, {seconds(found.cell.steady_epoch_s.median)}")
             else:
-                row.append(with_ci(found.to_fastest, lambda v: f"{v:.2f}x"))
+                row.append("-" if ratio is None else with_ci(ratio, lambda v: f"{v:.2f}x"))
         rows.append(row)
-    return Table(f"Steady epoch time relative to the fastest, {device}", ["workload (dataset)", *columns], rows,
+    title = "the fastest" if against == "fastest" else "the reference"
+    return Table(f"Steady epoch time relative to {title}, {device}", ["workload (dataset)", *columns], rows,
                  ["", *(c.split(" ")[0] for c in columns)],
-                 "median steady epoch time over the fastest median in the row [bootstrap 95% CI of the ratio]; "
+                 f"median steady epoch time over {title}'s median in the row [bootstrap 95% CI of the ratio]; "
                  "whether a gap is shown, the findings say", [{"workload": w} for w, _, _ in group(cells)],
                  {"device": device})
 
