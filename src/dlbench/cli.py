@@ -5,7 +5,7 @@ import sys
 import time
 from pathlib import Path
 
-from dlbench import certify, data, envs, results, suite
+from dlbench import certify, data, envs, progress, results, suite
 from dlbench.analysis import compare
 from dlbench.analysis.load import AnalysisError
 from dlbench.data import DatasetError
@@ -26,31 +26,6 @@ def data_dir(args: argparse.Namespace) -> Path:
     return Path(os.environ.get("DLBENCH_DATA") or envs.dlbench_home() / "data")
 
 
-class Progress:
-    """One line per cell and per epoch, printed as they happen."""
-
-    def __call__(self, kind: str, index: int, total: int, cell: suite.Cell, payload: dict | None = None) -> None:
-        head = (f"[{index}/{total}] {cell.framework} {cell.workload} on {cell.dataset} "
-                f"({cell.device}, rep {cell.repetition})")
-        if kind == "skip":
-            print(f"{head}: already complete, skipped (--force reruns it)")
-        elif kind == "start":
-            print(f"{head}: {cell.epochs} epochs", flush=True)
-        elif kind == "end":
-            status = payload["status"]
-            detail = payload["reason"] if status != "ok" else (
-                f"{payload['metric_name']} {payload['metric_value']:.4f}, train {payload['train_time_s']:.1f} s")
-            print(f"    {status}: {detail}", flush=True)
-        elif payload.get("event") == "ready":
-            versions = ", ".join(f"{k} {v}" for k, v in payload["versions"].items())
-            print(f"    ready after {payload['elapsed_s']:.1f} s ({versions}; {payload['threads']} threads)",
-                  flush=True)
-        elif payload.get("event") == "epoch":
-            metrics = ", ".join(f"{k} {v:.4f}" for k, v in payload["metrics"].items())
-            print(f"    epoch {payload['epoch']}/{cell.epochs}: {metrics}; train {payload['train_time_s']:.2f} s, "
-                  f"eval {payload['eval_time_s']:.2f} s", flush=True)
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     chosen = suite.load(args.suite)
     cells = suite.plan(chosen, args.framework, args.workload, args.device, args.repeat, args.epochs)
@@ -58,7 +33,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     options = Options(Path(args.results).resolve(), data_dir(args).resolve(), args.force, args.timeout,
                       args.memory_limit_mb)
     print(f"suite {chosen.name}: {len(cells)} cells; results in {options.results}")
-    counts, hashes = run_plan(cells, options, Progress())
+    with progress.display(cells, args.plain) as shown:
+        counts, hashes = run_plan(cells, options, shown)
     with Store(options.results / "dlbench.sqlite") as store:
         latest = {run["cell_hash"]: run for run in store.runs()}  # runs come oldest first
     print()
@@ -224,6 +200,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--memory-limit-mb", type=positive_float,
                      help="kill a worker whose process tree exceeds this RSS")
     run.add_argument("--force", action="store_true", help="rerun cells that are already complete")
+    run.add_argument("--plain", action="store_true",
+                     help="print progress as plain lines even on a terminal (they always are in a pipe or a log)")
     run.set_defaults(func=cmd_run)
 
     listing = commands.add_parser("list", help="list workloads, frameworks, datasets or suites")
