@@ -80,9 +80,23 @@ def test_uncertified_pairs_and_compiling_first_epochs_are_caveats(tmp_path: Path
     runs = repeated("pytorch", SAME_SHUFFLED) + repeated("jax", SAME, first=9.0, certificate="none")
     [finding] = store_findings(tmp_path, runs)
     text = " ".join(finding.caveats)
-    assert "jax held no passing equivalence certificate for cnn-mnist (no certificate was stored)" in text
+    assert ("jax held no passing equivalence certificate for cnn-mnist (no certificate was stored: run dlbench "
+            "certify into this results folder): it may not train") in text
     assert "jax's first epoch (9.00 s) takes 9.0x its steady epoch" in text
     assert "pytorch held no" not in text and "pytorch's first epoch" not in text
+
+
+def test_frameworks_without_certificates_share_one_caveat_per_reason(tmp_path: Path) -> None:
+    runs = (repeated("pytorch", SAME, certificate="reference") + repeated("jax", SAME, certificate="none")
+            + repeated("mxnet", SAME, certificate="none") + repeated("chainer", SAME, certificate="failed"))
+    [finding] = store_findings(tmp_path, runs)
+    uncertified = [c for c in finding.caveats if "held no passing equivalence certificate" in c]
+    assert uncertified == [
+        "chainer held no passing equivalence certificate for cnn-mnist (its certificate failed): it may not train "
+        "the same model as the reference, so its figures are not a like-for-like comparison.",
+        "jax, mxnet held no passing equivalence certificate for cnn-mnist (no certificate was stored: run dlbench "
+        "certify into this results folder): they may not train the same model as the reference, so their figures "
+        "are not a like-for-like comparison."]
 
 
 def test_one_finding_per_workload_dataset_and_device(tmp_path: Path) -> None:

@@ -206,14 +206,18 @@ def _stand_in_notes(cell: CellSummary) -> list[str]:
 
 
 def _certificate_notes(cells: Sequence[CellSummary]) -> list[str]:
+    """One note per reason (a failed certificate, none stored), naming the frameworks it applies to."""
+    failed = [label(c, cells) for c in cells if "failed" in c.certificates]
+    missing = [label(c, cells) for c in cells
+               if any(status in UNCERTIFIED for status in c.certificates) and "failed" not in c.certificates]
+    workload = cells[0].workload
     notes = []
-    for cell in cells:
-        missing = [c for c in cell.certificates if c in UNCERTIFIED]
-        if missing:
-            why = "its certificate failed" if "failed" in missing else "no certificate was stored"
-            notes.append(f"{label(cell, cells)} held no passing equivalence certificate for {cell.workload} ({why}): "
-                         f"it may not train the same model as the reference, so its figures are not a "
-                         f"like-for-like comparison.")
+    for names, why in ((failed, "its certificate failed"),
+                       (missing, "no certificate was stored: run dlbench certify into this results folder")):
+        if names:
+            notes.append(f"{', '.join(names)} held no passing equivalence certificate for {workload} ({why}): "
+                         f"{'it' if len(names) == 1 else 'they'} may not train the same model as the reference, "
+                         f"so {'its' if len(names) == 1 else 'their'} figures are not a like-for-like comparison.")
     return notes
 
 
