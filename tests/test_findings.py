@@ -143,3 +143,9 @@ def test_holm_covers_every_comparison_of_the_report(tmp_path: Path) -> None:
     for finding in together:
         assert finding.speed.startswith("Too few repetitions to show any difference in steady epoch time")
         assert any("over the 8 comparisons of this report" in c for c in finding.caveats)
+
+
+def test_an_equal_metric_is_called_level_not_zero_points_lower(tmp_path: Path) -> None:
+    runs = repeated("pytorch", [1.0], metric=0.525) + repeated("jax", [0.5], metric=0.525)
+    [finding] = store_findings(tmp_path, runs)
+    assert "is level" in finding.accuracy and "0.0 points" not in finding.accuracy

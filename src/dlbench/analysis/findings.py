@@ -101,6 +101,8 @@ def metric_quantity(metric: str | None, higher: bool) -> Quantity:
 
     def gap(other: str, best: float, value: float) -> str:
         diff = abs(best - value)
+        if diff == 0:
+            return f"{other}, at {fmt(value)}, is level"
         size = f"{diff * 100:.1f} points" if metric == "accuracy" else f"{diff:.4g}"
         return f"{other}, at {fmt(value)}, is {size} {'lower' if higher else 'higher'}"
     return Quantity("metric_value", f"final {metric or 'metric'}", "most accurate", not higher, fmt, gap)
