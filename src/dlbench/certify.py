@@ -105,11 +105,6 @@ def probe_many(framework: str, probes: list[tuple[Workload, bool]], workdir: Pat
     return arrays
 
 
-def probe(framework: str, workload: Workload, workdir: Path, exact: bool = False) -> dict[str, np.ndarray]:
-    """One workload's probe; `exact` asks for float64."""
-    return probe_many(framework, [(workload, exact)], workdir)[0]
-
-
 def reference_probes(workloads: list[Workload], workdir: Path) -> dict[str, tuple[dict, dict]]:
     """The reference's probes of each workload, in float32 and float64, from one process."""
     arrays = probe_many(REFERENCE, [(w, exact) for w in workloads for exact in (False, True)], workdir)
