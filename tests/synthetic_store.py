@@ -32,6 +32,10 @@ def synthetic_run(framework: str, workload: str, repetition: int, steady: float,
                 "threads": 8, "system_cpu_percent": 180 + rng.random() * 10, "gpu_util_percent": None,
                 "gpu_mem_mb": None} for i in range(n_samples)]
     train = sum(r["train_time_s"] for r in rows)
+    higher = metric_name == "accuracy"
+    reached = [k for k, r in enumerate(rows)
+               if (r["metric_value"] >= target if higher else r["metric_value"] <= target)]
+    to_target = sum(r["train_time_s"] for r in rows[:reached[0] + 1]) if reached else None
     run = {
         "cell_hash": f"{framework}-{workload}-{device}-{repetition}", "suite": "test", "framework": framework,
         "framework_version": VERSIONS.get(framework, "1.0"), "workload": workload, "dataset": DATASETS[workload],
@@ -40,6 +44,7 @@ def synthetic_run(framework: str, workload: str, repetition: int, steady: float,
         "train_time_s": train if rows else None, "first_epoch_s": first if rows else None,
         "steady_epoch_s": steady if done > 1 else None, "metric_name": metric_name,
         "metric_value": rows[-1]["metric_value"] if rows else None, "target_value": target, "params": 1000,
+        "time_to_target_s": to_target,
         "peak_rss_mb": 320.0, "mean_cpu_percent": 170.0, "threads": 2, "python": "3.11.2 /envs/python",
         "packages": {framework: VERSIONS.get(framework, "1.0"), "numpy": "2.1.0"},
         "config": {"threads": 2, "seed": repetition - 1, "repetition": repetition,

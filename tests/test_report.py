@@ -153,6 +153,9 @@ def test_markdown_holds_the_findings_and_tables(results: Path) -> None:
     assert "rep 8: time cap, 2 of 4 epochs" in text
     assert "| cnn-mnist (digits-28) | fastest, 0.604 s | 1.67x [1.64-1.69] |" in text
     assert "| cnn-mnist (digits-28) | 0.60x [0.59-0.61] | reference, 1.01 s | 1.01x [0.99-1.02] |" in text
+    assert "### Time to target, cpu" in text
+    assert "| cnn-mnist (digits-28) | not reached (0 of 8 runs) | not reached (0 of 8 runs) | not reached (0" in text
+    assert "| lstm-ptb (lee-news-lm) | 9.81 s [9.80-9.83] | 4.53 s [4.48-4.57] |" in text
     assert "<svg" not in text
 
 
@@ -209,8 +212,8 @@ def test_filters_hide_what_does_not_match(page: Path, tmp_path: Path) -> None:
     assert {f for f, hidden in timelines if hidden} == {"pytorch", "tensorflow"}
     cards = re.findall(r'<section class="card" data-workload="([\w-]+)"[^>]*?( hidden="")?>', dom)
     assert cards == [("cnn-mnist", ' hidden=""'), ("lstm-ptb", "")]
-    rows = re.findall(r'<tr data-workload="([\w-]+)"( hidden="")?>', dom)  # the study's tables, 4 per device
-    assert rows == [("cnn-mnist", ' hidden=""'), ("lstm-ptb", "")] * 4
+    rows = re.findall(r'<tr data-workload="([\w-]+)"( hidden="")?>', dom)  # the study's tables, 5 per device
+    assert rows == [("cnn-mnist", ' hidden=""'), ("lstm-ptb", "")] * 5
     order = re.findall(r'<tr data-framework="(\w+)" data-workload="([\w-]+)" data-device="cpu"( hidden="")?>', dom)
     assert [(f, w) for f, w, hidden in order if not hidden] == [("jax", "lstm-ptb")] * 8
 
@@ -241,3 +244,12 @@ def test_failed_runs_and_missing_fields_still_make_a_report(tmp_path: Path) -> N
     assert "jax, repetition 1 (of 1 run): failed before its first epoch: boom." in page
     assert "rep 1: failed, 0 of 4 epochs" in page
     assert ["machine", "not recorded"] not in loaded.manifest[0].rows  # the failed runs recorded a machine
+
+
+def test_convergence_draws_the_workloads_target() -> None:
+    from dlbench.report import charts
+
+    series = {"pytorch": [[(1.0, 0.5), (2.0, 0.8), (3.0, 0.95)]]}
+    palette = charts.colours(["pytorch"])
+    assert ">target</text>" in charts.convergence(series, palette, "accuracy", "with", target=0.9)
+    assert ">target</text>" not in charts.convergence(series, palette, "accuracy", "without")

@@ -11,7 +11,8 @@ from typing import Any
 from dlbench.analysis.stats import Estimate, estimate, ratio
 
 REFERENCE = "pytorch"  # the framework every other one is certified against (as the runner says)
-FIGURES = ("steady_epoch_s", "train_time_s", "first_epoch_s", "metric_value", "peak_rss_mb", "mean_cpu_percent")
+FIGURES = ("steady_epoch_s", "train_time_s", "first_epoch_s", "metric_value", "peak_rss_mb", "mean_cpu_percent",
+           "time_to_target_s")  # time_to_target_s: the runs that reached the target only
 CELL_KEYS = ("framework", "framework_version", "workload", "dataset", "device")
 GROUP_KEYS = ("workload", "dataset", "device")
 TIME_FIGURES = ("steady_epoch_s", "train_time_s", "first_epoch_s")  # lower is better; speed_ratios' metrics
@@ -45,6 +46,7 @@ class CellSummary:
     metric_value: Estimate
     peak_rss_mb: Estimate
     mean_cpu_percent: Estimate
+    time_to_target_s: Estimate  # n: the successful runs that reached the workload's target
     certificates: tuple[str, ...]  # the distinct certificate statuses of its runs, in run order
     epochs_completed: tuple[int, ...]  # of each run, in store order (any status)
     epochs_planned: int | None  # run["config"]["recipe"]["epochs"]

@@ -86,9 +86,10 @@ def _bars(ax: plt.Axes, labels: list[str], estimates: list[tuple], palette: Mapp
 
 
 def convergence(series: Mapping[str, Sequence[Sequence[tuple[float, float]]]], palette: Mapping[str, tuple],
-                metric: str, chart_id: str) -> str:
+                metric: str, chart_id: str, target: float | None = None) -> str:
     """Metric against epoch and against cumulative training time, per framework: the median over its
-    repetitions with a min-max band. series: label -> runs -> [(cumulative train s, metric)] per epoch."""
+    repetitions with a min-max band, and the workload's target as a dashed line (where a curve crosses
+    it, on the time axis, is its time to target). series: label -> runs -> [(cumulative train s, metric)]."""
     with plt.rc_context(STYLE):
         fig, (by_epoch, by_time) = plt.subplots(1, 2, figsize=(8.5, 3.0), sharey=True)
         for label, runs in series.items():
@@ -109,6 +110,9 @@ def convergence(series: Mapping[str, Sequence[Sequence[tuple[float, float]]]], p
                 ax.plot(xs, mids, marker="o", ms=3, color=colour, label=label, lw=1.5)
                 if len(runs) > 1:
                     ax.fill_between(xs, lows, highs, color=colour, alpha=0.18, lw=0)
+        if target is not None:
+            for ax in (by_epoch, by_time):
+                ax.axhline(target, color="#555555", lw=1, ls="--", label="target" if ax is by_epoch else None)
         values = [p[1] for runs in series.values() for run in runs for p in run if p[1] is not None and p[1] > 0]
         if values and max(values) > 20 * min(values):  # perplexities fall by orders of magnitude
             by_epoch.set_yscale("log")

@@ -212,9 +212,11 @@ def group_figures(runs: Sequence[Mapping], samples: Mapping[int, list], palette:
                     "Epoch time per framework: steady epochs (median of each run's later epochs, median over runs, "
                     "95% CI whiskers) and the first epoch apart", keys)]
     if series:
-        parts.append(figure(charts.convergence(series, palette, metric, f"convergence-{index}"),
+        target = first.get("target_value")
+        parts.append(figure(charts.convergence(series, palette, metric, f"convergence-{index}", target),
                             f"{metric} against epoch and against cumulative training time: median over repetitions, "
-                            "band from the lowest to the highest", keys))
+                            "band from the lowest to the highest"
+                            + ("" if target is None else f"; dashed: the workload's target ({target:g})"), keys))
     timelines = [figure(charts.timeline(samples[r["id"]], f"timeline-{r['id']}"),
                         f"{names[r['id']]}, repetition {r.get('repetition')} ({r['status']}): resource use over time",
                         attrs(data_framework=r["framework"]))

@@ -72,7 +72,34 @@ def study_tables(cells: Sequence[CellSummary]) -> list[Table]:
                                 ["", *(c.split(" ")[0] for c in columns)], note,
                                 [{"workload": workload} for workload, _, _ in groups], {"device": device}))
         tables += [relative_speed(mine, columns, device, against) for against in ("fastest", "reference")]
+        tables.append(time_to_target(mine, columns, device))
     return tables
+
+
+def time_to_target(cells: Sequence[CellSummary], columns: list[str], device: str) -> Table:
+    """Training time until a run's metric first reached the workload's target: the median over the runs
+    that reached it, and how many of the successful runs did."""
+    rows = []
+    for (workload, dataset, _), group_cells in group(cells).items():
+        by_label = {label(c, group_cells): c for c in group_cells}
+        row = [f"{workload} ({dataset or '?'})"]
+        for name in columns:
+            cell = by_label.get(name)
+            if cell is None or not cell.n_ok:
+                row.append("" if cell is None else "-")
+                continue
+            reached = cell.time_to_target_s
+            if not reached.n:
+                row.append(f"not reached (0 of {cell.n_ok} runs)")
+            else:
+                row.append(with_ci(reached, seconds) + ("" if reached.n == cell.n_ok
+                                                         else f"; reached in {reached.n} of {cell.n_ok} runs"))
+        rows.append(row)
+    return Table(f"Time to target, {device}", ["workload (dataset)", *columns], rows,
+                 ["", *(c.split(" ")[0] for c in columns)],
+                 "training time until the metric first reached the workload's target (dlbench list workloads), "
+                 "median over the runs that reached it [bootstrap 95% CI]",
+                 [{"workload": w} for w, _, _ in group(cells)], {"device": device})
 
 
 def relative_speed(cells: Sequence[CellSummary], columns: list[str], device: str, against: str = "fastest") -> Table:
