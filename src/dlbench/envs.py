@@ -18,6 +18,8 @@ class EnvError(RuntimeError):
     pass
 
 
+REFERENCE = "pytorch"  # the framework every other one is certified against
+
 BUILD_VERSION = 2  # bump when create() changes what it builds, so older environments are rebuilt
 
 

@@ -18,7 +18,7 @@ from dlbench.suite import Cell
 from dlbench.workloads import Workload, get_workload
 
 PACKAGE_PARENT = Path(__file__).resolve().parent.parent  # put on the worker's PYTHONPATH
-REFERENCE = "pytorch"  # the framework every other one is certified against
+REFERENCE = envs.REFERENCE
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dlbench.analysis.stats import Estimate, estimate, ratio
+from dlbench.envs import REFERENCE
 
-REFERENCE = "pytorch"  # the framework every other one is certified against (as the runner says)
 FIGURES = ("steady_epoch_s", "train_time_s", "first_epoch_s", "metric_value", "peak_rss_mb", "mean_cpu_percent",
            "time_to_target_s")  # time_to_target_s: the runs that reached the target only
 CELL_KEYS = ("framework", "framework_version", "workload", "dataset", "device")

@@ -7,8 +7,9 @@ rendered and any script error into #render-status, which the browser test reads.
 from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 
-from dlbench.analysis.findings import Finding
-from dlbench.analysis.stats import estimate
+from dlbench.analysis.findings import Finding, group, label
+from dlbench.analysis.stats import Estimate
+from dlbench.analysis.summary import CellSummary
 from dlbench.report import Report, charts
 from dlbench.report.tables import Table
 
@@ -192,21 +193,19 @@ def figure(svg: str, caption: str, keys: str) -> str:
     return f'<figure class="chart"{keys}><figcaption>{escape(caption)}</figcaption>{svg}</figure>'
 
 
-def group_figures(runs: Sequence[Mapping], samples: Mapping[int, list], palette: Mapping, index: int) -> str:
-    """A workload's figures: epoch-time bars, convergence, and one resource timeline per sampled run."""
+def group_figures(runs: Sequence[Mapping], cells: Sequence[CellSummary], samples: Mapping[int, list],
+                  palette: Mapping, index: int) -> str:
+    """A workload's figures: epoch-time bars (from the group's summaries, whose intervals the tables
+    show too), convergence, and one resource timeline per sampled run."""
     first = runs[0]
     names = run_labels(runs)
     frameworks = sorted(set(names.values()))
     keys = _keys(first["workload"], first.get("device"), {r["framework"] for r in runs})
-    rows = []
-    for label in frameworks:
-        mine = [r for r in runs if names[r["id"]] == label and r["status"] == "ok"]
-        steady, first_epoch = (estimate([r[f] for r in mine if r.get(f) is not None])
-                               for f in ("steady_epoch_s", "first_epoch_s"))
-        rows.append((label, (steady.median, steady.low, steady.high),
-                     (first_epoch.median, first_epoch.low, first_epoch.high)))
-    series = {label: [_curve(r) for r in runs if names[r["id"]] == label and r.get("epochs")] for label in frameworks}
-    series = {label: curves for label, curves in series.items() if curves}
+    by_label = {label(cell, cells): cell for cell in cells}
+    rows = [(name, _interval(by_label[name].steady_epoch_s), _interval(by_label[name].first_epoch_s))
+            for name in frameworks]
+    series = {name: [_curve(r) for r in runs if names[r["id"]] == name and r.get("epochs")] for name in frameworks}
+    series = {name: curves for name, curves in series.items() if curves}
     metric = first.get("metric_name") or "metric"
     parts = [figure(charts.epoch_time_bars(rows, palette, f"bars-{index}"),
                     "Epoch time per framework: steady epochs (median of each run's later epochs, median over runs, "
@@ -227,6 +226,10 @@ def group_figures(runs: Sequence[Mapping], samples: Mapping[int, list], palette:
                      f'<div class="timelines">{"".join(timelines)}</div></details>')
     title = f"{first['workload']} on {first.get('dataset') or '?'} ({first.get('device') or '?'})"
     return f"<section{keys}><h3>{escape(title)}</h3>{''.join(parts)}</section>"
+
+
+def _interval(value: Estimate) -> tuple[float | None, float | None, float | None]:
+    return value.median, value.low, value.high
 
 
 def _curve(run: Mapping) -> list[tuple[float, float]]:
@@ -270,7 +273,9 @@ def render(report: Report) -> str:
     palette = charts.colours(sorted({name for g in groups.values() for name in run_labels(g).values()}))
     findings = "".join(finding_html(f, {r["framework"] for r in groups[(f.workload, f.dataset, f.device)]})
                        for f in report.findings)
-    figures = "".join(group_figures(g, report.samples, palette, i) for i, g in enumerate(groups.values()))
+    cells = group(report.summaries)
+    figures = "".join(group_figures(runs_of_group, cells[key], report.samples, palette, i)
+                      for i, (key, runs_of_group) in enumerate(groups.items()))
     nav = ("".join(f'<a href="#{s}">{s.capitalize()}</a>' for s in ("findings", "tables", "figures", "certificates",
                                                                      "manifest"))
            + _select("device", (r.get("device") or "?" for r in runs))
