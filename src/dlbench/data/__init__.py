@@ -12,7 +12,22 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
-from . import cifar, digits, download, imdb, lee_lm, manythings, mnist, polarity, ptb, svhn, voc
+from . import (
+    cifar,
+    digits,
+    django_es,
+    download,
+    imdb,
+    lee_lm,
+    manythings,
+    mnist,
+    photos,
+    polarity,
+    ptb,
+    rt_snippets,
+    svhn,
+    voc,
+)
 from .download import Source
 from .prepared import META_FILE, DatasetError, PreparedDataset, load_prepared, write_prepared
 
@@ -21,7 +36,8 @@ __all__ = ["DatasetError", "PreparedDataset", "dataset_names", "describe", "load
 _DATASETS: dict[str, ModuleType | Source] = {module.NAME: module for module in (digits, polarity, lee_lm)}
 _DATASETS.update({source.info["name"]: source for source in (
     mnist.MNIST, mnist.FASHION_MNIST, cifar.CIFAR10, cifar.CIFAR100, svhn.SVHN, imdb.IMDB, ptb.PTB,
-    manythings.SPA_ENG, voc.VOC2012,
+    manythings.SPA_ENG, voc.VOC2012, rt_snippets.RT_SNIPPETS,
+    photos.PHOTO_PATCHES_10, photos.PHOTO_REGIONS_100, django_es.DJANGO_ES_EN,
 )})
 
 

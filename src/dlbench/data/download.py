@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import os
+import shutil
 import sys
 import time
 import urllib.error
@@ -133,12 +134,28 @@ def present(spec: FileSpec, folder: Path) -> Path | None:
 
 
 def locate(spec: FileSpec, folder: Path) -> Path | None:
-    """A verified copy: the data folder's, else a known installed copy; None if there is none."""
+    """A verified copy: the data folder's, else a known installed copy, else another dataset's; or None."""
     path = folder / spec.name
     if path.is_file():
         verify(spec, path)
         return path
-    return known_copy(spec)
+    return known_copy(spec) or sibling_copy(spec, folder)
+
+
+def sibling_copy(spec: FileSpec, folder: Path) -> Path | None:
+    """Link in a verified copy of the same file from another dataset's raw folder (two datasets built
+    from one archive download it once). Only for a published sha256: a pin belongs to its own folder."""
+    if spec.sha256 is None:
+        return None
+    for other in sorted(folder.parent.glob(f"*/{spec.name}")):
+        if other.parent != folder and check(other, spec.size, spec.sha256, None) is None:
+            folder.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(other, folder / spec.name)
+            except OSError:
+                shutil.copyfile(other, folder / spec.name)
+            return folder / spec.name
+    return None
 
 
 def missing_message(specs: list[FileSpec], folder: Path, dataset: str) -> str:

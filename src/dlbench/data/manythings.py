@@ -61,6 +61,11 @@ def build(paths: dict[str, Path], work: Path) -> Built:
     if not (work / MEMBER).is_file():
         raise DatasetError(f"{paths[FILE.name]}: no {MEMBER} inside")
     spanish, english = read_pairs(work / MEMBER)
+    return encode_pairs(spanish, english, SPA_ENG.info)
+
+
+def encode_pairs(spanish: list[list[str]], english: list[list[str]], info: dict) -> Built:
+    """Spanish->English token lists as the arrays seq2seq-manythings trains on (see SPA_ENG's description)."""
     vocabs = {lang: ["<pad>", *ranked_words((t for s in sents for t in s), 10**9)]
               for lang, sents in (("source", spanish), ("target", english))}
     source = encode(spanish, {w: i for i, w in enumerate(vocabs["source"])})
@@ -75,7 +80,7 @@ def build(paths: dict[str, Path], work: Path) -> Built:
         arrays[f"y_{part}"] = np.ascontiguousarray(target[rows, 1:])
     target_ids = {w: i for i, w in enumerate(vocabs["target"])}
     meta = {
-        **SPA_ENG.info, "n_train": n_train, "n_test": len(order) - n_train,
+        **info, "n_train": n_train, "n_test": len(order) - n_train,
         "input_shape": [source.shape[1] + target.shape[1] - 1], "input_dtype": "int32", "input_scale": None,
         "source_language": "spa", "target_language": "eng",
         "source_vocab_size": len(vocabs["source"]), "target_vocab_size": len(vocabs["target"]),
