@@ -5,10 +5,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dlbench import certify, envs
+from dlbench import certify, envs, runner
 from dlbench.cli import main
 from dlbench.runner import PACKAGE_PARENT, REFERENCE, worker_environment
 from dlbench.store import Store
+from dlbench.suite import Cell
 from dlbench.workloads import WORKLOADS, get_workload
 
 TESTS = Path(__file__).parent
@@ -145,3 +146,34 @@ def test_measured_runs_never_inherit_the_shared_compile_cache(monkeypatch, tmp_p
     assert "DLBENCH_COMPILE_CACHE" not in worker_environment(tmp_path / "run", 2, {})
     probing = worker_environment(tmp_path / "probe", 1, {"DLBENCH_COMPILE_CACHE": str(tmp_path / "shared")})
     assert probing["DLBENCH_COMPILE_CACHE"] == str(tmp_path / "shared")
+
+
+def test_a_shared_suite_gives_cache_using_frameworks_one_folder_each(monkeypatch, tmp_path):
+    """compile_cache: shared points a framework that compiles into a cache (theano) at one folder per
+    framework under the results; other frameworks, and cold suites, keep compiling in their run folder."""
+    monkeypatch.delenv("DLBENCH_COMPILE_CACHE", raising=False)
+    results = tmp_path / "results"
+
+    def cell(framework: str, cache: str) -> Cell:
+        return Cell("s", framework, "cnn-mnist", "digits-28", "cpu", 1, 0, 1, 32, 1, 60.0, cache)
+
+    shared = runner.shared_compile_cache(results, cell("theano", "shared"))
+    assert shared == results / "compile-cache" / "theano"
+    assert runner.shared_compile_cache(results, cell("theano", "cold")) is None
+    assert runner.shared_compile_cache(results, cell(REFERENCE, "shared")) is None
+    variables = worker_environment(tmp_path / "run", 1, {}, shared)
+    assert variables["DLBENCH_COMPILE_CACHE"] == str(shared) and shared.is_dir()
+    assert "DLBENCH_COMPILE_CACHE" not in worker_environment(tmp_path / "run", 1, {}, None)
+
+
+def test_the_cache_state_is_cold_until_the_shared_folder_holds_a_file(tmp_path):
+    theano = Cell("s", "theano", "cnn-mnist", "digits-28", "cpu", 1, 0, 1, 32, 1, 60.0, "shared")
+    folder = tmp_path / "compile-cache" / "theano"
+    assert runner.compile_cache_state(theano, folder) == "cold"  # absent
+    (folder / "compiledir_x" / "lock_dir").mkdir(parents=True)
+    assert runner.compile_cache_state(theano, folder) == "cold"  # folders, no compiled file yet
+    (folder / "compiledir_x" / "mod.so").write_bytes(b"\0")
+    assert runner.compile_cache_state(theano, folder) == "warm"
+    assert runner.compile_cache_state(dataclasses.replace(theano, compile_cache="cold"), None) == "cold"
+    pytorch = dataclasses.replace(theano, framework=REFERENCE)
+    assert runner.compile_cache_state(pytorch, folder) is None  # the setting changes nothing for it

@@ -143,3 +143,27 @@ def test_noise_script_prints_cv_and_repetitions(tmp_path):
     assert float(line[-2]) == pytest.approx(cv, abs=5e-4)  # printed to 3 decimals
     assert int(line[-1]) == stats.repetitions_needed(cv)
     assert "jax lstm-imdb" in done.stdout and "1 run" in done.stdout
+
+
+def theano_runs(state: str, shared: bool) -> list[dict]:
+    runs = [run_dict("theano", "cnn-mnist", steady, rep) for rep, steady in enumerate(noisy(1.0, 3, 0.01, 5), 1)]
+    for run in runs:
+        run["compile_cache"] = state
+        if shared:  # what the runner adds to a shared suite's theano configuration
+            run["config"]["compile_cache"] = "shared"
+    return runs
+
+
+def test_first_epochs_match_only_runs_of_the_same_compile_cache_state():
+    """A cold suite's theano runs against a shared suite's warm ones: their steady epochs compare (the
+    setting changes none), their first epochs and training times never do."""
+    cold, warm = theano_runs("cold", shared=False), theano_runs("warm", shared=True)
+    steady = compare.compare_runs(cold, warm)
+    assert [cell.label for cell in steady.cells] == ["theano cnn-mnist digits-28 cpu"]
+    for metric in ("first_epoch_s", "train_time_s", "wall_time_s"):
+        first = compare.compare_runs(cold, warm, metric=metric)
+        assert first.cells == ()
+        assert (first.only_a, first.only_b) == (("theano cnn-mnist digits-28 cpu (cold compile cache)",),
+                                                ("theano cnn-mnist digits-28 cpu (warm compile cache)",))
+    same = compare.compare_runs(cold, theano_runs("cold", shared=True), metric="first_epoch_s")
+    assert [cell.label for cell in same.cells] == ["theano cnn-mnist digits-28 cpu (cold compile cache)"]

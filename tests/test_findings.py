@@ -4,6 +4,7 @@ from pathlib import Path
 from synthetic_store import jitter, synthetic_run
 
 from dlbench.analysis.findings import Finding, findings_of_runs
+from dlbench.analysis.summary import summarise
 from dlbench.store import Store
 
 SAME = [1.00, 1.03, 0.97, 1.02, 0.98]  # run-to-run noise of a few percent
@@ -149,3 +150,44 @@ def test_an_equal_metric_is_called_level_not_zero_points_lower(tmp_path: Path) -
     runs = repeated("pytorch", [1.0], metric=0.525) + repeated("jax", [0.5], metric=0.525)
     [finding] = store_findings(tmp_path, runs)
     assert "is level" in finding.accuracy and "0.0 points" not in finding.accuracy
+
+
+def cached(framework: str, rep: int, first: float, state: str | None, steady: float = 1.0) -> tuple:
+    run, epochs, samples = synthetic_run(framework, "cnn-mnist", rep, steady, 0.99, first=first)
+    return {**run, "compile_cache": state}, epochs, samples
+
+
+def test_a_warm_first_epoch_is_never_pooled_with_cold_ones(tmp_path: Path) -> None:
+    """theano: one cold run (compiling, 30 s first epoch), two warm ones (3 s): its first epoch, training
+    time and time to target are the cold run's alone; its steady epoch takes every run."""
+    runs = [cached("theano", 1, 30.0, "cold"), cached("theano", 2, 3.0, "warm"), cached("theano", 3, 3.0, "warm"),
+            *(cached("pytorch", rep, 1.5, None) for rep in (1, 2, 3))]
+    with Store(tmp_path / "dlbench.sqlite") as store:
+        for run in runs:
+            store.save_run(*run)
+        stored = store.runs()
+    theano = next(cell for cell in summarise(stored) if cell.framework == "theano")
+    assert (theano.first_epoch_s.n, theano.first_epoch_s.median) == (1, 30.0)
+    assert (theano.train_time_s.median, theano.time_to_target_s.n) == (33.0, 1)
+    assert theano.steady_epoch_s.n == 3
+    assert (theano.compile_cache, theano.warm, theano.warm_runs_left_out) == ("cold", False, 2)
+    [finding] = findings_of_runs(stored)
+    assert ("theano: 2 runs with a warm compile cache are left out of its first epoch, training time and time "
+            "to target, which its cold runs give.") in finding.caveats
+    assert not any("warm" in caveat for caveat in finding.caveats if caveat.startswith("pytorch"))
+
+
+def test_a_cell_whose_runs_were_all_warm_is_labelled_so(tmp_path: Path) -> None:
+    runs = [cached("theano", rep, 3.0, "warm") for rep in (1, 2)] + [cached("pytorch", rep, 1.5, None)
+                                                                     for rep in (1, 2)]
+    with Store(tmp_path / "dlbench.sqlite") as store:
+        for run in runs:
+            store.save_run(*run)
+        stored = store.runs()
+    cells = {cell.framework: cell for cell in summarise(stored)}
+    assert (cells["theano"].compile_cache, cells["theano"].warm, cells["theano"].first_epoch_s.n) == ("warm", True, 2)
+    assert (cells["pytorch"].compile_cache, cells["pytorch"].warm) == (None, False)
+    [finding] = findings_of_runs(stored)
+    assert ("theano's first epoch with a warm compile cache: compilation done by earlier runs is not included in "
+            "its first epoch, training time or time to target, which are therefore not comparable with cold "
+            "ones.") in finding.caveats

@@ -253,3 +253,34 @@ def test_convergence_draws_the_workloads_target() -> None:
     palette = charts.colours(["pytorch"])
     assert ">target</text>" in charts.convergence(series, palette, "accuracy", "with", target=0.9)
     assert ">target</text>" not in charts.convergence(series, palette, "accuracy", "without")
+
+
+def test_first_epochs_of_warm_compile_caches_are_labelled(tmp_path: Path) -> None:
+    """A cell whose runs all found a warm compile cache says so beside every figure that holds its first
+    epoch, in the tables and on its first-epoch bar; a cold cell's figures carry no label."""
+    with Store(tmp_path / "dlbench.sqlite") as store:
+        for rep in (1, 2):
+            run, epochs, samples = synthetic_run("theano", "cnn-mnist", rep, 1.0, 0.99, first=2.0)
+            store.save_run({**run, "compile_cache": "warm"}, epochs, samples)
+            store.save_run(*synthetic_run("pytorch", "cnn-mnist", rep, 1.0, 0.99))
+    loaded = report.load(tmp_path / "dlbench.sqlite")
+    training = next(t for t in loaded.study_tables if t.title == "Training time, cpu")
+    assert training.header == ["workload (dataset)", "pytorch", "theano"]
+    assert training.rows[0][2].endswith(" (warm compile cache)") and "warm" not in training.rows[0][1]
+    assert "(warm compile cache): from runs whose first epoch found code compiled by earlier runs" in training.note
+    target = next(t for t in loaded.study_tables if t.title == "Time to target, cpu")
+    assert target.rows[0][2].endswith(" (warm compile cache)")
+    page = html.render(loaded)
+    assert "warm compile cache</text>" in page  # on theano's first-epoch bar
+    assert page.count("warm compile cache</text>") == 1
+
+
+def test_results_show_the_compile_cache_state(tmp_path: Path) -> None:
+    from dlbench import results
+
+    run, epochs, samples = synthetic_run("theano", "cnn-mnist", 1, 1.0, 0.99)
+    table = results.table([{**run, "compile_cache": "warm", "epochs": epochs}])
+    heading, _, row = table.splitlines()
+    assert "cache" in heading.split() and "warm" in row.split()
+    assert '"compile_cache": "warm"' in results.to_json([{**run, "compile_cache": "warm"}])
+    assert "compile_cache" in results.to_csv([{**run, "compile_cache": "warm"}]).splitlines()[0].split(",")

@@ -96,3 +96,31 @@ def test_machine_reads_the_cpu_model_and_the_checkout_commit(tmp_path):
     head = subprocess.run(["git", "-C", str(machine.PACKAGE_DIR), "rev-parse", "HEAD"], capture_output=True, text=True)
     if head.returncode == 0:  # the tests run from a checkout
         assert version["commit"] == head.stdout.strip() and isinstance(version["dirty"], bool)
+
+
+class _Dataset:
+    hash, meta = "d" * 64, {"input_shape": [28, 28, 1], "num_classes": 10}
+
+
+class _Env:
+    def info(self) -> dict:
+        return {"packages": {"numpy": "1.0"}, "python_version": "3.11"}
+
+
+def test_the_config_names_a_shared_compile_cache_only_where_it_changes_the_run(monkeypatch, tmp_path):
+    """Cold cells keep the configuration (and hash) they had before the setting existed, so their stored
+    runs still count as complete; a shared cache enters it only for a framework that compiles into one."""
+    monkeypatch.setattr(runner.data, "prepare", lambda name, folder: _Dataset())
+    monkeypatch.setattr(runner.envs, "require", lambda framework: _Env())
+    before = {"framework", "workload", "dataset", "dataset_hash", "device", "threads", "seed", "repetition", "model",
+              "recipe", "env_packages", "python"}  # the keys of every configuration stored before
+
+    def prepared(framework: str, cache: str) -> Prepared:
+        cell = suite.Cell("s", framework, "cnn-mnist", "digits-28", "cpu", 1, 0, 1, 32, 1, 60.0, cache)
+        return runner.resolve(cell, tmp_path)
+
+    for framework in ("theano", "pytorch"):
+        assert set(prepared(framework, "cold").config) == before
+    assert prepared("pytorch", "shared").hash == prepared("pytorch", "cold").hash
+    assert prepared("theano", "shared").config["compile_cache"] == "shared"
+    assert prepared("theano", "shared").hash != prepared("theano", "cold").hash

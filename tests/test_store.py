@@ -114,7 +114,7 @@ def test_reopening_keeps_runs_and_schema_version(tmp_path: Path) -> None:
     with Store(path) as store:
         assert [r["cell_hash"] for r in store.runs()] == ["abc123"]
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (2,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (3,)
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 
@@ -159,10 +159,35 @@ def test_a_version_1_store_is_migrated_and_keeps_its_runs(tmp_path: Path) -> Non
         store.save_run(new, [], [])
         assert {k: store.runs()[1][k] for k in new} == new
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (2,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (3,)
     conn.close()
     with Store(path) as store:  # reopening a migrated store migrates nothing again
         assert [r["cell_hash"] for r in store.runs()] == ["old", "new"]
+
+
+# Version 2: version 1's runs with plan_position, machine and dlbench_version, before compile_cache.
+V2_DDL = V1_DDL.replace("certificate TEXT);", "certificate TEXT, plan_position INTEGER, machine TEXT, "
+                        "dlbench_version TEXT);").replace("user_version=1", "user_version=2")
+
+
+def test_a_version_2_store_gains_compile_cache_cold_for_its_theano_runs(tmp_path: Path) -> None:
+    """Every measured run before version 3 compiled into its own empty folder: theano's old runs were
+    cold; the frameworks that compile into no cache stay NULL, as their new runs are."""
+    path = tmp_path / "dlbench.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.executescript(V2_DDL)
+        for framework in ("theano", "pytorch"):
+            conn.execute("INSERT INTO runs (cell_hash, framework, workload, status, plan_position) "
+                         f"VALUES ('old-{framework}', '{framework}', 'cnn-mnist', 'ok', 1)")
+    conn.close()
+    with Store(path) as store:
+        assert [(r["framework"], r["plan_position"], r["compile_cache"]) for r in store.runs()] == [
+            ("theano", 1, "cold"), ("pytorch", 1, None)]
+        store.save_run({**make_run("new"), "framework": "theano", "compile_cache": "warm"}, [], [])
+        assert store.runs()[2]["compile_cache"] == "warm"
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (3,)
+    conn.close()
 
 
 def test_newer_schema_version_is_refused(tmp_path: Path) -> None:

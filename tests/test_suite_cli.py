@@ -85,7 +85,7 @@ def test_unknown_top_level_field_names_its_line_and_the_accepted_fields(capsys, 
     """)
     message = error_of(capsys, ["run", str(path)])
     assert message == (f"{path}:4: field 'repeats': unknown field; accepted: name, description, frameworks, "
-                       "device, repeat, seed, threads, timeout_s, workloads")
+                       "device, repeat, seed, threads, timeout_s, compile_cache, workloads")
 
 
 def test_bad_epochs_in_the_second_entry_names_its_line(capsys, tmp_path):
@@ -127,6 +127,30 @@ workloads:
   - {workload: cnn-mnist, dataset: digits-28}
 """)
     assert error_of(capsys, ["run", str(path)]) == f"{path}:3: field 'device': 'tpu' is not one of: cpu, gpu"
+
+
+def test_unknown_compile_cache(capsys, tmp_path):
+    path = write_suite(tmp_path, GOOD_HEAD + """compile_cache: warm
+workloads:
+  - {workload: cnn-mnist, dataset: digits-28}
+""")
+    assert error_of(capsys, ["run", str(path)]) == (f"{path}:3: field 'compile_cache': 'warm' is not one of: "
+                                                    "cold, shared")
+
+
+@pytest.mark.parametrize(("line", "expected"), [("", "cold"), ("compile_cache: cold\n", "cold"),
+                                                ("compile_cache: shared\n", "shared")])
+def test_compile_cache_is_cold_unless_the_suite_shares_it(tmp_path, line, expected):
+    path = write_suite(tmp_path, GOOD_HEAD + line + "workloads: [{workload: cnn-mnist, dataset: digits-28}]\n")
+    parsed = suite.load(str(path))
+    assert parsed.compile_cache == expected
+    assert {c.compile_cache for c in suite.plan(parsed)} == {expected}
+    assert {c.compile_cache for c in suite.plan(parsed, compile_cache="shared")} == {"shared"}  # --compile-cache
+    assert {c.compile_cache for c in suite.plan(parsed, compile_cache="cold")} == {"cold"}
+
+
+def test_the_quick_suite_shares_its_compile_cache_and_the_paper_suite_does_not():
+    assert (suite.load("quick").compile_cache, suite.load("paper").compile_cache) == ("shared", "cold")
 
 
 def test_workload_paired_with_a_dataset_of_another_task(capsys, tmp_path):
@@ -300,3 +324,5 @@ def test_recipe_digest_covers_set_fields_but_not_defaults():
     assert explicit.digest() == base.digest()  # a new optional field leaves existing environments valid
     assert dataclasses.replace(base, worker_env={"A": "1"}).digest() != base.digest()
     assert dataclasses.replace(base, packages=("numpy<2",)).digest() != base.digest()
+    # whether the adapter compiles into a cache is not what the environment is built from
+    assert dataclasses.replace(base, uses_compile_cache=True).digest() == base.digest()

@@ -28,7 +28,8 @@ def data_dir(args: argparse.Namespace) -> Path:
 
 def cmd_run(args: argparse.Namespace) -> int:
     chosen = suite.load(args.suite)
-    cells = suite.plan(chosen, args.framework, args.workload, args.device, args.repeat, args.epochs)
+    cells = suite.plan(chosen, args.framework, args.workload, args.device, args.repeat, args.epochs,
+                       args.compile_cache)
     # absolute: workers run inside their run folders
     options = Options(Path(args.results).resolve(), data_dir(args).resolve(), args.force, args.timeout,
                       args.memory_limit_mb)
@@ -199,6 +200,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=positive_float, help="seconds per cell, overriding the suite")
     run.add_argument("--memory-limit-mb", type=positive_float,
                      help="kill a worker whose process tree exceeds this RSS")
+    run.add_argument("--compile-cache", choices=suite.COMPILE_CACHES,
+                     help="cold: every run compiles into its own empty folder; shared: the runs of the results "
+                          "folder share one per framework, each recorded as warm or cold (default: the suite's)")
     run.add_argument("--force", action="store_true", help="rerun cells that are already complete")
     run.add_argument("--plain", action="store_true",
                      help="print progress as plain lines even on a terminal (they always are in a pipe or a log)")

@@ -38,6 +38,10 @@ class Recipe:
     # pins for the build environments of packages built from source (uv's --build-constraints): an
     # sdist whose setup.py needs pkg_resources builds only with an older setuptools than the newest
     build_constraints: tuple[str, ...] = ()
+    # whether its adapter compiles into DLBENCH_COMPILE_CACHE (frameworks/base.py, compile_cache): only then
+    # does a suite's compile_cache setting change anything, and only then is a run's cache state recorded.
+    # Not part of digest(): it describes the adapter, not what the environment is built from.
+    uses_compile_cache: bool = field(default=False, metadata={"built": False})
 
     def digest(self) -> str:
         """Identifies what an environment was built from: the recipe and the way create() builds it.
@@ -45,7 +49,9 @@ class Recipe:
         not make every existing environment look stale."""
         defaults = {f.name: f.default_factory() if f.default_factory is not MISSING else f.default
                     for f in fields(self)}
-        changed = {name: value for name, value in asdict(self).items() if value != defaults.get(name, MISSING)}
+        built = {f.name for f in fields(self) if f.metadata.get("built", True)}
+        changed = {name: value for name, value in asdict(self).items()
+                   if name in built and value != defaults.get(name, MISSING)}
         text = json.dumps([BUILD_VERSION, changed], sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -85,7 +91,7 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
     Recipe("theano", "3.10", ("theano==1.0.5", "numpy<1.24", "scipy<1.14", "setuptools<81"),
            "dlbench.frameworks.theano_fn:Adapter", "theano, numpy", "theano",
            # without blas.ldflags Theano's import fails probing numpy's build info; the adapter sets its own
-           worker_env={"THEANO_FLAGS": "blas.ldflags="}),
+           worker_env={"THEANO_FLAGS": "blas.ldflags="}, uses_compile_cache=True),
 )}
 
 

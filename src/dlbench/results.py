@@ -10,7 +10,7 @@ TABLE_COLUMNS = (
     ("train_time_s", "train s"), ("first_epoch_s", "epoch1 s"), ("steady_epoch_s", "steady s"),
     ("eval_time_s", "eval s"), ("metric_name", "metric"), ("metric_value", "value"),
     ("time_to_target_s", "to target s"), ("params", "params"), ("peak_rss_mb", "peak MiB"),
-    ("mean_cpu_percent", "cpu %"), ("certificate", "certified"), ("reason", "reason"),
+    ("mean_cpu_percent", "cpu %"), ("certificate", "certified"), ("compile_cache", "cache"), ("reason", "reason"),
 )
 LARGE_FIELDS = ("config", "packages", "stderr_tail")  # kept out of CSV rows; JSON has them
 

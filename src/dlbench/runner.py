@@ -55,11 +55,40 @@ def resolve(cell: Cell, data_dir: Path) -> Prepared:
         "seed": cell.seed, "repetition": cell.repetition, "model": workload.model(dataset.meta),
         "recipe": recipe, "env_packages": env.info()["packages"], "python": env.info()["python_version"],
     }
+    if shares_compile_cache(cell):
+        # only then: the hashes of cold cells, and of frameworks the setting does not touch, stay as they were
+        config["compile_cache"] = "shared"
     return Prepared(cell, workload, dataset, env, config)
 
 
-def worker_environment(run_dir: Path, threads: int, extra: dict[str, str]) -> dict[str, str]:
-    """The worker's variables: every cache and temp file of the framework lands in the run's folder."""
+def shares_compile_cache(cell: Cell) -> bool:
+    """The cell asks for a shared compile cache and its framework compiles into one."""
+    return cell.compile_cache == "shared" and envs.get_recipe(cell.framework).uses_compile_cache
+
+
+def shared_compile_cache(results: Path, cell: Cell) -> Path | None:
+    """The compile folder the runs of this results folder share for the cell's framework, or None when
+    the cell compiles cold in its own run folder. One folder per framework environment: its compiled
+    code is only valid for that framework's compiler, flags and Python."""
+    return results / "compile-cache" / cell.framework if shares_compile_cache(cell) else None
+
+
+def compile_cache_state(cell: Cell, shared: Path | None) -> str | None:
+    """What the run starts from, recorded on it: "warm" when the shared folder already holds a file
+    (compiled before: the first epoch then leaves out some compilation), else "cold"; None for
+    frameworks that compile into no cache, where the setting changes nothing."""
+    if not envs.get_recipe(cell.framework).uses_compile_cache:
+        return None
+    if shared is None:
+        return "cold"  # its own folder under the new run folder's HOME, empty when the worker starts
+    # any file at all, found by a walk that stops at the first one: cheap however big the cache grows
+    return "warm" if any(files for _, _, files in os.walk(shared)) else "cold"
+
+
+def worker_environment(run_dir: Path, threads: int, extra: dict[str, str],
+                       compile_cache: Path | None = None) -> dict[str, str]:
+    """The worker's variables: every cache and temp file of the framework lands in the run's folder,
+    except compiled code when a shared compile_cache folder is given (suite field compile_cache: shared)."""
     env = dict(os.environ)
     for name, sub in (("HOME", "home"), ("TMPDIR", "tmp"), ("XDG_CACHE_HOME", "cache"),
                       ("TORCH_HOME", "cache/torch"), ("KERAS_HOME", "cache/keras"), ("MPLCONFIGDIR", "cache/mpl")):
@@ -71,6 +100,9 @@ def worker_environment(run_dir: Path, threads: int, extra: dict[str, str]) -> di
         "DLBENCH_THREADS": str(threads),  # for frameworks that take their thread count at import
     })
     env.pop("DLBENCH_COMPILE_CACHE", None)  # a measured run compiles cold unless its caller says otherwise
+    if compile_cache is not None:
+        compile_cache.mkdir(parents=True, exist_ok=True)
+        env["DLBENCH_COMPILE_CACHE"] = str(compile_cache)
     env.update(extra)
     return env
 
@@ -102,7 +134,8 @@ def timing_summary(epochs: list[dict], target: dict) -> dict:
     return summary
 
 
-def run_row(prepared: Prepared, outcome: Outcome, epochs: list[dict], run_dir: Path, started_at: str) -> dict:
+def run_row(prepared: Prepared, outcome: Outcome, epochs: list[dict], run_dir: Path, started_at: str,
+            compile_cache: str | None = None) -> dict:
     cell, config = prepared.cell, prepared.config
     start = next((e for e in outcome.events if e.get("event") == "start"), {})
     ready = next((e for e in outcome.events if e.get("event") == "ready"), {})
@@ -121,7 +154,7 @@ def run_row(prepared: Prepared, outcome: Outcome, epochs: list[dict], run_dir: P
         "startup_s": ready.get("elapsed_s"),
         "python": f"{start.get('python', config['python'])} {start.get('executable', prepared.env.python)}",
         "packages": dict(config["env_packages"], **versions), "config": config, "run_dir": str(run_dir),
-        **timing_summary(epochs, prepared.workload.target), **resources,
+        "compile_cache": compile_cache, **timing_summary(epochs, prepared.workload.target), **resources,
     }
 
 
@@ -137,11 +170,14 @@ def run_cell(prepared: Prepared, options: Options, on_event: Callable[[dict], No
                    "device": cell.device, "threads": config["threads"]}
     (run_dir / "cell.json").write_text(json.dumps(worker_cell, indent=1))
     command = [str(prepared.env.python), "-m", "dlbench.worker", str(run_dir / "cell.json")]
-    outcome = run_worker(command, worker_environment(run_dir, config["threads"], recipe.worker_env), run_dir,
-                         options.timeout_s or cell.timeout_s, options.memory_limit_mb, on_event)
+    shared = shared_compile_cache(options.results, cell)
+    cache_state = compile_cache_state(cell, shared)  # before the worker adds to it
+    variables = worker_environment(run_dir, config["threads"], recipe.worker_env, shared)
+    outcome = run_worker(command, variables, run_dir, options.timeout_s or cell.timeout_s, options.memory_limit_mb,
+                         on_event)
     (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in outcome.events))
     epochs = epoch_rows(outcome.events, prepared.workload.target["metric"])
-    return run_row(prepared, outcome, epochs, run_dir, started_at), epochs, outcome.samples
+    return run_row(prepared, outcome, epochs, run_dir, started_at, cache_state), epochs, outcome.samples
 
 
 def certificate_status(store: Store, prepared: Prepared) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 FILENAME = "dlbench.sqlite"
 
 # Column name -> SQL declaration; the single source for the DDL, inserts and key validation.
@@ -59,6 +59,10 @@ RUN_COLUMNS: dict[str, str] = {
     "plan_position": "INTEGER",  # 1-based place in the run order of the plan that ran it
     "machine": "TEXT",  # hostname, cpu_model, logical_cores, memory_mib, gpus, os, python (dlbench.machine)
     "dlbench_version": "TEXT",  # version, commit, dirty (dlbench.machine.dlbench_version)
+    # added in schema version 3: the compile cache the run started from, "cold" or "warm" (a shared cache
+    # that already held compiled code); NULL for frameworks that compile into no cache, and for runs
+    # stored before version 3 by any framework but theano (see MIGRATIONS)
+    "compile_cache": "TEXT",
 }
 EPOCH_COLUMNS: dict[str, str] = {
     "epoch": "INTEGER",
@@ -115,6 +119,11 @@ CREATE TABLE IF NOT EXISTS certificates (id INTEGER PRIMARY KEY, {_columns_sql(C
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: tuple(f"ALTER TABLE runs ADD COLUMN {name} {RUN_COLUMNS[name]}"
              for name in ("plan_position", "machine", "dlbench_version")),
+    3: (f"ALTER TABLE runs ADD COLUMN compile_cache {RUN_COLUMNS['compile_cache']}",
+        # Before version 3 every measured run compiled into its own empty folder (runner.worker_environment
+        # removed DLBENCH_COMPILE_CACHE), and theano is the one framework that compiles into one: its old
+        # runs were cold. Other frameworks' runs stay NULL, as new ones are.
+        "UPDATE runs SET compile_cache = 'cold' WHERE framework = 'theano'"),
 }
 
 

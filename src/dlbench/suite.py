@@ -12,8 +12,11 @@ from dlbench.envs import RECIPES
 from dlbench.workloads import WORKLOADS
 
 DEVICES = ("cpu", "gpu")
+# cold: every run compiles into its own empty folder; shared: the runs of one results folder share one
+# compile folder per framework, and each run records whether it found it warm or cold (runner.py)
+COMPILE_CACHES = ("cold", "shared")
 SUITE_FIELDS = ("name", "description", "frameworks", "device", "repeat", "seed", "threads", "timeout_s",
-                "workloads")
+                "compile_cache", "workloads")
 ENTRY_FIELDS = ("workload", "dataset", "epochs", "batch_size")
 
 
@@ -60,6 +63,7 @@ class Suite:
     threads: int | None
     timeout_s: float
     entries: tuple[Entry, ...]
+    compile_cache: str = "cold"
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,7 @@ class Cell:
     batch_size: int
     threads: int | None
     timeout_s: float
+    compile_cache: str = "cold"  # one of COMPILE_CACHES
 
 
 def builtin_suites() -> list[str]:
@@ -152,6 +157,7 @@ def parse(path: Path) -> Suite:
         repeat=check.integer(document, "repeat", 1), seed=check.integer(document, "seed", 0, minimum=0),
         threads=check.integer(document, "threads", None), timeout_s=float(timeout),
         entries=tuple(_entry(check, document, item) for item in entries),
+        compile_cache=check.choice(document, "compile_cache", COMPILE_CACHES, "cold"),
     )
 
 
@@ -173,10 +179,13 @@ def load(name_or_path: str) -> Suite:
 
 
 def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str] | None = None,
-         device: str | None = None, repeat: int | None = None, epochs: int | None = None) -> list[Cell]:
+         device: str | None = None, repeat: int | None = None, epochs: int | None = None,
+         compile_cache: str | None = None) -> list[Cell]:
     """Cells in run order: repetitions outermost, so a slow drift of the machine touches every
     framework alike rather than all repetitions of one; within a repetition the cells are shuffled
     (`shuffled`), so no framework always runs first or right after the same neighbour."""
+    if compile_cache is not None and compile_cache not in COMPILE_CACHES:
+        raise SuiteError(f"compile cache {compile_cache!r} is not one of: {', '.join(COMPILE_CACHES)}")
     for name in frameworks or ():
         if name not in RECIPES:
             raise SuiteError(f"unknown framework {name!r}; known: {', '.join(RECIPES)}")
@@ -201,7 +210,7 @@ def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str]
                     device=device or suite.device, repetition=repetition, seed=suite.seed + repetition - 1,
                     epochs=epochs or entry.epochs or recipe["epochs"],
                     batch_size=entry.batch_size or recipe["batch_size"], threads=suite.threads,
-                    timeout_s=suite.timeout_s,
+                    timeout_s=suite.timeout_s, compile_cache=compile_cache or suite.compile_cache,
                 ))
         cells += shuffled(repetition_cells, suite.seed, repetition)
     return cells

@@ -5,7 +5,10 @@ The two sets are two results folders (or store files), or two framework versions
 Runs match when their configurations match except for MATCH_IGNORED: the same framework, workload,
 dataset and its content hash, device, threads, model and recipe (epochs, batch size, optimiser...);
 seed and repetition are what repeats, and the packages and Python are what a comparison of versions
-changes. Comparing versions ignores the framework too, since each side names its own.
+changes. Comparing versions ignores the framework too, since each side names its own. The times that
+hold the first epoch (FIRST_EPOCH_METRICS) match only runs that started from the same compile cache state
+(cold or warm), so a warm first epoch is never compared with a cold one; the suite's compile_cache
+setting itself is ignored, since it changes no steady epoch.
 """
 import dataclasses
 import hashlib
@@ -22,9 +25,11 @@ from dlbench.analysis.load import AnalysisError, read_runs, store_path
 from dlbench.analysis.stats import Estimate, PairTest
 from dlbench.results import aligned
 
-MATCH_IGNORED = ("seed", "repetition", "env_packages", "python")
+MATCH_IGNORED = ("seed", "repetition", "env_packages", "python", "compile_cache")
 METRICS = ("steady_epoch_s", "train_time_s", "first_epoch_s", "eval_time_s", "wall_time_s")  # times: lower wins
 LABEL_FIELDS = ("framework", "workload", "dataset", "device")
+# hold the first epoch (wall time: the framework's import too), which a warm compile cache shortens
+FIRST_EPOCH_METRICS = ("train_time_s", "first_epoch_s", "wall_time_s")
 
 
 @dataclass(frozen=True)
@@ -70,11 +75,15 @@ def parse_version(text: str) -> tuple[str, str]:
     return framework, version
 
 
-def match_key(run: dict, ignore_framework: bool = False) -> str:
-    """The run's configuration minus MATCH_IGNORED (and the framework when asked), as canonical JSON."""
+def match_key(run: dict, ignore_framework: bool = False, metric: str = "steady_epoch_s") -> str:
+    """The run's configuration minus MATCH_IGNORED (and the framework when asked), as canonical JSON; for
+    FIRST_EPOCH_METRICS with the compile cache state the run started from, where it recorded one."""
     config = run.get("config") or {name: run.get(name) for name in LABEL_FIELDS}
     ignored = MATCH_IGNORED + (("framework",) if ignore_framework else ())
-    return json.dumps({k: v for k, v in config.items() if k not in ignored}, sort_keys=True)
+    key = {k: v for k, v in config.items() if k not in ignored}
+    if metric in FIRST_EPOCH_METRICS and run.get("compile_cache") is not None:
+        key["compile_cache"] = run["compile_cache"]
+    return json.dumps(key, sort_keys=True)
 
 
 def compare_runs(runs_a: list[dict], runs_b: list[dict], a_name: str = "A", b_name: str = "B",
@@ -82,9 +91,9 @@ def compare_runs(runs_a: list[dict], runs_b: list[dict], a_name: str = "A", b_na
                  seed: int = 0) -> Comparison:
     if metric not in METRICS:
         raise AnalysisError(f"--metric {metric!r} is not one of: {', '.join(METRICS)}")
-    cells_a = _by_key(runs_a, ignore_framework)
-    cells_b = _by_key(runs_b, ignore_framework)
-    labels = _labels({**cells_a, **cells_b}, ignore_framework)
+    cells_a = _by_key(runs_a, ignore_framework, metric)
+    cells_b = _by_key(runs_b, ignore_framework, metric)
+    labels = _labels({**cells_a, **cells_b}, ignore_framework, metric)
     matched = [key for key in cells_a if key in cells_b]
     tests = stats.pair_tests([(b_name, _values(cells_b[k], metric), a_name, _values(cells_a[k], metric))
                               for k in matched], alpha=alpha, seed=seed)
@@ -101,20 +110,26 @@ def compare_runs(runs_a: list[dict], runs_b: list[dict], a_name: str = "A", b_na
                       tuple(labels[k] for k in cells_b if k not in cells_a))
 
 
-def _by_key(runs: list[dict], ignore_framework: bool) -> dict[str, list[dict]]:
+def _by_key(runs: list[dict], ignore_framework: bool, metric: str) -> dict[str, list[dict]]:
     cells: dict[str, list[dict]] = {}
     for run in runs:
-        cells.setdefault(match_key(run, ignore_framework), []).append(run)
+        cells.setdefault(match_key(run, ignore_framework, metric), []).append(run)
     return cells
 
 
-def _labels(cells: dict[str, list[dict]], ignore_framework: bool) -> dict[str, str]:
+def _labels(cells: dict[str, list[dict]], ignore_framework: bool, metric: str) -> dict[str, str]:
     fields = LABEL_FIELDS[1:] if ignore_framework else LABEL_FIELDS
-    labels = {key: " ".join(str(runs[0].get(f)) for f in fields) for key, runs in cells.items()}
+    labels = {key: " ".join(str(runs[0].get(f)) for f in fields) + _cache_label(runs[0], metric)
+              for key, runs in cells.items()}
     shared = {label for label in labels.values() if list(labels.values()).count(label) > 1}
     # cells alike in these fields differ in recipe or model: a digest of the configuration tells them apart
     return {key: f"{label} #{hashlib.sha256(key.encode()).hexdigest()[:8]}" if label in shared else label
             for key, label in labels.items()}
+
+
+def _cache_label(run: dict, metric: str) -> str:
+    state = run.get("compile_cache")
+    return f" ({state} compile cache)" if metric in FIRST_EPOCH_METRICS and state is not None else ""
 
 
 def _values(runs: list[dict], field: str) -> list[float]:

@@ -246,7 +246,22 @@ def _compilation_notes(cells: Sequence[CellSummary]) -> list[str]:
         if first is not None and steady and first / steady > COMPILATION_FACTOR:
             notes.append(f"{label(cell, cells)}'s first epoch ({seconds(first)}) takes {first / steady:.1f}x its "
                          f"steady epoch: compilation or warm-up, which its training time includes.")
+        notes += _compile_cache_notes(cell, cells)
     return notes
+
+
+def _compile_cache_notes(cell: CellSummary, cells: Sequence[CellSummary]) -> list[str]:
+    """Which first epochs started from a warm compile cache: they are never pooled with cold ones."""
+    if cell.warm:
+        return [f"{label(cell, cells)}'s first epoch with a warm compile cache: compilation done by earlier runs "
+                f"is not included in its first epoch, training time or time to target, which are therefore not "
+                f"comparable with cold ones."]
+    if cell.warm_runs_left_out:
+        left = cell.warm_runs_left_out
+        return [f"{label(cell, cells)}: {left} run{'s' if left > 1 else ''} with a warm compile cache "
+                f"{'are' if left > 1 else 'is'} left out of its first epoch, training time and time to target, "
+                f"which its cold runs give."]
+    return []
 
 
 def _families(cells: Sequence[CellSummary]) -> tuple[Family, Family]:

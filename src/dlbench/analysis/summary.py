@@ -3,6 +3,9 @@ estimates of its figures over its successful runs, and speed ratios within each 
 
 Statistics use the successful runs only (status ok), one value per run (see stats); failed and
 timed-out runs are kept as what they are: RunBrief rows with status, reason and the epochs they completed.
+The figures that hold the first epoch (FIRST_EPOCH_FIGURES) never pool a run that started from a warm
+compile cache with cold ones: they come from the cell's cold runs when it has any, else from its warm
+runs, and the summary says which (compile_cache).
 """
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +19,9 @@ FIGURES = ("steady_epoch_s", "train_time_s", "first_epoch_s", "metric_value", "p
 CELL_KEYS = ("framework", "framework_version", "workload", "dataset", "device")
 GROUP_KEYS = ("workload", "dataset", "device")
 TIME_FIGURES = ("steady_epoch_s", "train_time_s", "first_epoch_s")  # lower is better; speed_ratios' metrics
+# the figures that include the first epoch, hence the compilation a warm compile cache leaves out
+FIRST_EPOCH_FIGURES = ("first_epoch_s", "train_time_s", "time_to_target_s")
+WARM = "warm"  # a run's compile_cache when it started from a shared cache that already held compiled code
 
 
 @dataclass(frozen=True)
@@ -51,8 +57,17 @@ class CellSummary:
     epochs_completed: tuple[int, ...]  # of each run, in store order (any status)
     epochs_planned: int | None  # run["config"]["recipe"]["epochs"]
     runs: tuple[RunBrief, ...]
+    # FIRST_EPOCH_FIGURES come from runs that started from this compile cache: "warm" (every successful run
+    # found compiled code), "cold", or None (not recorded: a framework that compiles into no cache)
+    compile_cache: str | None = None
+    warm_runs_left_out: int = 0  # warm runs kept out of FIRST_EPOCH_FIGURES because cold ones are there
     # figure -> the successful runs' values, one per run (None left out), for ratios and tests
-    samples: dict[str, tuple[float, ...]] = field(compare=False)
+    samples: dict[str, tuple[float, ...]] = field(compare=False, default_factory=dict)
+
+    @property
+    def warm(self) -> bool:
+        """Its first epoch, training time and time to target leave out compilation done by earlier runs."""
+        return self.compile_cache == WARM
 
     @property
     def key(self) -> tuple[Any, ...]:
@@ -93,9 +108,20 @@ def summarise(runs: list[dict], seed: int = 0) -> list[CellSummary]:
     return sorted(summaries, key=lambda s: _sort_key((*s.group, s.framework, s.framework_version)))
 
 
+def first_epoch_runs(ok: list[dict]) -> tuple[list[dict], str | None]:
+    """The successful runs whose first epochs one figure may pool, and their compile cache state: the
+    cold (or unrecorded) ones when there are any, else the warm ones."""
+    cold = [run for run in ok if run.get("compile_cache") != WARM]
+    chosen = cold or ok
+    states = {run.get("compile_cache") for run in chosen} - {None}
+    return chosen, (WARM if not cold and ok else "cold" if states else None)
+
+
 def _summary(key: tuple[Any, ...], runs: list[dict], seed: int) -> CellSummary:
     ok = [run for run in runs if run["status"] == "ok"]
-    samples = {name: tuple(float(run[name]) for run in ok if run.get(name) is not None) for name in FIGURES}
+    pooled, cache = first_epoch_runs(ok)
+    samples = {name: tuple(float(run[name]) for run in (pooled if name in FIRST_EPOCH_FIGURES else ok)
+                           if run.get(name) is not None) for name in FIGURES}
     planned = {((run.get("config") or {}).get("recipe") or {}).get("epochs") for run in runs} - {None}
     return CellSummary(
         **dict(zip(CELL_KEYS, key, strict=True)),
@@ -107,6 +133,7 @@ def _summary(key: tuple[Any, ...], runs: list[dict], seed: int) -> CellSummary:
         epochs_completed=tuple(len(run.get("epochs", ())) for run in runs),
         epochs_planned=max(planned) if planned else None,
         runs=tuple(_brief(run) for run in runs),
+        compile_cache=cache, warm_runs_left_out=len(ok) - len(pooled),
         samples=samples,
     )
 

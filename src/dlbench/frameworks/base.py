@@ -28,8 +28,9 @@ def thread_budget() -> int:
 
 
 def compile_cache(default):
-    """Where a framework keeps the code it compiles: DLBENCH_COMPILE_CACHE, which the harness sets only
-    for processes that time nothing (certification probes, tests) so that they compile once; else
+    """Where a framework keeps the code it compiles: DLBENCH_COMPILE_CACHE, which the harness sets for
+    processes that time nothing (certification probes, tests) so that they compile once, and for the
+    measured runs of a suite with compile_cache: shared (each run records whether it found it warm); else
     `default`, inside the run's own folder, cold in every measured run."""
     return os.environ.get("DLBENCH_COMPILE_CACHE") or default
 

@@ -5,7 +5,7 @@ hash salt, so the ids matplotlib generates (clip paths, markers) never collide b
 """
 import io
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import matplotlib
 
@@ -55,10 +55,12 @@ def _compact(text: str) -> str:
     return re.sub(r">\s+<", "><", text)
 
 
-def epoch_time_bars(rows: Sequence[tuple[str, tuple, tuple]], palette: Mapping[str, tuple], chart_id: str) -> str:
+def epoch_time_bars(rows: Sequence[tuple[str, tuple, tuple]], palette: Mapping[str, tuple], chart_id: str,
+                    warm: Collection[str] = ()) -> str:
     """Steady epoch time per framework with CI whiskers, the first epoch in its own panel beside it.
 
     rows: (label, steady (median, low, high), first (median, low, high)); None where unknown.
+    warm: the labels whose first epoch comes from runs with a warm compile cache, marked so on their bar.
     """
     with plt.rc_context(STYLE):
         fig, (steady_ax, first_ax) = plt.subplots(
@@ -68,6 +70,9 @@ def epoch_time_bars(rows: Sequence[tuple[str, tuple, tuple]], palette: Mapping[s
                                  (first_ax, 2, "first epoch (compilation, warm-up)")):
             _bars(ax, labels, [row[index] for row in rows], palette, hatch="" if index == 1 else "//")
             ax.set_title(title, loc="left", fontsize=9)
+        for y, (label, _, first) in enumerate(rows):
+            if label in warm and first[0] is not None:
+                first_ax.text(first[0], y, " warm compile cache", va="center", fontsize=8, color="0.3")
             ax.set_xlabel("seconds")
         steady_ax.invert_yaxis()
         return to_svg(fig, chart_id)

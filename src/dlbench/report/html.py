@@ -9,7 +9,7 @@ from html import escape
 
 from dlbench.analysis.findings import Finding, group, label
 from dlbench.analysis.stats import Estimate
-from dlbench.analysis.summary import CellSummary
+from dlbench.analysis.summary import WARM, CellSummary
 from dlbench.report import Report, charts
 from dlbench.report.tables import Table
 
@@ -204,12 +204,17 @@ def group_figures(runs: Sequence[Mapping], cells: Sequence[CellSummary], samples
     by_label = {label(cell, cells): cell for cell in cells}
     rows = [(name, _interval(by_label[name].steady_epoch_s), _interval(by_label[name].first_epoch_s))
             for name in frameworks]
-    series = {name: [_curve(r) for r in runs if names[r["id"]] == name and r.get("epochs")] for name in frameworks}
+    # a warm run's curve against time is not drawn where its cell's cold runs give the times (summary.py)
+    series = {name: [_curve(r) for r in runs if names[r["id"]] == name and r.get("epochs")
+                     and not (r.get("compile_cache") == WARM and not by_label[name].warm)] for name in frameworks}
     series = {name: curves for name, curves in series.items() if curves}
     metric = first.get("metric_name") or "metric"
-    parts = [figure(charts.epoch_time_bars(rows, palette, f"bars-{index}"),
+    warm = [name for name in frameworks if by_label[name].warm]
+    parts = [figure(charts.epoch_time_bars(rows, palette, f"bars-{index}", warm),
                     "Epoch time per framework: steady epochs (median of each run's later epochs, median over runs, "
-                    "95% CI whiskers) and the first epoch apart", keys)]
+                    "95% CI whiskers) and the first epoch apart"
+                    + ("; warm compile cache: a first epoch without the compilation earlier runs did" if warm else ""),
+                    keys)]
     if series:
         target = first.get("target_value")
         parts.append(figure(charts.convergence(series, palette, metric, f"convergence-{index}", target),

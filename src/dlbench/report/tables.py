@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from dlbench.analysis.findings import group, label, metric_format, seconds
 from dlbench.analysis.stats import Estimate
-from dlbench.analysis.summary import CellSummary, speed_ratios
+from dlbench.analysis.summary import FIRST_EPOCH_FIGURES, CellSummary, speed_ratios
 
 
 @dataclass(frozen=True)
@@ -36,8 +36,15 @@ def with_ci(value: Estimate, fmt: Callable[[float], str]) -> str:
     return f"{fmt(value.median)} [{low}-{high}]"
 
 
+WARM_LABEL = " (warm compile cache)"  # after a figure that holds a first epoch from a warm compile cache
+
+
+def warm_label(cell: CellSummary, figure: str) -> str:
+    return WARM_LABEL if cell.warm and figure in FIRST_EPOCH_FIGURES else ""
+
+
 def _cell(cell: CellSummary, figure: str, fmt: Callable[[float], str]) -> str:
-    parts = [with_ci(getattr(cell, figure), fmt)] if cell.n_ok else []
+    parts = [with_ci(getattr(cell, figure), fmt) + warm_label(cell, figure)] if cell.n_ok else []
     for run in cell.runs:
         if run.status == "ok":
             continue
@@ -68,6 +75,9 @@ def study_tables(cells: Sequence[CellSummary]) -> list[Table]:
             note = "median over the successful repetitions [bootstrap 95% CI of the median]"
             if figure == "train_time_s":
                 note += "; training time excludes evaluation and includes the first epoch"
+                if any(c.warm for c in mine):
+                    note += ("; (warm compile cache): from runs whose first epoch found code compiled by earlier "
+                             "runs, never pooled with cold ones")
             tables.append(Table(f"{heading}, {device}", ["workload (dataset)", *columns], rows,
                                 ["", *(c.split(" ")[0] for c in columns)], note,
                                 [{"workload": workload} for workload, _, _ in groups], {"device": device}))
@@ -88,12 +98,12 @@ def time_to_target(cells: Sequence[CellSummary], columns: list[str], device: str
             if cell is None or not cell.n_ok:
                 row.append("" if cell is None else "-")
                 continue
-            reached = cell.time_to_target_s
+            reached, pooled = cell.time_to_target_s, cell.n_ok - cell.warm_runs_left_out
             if not reached.n:
-                row.append(f"not reached (0 of {cell.n_ok} runs)")
+                row.append(f"not reached (0 of {pooled} runs)")
             else:
-                row.append(with_ci(reached, seconds) + ("" if reached.n == cell.n_ok
-                                                         else f"; reached in {reached.n} of {cell.n_ok} runs"))
+                row.append(with_ci(reached, seconds) + warm_label(cell, "time_to_target_s")
+                           + ("" if reached.n == pooled else f"; reached in {reached.n} of {pooled} runs"))
         rows.append(row)
     return Table(f"Time to target, {device}", ["workload (dataset)", *columns], rows,
                  ["", *(c.split(" ")[0] for c in columns)],
