@@ -3,7 +3,8 @@ architecture, loads the canonical weights, records the outputs on fixed probe in
 steps on tiny generated data, and prints one JSON line of facts per workload.
 
 Usage: python adapter_check.py ADAPTER_PATH < cases.json
-cases.json: [{"workload", "model", "recipe", "task", "n_classes"}...], made by the harness-side test.
+cases.json: [{"workload", "model", "recipe", "task", "n_classes"}...], made by the harness-side test;
+a case with "data": {"x": path, "y": path, "scale"} trains on those arrays' first rows instead.
 Data come from numpy's legacy RandomState, whose stream is the same in every numpy version, so the
 harness side regenerates the probe inputs exactly.
 """
@@ -47,6 +48,9 @@ def probe_weights(model):
 
 
 def tiny_data(case, count):
+    if "data" in case:  # the first rows of a prepared dataset
+        x, y = (np.load(case["data"][part])[:count] for part in ("x", "y"))
+        return Split(x, y, case["data"]["scale"])
     x = generated_inputs(case["model"], count, 0)
     label_shape = {"language_model": x.shape, "translation": (count, case["target_len"])}.get(case["task"], (count,))
     y = np.random.RandomState(2).randint(0, case["n_classes"], size=label_shape).astype(np.int32)

@@ -1,5 +1,6 @@
-"""Every framework adapter, run in its own environment: each of the six architectures loads canonical
-weights exactly, computes what an independent numpy forward pass computes, and learns."""
+"""Every framework adapter, run in its own environment: each of the seven architectures loads canonical
+weights exactly, computes what an independent numpy forward pass computes, and learns; and each
+architecture trains a few steps on the first rows of the quick suite's stand-in for it."""
 import json
 import subprocess
 from pathlib import Path
@@ -7,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from adapter_check import probe_inputs, probe_weights
+from fixtures_data import prepared_standin
 from numpy_forward import forward
 
 from dlbench import envs
@@ -33,6 +35,32 @@ def cases() -> list[dict]:
 
 
 CASES = cases()
+# The quick suite's (workload, stand-in) pairs whose data come from a wheel on PyPI; in the tests, from a
+# fixture wheel of the same layout (fixtures_data.py). The architecture is built from the stand-in's meta.
+STANDINS = [("cnn-cifar10", "photo-patches-10"), ("cnn-svhn", "photo-patches-10"),
+            ("cnn-cifar100", "photo-regions-100"), ("lstm-imdb", "rt-snippets"),
+            ("seq2seq-manythings", "django-es-en")]
+
+
+def standin_case(workload_name: str, dataset, rows: int = 16) -> dict:
+    """A case whose training data are the first rows of a prepared stand-in, written beside it."""
+    workload, meta = WORKLOADS[workload_name], dataset.meta
+    folder = dataset.path.parent / f"first-{rows}"
+    folder.mkdir(exist_ok=True)
+    paths = {}
+    for part in ("x", "y"):
+        paths[part] = str(folder / f"{dataset.name}-{part}.npy")
+        np.save(paths[part], np.load(dataset.path / f"{part}_train.npy")[:rows])
+    classes = meta.get("num_classes") or meta.get("target_vocab_size")
+    return {"workload": f"{workload_name} on {dataset.name}", "model": workload.model(meta),
+            "recipe": workload.recipe, "task": meta["task"], "n_classes": classes,
+            "target_len": meta.get("target_len"), "data": dict(paths, scale=meta["input_scale"])}
+
+
+@pytest.fixture(scope="module")
+def standin_cases(session_dir) -> list[dict]:
+    data_dir = session_dir / "standins"
+    return [standin_case(workload, prepared_standin(dataset, data_dir)) for workload, dataset in STANDINS]
 
 
 def run_check(framework: str, payload: list[dict], compile_cache: Path) -> dict[str, dict]:
@@ -49,8 +77,8 @@ def run_check(framework: str, payload: list[dict], compile_cache: Path) -> dict[
 
 
 @pytest.fixture(scope="module", params=FRAMEWORKS)
-def checked(request, compile_cache) -> dict[str, dict]:
-    return run_check(request.param, CASES, compile_cache)
+def checked(request, compile_cache, standin_cases) -> dict[str, dict]:
+    return run_check(request.param, CASES + standin_cases, compile_cache)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c["workload"])
@@ -75,6 +103,13 @@ def test_a_few_steps_lower_the_loss(checked, case):
     assert np.isfinite(result["train_losses"]).all()
 
 
+@pytest.mark.parametrize("pair", STANDINS, ids=lambda p: f"{p[0]}-on-{p[1]}")
+def test_a_few_steps_on_the_stand_in_lower_the_loss(checked, pair):
+    result = checked[f"{pair[0]} on {pair[1]}"]
+    assert result["same_shapes"] and np.isfinite(result["train_losses"]).all()
+    assert result["eval_after"]["loss"] < result["eval_before"]["loss"]
+
+
 def test_threads_are_set_and_versions_reported(checked):
     for result in checked.values():
         assert result["threads"] == 1
@@ -92,4 +127,5 @@ def test_theano_reports_the_scan_it_ran(checked):
     major, minor = map(int, envs.require("theano").info()["python_version"].split(".")[:2])
     expected = "c" if (major, minor) < (3, 11) else "python"
     for workload, result in checked.items():
-        assert result["versions"]["theano-scan"] == (expected if workload in RECURRENT else "none"), workload
+        architecture = workload.split(" on ")[0]  # a stand-in case is named "<workload> on <dataset>"
+        assert result["versions"]["theano-scan"] == (expected if architecture in RECURRENT else "none"), workload

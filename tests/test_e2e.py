@@ -11,17 +11,25 @@ from pathlib import Path
 
 import psutil
 import pytest
+from fixtures_data import STANDIN_WHEELS, prepared_standin
 
 from dlbench import envs
 from dlbench.store import Store
 
 QUICK = ("run", "quick", "-f", "pytorch", "--epochs", "2")  # the other frameworks run in test_adapters
+THREE = (*QUICK, "-w", "cnn-mnist", "-w", "lstm-imdb", "-w", "lstm-ptb")  # the quick suite's cheapest cells
+WORKLOADS = ["cnn-cifar10", "cnn-cifar100", "cnn-mnist", "cnn-svhn", "lstm-imdb", "lstm-ptb", "seq2seq-manythings"]
 
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
+    """The quick suite's stand-ins from wheels on PyPI are prepared from fixture wheels (no download);
+    the others from their installed packages by the run itself."""
     envs.require("pytorch")  # make test builds it; without it this fails naming the command
-    return tmp_path_factory.mktemp("data")
+    folder = tmp_path_factory.mktemp("data")
+    for name in STANDIN_WHEELS:
+        prepared_standin(name, folder)
+    return folder
 
 
 def dlbench(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -45,9 +53,9 @@ def quick_run(tmp_path_factory, data_dir):
 def test_quick_suite_runs_every_cell_and_prints_the_table(quick_run):
     results, done = quick_run
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "3 ok" in done.stdout and "steady s" in done.stdout
+    assert "7 ok" in done.stdout and "steady s" in done.stdout
     assert str((results / "dlbench.sqlite").resolve()) in done.stdout
-    for workload in ("cnn-mnist", "lstm-imdb", "lstm-ptb"):
+    for workload in WORKLOADS:
         assert f"pytorch {workload}" in done.stdout
     assert "epoch 2/2" in done.stdout  # live progress
 
@@ -55,8 +63,8 @@ def test_quick_suite_runs_every_cell_and_prints_the_table(quick_run):
 def test_stored_runs_hold_timings_metrics_and_resources(quick_run):
     results, _ = quick_run
     runs = sorted(stored_runs(results), key=lambda r: r["workload"])  # stored in the plan's shuffled order
-    assert [r["workload"] for r in runs] == ["cnn-mnist", "lstm-imdb", "lstm-ptb"]
-    assert sorted(r["plan_position"] for r in runs) == [1, 2, 3]
+    assert [r["workload"] for r in runs] == WORKLOADS
+    assert sorted(r["plan_position"] for r in runs) == list(range(1, 8))
     assert {r["machine"]["logical_cores"] for r in runs} == {os.cpu_count()}
     for run in runs:
         epochs = run["epochs"]
@@ -77,7 +85,7 @@ def test_stored_runs_hold_timings_metrics_and_resources(quick_run):
         run_dir = Path(run["run_dir"])
         assert (run_dir / "cell.json").is_file() and (run_dir / "stderr.log").is_file()
         assert (run_dir / "home").is_dir() and (run_dir / "tmp").is_dir()  # caches stay in the run folder
-    mnist, imdb, ptb = runs
+    mnist, imdb, ptb = (runs[WORKLOADS.index(name)] for name in ("cnn-mnist", "lstm-imdb", "lstm-ptb"))
     assert mnist["metric_name"] == "accuracy" and mnist["metric_value"] > 0.3  # 10 classes: chance is 0.1
     assert mnist["params"] == 1_199_882
     assert imdb["metric_name"] == "accuracy" and 0 <= imdb["metric_value"] <= 1
@@ -88,13 +96,13 @@ def test_rerun_skips_completed_cells_and_force_reruns(quick_run, data_dir):
     results, _ = quick_run
     common = ["--results", str(results), "--data-dir", str(data_dir)]
     again = dlbench(*QUICK, *common)
-    assert again.returncode == 0 and "3 skipped" in again.stdout
-    assert len(stored_runs(results)) == 3
+    assert again.returncode == 0 and "7 skipped" in again.stdout
+    assert len(stored_runs(results)) == 7
     forced = dlbench(*QUICK, "-w", "lstm-imdb", "--force", *common)
     assert forced.returncode == 0 and "1 ok" in forced.stdout
     runs = stored_runs(results)
-    imdb = next(r for r in runs[:3] if r["workload"] == "lstm-imdb")
-    assert len(runs) == 4 and runs[-1]["cell_hash"] == imdb["cell_hash"]
+    imdb = next(r for r in runs[:7] if r["workload"] == "lstm-imdb")
+    assert len(runs) == 8 and runs[-1]["cell_hash"] == imdb["cell_hash"]
 
 
 def test_results_exports(quick_run):
@@ -111,7 +119,7 @@ def test_results_exports(quick_run):
 
 
 def test_sigkill_of_the_harness_loses_no_completed_run(tmp_path, data_dir):
-    command = [sys.executable, "-m", "dlbench.cli", *QUICK, "--results", str(tmp_path), "--data-dir", str(data_dir)]
+    command = [sys.executable, "-m", "dlbench.cli", *THREE, "--results", str(tmp_path), "--data-dir", str(data_dir)]
     harness = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     for line in harness.stdout:
         if line.startswith("[2/3]"):  # the first cell is stored, the second is running
@@ -124,7 +132,7 @@ def test_sigkill_of_the_harness_loses_no_completed_run(tmp_path, data_dir):
     runs = stored_runs(tmp_path)
     assert [(r["plan_position"], r["status"], len(r["epochs"])) for r in runs] == [(1, "ok", 2)]
 
-    resumed = dlbench(*QUICK, "--results", str(tmp_path), "--data-dir", str(data_dir))
+    resumed = dlbench(*THREE, "--results", str(tmp_path), "--data-dir", str(data_dir))
     assert resumed.returncode == 0 and "1 skipped" in resumed.stdout and "2 ok" in resumed.stdout
     runs = stored_runs(tmp_path)
     assert sorted(r["workload"] for r in runs) == ["cnn-mnist", "lstm-imdb", "lstm-ptb"]

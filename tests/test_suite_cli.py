@@ -11,7 +11,7 @@ from dlbench.suite import SuiteError
 
 KNOWN = ", ".join(envs.RECIPES)
 
-QUICK_WORKLOADS = "cnn-mnist, lstm-imdb, lstm-ptb"
+PAPER_WORKLOADS = "cnn-mnist, cnn-cifar10, cnn-cifar100, cnn-svhn, lstm-imdb, lstm-ptb"
 ALL_WORKLOADS = "cnn-mnist, cnn-cifar10, cnn-cifar100, cnn-svhn, lstm-imdb, lstm-ptb, seq2seq-manythings"
 DATASETS = ", ".join(data.dataset_names())
 
@@ -57,8 +57,8 @@ def test_unknown_framework_lists_the_known_ones(capsys):
 
 
 def test_workload_outside_the_suite_lists_the_suites_workloads(capsys):
-    message = error_of(capsys, ["run", "-w", "cnn-mnist", "-w", "cnn-cifar10"])
-    assert message == f"workload 'cnn-cifar10' is not in suite 'quick'; its workloads: {QUICK_WORKLOADS}"
+    message = error_of(capsys, ["run", "paper", "-w", "cnn-mnist", "-w", "seq2seq-manythings"])
+    assert message == f"workload 'seq2seq-manythings' is not in suite 'paper'; its workloads: {PAPER_WORKLOADS}"
 
 
 def test_missing_suite_file(capsys, tmp_path):
@@ -240,7 +240,7 @@ def test_list_datasets(capsys, tmp_path):
 def test_list_suites(capsys):
     assert main(["list", "suites"]) == 0
     out = capsys.readouterr().out
-    assert table_rows(out)["quick"][1:3] == ["cnn-mnist,", "lstm-imdb"]
+    assert table_rows(out)["quick"][1:4] == ["all", "seven", "workloads"]
     assert "offline stand-in data" in out
 
 
@@ -312,7 +312,10 @@ def test_plan_overrides(tmp_path, two_frameworks):
 
 def test_quick_suite_plan():
     cells = suite.plan(suite.load("quick"))  # every framework, one repetition, in a shuffled order
-    entries = [("cnn-mnist", "digits-28", 4), ("lstm-imdb", "pang-lee-polarity", 4), ("lstm-ptb", "lee-news-lm", 3)]
+    entries = [("cnn-mnist", "digits-28", 3), ("cnn-cifar10", "photo-patches-10", 16),
+               ("cnn-cifar100", "photo-regions-100", 2), ("cnn-svhn", "photo-patches-10", 2),
+               ("lstm-imdb", "rt-snippets", 3), ("lstm-ptb", "lee-news-lm", 2),
+               ("seq2seq-manythings", "django-es-en", 5)]
     assert sorted((c.framework, c.workload, c.dataset, c.epochs, c.seed) for c in cells) == sorted(
         (framework, *entry, 0) for entry in entries for framework in envs.RECIPES)
     assert {(c.device, c.timeout_s, c.threads) for c in cells} == {("cpu", 600.0, None)}

@@ -156,6 +156,12 @@ def cmd_data(args: argparse.Namespace) -> int:
         for row in rows:
             print("  ".join(text.ljust(width) for text, width in zip(row, widths, strict=True)).rstrip())
         return 0
+    if args.suite is not None:
+        if args.action not in ("fetch", "verify"):
+            raise DatasetError(f"--suite goes with data fetch or data verify, not data {args.action}")
+        # the suite's datasets, in its order, after any named ones
+        named = list(args.names) + [entry.dataset for entry in suite.load(args.suite).entries]
+        args.names = list(dict.fromkeys(named))
     if not args.names or (args.action == "path" and len(args.names) != 1):
         raise DatasetError(f"data {args.action} needs {'one dataset' if args.action == 'path' else 'dataset names'}; "
                            f"known: {', '.join(data.dataset_names())}")
@@ -230,6 +236,7 @@ def parser() -> argparse.ArgumentParser:
     dat.add_argument("action", choices=("list", "fetch", "verify", "path"))
     dat.add_argument("names", nargs="*", metavar="NAME")
     dat.add_argument("--data-dir", help="data folder (default: $DLBENCH_DATA or ~/.cache/dlbench/data)")
+    dat.add_argument("--suite", metavar="SUITE|FILE", help="also every dataset of this suite (fetch, verify)")
     dat.add_argument("--offline", action="store_true",
                      help="never use the network (also DLBENCH_OFFLINE=1); say which files are missing and where")
     dat.set_defaults(func=cmd_data)
