@@ -312,7 +312,7 @@ def test_plan_overrides(tmp_path, two_frameworks):
 
 def test_quick_suite_plan():
     cells = suite.plan(suite.load("quick"))  # every framework, one repetition, in a shuffled order
-    entries = [("cnn-mnist", "digits-28", 3), ("cnn-cifar10", "photo-patches-10", 16),
+    entries = [("cnn-mnist", "digits-28", 4), ("cnn-cifar10", "photo-patches-10", 24),
                ("cnn-cifar100", "photo-regions-100", 2), ("cnn-svhn", "photo-patches-10", 2),
                ("lstm-imdb", "rt-snippets", 3), ("lstm-ptb", "lee-news-lm", 2),
                ("seq2seq-manythings", "django-es-en", 5)]
