@@ -32,8 +32,7 @@ PATCH = 32
 SHORT_SIDE = 256  # each photo is shrunk by the largest whole factor that keeps its short side >= this
 GRID = (2, 5)  # rows x columns of photo-regions-100's cells
 SEED = 0
-SOURCE = ("scikit-image 0.26.0's wheel on PyPI (cp311 manylinux x86_64; the files are the same in every "
-          "wheel of the release), skimage/data: " + ", ".join(PHOTOS))
+SOURCE = "scikit-image 0.26.0's wheel on PyPI (cp311, manylinux x86_64), skimage/data: " + ", ".join(PHOTOS)
 LICENCE = ("public domain or CC0 per skimage.data's notes (NASA: astronaut, Hubble deep field; SpaceX: rocket; "
            "CC0: chelsea, coffee, retina, camera, cell; no known copyright restrictions: ihc, coins); "
            "scikit-image: BSD-3-Clause")
