@@ -75,6 +75,8 @@ def test_stored_runs_hold_timings_metrics_and_resources(quick_run):
         assert run["eval_time_s"] == pytest.approx(sum(e["eval_time_s"] for e in epochs))
         # the cell's wall time holds startup, training and evaluation
         assert run["wall_time_s"] > run["startup_s"] + run["train_time_s"] + run["eval_time_s"]
+        # the harness's own CPU while the worker ran: some (sampling, events), far less than the wall time
+        assert 0 < run["harness_cpu_s"] < run["wall_time_s"]
         assert run["metric_value"] == epochs[-1]["metric_value"]
         assert run["framework_version"].startswith("2.") and run["packages"]["torch"] == run["framework_version"]
         assert run["threads"] == os.cpu_count() and run["python"].startswith("3.11")

@@ -114,7 +114,7 @@ def test_reopening_keeps_runs_and_schema_version(tmp_path: Path) -> None:
     with Store(path) as store:
         assert [r["cell_hash"] for r in store.runs()] == ["abc123"]
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (3,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (4,)
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 
@@ -159,7 +159,7 @@ def test_a_version_1_store_is_migrated_and_keeps_its_runs(tmp_path: Path) -> Non
         store.save_run(new, [], [])
         assert {k: store.runs()[1][k] for k in new} == new
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (3,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (4,)
     conn.close()
     with Store(path) as store:  # reopening a migrated store migrates nothing again
         assert [r["cell_hash"] for r in store.runs()] == ["old", "new"]
@@ -186,7 +186,29 @@ def test_a_version_2_store_gains_compile_cache_cold_for_its_theano_runs(tmp_path
         store.save_run({**make_run("new"), "framework": "theano", "compile_cache": "warm"}, [], [])
         assert store.runs()[2]["compile_cache"] == "warm"
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (3,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (4,)
+    conn.close()
+
+
+# Version 3: version 2 with compile_cache, before harness_cpu_s.
+V3_DDL = V2_DDL.replace("dlbench_version TEXT);", "dlbench_version TEXT, compile_cache TEXT);").replace(
+    "user_version=2", "user_version=3")
+
+
+def test_a_version_3_store_gains_an_empty_harness_cpu_column(tmp_path: Path) -> None:
+    path = tmp_path / "dlbench.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.executescript(V3_DDL)
+        conn.execute("INSERT INTO runs (cell_hash, framework, workload, status, compile_cache) "
+                     "VALUES ('old', 'theano', 'cnn-mnist', 'ok', 'warm')")
+    conn.close()
+    with Store(path) as store:
+        [old] = store.runs()
+        assert (old["compile_cache"], old["harness_cpu_s"]) == ("warm", None)
+        store.save_run({**make_run("new"), "harness_cpu_s": 0.25}, [], [])
+        assert store.runs()[1]["harness_cpu_s"] == 0.25
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (4,)
     conn.close()
 
 

@@ -34,6 +34,9 @@ class Outcome:
     stderr_tail: str = ""
     wall_time_s: float = 0.0
     returncode: int | None = None
+    # CPU seconds the harness process itself used while the worker ran (sampling its tree, reading its
+    # events, drawing progress): what the measurement took from the machine the framework runs on
+    harness_cpu_s: float | None = None
 
 
 def _worker_preexec() -> None:
@@ -103,7 +106,7 @@ def _ending(returncode: int, events: list[dict], peak_rss_mb: float) -> tuple[st
 def run_worker(command: list[str], env: dict[str, str], run_dir: Path, timeout_s: float,
                memory_limit_mb: float | None = None, on_event: Callable[[dict], None] | None = None) -> Outcome:
     stderr_path = run_dir / "stderr.log"
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     try:
         with open(stderr_path, "wb") as stderr:
             process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL,
@@ -129,7 +132,8 @@ def run_worker(command: list[str], env: dict[str, str], run_dir: Path, timeout_s
         kill_tree(process)
         returncode, timed_out = process.wait(), True
     samples = monitor.stop()
-    outcome = Outcome("ok", None, events, samples, _tail(stderr_path), time.perf_counter() - started, returncode)
+    outcome = Outcome("ok", None, events, samples, _tail(stderr_path), time.perf_counter() - started, returncode,
+                      time.process_time() - cpu_started)
     epochs_done = sum(1 for e in events if e.get("event") == "epoch")
     if timed_out:
         outcome.status, outcome.reason = "timeout", f"timed out after {timeout_s:g} s ({epochs_done} epochs done)"

@@ -9,7 +9,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 FILENAME = "dlbench.sqlite"
 
 # Column name -> SQL declaration; the single source for the DDL, inserts and key validation.
@@ -63,6 +63,9 @@ RUN_COLUMNS: dict[str, str] = {
     # that already held compiled code); NULL for frameworks that compile into no cache, and for runs
     # stored before version 3 by any framework but theano (see MIGRATIONS)
     "compile_cache": "TEXT",
+    # added in schema version 4: CPU seconds (user + system) of the harness process while the worker ran
+    # (executor.run_worker); NULL for runs stored before
+    "harness_cpu_s": "REAL",
 }
 EPOCH_COLUMNS: dict[str, str] = {
     "epoch": "INTEGER",
@@ -124,6 +127,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         # removed DLBENCH_COMPILE_CACHE), and theano is the one framework that compiles into one: its old
         # runs were cold. Other frameworks' runs stay NULL, as new ones are.
         "UPDATE runs SET compile_cache = 'cold' WHERE framework = 'theano'"),
+    4: (f"ALTER TABLE runs ADD COLUMN harness_cpu_s {RUN_COLUMNS['harness_cpu_s']}",),
 }
 
 
