@@ -70,10 +70,10 @@ def epoch_time_bars(rows: Sequence[tuple[str, tuple, tuple]], palette: Mapping[s
                                  (first_ax, 2, "first epoch (compilation, warm-up)")):
             _bars(ax, labels, [row[index] for row in rows], palette, hatch="" if index == 1 else "//")
             ax.set_title(title, loc="left", fontsize=9)
+            ax.set_xlabel("seconds")
         for y, (label, _, first) in enumerate(rows):
             if label in warm and first[0] is not None:
                 first_ax.text(first[0], y, " warm compile cache", va="center", fontsize=8, color="0.3")
-            ax.set_xlabel("seconds")
         steady_ax.invert_yaxis()
         return to_svg(fig, chart_id)
 
