@@ -142,14 +142,28 @@ PRAGMA user_version=1;
 """
 
 
-def test_a_version_1_store_is_migrated_and_keeps_its_runs(tmp_path: Path) -> None:
-    path = tmp_path / "dlbench.sqlite"
+def old_store(path: Path, ddl: str, *inserts: str) -> Path:
+    """A store as an older dlbench wrote it: its schema, then the rows the inserts add."""
     with sqlite3.connect(path) as conn:
-        conn.executescript(V1_DDL)
-        conn.execute("INSERT INTO runs (cell_hash, framework, workload, status, config) "
-                     "VALUES ('old', 'pytorch', 'cnn-mnist', 'ok', '{\"seed\": 0}')")
-        conn.execute("INSERT INTO epochs (run_id, epoch, train_time_s) VALUES (1, 1, 2.5)")
+        conn.executescript(ddl)
+        for insert in inserts:
+            conn.execute(insert)
     conn.close()
+    return path
+
+
+def schema_version(path: Path) -> int:
+    with sqlite3.connect(path) as conn:
+        [version] = conn.execute("PRAGMA user_version").fetchone()
+    conn.close()
+    return version
+
+
+def test_a_version_1_store_is_migrated_and_keeps_its_runs(tmp_path: Path) -> None:
+    path = old_store(tmp_path / "dlbench.sqlite", V1_DDL,
+                     "INSERT INTO runs (cell_hash, framework, workload, status, config) "
+                     "VALUES ('old', 'pytorch', 'cnn-mnist', 'ok', '{\"seed\": 0}')",
+                     "INSERT INTO epochs (run_id, epoch, train_time_s) VALUES (1, 1, 2.5)")
     with Store(path) as store:
         [old] = store.runs()
         assert (old["cell_hash"], old["config"], old["epochs"][0]["train_time_s"]) == ("old", {"seed": 0}, 2.5)
@@ -158,9 +172,7 @@ def test_a_version_1_store_is_migrated_and_keeps_its_runs(tmp_path: Path) -> Non
                "dlbench_version": {"version": "0.1.0", "commit": None, "dirty": None}}
         store.save_run(new, [], [])
         assert {k: store.runs()[1][k] for k in new} == new
-    with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (4,)
-    conn.close()
+    assert schema_version(path) == 4
     with Store(path) as store:  # reopening a migrated store migrates nothing again
         assert [r["cell_hash"] for r in store.runs()] == ["old", "new"]
 
@@ -173,21 +185,16 @@ V2_DDL = V1_DDL.replace("certificate TEXT);", "certificate TEXT, plan_position I
 def test_a_version_2_store_gains_compile_cache_cold_for_its_theano_runs(tmp_path: Path) -> None:
     """Every measured run before version 3 compiled into its own empty folder: theano's old runs were
     cold; the frameworks that compile into no cache stay NULL, as their new runs are."""
-    path = tmp_path / "dlbench.sqlite"
-    with sqlite3.connect(path) as conn:
-        conn.executescript(V2_DDL)
-        for framework in ("theano", "pytorch"):
-            conn.execute("INSERT INTO runs (cell_hash, framework, workload, status, plan_position) "
-                         f"VALUES ('old-{framework}', '{framework}', 'cnn-mnist', 'ok', 1)")
-    conn.close()
+    path = old_store(tmp_path / "dlbench.sqlite", V2_DDL,
+                     *("INSERT INTO runs (cell_hash, framework, workload, status, plan_position) "
+                       f"VALUES ('old-{framework}', '{framework}', 'cnn-mnist', 'ok', 1)"
+                       for framework in ("theano", "pytorch")))
     with Store(path) as store:
         assert [(r["framework"], r["plan_position"], r["compile_cache"]) for r in store.runs()] == [
             ("theano", 1, "cold"), ("pytorch", 1, None)]
         store.save_run({**make_run("new"), "framework": "theano", "compile_cache": "warm"}, [], [])
         assert store.runs()[2]["compile_cache"] == "warm"
-    with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (4,)
-    conn.close()
+    assert schema_version(path) == 4
 
 
 # Version 3: version 2 with compile_cache, before harness_cpu_s.
@@ -196,20 +203,15 @@ V3_DDL = V2_DDL.replace("dlbench_version TEXT);", "dlbench_version TEXT, compile
 
 
 def test_a_version_3_store_gains_an_empty_harness_cpu_column(tmp_path: Path) -> None:
-    path = tmp_path / "dlbench.sqlite"
-    with sqlite3.connect(path) as conn:
-        conn.executescript(V3_DDL)
-        conn.execute("INSERT INTO runs (cell_hash, framework, workload, status, compile_cache) "
+    path = old_store(tmp_path / "dlbench.sqlite", V3_DDL,
+                     "INSERT INTO runs (cell_hash, framework, workload, status, compile_cache) "
                      "VALUES ('old', 'theano', 'cnn-mnist', 'ok', 'warm')")
-    conn.close()
     with Store(path) as store:
         [old] = store.runs()
         assert (old["compile_cache"], old["harness_cpu_s"]) == ("warm", None)
         store.save_run({**make_run("new"), "harness_cpu_s": 0.25}, [], [])
         assert store.runs()[1]["harness_cpu_s"] == 0.25
-    with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (4,)
-    conn.close()
+    assert schema_version(path) == 4
 
 
 def test_newer_schema_version_is_refused(tmp_path: Path) -> None:
