@@ -2,6 +2,7 @@
 import random
 from pathlib import Path
 
+from dlbench import sources
 from dlbench.store import Store
 
 VERSIONS = {"pytorch": "2.13.0", "jax": "0.6.2", "tensorflow": "2.20.0"}
@@ -41,6 +42,7 @@ def synthetic_run(framework: str, workload: str, repetition: int, steady: float,
         "framework_version": VERSIONS.get(framework, "1.0"), "workload": workload, "dataset": DATASETS[workload],
         "device": device, "repetition": repetition, "status": status, "reason": reason,
         "started_at": f"2026-12-03T10:{position // 60:02d}:{position % 60:02d}+0000", "wall_time_s": train + 3,
+        "harness_cpu_s": 0.01 * (train + 3), "monitor_cpu_s": 0.004 * (train + 3),
         "train_time_s": train if rows else None, "first_epoch_s": first if rows else None,
         "steady_epoch_s": steady if done > 1 else None, "metric_name": metric_name,
         "metric_value": rows[-1]["metric_value"] if rows else None, "target_value": target, "params": 1000,
@@ -64,7 +66,7 @@ def jitter(value: float, repetition: int, spread: float = 0.02) -> float:
 def study_store(path: Path, repetitions: int = 8) -> Path:
     """Three frameworks on two workloads, `repetitions` each: jax clearly fastest with a compiling first
     epoch, pytorch and tensorflow level; one failed tensorflow run, one jax run stopped after 2 of 4
-    epochs; certificates stored for jax (pass) and tensorflow (fail)."""
+    epochs; certificates stored for jax (pass, current code) and tensorflow (fail, older code)."""
     speeds = {"pytorch": 1.0, "jax": 0.6, "tensorflow": 1.01}
     accuracy = {"pytorch": 0.93, "jax": 0.931, "tensorflow": 0.80}
     perplexity = {"pytorch": 150.0, "jax": 151.0, "tensorflow": 149.0}
@@ -92,6 +94,9 @@ def study_store(path: Path, repetitions: int = 8) -> Path:
                     "reference": "pytorch", "reference_version": VERSIONS["pytorch"], "workload": workload,
                     "passed": passed, "worst_tensor": "grad/dense_1/kernel", "worst_scaled_deviation": worst,
                     "created_at": "2026-12-03T09:00:00+0000",
+                    # jax's from the code this dlbench runs; tensorflow's from an adapter since changed
+                    "worker_source": sources.framework_source(framework) if framework == "jax" else "0ld",
+                    "reference_source": sources.framework_source("pytorch"),
                     "deviations": [{"tensor": "grad/dense_1/kernel", "kind": "gradient", "max_abs": worst,
                                     "max_rel": worst, "tolerance": 1e-3, "passed": bool(passed)}]})
     return path / "dlbench.sqlite"

@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dlbench import certify, envs, runner
+from dlbench import certify, envs, runner, sources
 from dlbench.cli import main
 from dlbench.runner import PACKAGE_PARENT, REFERENCE, worker_environment
 from dlbench.store import Store
@@ -63,10 +63,18 @@ def test_a_broken_mapping_fails_certification(broken, store, tmp_path, framework
 
 def test_runs_are_marked_with_their_certificate(broken, store, tmp_path):
     env = envs.require("pytorch-swapped-gates")
-    assert store.certificate_status("pytorch-swapped-gates", env.packages_digest(), "lstm-imdb") == "none"
-    certify.certify(["pytorch-swapped-gates"], [get_workload("lstm-imdb")], store, tmp_path, quiet)
-    assert store.certificate_status("pytorch-swapped-gates", env.packages_digest(), "lstm-imdb") == "failed"
-    assert store.certificate_status("pytorch-swapped-gates", "another-env", "lstm-imdb") == "none"
+    code, reference = sources.framework_source("pytorch-swapped-gates"), sources.framework_source(REFERENCE)
+
+    def status(framework_env: str = env.packages_digest(), worker: str = code, of_reference: str = reference) -> str:
+        return store.certificate_status("pytorch-swapped-gates", framework_env, "lstm-imdb", worker, of_reference)
+
+    assert status() == "none"
+    [cert] = certify.certify(["pytorch-swapped-gates"], [get_workload("lstm-imdb")], store, tmp_path, quiet)
+    assert (cert["worker_source"], cert["reference_source"]) == (code, reference)
+    assert status() == "failed"
+    assert status(framework_env="another-env") == "none"
+    # after a change to the adapter's code, or to the reference's, the verdict no longer counts
+    assert status(worker="new") == "none" and status(of_reference="new") == "none"
 
 
 def test_compare_names_missing_and_misshapen_tensors():

@@ -13,7 +13,7 @@ import psutil
 import pytest
 from fixtures_data import STANDIN_WHEELS, prepared_standin
 
-from dlbench import envs
+from dlbench import envs, sources
 from dlbench.store import Store
 
 QUICK = ("run", "quick", "-f", "pytorch", "--epochs", "2")  # the other frameworks run in test_adapters
@@ -77,6 +77,8 @@ def test_stored_runs_hold_timings_metrics_and_resources(quick_run):
         assert run["wall_time_s"] > run["startup_s"] + run["train_time_s"] + run["eval_time_s"]
         # the harness's own CPU while the worker ran: some (sampling, events), far less than the wall time
         assert 0 < run["harness_cpu_s"] < run["wall_time_s"]
+        assert 0 < run["monitor_cpu_s"] <= run["harness_cpu_s"]  # the sampling thread is part of the harness
+        assert run["worker_source"] == run["config"]["worker_source"] == sources.framework_source("pytorch")
         assert run["metric_value"] == epochs[-1]["metric_value"]
         assert run["framework_version"].startswith("2.") and run["packages"]["torch"] == run["framework_version"]
         assert run["threads"] == os.cpu_count() and run["python"].startswith("3.11")
@@ -118,6 +120,9 @@ def test_results_exports(quick_run):
     assert mnist["config"]["model"]["layers"][0]["type"] == "conv2d"
     table = dlbench("results", "--results", str(results)).stdout
     assert "cnn-mnist" in table and "1:" in table
+    heading, _, *rows = table.splitlines()[:1 + 1 + 7]
+    code = heading.index(" code ") + 1  # every run came from the code this dlbench runs now
+    assert {row[code:code + len("current")] for row in rows} == {"current"}
 
 
 def test_sigkill_of_the_harness_loses_no_completed_run(tmp_path, data_dir):

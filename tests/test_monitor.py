@@ -67,7 +67,8 @@ def cpu_seconds(samples: list[Sample]) -> float:
 
 
 def test_cpu_rss_threads_of_a_busy_then_sleeping_child() -> None:
-    samples, (busy_start, sleep_start, end, child_cpu), started = monitor_until_exit(BURN_THEN_SLEEP)
+    # Twice the default rate, so that the short sleeping phase gets enough samples of its own.
+    samples, (busy_start, sleep_start, end, child_cpu), started = monitor_until_exit(BURN_THEN_SLEEP, interval_s=0.1)
     busy_start, sleep_start, end = (t - started for t in (busy_start, sleep_start, end))
 
     span = samples[-1].t_s - samples[0].t_s
@@ -83,8 +84,9 @@ def test_cpu_rss_threads_of_a_busy_then_sleeping_child() -> None:
 
 
 def test_cpu_of_a_grandchild_counts_towards_the_tree() -> None:
-    samples, (_, _, grandchild_cpu), _ = monitor_until_exit(SPAWN_BURNING_GRANDCHILD)
-    assert cpu_seconds(samples) >= 0.8 * grandchild_cpu - 0.1
+    # The grandchild lives about 1.2 s: rescans of the tree at 0.2 s find it early in its life.
+    samples, (_, _, grandchild_cpu), _ = monitor_until_exit(SPAWN_BURNING_GRANDCHILD, rescan_s=0.2)
+    assert cpu_seconds(samples) >= 0.8 * grandchild_cpu - 0.3
     # The idle child and the burning grandchild each bring at least one thread.
     assert max(s.threads for s in samples) >= 2
 
@@ -174,6 +176,35 @@ def test_failing_nvml_gives_none(monkeypatch: pytest.MonkeyPatch, capfd: pytest.
     assert samples
     assert all(s.gpu_util_percent is None and s.gpu_mem_mb is None for s in samples)
     assert capfd.readouterr().err == ""
+
+
+def test_a_descendant_joins_the_samples_at_the_next_rescan() -> None:
+    child = spawn("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; "
+                  "time.sleep(30)']); time.sleep(30)")
+    try:
+        tree = _ProcessTree(child.pid, rescan_s=0.5)
+        assert tree.read()[3] == {child.pid}  # read at once: the grandchild is not started yet
+        time.sleep(0.3)
+        assert tree.read()[3] == {child.pid}  # no rescan yet: the tree is the one listed before
+        time.sleep(0.4)
+        pids = tree.read()[3]
+        assert child.pid in pids and len(pids) == 2
+    finally:
+        for proc in psutil.Process(child.pid).children(recursive=True):
+            proc.kill()
+        child.kill()
+        child.wait()
+
+
+def test_the_monitor_records_its_own_cpu_seconds() -> None:
+    child = spawn("import time; time.sleep(0.6)")
+    monitor = Monitor(child.pid, interval_s=0.01)
+    monitor.start()
+    child.communicate(timeout=30)
+    samples = monitor.stop()
+    # Some CPU for each of the ~60 samples, but far less than the wall time it sampled over.
+    assert len(samples) >= 10
+    assert 0 < monitor.cpu_s < 0.6
 
 
 def test_on_sample_sees_every_sample_from_the_sampling_thread() -> None:

@@ -181,12 +181,14 @@ def test_manifest_and_certificates(results: Path) -> None:
     order = tables["Run order"]
     assert [row[0] for row in order.rows] == [str(i) for i in range(1, 49)]
     assert order.rows[0][-1] == "0.1.0 (0123456789)"
+    assert order.rows[0][-2] == "1.00 % (monitor 0.40 %)"  # of one core, over the run's wall time
     settings = ["test", "cnn-mnist", "digits-28", "cpu", "4", "128", "?", "2", "0, 1, 2, 3, 4, 5, 6, 7"]
     assert settings in tables["Suite settings"].rows
     assert loaded.certificate_grid.rows == [
         ["pytorch", "reference", "reference"],
         ["jax", "pass (3.0e-06, grad/dense_1/kernel)", "pass (3.0e-06, grad/dense_1/kernel)"],
-        ["tensorflow", "FAIL (4.0e-02, grad/dense_1/kernel)", "FAIL (4.0e-02, grad/dense_1/kernel)"]]
+        ["tensorflow", "FAIL (4.0e-02, grad/dense_1/kernel), older code",
+         "FAIL (4.0e-02, grad/dense_1/kernel), older code"]]
     assert html.expected_charts(loaded) == 52
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dlbench import envs, machine, runner, suite
+from dlbench import envs, machine, runner, sources, suite
 from dlbench.runner import Options, Prepared, run_plan
 from dlbench.store import Store
 
@@ -112,8 +112,9 @@ def test_the_config_names_a_shared_compile_cache_only_where_it_changes_the_run(m
     runs still count as complete; a shared cache enters it only for a framework that compiles into one."""
     monkeypatch.setattr(runner.data, "prepare", lambda name, folder: _Dataset())
     monkeypatch.setattr(runner.envs, "require", lambda framework: _Env())
+    # the keys of every configuration stored before the setting; worker_source came later (schema 5)
     before = {"framework", "workload", "dataset", "dataset_hash", "device", "threads", "seed", "repetition", "model",
-              "recipe", "env_packages", "python"}  # the keys of every configuration stored before
+              "recipe", "env_packages", "python", "worker_source"}
 
     def prepared(framework: str, cache: str) -> Prepared:
         cell = suite.Cell("s", framework, "cnn-mnist", "digits-28", "cpu", 1, 0, 1, 32, 1, 60.0, cache)
@@ -124,3 +125,22 @@ def test_the_config_names_a_shared_compile_cache_only_where_it_changes_the_run(m
     assert prepared("pytorch", "shared").hash == prepared("pytorch", "cold").hash
     assert prepared("theano", "shared").config["compile_cache"] == "shared"
     assert prepared("theano", "shared").hash != prepared("theano", "cold").hash
+
+
+def test_a_changed_adapter_changes_the_cell_hash_of_its_framework_only(monkeypatch, tmp_path):
+    """A fixed adapter must run its cells again, not inherit the old runs as complete."""
+    monkeypatch.setattr(runner.data, "prepare", lambda name, folder: _Dataset())
+    monkeypatch.setattr(runner.envs, "require", lambda framework: _Env())
+
+    def hashes() -> dict[str, str]:
+        cells = {f: suite.Cell("s", f, "cnn-mnist", "digits-28", "cpu", 1, 0, 1, 32, 1, 60.0)
+                 for f in ("jax", "pytorch")}
+        return {f: runner.resolve(cell, tmp_path).hash for f, cell in cells.items()}
+
+    before = hashes()
+    assert runner.resolve(suite.Cell("s", "jax", "cnn-mnist", "digits-28", "cpu", 1, 0, 1, 32, 1, 60.0),
+                          tmp_path).config["worker_source"] == sources.framework_source("jax")
+    real = sources.framework_source
+    monkeypatch.setattr(sources, "framework_source", lambda f: "fixed" if f == "jax" else real(f))
+    after = hashes()
+    assert after["jax"] != before["jax"] and after["pytorch"] == before["pytorch"]

@@ -114,7 +114,7 @@ def test_reopening_keeps_runs_and_schema_version(tmp_path: Path) -> None:
     with Store(path) as store:
         assert [r["cell_hash"] for r in store.runs()] == ["abc123"]
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (4,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (5,)
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 
@@ -172,7 +172,7 @@ def test_a_version_1_store_is_migrated_and_keeps_its_runs(tmp_path: Path) -> Non
                "dlbench_version": {"version": "0.1.0", "commit": None, "dirty": None}}
         store.save_run(new, [], [])
         assert {k: store.runs()[1][k] for k in new} == new
-    assert schema_version(path) == 4
+    assert schema_version(path) == SCHEMA_VERSION
     with Store(path) as store:  # reopening a migrated store migrates nothing again
         assert [r["cell_hash"] for r in store.runs()] == ["old", "new"]
 
@@ -194,7 +194,7 @@ def test_a_version_2_store_gains_compile_cache_cold_for_its_theano_runs(tmp_path
             ("theano", 1, "cold"), ("pytorch", 1, None)]
         store.save_run({**make_run("new"), "framework": "theano", "compile_cache": "warm"}, [], [])
         assert store.runs()[2]["compile_cache"] == "warm"
-    assert schema_version(path) == 4
+    assert schema_version(path) == SCHEMA_VERSION
 
 
 # Version 3: version 2 with compile_cache, before harness_cpu_s.
@@ -211,7 +211,33 @@ def test_a_version_3_store_gains_an_empty_harness_cpu_column(tmp_path: Path) -> 
         assert (old["compile_cache"], old["harness_cpu_s"]) == ("warm", None)
         store.save_run({**make_run("new"), "harness_cpu_s": 0.25}, [], [])
         assert store.runs()[1]["harness_cpu_s"] == 0.25
-    assert schema_version(path) == 4
+    assert schema_version(path) == SCHEMA_VERSION
+
+
+# Version 4: version 3 with harness_cpu_s, before monitor_cpu_s and the worker-source digests.
+V4_DDL = V3_DDL.replace("compile_cache TEXT);", "compile_cache TEXT, harness_cpu_s REAL);").replace(
+    "user_version=3", "user_version=4")
+
+
+def test_a_version_4_store_keeps_its_certificates_but_they_certify_no_code(tmp_path: Path) -> None:
+    path = old_store(tmp_path / "dlbench.sqlite", V4_DDL,
+                     "INSERT INTO runs (cell_hash, framework, workload, status) "
+                     "VALUES ('old', 'jax', 'cnn-mnist', 'ok')",
+                     "INSERT INTO certificates (framework, framework_env, reference, workload, passed) "
+                     "VALUES ('jax', 'env1', 'pytorch', 'cnn-mnist', 1)")
+    with Store(path) as store:
+        [old] = store.runs()
+        assert (old["monitor_cpu_s"], old["worker_source"]) == (None, None)
+        [certificate] = store.certificates()
+        assert (certificate["passed"], certificate["worker_source"], certificate["reference_source"]) == (1, None, None)
+        # Which code it certified was not recorded, so it vouches for none: runs now read "none".
+        assert store.certificate_status("jax", "env1", "cnn-mnist", "src1", "ref1") == "none"
+        recertified = {key: value for key, value in certificate.items() if key != "id"}
+        store.save_certificate({**recertified, "worker_source": "src1", "reference_source": "ref1"})
+        assert store.certificate_status("jax", "env1", "cnn-mnist", "src1", "ref1") == "passed"
+        assert store.certificate_status("jax", "env1", "cnn-mnist", "src2", "ref1") == "none"
+        assert store.certificate_status("jax", "env1", "cnn-mnist", "src1", "ref2") == "none"
+    assert schema_version(path) == SCHEMA_VERSION
 
 
 def test_newer_schema_version_is_refused(tmp_path: Path) -> None:

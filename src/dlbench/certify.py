@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dlbench import envs
+from dlbench import envs, sources
 from dlbench.models.init import canonical_init
 from dlbench.models.ir import input_vocab
 from dlbench.runner import REFERENCE, worker_environment
@@ -173,7 +173,8 @@ def certificate(framework: str, workload: Workload, rows: list[dict]) -> dict:
         "reference": REFERENCE, "reference_version": reference_env.version(), "workload": workload.name,
         "passed": all(r["passed"] for r in rows), "worst_tensor": worst["tensor"],
         "worst_scaled_deviation": worst["max_rel"], "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "deviations": rows,
+        "deviations": rows, "worker_source": sources.framework_source(framework),
+        "reference_source": sources.framework_source(REFERENCE),
     }
 
 

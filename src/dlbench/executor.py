@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-from dlbench.monitor import Monitor, Sample
+from dlbench.monitor import Monitor, Sample, find_gpu_library
 
 STDERR_TAIL_CHARS = 4000
 PR_SET_PDEATHSIG = 1  # from linux/prctl.h
@@ -37,6 +37,7 @@ class Outcome:
     # CPU seconds the harness process itself used while the worker ran (sampling its tree, reading its
     # events, drawing progress): what the measurement took from the machine the framework runs on
     harness_cpu_s: float | None = None
+    monitor_cpu_s: float | None = None  # the part of harness_cpu_s its sampling thread used
 
 
 def _worker_preexec() -> None:
@@ -106,6 +107,7 @@ def _ending(returncode: int, events: list[dict], peak_rss_mb: float) -> tuple[st
 def run_worker(command: list[str], env: dict[str, str], run_dir: Path, timeout_s: float,
                memory_limit_mb: float | None = None, on_event: Callable[[dict], None] | None = None) -> Outcome:
     stderr_path = run_dir / "stderr.log"
+    find_gpu_library()
     started, cpu_started = time.perf_counter(), time.process_time()
     try:
         with open(stderr_path, "wb") as stderr:
@@ -133,7 +135,7 @@ def run_worker(command: list[str], env: dict[str, str], run_dir: Path, timeout_s
         returncode, timed_out = process.wait(), True
     samples = monitor.stop()
     outcome = Outcome("ok", None, events, samples, _tail(stderr_path), time.perf_counter() - started, returncode,
-                      time.process_time() - cpu_started)
+                      time.process_time() - cpu_started, monitor.cpu_s)
     epochs_done = sum(1 for e in events if e.get("event") == "epoch")
     if timed_out:
         outcome.status, outcome.reason = "timeout", f"timed out after {timeout_s:g} s ({epochs_done} epochs done)"

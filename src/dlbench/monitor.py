@@ -1,6 +1,7 @@
 """Resource sampling of a worker process tree (CPU, RSS, threads, GPU) on a background thread."""
 
 import math
+import sys
 import threading
 import time
 import warnings
@@ -28,22 +29,34 @@ class Sample:
     gpu_mem_mb: float | None  # GPU memory used by the tree's processes, None without a GPU
 
 
-class _ProcessTree:
-    """Caches psutil.Process objects by pid: cpu_percent() is a delta since the same object's last call."""
+# Listing a tree's descendants scans every process on the machine (about 1 ms here, 90 % of a sample's
+# cost), so the membership is refreshed only this often; the known processes are read every sample.
+RESCAN_S = 2.0
+DEFAULT_INTERVAL_S = 0.2
 
-    def __init__(self, pid: int) -> None:
+
+class _ProcessTree:
+    """Caches psutil.Process objects by pid: cpu_percent() is a delta since the same object's last call.
+
+    A process that joins the tree is seen at the next rescan (at most `rescan_s` late); one that
+    leaves it drops out at once, since reading it fails."""
+
+    def __init__(self, pid: int, rescan_s: float = RESCAN_S) -> None:
         self._root = psutil.Process(pid)
         self._procs: dict[int, psutil.Process] = {}
+        self._rescan_s = rescan_s
+        self._scanned_at = -math.inf
 
-    def root_alive(self) -> bool:
-        # is_running() also detects a recycled pid; an unreaped zombie has finished all the same.
-        try:
-            return self._root.is_running() and self._root.status() != psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return False
+    def _rescan_due(self) -> bool:
+        return time.monotonic() - self._scanned_at >= self._rescan_s
+
+    @property
+    def root_pid(self) -> int:
+        return self._root.pid
 
     def read(self) -> tuple[float, float, int, set[int]]:
-        """Summed (cpu %, RSS MiB, threads) of the tree, and the pids that were read."""
+        """Summed (cpu %, RSS MiB, threads) of the tree, and the pids that were read. The root is
+        among them while it runs: a zombie has released its memory, so it is left out like one exiting."""
         cpu, rss, threads = 0.0, 0.0, 0
         seen: set[int] = set()
         for proc, is_new in self._refresh():
@@ -65,8 +78,12 @@ class _ProcessTree:
         return cpu, rss, threads, seen
 
     def _refresh(self) -> list[tuple[psutil.Process, bool]]:
+        if not self._rescan_due():
+            return [(proc, False) for proc in self._procs.values()]
+        self._scanned_at = time.monotonic()
         try:
-            current = [self._root, *self._root.children(recursive=True)]
+            # is_running() also detects a recycled pid; it costs a read, so only rescans ask it.
+            current = [self._root, *self._root.children(recursive=True)] if self._root.is_running() else []
         except _GONE:
             current = [self._root]
         procs: dict[int, psutil.Process] = {}
@@ -90,6 +107,30 @@ def _prime(proc: psutil.Process) -> None:
         proc.cpu_percent(None)
     except _GONE:
         pass
+
+
+_pynvml_missing = False  # a failed import searches the whole path again each time: 60 ms of CPU here
+
+
+def find_gpu_library() -> None:
+    """Looks for NVML's Python bindings once, so that a run's monitor does not spend that CPU while the
+    worker it measures is running (executor.run_worker calls it before starting the worker)."""
+    _import_pynvml()
+
+
+def _import_pynvml() -> ModuleType | None:
+    global _pynvml_missing
+    if _pynvml_missing and "pynvml" not in sys.modules:
+        return None
+    try:
+        with warnings.catch_warnings():
+            # The deprecated `pynvml` wrapper package warns on import; the monitor must stay silent.
+            warnings.simplefilter("ignore")
+            import pynvml
+    except ImportError:
+        _pynvml_missing = True
+        return None
+    return pynvml
 
 
 class _Gpu:
@@ -121,12 +162,8 @@ class _Gpu:
         if self._tried:
             return self._nvml
         self._tried = True
-        try:
-            with warnings.catch_warnings():
-                # The deprecated `pynvml` wrapper package warns on import; the monitor must stay silent.
-                warnings.simplefilter("ignore")
-                import pynvml
-        except ImportError:
+        pynvml = _import_pynvml()
+        if pynvml is None:
             return None
         try:
             pynvml.nvmlInit()
@@ -157,19 +194,23 @@ class _Gpu:
 
 
 class Monitor:
-    """Samples a process and all its descendants every `interval_s` on a daemon thread.
+    """Samples a process and all its descendants every `interval_s` on a daemon thread; a descendant
+    joins the samples at the next rescan of the tree, every `rescan_s`.
 
     Sampling ends by itself when the root process exits (or is a zombie); `on_sample` runs on the
-    sampling thread after each sample.
+    sampling thread after each sample. The defaults keep the sampling thread under 0.5 % of one core
+    (benchmarks/monitor_cost.py measures it; `cpu_s` records it for each run).
     """
 
     def __init__(
-        self, pid: int, interval_s: float = 0.1, on_sample: Callable[[Sample], None] | None = None
+        self, pid: int, interval_s: float = DEFAULT_INTERVAL_S, on_sample: Callable[[Sample], None] | None = None,
+        rescan_s: float = RESCAN_S,
     ) -> None:
         if interval_s <= 0:
             raise ValueError(f"interval_s must be positive, got {interval_s}")
         self._pid = pid
         self._interval = interval_s
+        self._rescan_s = rescan_s
         self._on_sample = on_sample
         self._samples: list[Sample] = []
         self._lock = threading.Lock()
@@ -177,6 +218,7 @@ class Monitor:
         self._gpu = _Gpu()
         self._started = False
         self._thread: threading.Thread | None = None
+        self._cpu_s = 0.0
 
     def start(self) -> None:
         """Primes the CPU baselines here, so the clock starts now, then samples on a daemon thread."""
@@ -184,7 +226,7 @@ class Monitor:
             raise RuntimeError("Monitor already started")
         self._started = True
         try:
-            tree = _ProcessTree(self._pid)
+            tree = _ProcessTree(self._pid, self._rescan_s)
         except psutil.NoSuchProcess:
             return  # already gone: nothing to sample
         tree.read()
@@ -205,6 +247,11 @@ class Monitor:
         with self._lock:
             return list(self._samples)
 
+    @property
+    def cpu_s(self) -> float:
+        """CPU seconds the sampling thread has used: the monitor's own cost, taken from the machine."""
+        return self._cpu_s
+
     def _run(self, tree: _ProcessTree, t0: float) -> None:
         try:
             # Loading the NVML library can take a while; the deadline grid absorbs the delay.
@@ -212,15 +259,16 @@ class Monitor:
             self._loop(tree, t0)
         finally:
             self._gpu.shutdown()
+            self._cpu_s = time.thread_time()
 
     def _loop(self, tree: _ProcessTree, t0: float) -> None:
         deadline = t0
         while True:
             deadline = self._next_deadline(deadline, time.monotonic())
-            if self._stop.wait(max(0.0, deadline - time.monotonic())) or not tree.root_alive():
+            if self._stop.wait(max(0.0, deadline - time.monotonic())):
                 return
             sample = self._take(tree, time.monotonic() - t0)
-            if sample is None:  # the tree ended while being read: nothing left to measure
+            if sample is None:  # the root has exited: nothing left to measure
                 return
             with self._lock:
                 self._samples.append(sample)
@@ -237,7 +285,7 @@ class Monitor:
 
     def _take(self, tree: _ProcessTree, t_s: float) -> Sample | None:
         cpu, rss, threads, pids = tree.read()
-        if not pids:
+        if tree.root_pid not in pids:
             return None
         gpu_util, gpu_mem = self._gpu.read(pids)
         return Sample(

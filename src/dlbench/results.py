@@ -3,6 +3,8 @@ import csv
 import io
 import json
 
+from dlbench import sources
+
 # (run field, table heading); the table shows these, CSV and JSON carry every field
 TABLE_COLUMNS = (
     ("framework", "framework"), ("framework_version", "version"), ("workload", "workload"),
@@ -32,10 +34,12 @@ def aligned(rows: list[list[str]]) -> str:
 
 
 def table(runs: list[dict]) -> str:
+    """One row per run; "code" says whether the run's worker code is what dlbench runs now."""
     if not runs:
         return "no runs stored yet"
-    rows = [[heading for _, heading in TABLE_COLUMNS] + ["epochs (metric@train s)"]]
-    rows += [[_cell(run.get(key)) for key, _ in TABLE_COLUMNS] + [epochs_text(run)] for run in runs]
+    rows = [[heading for _, heading in TABLE_COLUMNS] + ["code", "epochs (metric@train s)"]]
+    rows += [[_cell(run.get(key)) for key, _ in TABLE_COLUMNS]
+             + [sources.code_state(run["framework"], run.get("worker_source")), epochs_text(run)] for run in runs]
     return aligned(rows)
 
 
@@ -45,7 +49,7 @@ def certificates_table(certificates: list[dict]) -> str:
     if not certificates:
         return "no certificates stored yet (dlbench certify)"
     rows = [["framework", "version", "workload", "reference", "verdict", "worst tensor", "max abs", "max rel",
-             "of tolerance", "created"]]
+             "of tolerance", "code", "created"]]
     for cert in certificates:
         worst = next(d for d in cert["deviations"] if d["tensor"] == cert["worst_tensor"])
         share = "-" if worst["max_rel"] is None else f"{worst['max_rel'] / worst['tolerance']:.2f}"
@@ -54,7 +58,9 @@ def certificates_table(certificates: list[dict]) -> str:
         rows.append([cert["framework"], _cell(cert["framework_version"]), cert["workload"],
                      f"{cert['reference']} {cert['reference_version']}", "pass" if cert["passed"] else "FAIL",
                      cert["worst_tensor"] + ("" if worst["max_abs"] is not None else f" ({worst.get('problem')})"),
-                     _sci(worst["max_abs"]), _sci(worst["max_rel"]), share, cert["created_at"]])
+                     _sci(worst["max_abs"]), _sci(worst["max_rel"]), share,
+                     sources.code_state(cert["framework"], cert.get("worker_source"), cert.get("reference_source")),
+                     cert["created_at"]])
     return aligned(rows)
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlbench import data, envs, machine
+from dlbench import data, envs, machine, sources
 from dlbench.executor import Outcome, run_worker
 from dlbench.models import ir
 from dlbench.monitor import summarise
@@ -54,6 +54,8 @@ def resolve(cell: Cell, data_dir: Path) -> Prepared:
         "dataset_hash": dataset.hash, "device": cell.device, "threads": cell.threads or os.cpu_count(),
         "seed": cell.seed, "repetition": cell.repetition, "model": workload.model(dataset.meta),
         "recipe": recipe, "env_packages": env.info()["packages"], "python": env.info()["python_version"],
+        # the worker's own code: a fixed adapter runs its cells again (dlbench.sources)
+        "worker_source": sources.framework_source(cell.framework),
     }
     if shares_compile_cache(cell):
         # only then: the hashes of cold cells, and of frameworks the setting does not touch, stay as they were
@@ -149,6 +151,7 @@ def run_row(prepared: Prepared, outcome: Outcome, epochs: list[dict], run_dir: P
         "device": cell.device, "repetition": cell.repetition, "status": outcome.status, "reason": outcome.reason,
         "stderr_tail": outcome.stderr_tail if outcome.status != "ok" else None, "started_at": started_at,
         "wall_time_s": outcome.wall_time_s, "harness_cpu_s": outcome.harness_cpu_s,
+        "monitor_cpu_s": outcome.monitor_cpu_s, "worker_source": config["worker_source"],
         "metric_name": prepared.workload.target["metric"],
         "target_value": prepared.workload.target["value"], "params": ir.count_params(config["model"]),
         "flops_per_sample": ir.train_flops(config["model"]), "threads": ready.get("threads"),
@@ -184,7 +187,8 @@ def run_cell(prepared: Prepared, options: Options, on_event: Callable[[dict], No
 def certificate_status(store: Store, prepared: Prepared) -> str:
     if prepared.cell.framework == REFERENCE:
         return "reference"
-    return store.certificate_status(prepared.cell.framework, prepared.env.packages_digest(), prepared.cell.workload)
+    return store.certificate_status(prepared.cell.framework, prepared.env.packages_digest(), prepared.cell.workload,
+                                    prepared.config["worker_source"], sources.framework_source(REFERENCE))
 
 
 def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None]) -> tuple[dict[str, int], list[str]]:

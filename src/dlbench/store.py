@@ -9,7 +9,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 FILENAME = "dlbench.sqlite"
 
 # Column name -> SQL declaration; the single source for the DDL, inserts and key validation.
@@ -66,6 +66,11 @@ RUN_COLUMNS: dict[str, str] = {
     # added in schema version 4: CPU seconds (user + system) of the harness process while the worker ran
     # (executor.run_worker); NULL for runs stored before
     "harness_cpu_s": "REAL",
+    # added in schema version 5 (NULL in runs stored before): the CPU seconds of the monitor's sampling
+    # thread alone, part of harness_cpu_s; and the digest of the dlbench code the worker ran
+    # (dlbench.sources.worker_source), also part of the cell hash
+    "monitor_cpu_s": "REAL",
+    "worker_source": "TEXT",
 }
 EPOCH_COLUMNS: dict[str, str] = {
     "epoch": "INTEGER",
@@ -97,6 +102,10 @@ CERTIFICATE_COLUMNS: dict[str, str] = {
     "worst_scaled_deviation": "REAL",
     "created_at": "TEXT",
     "deviations": "TEXT",  # per tensor: kind, max_abs, max_rel, tolerance, passed
+    # added in schema version 5: the digests of the dlbench code the framework's and the reference's
+    # probes ran (dlbench.sources.worker_source); a certificate holds for that code only. NULL before.
+    "worker_source": "TEXT",
+    "reference_source": "TEXT",
 }
 JSON_COLUMNS = frozenset({"packages", "config", "metrics", "deviations", "machine", "dlbench_version"})
 
@@ -128,6 +137,9 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         # runs were cold. Other frameworks' runs stay NULL, as new ones are.
         "UPDATE runs SET compile_cache = 'cold' WHERE framework = 'theano'"),
     4: (f"ALTER TABLE runs ADD COLUMN harness_cpu_s {RUN_COLUMNS['harness_cpu_s']}",),
+    5: (*(f"ALTER TABLE runs ADD COLUMN {name} {RUN_COLUMNS[name]}" for name in ("monitor_cpu_s", "worker_source")),
+        *(f"ALTER TABLE certificates ADD COLUMN {name} {CERTIFICATE_COLUMNS[name]}"
+          for name in ("worker_source", "reference_source"))),
 }
 
 
@@ -215,11 +227,14 @@ class Store:
         """All certificates, oldest first."""
         return self._select(f"SELECT id, {', '.join(CERTIFICATE_COLUMNS)} FROM certificates ORDER BY id")
 
-    def certificate_status(self, framework: str, framework_env: str, workload: str) -> str:
-        """passed or failed by the newest certificate of this environment for this workload, else none."""
+    def certificate_status(self, framework: str, framework_env: str, workload: str, worker_source: str,
+                           reference_source: str) -> str:
+        """passed or failed by the newest certificate of this environment and this code (the framework's
+        and the reference's worker sources) for this workload, else none."""
         row = self._conn.execute(
             "SELECT passed FROM certificates WHERE framework = ? AND framework_env = ? AND workload = ? "
-            "ORDER BY id DESC LIMIT 1", (framework, framework_env, workload)).fetchone()
+            "AND worker_source = ? AND reference_source = ? ORDER BY id DESC LIMIT 1",
+            (framework, framework_env, workload, worker_source, reference_source)).fetchone()
         return "none" if row is None else ("passed" if row[0] else "failed")
 
     def completed_hashes(self) -> set[str]:

@@ -89,11 +89,22 @@ def run_order_table(runs: Sequence[Mapping]) -> Table:
     rows = [[str(r.get("plan_position") if r.get("plan_position") is not None else "-"), r.get("started_at") or "-",
              r["framework"], r["workload"], r.get("dataset") or "-", r.get("device") or "-",
              str(r.get("repetition")), str(r.get("threads") if r.get("threads") is not None else "-"),
-             r["status"], version_text(r.get("dlbench_version"))] for r in ordered]
+             r["status"], measuring_cost(r), version_text(r.get("dlbench_version"))] for r in ordered]
     return Table("Run order", ["plan position", "started", "framework", "workload", "dataset", "device", "rep",
-                               "threads used", "status", "dlbench"], rows,
+                               "threads used", "status", "harness CPU", "dlbench"], rows,
+                 note="harness CPU: what measuring took from the machine while the worker ran, in % of one core "
+                      "(the harness process: sampling, events, progress; in brackets, the monitor's sampling thread)",
                  row_keys=[{"framework": r["framework"], "workload": r["workload"], "device": r.get("device") or "?"}
                            for r in ordered])
+
+
+def measuring_cost(run: Mapping) -> str:
+    """The harness's CPU over the run's wall time, in % of one core, with the monitor's share."""
+    harness, monitor, wall = run.get("harness_cpu_s"), run.get("monitor_cpu_s"), run.get("wall_time_s")
+    if harness is None or not wall:
+        return NOT_RECORDED
+    text = f"{100 * harness / wall:.2f} %"
+    return text + (f" (monitor {100 * monitor / wall:.2f} %)" if monitor is not None else "")
 
 
 def version_text(recorded: object) -> str:

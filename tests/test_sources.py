@@ -1,0 +1,68 @@
+"""The digest of the code a framework's worker runs: what it covers, and what changes it."""
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dlbench import envs, sources
+
+PACKAGE = Path(sources.__file__).parent
+
+
+def names(paths: list[Path], root: Path = PACKAGE) -> set[str]:
+    return {path.relative_to(root).as_posix() for path in paths}
+
+
+def test_the_closure_follows_the_workers_imports_and_nothing_of_the_harness() -> None:
+    files = names(sources.closure([*sources.ENTRY_POINTS, "dlbench.frameworks.pytorch"]))
+    assert files == {"worker.py", "probe.py", "frameworks/base.py", "frameworks/pytorch.py", "models/init.py",
+                     "models/ir.py"}
+
+
+def test_imports_are_read_at_any_depth_and_from_imports_name_their_submodules() -> None:
+    source = "import os\nfrom dlbench.frameworks import base\ndef f():\n    from dlbench.models.ir import x\n"
+    assert sources.imported_modules(source) == {"os", "dlbench.frameworks", "dlbench.frameworks.base",
+                                                "dlbench.models.ir", "dlbench.models.ir.x"}
+
+
+def copy_of_the_package(folder: Path, edit: str | None = None) -> Path:
+    """dlbench's sources copied to `folder`, with one file changed (a comment added) if `edit` names it.
+    Digests are cached per folder: a changed file needs a folder of its own."""
+    copy = folder / "dlbench"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    if edit:
+        (copy / edit).write_text((copy / edit).read_text() + "\n# changed\n")
+    return copy
+
+
+def digests(package: Path) -> dict[str, str]:
+    return {name: sources.worker_source(f"dlbench.frameworks.{name}:Adapter", package)
+            for name in ("pytorch", "jax_flax")}
+
+
+def test_an_adapters_change_changes_its_digest_only(tmp_path: Path) -> None:
+    before = digests(copy_of_the_package(tmp_path / "a"))
+    assert before == digests(copy_of_the_package(tmp_path / "b"))  # the same files, the same digest
+    after = digests(copy_of_the_package(tmp_path / "c", "frameworks/jax_flax.py"))
+    assert after["jax_flax"] != before["jax_flax"] and after["pytorch"] == before["pytorch"]
+
+
+def test_a_shared_worker_module_changes_every_digest(tmp_path: Path) -> None:
+    before = digests(copy_of_the_package(tmp_path / "a"))
+    after = digests(copy_of_the_package(tmp_path / "b", "frameworks/base.py"))
+    assert all(after[name] != before[name] for name in before)
+
+
+def test_harness_code_changes_no_digest(tmp_path: Path) -> None:
+    before = digests(copy_of_the_package(tmp_path / "a"))
+    assert digests(copy_of_the_package(tmp_path / "b", "store.py")) == before
+
+
+def test_code_state_of_runs_and_certificates(monkeypatch: pytest.MonkeyPatch) -> None:
+    current, reference = sources.framework_source("jax"), sources.framework_source(envs.REFERENCE)
+    assert sources.code_state("jax", current) == "current"
+    assert sources.code_state("jax", "0ld") == "older"
+    assert sources.code_state("jax", None) == "unrecorded"
+    assert sources.code_state("no-such-framework", "abc") == "unknown"
+    assert sources.code_state("jax", current, reference) == "current"
+    assert sources.code_state("jax", current, "0ld") == "older"  # certified against an older reference
