@@ -1,6 +1,7 @@
 """PyTorch adapters with a deliberate mapping bug that still round-trips exactly: certification must
 catch them (a check that cannot fail proves nothing)."""
 import numpy as np
+import torch
 
 from dlbench.frameworks import pytorch
 
@@ -33,3 +34,69 @@ class TransposedConv(pytorch.Adapter):
     def get_weights(self):
         return {k: transpose_kernel_rows_and_columns(v) if k.endswith("conv2d_1/kernel") else v
                 for k, v in super().get_weights().items()}
+
+
+class _Zeroing(torch.nn.Module):
+    """Dropout that zeroes at a given rate and scales the kept values by a given factor."""
+
+    def __init__(self, rate: float, scale: float):
+        super().__init__()
+        self.rate, self.scale = rate, scale
+
+    def forward(self, x):
+        if not self.training:
+            return x
+        return x * (torch.rand_like(x) >= self.rate) * self.scale
+
+
+def _replace_dropout(adapter: pytorch.Adapter, make) -> None:
+    for index, module in enumerate(adapter.module):
+        if isinstance(module, torch.nn.Dropout):
+            adapter.module[index] = make(module.p)
+
+
+class DoubledDropout(pytorch.Adapter):
+    """Drops twice the IR's rate (scaled for it): a rate read from the wrong place."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        _replace_dropout(self, lambda p: torch.nn.Dropout(min(2 * p, 0.9)))
+
+
+class UnscaledDropout(pytorch.Adapter):
+    """Zeroes at the right rate but keeps values as they are: 'vanilla' dropout, whose inference
+    output then differs from training's by the factor 1 - rate."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        _replace_dropout(self, lambda p: _Zeroing(p, 1.0))
+
+
+class ChannelDropout(pytorch.Adapter):
+    """Drops whole feature maps (torch's Dropout2d) where the IR drops single values."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        _replace_dropout(self, lambda p: _ChannelsLast2d(p))
+
+
+class _ChannelsLast2d(torch.nn.Module):
+    def __init__(self, rate: float):
+        super().__init__()
+        self.inner = torch.nn.Dropout2d(rate)
+
+    def forward(self, x):  # the model's images are NHWC here: Dropout2d wants NCHW
+        if x.dim() != 4:
+            return torch.nn.functional.dropout(x, self.inner.p, self.training)
+        return self.inner(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
+
+
+class KerasMomentum(pytorch.Adapter):
+    """Hands the IR's (Keras's) BatchNorm momentum to torch unconverted: torch weighs the new batch by
+    it, so the moving statistics move 99 % of the way at each step instead of 1 %."""
+
+    def __init__(self, model, *args):
+        super().__init__(model, *args)
+        momentum = {layer["name"]: layer["momentum"] for layer in model["layers"] if layer["type"] == "batchnorm"}
+        for name, value in momentum.items():
+            self.by_name[name].momentum = value

@@ -32,7 +32,10 @@ def broken(monkeypatch):
     """Frameworks named pytorch-<bug>: the PyTorch environment, an adapter with that mapping bug."""
     reference = envs.RECIPES[REFERENCE]
     real_require = envs.require
-    for name, adapter in (("pytorch-swapped-gates", "SwappedGates"), ("pytorch-transposed-conv", "TransposedConv")):
+    for name, adapter in (("pytorch-swapped-gates", "SwappedGates"), ("pytorch-transposed-conv", "TransposedConv"),
+                          ("pytorch-doubled-dropout", "DoubledDropout"),
+                          ("pytorch-unscaled-dropout", "UnscaledDropout"),
+                          ("pytorch-channel-dropout", "ChannelDropout"), ("pytorch-keras-momentum", "KerasMomentum")):
         monkeypatch.setitem(envs.RECIPES, name, dataclasses.replace(
             reference, framework=name, adapter=f"broken_pytorch:{adapter}",
             worker_env={"PYTHONPATH": f"{PACKAGE_PARENT}:{TESTS}"}))
@@ -59,6 +62,65 @@ def test_a_broken_mapping_fails_certification(broken, store, tmp_path, framework
     failed = [row["tensor"] for row in cert["deviations"] if not row["passed"]]
     assert "output" in failed and "loss" in failed and any(culprit in name for name in failed)
     assert cert["worst_scaled_deviation"] > 100 * certify.TOLERANCES["output"]
+
+
+@pytest.mark.parametrize("framework, caught", [
+    ("pytorch-doubled-dropout", {"zeros", "scale"}),  # torch scales by 1/(1-2 rate) for it
+    ("pytorch-unscaled-dropout", {"scale"}),
+    ("pytorch-channel-dropout", {"independence"}),
+])
+def test_a_broken_dropout_fails_certification(broken, store, tmp_path, framework, caught):
+    """Dropout is off where tensors are compared, so only the dropout check can see these bugs."""
+    [cert] = certify.certify([framework], [get_workload("cnn-mnist")], store, tmp_path, quiet)
+    failed = {row["tensor"] for row in cert["deviations"] if not row["passed"]}
+    assert not cert["passed"] and all(name.startswith("dropout/") for name in failed)
+    assert caught <= {name.rsplit("/", 1)[1] for name in failed}
+    assert cert["worst_tensor"].startswith("dropout/")
+    if framework == "pytorch-channel-dropout":  # only the image's dropout layer drops whole channels
+        assert {name.split("/")[1] for name in failed} == {"dropout_1"}
+
+
+def test_the_dropout_check_passes_the_reference_and_names_each_layer(store, tmp_path):
+    workload = get_workload("cnn-mnist")
+    folder = certify.probe_folder(REFERENCE, tmp_path)
+    requests = certify.dropout_requests(workload, folder)
+    assert [(r["layer"], r["rate"], r["shape"]) for r in requests] == [("dropout_1", 0.25, [4, 4, 16]),
+                                                                       ("dropout_2", 0.5, [128])]
+    outputs = certify.run_probes(REFERENCE, requests, tmp_path)
+    rows = [row for request, out in zip(requests, outputs, strict=True)
+            for row in certify.dropout_rows(request, out["output"])]
+    assert [row["tensor"] for row in rows] == [f"dropout/dropout_{i}/{check}" for i in (1, 2)
+                                              for check in ("zeros", "scale", "independence")]
+    assert all(row["passed"] for row in rows), rows
+    zeros = outputs[0]["output"] == 0
+    assert zeros.size == certify.DROPOUT_ELEMENTS and abs(zeros.mean() - 0.25) < 0.01
+
+
+def test_dropout_rows_on_known_outputs():
+    request = {"rate": 0.5, "shape": [4, 4, 16], "layer": "dropout_1"}
+    rng = np.random.RandomState(0)
+    count = certify.DROPOUT_ELEMENTS // 256
+    kept = rng.rand(count, 4, 4, 16) >= 0.5
+    good = certify.dropout_rows(request, kept * 2.0)
+    assert [row["passed"] for row in good] == [True, True, True]
+    unscaled = certify.dropout_rows(request, kept * 1.0)
+    assert [row["passed"] for row in unscaled] == [True, False, True]
+    assert unscaled[1]["max_abs"] == pytest.approx(1.0)
+    doubled = certify.dropout_rows(request, (rng.rand(count, 4, 4, 16) >= 0.75) * 4.0)  # rate 0.75
+    assert not doubled[0]["passed"] and doubled[0]["max_abs"] == pytest.approx(0.25, abs=0.01)
+    channels = np.repeat(np.repeat(rng.rand(count, 1, 1, 16) >= 0.5, 4, axis=1), 4, axis=2) * 2.0
+    assert [row["passed"] for row in certify.dropout_rows(request, channels)][2] is False
+
+
+def test_batchnorms_moving_statistics_are_certified(broken, store, tmp_path):
+    """The moving statistics after the steps are compared like every weight: a momentum given in the
+    other convention leaves everything else equal and fails them alone."""
+    [cert] = certify.certify(["pytorch-keras-momentum"], [get_workload("cnn-svhn")], store, tmp_path, quiet)
+    failed = {row["tensor"] for row in cert["deviations"] if not row["passed"]}
+    assert not cert["passed"] and failed
+    assert all(name.split("/")[-1] in ("moving_mean", "moving_var") for name in failed)
+    assert {name.split("/")[0] for name in failed} == {"after"}
+    assert "after/batchnorm_1/moving_mean" in failed
 
 
 def test_runs_are_marked_with_their_certificate(broken, store, tmp_path):

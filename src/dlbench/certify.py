@@ -7,7 +7,12 @@ relative to the scale of what it measures, is within the float32 tolerance of it
 an output is its largest magnitude. A gradient's is the largest gradient of its layer: a bias feeding
 a BatchNorm has a true gradient of zero, so its own magnitude is rounding noise. Weights after the
 steps are measured against the steps themselves (the layer's largest change from the start), not
-against the weights, which would hide a wrong update in the weights' size.
+against the weights, which would hide a wrong update in the weights' size. BatchNorm's moving
+statistics are among the weights after the steps.
+
+Dropout, off in those comparisons, is checked on its own: each dropout layer's rate, scaling and
+independence of masks, from the framework's output of that layer alone in training mode
+(dropout_requests, dropout_rows).
 """
 import json
 import subprocess
@@ -18,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from dlbench import envs, sources
+from dlbench.models import ir
 from dlbench.models.init import canonical_init
 from dlbench.models.ir import input_vocab
 from dlbench.runner import REFERENCE, worker_environment
@@ -29,6 +35,13 @@ STEPS = 3
 SEED = 0
 # Largest deviation allowed, relative to the reference tensor's largest magnitude, by kind of tensor.
 TOLERANCES = {"output": 1e-4, "loss": 1e-4, "grad": 1e-3, "after": 1e-3}
+# Dropout (dropout_rows): each dropout layer's rate, on this many elements of ones in training mode. The
+# share of zeros has a binomial standard deviation of at most 0.001 there; it may stray DROPOUT_Z of them
+# (a correct layer fails one check in about 1.7 million), and a rate off by a tenth of itself fails.
+DROPOUT_ELEMENTS = 2 ** 18
+DROPOUT_Z = 5.0
+DROPOUT_SCALE_TOLERANCE = 1e-5  # kept values 1/(1-rate), up to float32 rounding of the scale
+DROPOUT_SHAPES = {1: (128,), 2: (8, 32), 3: (4, 4, 16)}  # an input of each rank the workloads drop out
 ABSOLUTE_FLOOR = 1e-7  # a deviation this small passes whatever the tensor's scale (tensors near zero)
 NOISE_FACTOR = 3.0  # beyond tolerance, a tensor still passes within this many times the reference's own error
 
@@ -79,15 +92,94 @@ def _request(workload: Workload, folder: Path, exact: bool) -> dict:
             "y": str(folder / f"{name}-y.npy"), "seed": SEED, "steps": STEPS, "out": str(out)}
 
 
+def dropout_model(rate: float, shape: tuple[int, ...]) -> dict:
+    """One dropout layer on an input of `shape`, then a dense layer that the identity passes through
+    (an image is flattened first): the model's output in training mode is the dropout layer's."""
+    layers = [ir.dropout(rate), *([ir.flatten()] if len(shape) == 3 else []), ir.dense(_dropout_units(shape))]
+    return ir.model(shape, "float32", layers)
+
+
+def _dropout_units(shape: tuple[int, ...]) -> int:
+    return int(np.prod(shape)) if len(shape) == 3 else shape[-1]
+
+
+def dropout_requests(workload: Workload, folder: Path) -> list[dict]:
+    """A dropout probe for each dropout layer of the workload: its rate, on an input of its rank."""
+    requests = []
+    for layer, in_shape, _ in ir.infer_shapes(workload.model()):
+        if layer["type"] != "dropout" or layer["rate"] == 0:
+            continue
+        shape = DROPOUT_SHAPES[len(in_shape)]
+        units, count = _dropout_units(shape), DROPOUT_ELEMENTS // int(np.prod(shape))
+        name = f"{workload.name}-{layer['name']}-dropout"
+        x, weights, out = folder / f"{name}-x.npy", folder / f"{name}-weights.npz", folder / f"{name}.npz"
+        np.save(x, np.ones((count, *shape), np.float32))
+        np.savez(weights, **{"dense_1/kernel": np.eye(units, dtype=np.float32),
+                             "dense_1/bias": np.zeros(units, np.float32)})
+        for stale in (out, out.with_name(out.name + ".error")):
+            stale.unlink(missing_ok=True)
+        requests.append({
+            "kind": "dropout", "name": f"{workload.name} {layer['name']} (dropout)", "layer": layer["name"],
+            "rate": layer["rate"], "shape": list(shape), "model": dropout_model(layer["rate"], shape),
+            "recipe": dict(workload.recipe, batch_size=count), "task": workload.study_meta["task"], "x": str(x),
+            "weights": str(weights), "seed": SEED, "out": str(out)})
+    return requests
+
+
+def dropout_rows(request: dict, output: np.ndarray) -> list[dict]:
+    """The dropout layer's output on ones, judged: the share of zeros is its rate within DROPOUT_Z
+    binomial standard deviations; every kept value is 1/(1-rate); no line along any axis is dropped
+    whole more often than independent masks would drop it (channel-wise or time-shared masks would)."""
+    rate, shape = request["rate"], tuple(request["shape"])
+    values = np.asarray(output, np.float64).reshape(-1, *shape)
+    dropped = values == 0
+    prefix = f"dropout/{request['layer']}/"
+    share = float(dropped.mean())
+    allowed = DROPOUT_Z * np.sqrt(rate * (1 - rate) / dropped.size)
+    rows = [_dropout_row(prefix + "zeros", abs(share - rate), rate, allowed)]
+    scale = 1 / (1 - rate)
+    kept = values[~dropped]
+    rows.append(_dropout_row(prefix + "scale", float(np.max(np.abs(kept - scale), initial=0.0)), scale,
+                             DROPOUT_SCALE_TOLERANCE * scale))
+    # For each axis, the share of lines along it that are all zeros, over what independent masks allow;
+    # the row shows the axis that comes closest to failing.
+    lines = []
+    for axis in range(1, values.ndim):
+        whole = dropped.all(axis=axis)
+        expected = rate ** shape[axis - 1]
+        lines.append((float(whole.mean()) - expected, DROPOUT_Z * np.sqrt(expected * (1 - expected) / whole.size)))
+    excess, allowed = max(lines, key=lambda line: line[0] - line[1])
+    rows.append(_dropout_row(prefix + "independence", max(excess, 0.0), rate, allowed))
+    return rows
+
+
+def _dropout_row(tensor: str, deviation: float, scale: float, allowed: float) -> dict:
+    allowed = max(allowed, ABSOLUTE_FLOOR * scale)  # independent masks all but never drop a long line whole
+    return {"tensor": tensor, "kind": "dropout", "tolerance": allowed / scale, "max_abs": deviation,
+            "max_rel": deviation / scale, "passed": bool(deviation <= allowed)}
+
+
 def probe_many(framework: str, probes: list[tuple[Workload, bool]], workdir: Path) -> list[dict[str, np.ndarray]]:
     """Runs dlbench.probe once in the framework's environment for every (workload, exact) probe, in
-    order; `exact` asks for float64 (the reference can). Compiled code is shared by every probe of one
-    workdir (its compile cache): certification times nothing, so a warm cache changes no verdict."""
-    env = envs.require(framework)
-    recipe = envs.get_recipe(framework)
+    order; `exact` asks for float64 (the reference can)."""
+    folder = probe_folder(framework, workdir)
+    return run_probes(framework, [_request(workload, folder, exact) for workload, exact in probes], workdir)
+
+
+def probe_folder(framework: str, workdir: Path) -> Path:
     folder = workdir / framework
     folder.mkdir(parents=True, exist_ok=True)
-    requests = [dict(_request(workload, folder, exact), adapter=recipe.adapter) for workload, exact in probes]
+    return folder
+
+
+def run_probes(framework: str, requests: list[dict], workdir: Path) -> list[dict[str, np.ndarray]]:
+    """Runs dlbench.probe once in the framework's environment for every request, in order. Compiled
+    code is shared by every probe of one workdir (its compile cache): certification times nothing, so
+    a warm cache changes no verdict."""
+    env = envs.require(framework)
+    recipe = envs.get_recipe(framework)
+    folder = probe_folder(framework, workdir)
+    requests = [dict(request, adapter=recipe.adapter) for request in requests]
     (folder / "requests.json").write_text(json.dumps(requests))
     variables = dict(recipe.worker_env, DLBENCH_COMPILE_CACHE=str(workdir / "compile-cache"))
     done = subprocess.run([str(env.python), "-m", "dlbench.probe", str(folder / "requests.json")],
@@ -189,11 +281,18 @@ def certify(frameworks: list[str], workloads: list[Workload], store: Store, work
         reference = reference_probes(workloads, workdir)
     results = []
     for framework in frameworks:
-        candidates = probe_many(framework, [(workload, False) for workload in workloads], workdir)
-        for workload, candidate in zip(workloads, candidates, strict=True):
+        folder = probe_folder(framework, workdir)
+        dropout = {workload.name: dropout_requests(workload, folder) for workload in workloads}
+        weight_probes = [_request(workload, folder, False) for workload in workloads]
+        arrays = run_probes(framework, weight_probes + [r for w in workloads for r in dropout[w.name]], workdir)
+        dropout_outputs = iter(arrays[len(workloads):])
+        for workload, candidate in zip(workloads, arrays[:len(workloads)], strict=True):
             float32, exact = reference[workload.name]
             start = canonical_init(without_dropout(workload.model()), SEED)
-            cert = certificate(framework, workload, compare(float32, candidate, start, exact))
+            rows = compare(float32, candidate, start, exact)
+            for request in dropout[workload.name]:
+                rows += dropout_rows(request, next(dropout_outputs)["output"])
+            cert = certificate(framework, workload, rows)
             store.save_certificate(cert)
             progress(cert)
             results.append(cert)

@@ -6,8 +6,9 @@ Worker side (Python 3.8, numpy and the one framework). Run by the harness as
 imported once and compiled code (Theano's modules, under the compile cache the harness names) is
 shared between workloads. From the canonical weights of the seed a request records the outputs, the
 loss and its gradients, then the weights after a few optimiser steps on the same batch, all in
-canonical layout, for the harness to compare with the reference's. A request that fails leaves its
-traceback in OUT.error instead, and the others still run.
+canonical layout, for the harness to compare with the reference's. A dropout request (kind "dropout")
+records a dropout layer's output in training mode instead (dropout_probe). A request that fails
+leaves its traceback in OUT.error instead, and the others still run.
 """
 from __future__ import annotations
 
@@ -41,13 +42,23 @@ def probe(request: dict) -> dict:
     return arrays
 
 
+def dropout_probe(request: dict) -> dict:
+    """A model of one dropout layer and an identity dense layer, in training mode on a batch of ones:
+    its output is the dropout layer's, for the harness to count zeros and measure the kept values."""
+    adapter = load_adapter_class(request["adapter"])(request["model"], request["recipe"], request["task"], "cpu", 1,
+                                                     request["seed"])
+    with np.load(request["weights"]) as weights:
+        adapter.set_weights(dict(weights))
+    return {"output": adapter.training_outputs(np.load(request["x"]))}
+
+
 def main() -> int:
     with open(sys.argv[1]) as handle:
         requests = json.load(handle)
     failed = 0
     for request in requests:
         try:
-            arrays = probe(request)
+            arrays = dropout_probe(request) if request.get("kind") == "dropout" else probe(request)
         except Exception:  # one workload's failure must not hide the others' results
             failed += 1
             with open(request["out"] + ".error", "w") as handle:

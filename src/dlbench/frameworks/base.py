@@ -117,6 +117,12 @@ class BaseAdapter(object):
         """The model's raw outputs (logits) for a batch of float inputs or token ids, dropout off."""
         raise NotImplementedError
 
+    def training_outputs(self, x: np.ndarray) -> np.ndarray:
+        """The model's raw outputs for a batch of float inputs in training mode: dropout on, fresh masks
+        from the adapter's seeded generator. No optimiser step. Certification's dropout check calls it
+        on models of one dropout layer and a dense layer, which have no moving statistics to update."""
+        raise NotImplementedError
+
     def evaluate(self, data: Split) -> Dict[str, float]:
         """Batched, dropout off, no weight change; returns finish_metrics()."""
         raise NotImplementedError

@@ -421,5 +421,10 @@ class Adapter(BaseAdapter):
         with chainer.using_config("train", False), chainer.no_backprop_mode():
             return self.model(inputs).array.copy()
 
+    def training_outputs(self, x):
+        inputs = np.ascontiguousarray(x, dtype=np.float32)
+        with chainer.using_config("train", True), chainer.no_backprop_mode():
+            return self.model(inputs).array.copy()
+
     def synchronise(self):
         pass  # numpy on the CPU: every operation has finished when it returns

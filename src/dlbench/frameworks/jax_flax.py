@@ -404,5 +404,10 @@ class Adapter(BaseAdapter):
         inputs = inputs.astype(np.float32) if self.float_inputs else inputs.astype(np.int32)
         return np.asarray(self._predict(self.params, self.stats, self._put(inputs)))
 
+    def training_outputs(self, x):
+        self.key, key = jax.random.split(self.key)
+        inputs = self._put(np.ascontiguousarray(x, dtype=np.float32))
+        return np.asarray(self._apply_train(self.params, self.stats, inputs, key)[0])
+
     def synchronise(self):
         jax.block_until_ready((self.params, self.stats, self.opt_state, self.key))

@@ -424,6 +424,11 @@ class Adapter(BaseAdapter):
         with keras.device(self.device_name):
             return np.asarray(self.core.predict(x, batch_size=self.recipe["batch_size"], verbose=0))
 
+    def training_outputs(self, x):
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        with keras.device(self.device_name):
+            return np.array(ops.convert_to_numpy(self.core(x, training=True)))
+
     def loss_and_gradients(self, data):
         x, y = self._arrays_of(data)
         trainer = self._trainer(data.input_scale)

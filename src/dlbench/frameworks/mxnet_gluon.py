@@ -538,5 +538,10 @@ class Adapter(BaseAdapter):
         inputs = nd.array(np.ascontiguousarray(x), ctx=self.ctx, dtype=self.dtype)  # token ids too
         return self.net(inputs)[0].asnumpy()
 
+    def training_outputs(self, x):
+        inputs = nd.array(np.ascontiguousarray(x), ctx=self.ctx, dtype=self.dtype)
+        with autograd.train_mode():
+            return self.net(inputs)[0].asnumpy()
+
     def synchronise(self):
         nd.waitall()

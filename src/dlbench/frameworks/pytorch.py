@@ -324,6 +324,12 @@ class Adapter(BaseAdapter):
         with torch.inference_mode():
             return self.module(inputs.to(self.dtype) if self.float_inputs else inputs.long()).cpu().numpy()
 
+    def training_outputs(self, x):
+        self.module.train()
+        inputs = torch.from_numpy(np.ascontiguousarray(x)).to(self.torch_device).to(self.dtype)
+        with torch.no_grad():
+            return self.module(inputs).cpu().numpy()
+
     def synchronise(self):
         if self.torch_device.type == "cuda":
             torch.cuda.synchronize()

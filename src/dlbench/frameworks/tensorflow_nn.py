@@ -366,6 +366,11 @@ class Adapter(BaseAdapter):
         with tf.device(self.tf_device):
             return self._predict(tf.constant(x)).numpy()
 
+    def training_outputs(self, x):
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        with tf.device(self.tf_device):
+            return self.model(tf.constant(x), training=True).numpy()
+
     def synchronise(self):
         if self.tf_device.startswith("/GPU"):
             if hasattr(tf.test.experimental, "sync_devices"):

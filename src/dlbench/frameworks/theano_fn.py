@@ -431,8 +431,8 @@ class Adapter(BaseAdapter):
 
     def _compile(self, kind: str):
         loss_name = self.recipe["loss"]
-        if kind == "predict":
-            logits, _ = self.model(self.x, training=False)
+        if kind in ("predict", "training_outputs"):
+            logits, _ = self.model(self.x, training=kind == "training_outputs")
             function = theano.function([self.x], logits)
         elif kind == "evaluate":
             logits, _ = self.model(self.x, training=False)
@@ -481,6 +481,9 @@ class Adapter(BaseAdapter):
 
     def predict(self, x):
         return np.asarray(self._function("predict")(self._inputs(x, None)))
+
+    def training_outputs(self, x):
+        return np.asarray(self._function("training_outputs")(self._inputs(x, None)))
 
     def synchronise(self):
         pass  # CPU only: a compiled function returns when its work is done
