@@ -68,6 +68,10 @@ def stored_run(**fields) -> dict:
             **fields}
 
 
+def saved(run: dict) -> dict:
+    return {k: v for k, v in run.items() if k != "epochs"}
+
+
 def test_results_table_shows_gflops_mfu_cores_and_energy():
     runs = [stored_run(achieved_gflops=31.25, mfu=0.4961, cores_used=1.96, n_train=100,
                        energy_source="cpu: no /sys/class/powercap; gpu: device cpu"),
@@ -149,6 +153,22 @@ def test_peak_of_the_pytorch_environment(tmp_path):
                "--repeats", "3"]
     found = runner.run_peak(command, runner.worker_environment(tmp_path, 1, recipe.worker_env), tmp_path)
     assert found["method"] == "torch.matmul" and found["gflops"] > 0
+    assert found["others_busy_cores"] >= 0  # what the rest of the machine ran meanwhile
+
+
+def test_results_lists_the_peaks_with_the_reason_of_a_failed_one(tmp_path, capsys):
+    from dlbench import cli
+    with Store(tmp_path / "dlbench.sqlite") as store:
+        store.save_run(saved(stored_run(cell_hash="h", peak_id=1, achieved_gflops=30.0, mfu=0.5)), [], [])
+        store.save_peak({"framework": "pytorch", "framework_version": "2.13.0", "threads": 2, "device": "cpu",
+                         "matrix_size": 2048, "gflops": 60.0, "method": "torch.matmul", "others_busy_cores": 0.1})
+        store.save_peak({"framework": "theano", "threads": 2, "device": "cpu", "matrix_size": 2048,
+                         "reason": "peak not measured: RuntimeError: no GEMM"})
+    assert cli.main(["results", "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    peaks = out[out.index("peak id"):].splitlines()
+    assert "60.00" in peaks[2] and "torch.matmul" in peaks[2] and "0.1000" in peaks[2]
+    assert "- (peak not measured: RuntimeError: no GEMM)" in peaks[3]
 
 
 def test_a_peak_that_cannot_be_measured_is_null_with_its_reason(tmp_path):

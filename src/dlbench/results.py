@@ -72,6 +72,19 @@ def certificates_table(certificates: list[dict]) -> str:
     return aligned(rows)
 
 
+def peaks_table(peaks: list[dict]) -> str:
+    """The float32 GEMM peaks measured (dlbench.peak), each with how busy the rest of the machine was."""
+    rows = [["peak id", "framework", "version", "threads", "device", "n", "GFLOP/s", "call", "others busy (cores)",
+             "measured", "suite"]]
+    for peak in peaks:
+        rows.append([str(peak["id"]), peak["framework"], _cell(peak["framework_version"]), _cell(peak["threads"]),
+                     _cell(peak["device"]), _cell(peak["matrix_size"]),
+                     _cell(peak["gflops"]) if peak["gflops"] is not None else f"- ({peak['reason']})",
+                     _cell(peak["method"]), _cell(peak.get("others_busy_cores")), _cell(peak["measured_at"]),
+                     _cell(peak["suite"])])
+    return aligned(rows)
+
+
 def _sci(value: float | None) -> str:
     return "-" if value is None else f"{value:.2e}"
 

@@ -3,12 +3,15 @@ worker through the executor and stores one run per cell, in one transaction."""
 import hashlib
 import json
 import os
+import resource
 import statistics
 import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 from dlbench import cores, data, energy, envs, machine, sources
 from dlbench.executor import Outcome, run_worker
@@ -263,13 +266,27 @@ def measure_peak(prepared: Prepared, options: Options, threads: int) -> dict:
     return row
 
 
+def _busy_s() -> float:
+    """CPU seconds the whole machine has spent busy (not idle, not waiting for I/O), all cores."""
+    times = psutil.cpu_times()
+    return sum(times) - times.idle - getattr(times, "iowait", 0.0)
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_peak(command: list[str], variables: dict[str, str], folder: Path) -> dict:
-    """Runs dlbench.peak; its result as peaks fields (gflops, method, reason). Never raises."""
+    """Runs dlbench.peak; its result as peaks fields (gflops, method, reason, others_busy_cores). Never raises."""
+    busy, children, tic = _busy_s(), _children_cpu_s(), time.perf_counter()
     try:
         done = subprocess.run(command, env=variables, cwd=folder, capture_output=True, text=True,
                               timeout=PEAK_TIMEOUT_S, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError) as error:
         return {"gflops": None, "reason": f"peak not measured: {error}"}
+    wall = time.perf_counter() - tic
+    others = max(0.0, (_busy_s() - busy) - (_children_cpu_s() - children)) / wall if wall > 0 else None
     (folder / "stderr.log").write_text(done.stderr)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     try:
@@ -277,9 +294,9 @@ def run_peak(command: list[str], variables: dict[str, str], folder: Path) -> dic
     except ValueError:
         result = {}
     if result.get("gflops") and done.returncode == 0:
-        return {"gflops": result["gflops"], "method": result.get("method")}
+        return {"gflops": result["gflops"], "method": result.get("method"), "others_busy_cores": others}
     reason = result.get("error") or f"exit status {done.returncode}: {done.stderr.strip()[-300:]}"
-    return {"gflops": None, "reason": f"peak not measured: {reason}"}
+    return {"gflops": None, "reason": f"peak not measured: {reason}", "others_busy_cores": others}
 
 
 def certificate_status(store: Store, prepared: Prepared) -> str:

@@ -140,6 +140,9 @@ PEAK_COLUMNS: dict[str, str] = {
     "repeats": "INTEGER",
     "gflops": "REAL",  # best of the repeats: 2 n^3 / seconds / 1e9; NULL when it could not be measured
     "reason": "TEXT",  # why gflops is NULL
+    # cores the rest of the machine kept busy meanwhile (its busy CPU time less the measurement's, over
+    # the wall time): a peak measured beside other jobs is low
+    "others_busy_cores": "REAL",
 }
 JSON_COLUMNS = frozenset({"packages", "config", "metrics", "deviations", "machine", "dlbench_version"})
 
