@@ -6,11 +6,16 @@ epoch 2, so the tests can check that events reported before a failure are kept.
 
 Modes: ok, crash, exit, hang, memory, oomkill, print, child_hang, child_setsid.
 Modes that start a grandchild write its pid to grandchild.pid in the working directory (the run dir).
+
+$FAKE_SPIN=N (with mode ok) makes each epoch keep N cores busy for $FAKE_SPIN_S seconds (default 0.8)
+instead of sleeping, in N threads, whatever threads the cell gives.
 """
+import hashlib
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -32,6 +37,23 @@ def _spawn_grandchild(new_session: bool) -> None:
     child = subprocess.Popen(["sleep", "1000"], start_new_session=new_session)
     with open("grandchild.pid", "w") as handle:
         handle.write(str(child.pid))
+
+
+def _spin(cores: int, seconds: float) -> None:
+    """Keeps `cores` cores busy for `seconds`: threads hashing a buffer (hashlib releases the GIL on large
+    data), all in the worker process, which the monitor sees from its first sample."""
+    end = time.perf_counter() + seconds
+    data = bytes(1 << 20)
+
+    def loop() -> None:
+        while time.perf_counter() < end:
+            hashlib.sha256(data).digest()
+
+    threads = [threading.Thread(target=loop) for _ in range(cores)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 def _grow_memory() -> None:
@@ -73,7 +95,9 @@ class Adapter(BaseAdapter):
         self.epoch += 1
         if self.epoch >= 2:
             self._misbehave()
-        if self.mode in ("ok", "print"):
+        if self.mode == "ok" and os.environ.get("FAKE_SPIN"):
+            _spin(int(os.environ["FAKE_SPIN"]), float(os.environ.get("FAKE_SPIN_S", "0.8")))
+        elif self.mode in ("ok", "print"):
             time.sleep(OK_EPOCH_SLEEP_S)
         labels = np.asarray(data.y)[order]
         return {"loss": TRAIN_LOSS / self.epoch, "accuracy": float(np.mean(labels == 1))}

@@ -84,6 +84,15 @@ def test_stored_runs_hold_timings_metrics_and_resources(quick_run):
         assert run["threads"] == os.cpu_count() and run["python"].startswith("3.11")
         assert run["peak_rss_mb"] > 100 and run["mean_cpu_percent"] > 10
         assert run["mean_gpu_util_percent"] is None and run["peak_gpu_mem_mb"] is None
+        # FLOP/s of the steady epoch against the environment's GEMM peak, measured once for the suite
+        assert run["n_train"] > 0 and run["achieved_gflops"] > 0 and run["mfu"] > 0
+        assert run["energy_source"].startswith("cpu: ") and run["energy_source"].endswith("gpu: device cpu")
+    with Store(results / "dlbench.sqlite") as store:
+        [peak] = store.peaks()
+    assert (peak["framework"], peak["threads"], peak["device"], peak["matrix_size"]) == ("pytorch", os.cpu_count(),
+                                                                                        "cpu", 2048)
+    assert peak["gflops"] > 0 and {r["peak_id"] for r in runs} == {peak["id"]}
+    for run in runs:
         with Store(results / "dlbench.sqlite") as store:
             assert len(store.samples(run["id"])) >= 5
         run_dir = Path(run["run_dir"])

@@ -11,6 +11,7 @@ import numpy as np
 import psutil
 import pytest
 
+from dlbench import cores
 from dlbench.executor import run_worker
 from dlbench.frameworks.base import epoch_order
 from dlbench.models import ir
@@ -60,8 +61,12 @@ def run_fake(tmp_path: Path, mode: str, timeout_s: float = 60, memory_limit_mb: 
     return outcome, run_dir
 
 
+BOUNDARIES = ("epoch_start", "epoch_trained")  # the training's bounds within each epoch, for the energy reads
+
+
 def kinds(events: list[dict]) -> list[str]:
-    return [e.get("event") for e in events]
+    """The events' kinds, the training boundaries left out (test_epoch_boundaries_bound_the_training)."""
+    return [e.get("event") for e in events if e.get("event") not in BOUNDARIES]
 
 
 def worker_pid(events: list[dict]) -> int:
@@ -92,7 +97,7 @@ def assert_gone(pid: int, cmdline_has: str | None = None) -> None:
 
 def assert_first_epoch_kept(events: list[dict]) -> None:
     assert kinds(events)[:3] == ["start", "ready", "epoch"]
-    epoch = events[2]
+    epoch = next(e for e in events if e.get("event") == "epoch")
     assert epoch["epoch"] == 1
     assert epoch["train_loss"] == pytest.approx(0.5)
     assert epoch["train_accuracy"] == pytest.approx(7 / 12)
@@ -278,3 +283,35 @@ def test_a_finished_worker_leaving_a_background_process_is_ok(tmp_path):
     finally:
         if (tmp_path / "grandchild.pid").exists():
             assert_gone(int((tmp_path / "grandchild.pid").read_text()), cmdline_has="1000")
+
+
+def test_epoch_boundaries_bound_the_training(tmp_path):
+    """epoch_start and epoch_trained surround each epoch's training (not its evaluation), each received
+    by the harness at a time on the samples' clock."""
+    outcome, _ = run_fake(tmp_path, "ok", epochs=2)
+    assert [e.get("event") for e in outcome.events] == [
+        "start", "ready", "epoch_start", "epoch_trained", "epoch", "epoch_start", "epoch_trained", "epoch", "done"]
+    trained = [e for e in outcome.events if e.get("event") == "epoch_trained"]
+    epochs = [e for e in outcome.events if e.get("event") == "epoch"]
+    assert [e["train_time_s"] for e in trained] == [e["train_time_s"] for e in epochs]
+    assert len(outcome.event_times) == len(outcome.events) and outcome.event_times == sorted(outcome.event_times)
+    start, end = outcome.event_times[2], outcome.event_times[3]
+    assert end - start == pytest.approx(trained[0]["train_time_s"], abs=0.05)
+    assert 0 <= outcome.event_times[0] < outcome.samples[-1].t_s + 1
+
+
+@pytest.mark.parametrize("spinning, flagged", [(1, True), (2, False)])
+def test_a_run_using_one_core_of_two_is_flagged(tmp_path, monkeypatch, spinning, flagged):
+    """The fake keeps `spinning` cores busy in each epoch; the cell gave it two threads."""
+    monkeypatch.setenv("FAKE_SPIN", str(spinning))
+    outcome, _ = run_fake(tmp_path, "ok", epochs=3)
+    assert outcome.status == "ok", outcome.reason
+    used = cores.used(outcome.samples, outcome.events, outcome.event_times)
+    busy = cores.others(outcome.samples, outcome.events, outcome.event_times, os.cpu_count())
+    flag = cores.flag(used, 2, busy)
+    if busy < cores.BUSY_MACHINE:  # an idle machine gives the fake the cores it spins on
+        assert used == pytest.approx(spinning, abs=0.25)
+    if flagged:
+        assert flag is not None and flag.startswith(f"used {used:.1f} of 2 cores")
+    else:  # on a machine other processes keep busy, two spinners may get one core: the flag then says so
+        assert flag is None or "other processes kept" in flag

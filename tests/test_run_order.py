@@ -76,7 +76,7 @@ def test_run_plan_records_position_machine_and_version(tmp_path, two_frameworks,
     monkeypatch.setattr(runner, "resolve", resolve)
     monkeypatch.setattr(runner, "run_cell", run_cell)
     monkeypatch.setattr(runner, "certificate_status", lambda store, prepared: "none")
-    run_plan(cells, Options(tmp_path / "results", tmp_path / "data"), lambda *args: None)
+    run_plan(cells, Options(tmp_path / "results", tmp_path / "data", peak_size=0), lambda *args: None)
     with Store(tmp_path / "results" / "dlbench.sqlite") as store:
         runs = store.runs()
     assert [(r["plan_position"], r["repetition"], r["workload"], r["framework"]) for r in runs] == [

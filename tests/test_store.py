@@ -63,7 +63,8 @@ def test_round_trip_of_run_epochs_and_samples(store: Store) -> None:
     assert run["id"] == run_id
     assert {k: run[k] for k in make_run()} == make_run()
     assert run["dataset"] is None and run["metric_name"] is None
-    assert run["epochs"] == [make_epoch(0), make_epoch(1)]
+    no_energy = dict.fromkeys(("energy_cpu_j", "energy_dram_j", "energy_gpu_j"))  # NULL unless read
+    assert run["epochs"] == [{**make_epoch(0), **no_energy}, {**make_epoch(1), **no_energy}]
     assert store.samples(run_id) == [
         {"t_s": 0.1, "cpu_percent": 95.0, "rss_mb": 120.0, "threads": 3, "system_cpu_percent": 50.0,
          "gpu_util_percent": None, "gpu_mem_mb": None},
@@ -114,7 +115,7 @@ def test_reopening_keeps_runs_and_schema_version(tmp_path: Path) -> None:
     with Store(path) as store:
         assert [r["cell_hash"] for r in store.runs()] == ["abc123"]
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (5,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (6,)
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 
@@ -238,6 +239,49 @@ def test_a_version_4_store_keeps_its_certificates_but_they_certify_no_code(tmp_p
         assert store.certificate_status("jax", "env1", "cnn-mnist", "src2", "ref1") == "none"
         assert store.certificate_status("jax", "env1", "cnn-mnist", "src1", "ref2") == "none"
     assert schema_version(path) == SCHEMA_VERSION
+
+
+# Version 5: version 4 with monitor_cpu_s and the worker-source digests, before the MFU, cores and energy
+# columns and the peaks table.
+V5_DDL = V4_DDL.replace("harness_cpu_s REAL);", "harness_cpu_s REAL, monitor_cpu_s REAL, worker_source TEXT);").replace(
+    "deviations TEXT);", "deviations TEXT, worker_source TEXT, reference_source TEXT);").replace(
+    "user_version=4", "user_version=5")
+
+
+def test_a_version_5_store_gains_empty_measure_columns_and_a_peaks_table(tmp_path: Path) -> None:
+    path = old_store(tmp_path / "dlbench.sqlite", V5_DDL,
+                     "INSERT INTO runs (cell_hash, framework, workload, status, harness_cpu_s) "
+                     "VALUES ('old', 'pytorch', 'cnn-mnist', 'ok', 0.5)",
+                     "INSERT INTO epochs (run_id, epoch, train_time_s) VALUES (1, 1, 2.5)")
+    with Store(path) as store:
+        [old] = store.runs()
+        assert old["harness_cpu_s"] == 0.5
+        for name in ("n_train", "achieved_gflops", "peak_id", "mfu", "cores_used", "cores_flag", "energy_source"):
+            assert old[name] is None
+        assert {k: old["epochs"][0][k] for k in ("energy_cpu_j", "energy_dram_j", "energy_gpu_j")} == dict.fromkeys(
+            ("energy_cpu_j", "energy_dram_j", "energy_gpu_j"))
+        assert store.peaks() == []
+        peak_id = store.save_peak({"framework": "pytorch", "gflops": 60.0, "threads": 2, "device": "cpu"})
+        store.save_run({**make_run("new"), "peak_id": peak_id, "mfu": 0.5}, [{**make_epoch(1), "energy_cpu_j": 3.0}],
+                       [])
+        new = store.runs()[1]
+        assert (new["peak_id"], new["mfu"], new["epochs"][0]["energy_cpu_j"]) == (peak_id, 0.5, 3.0)
+    assert schema_version(path) == SCHEMA_VERSION == 6
+
+
+def test_peaks_round_trip_with_a_failed_measurement(store: Store) -> None:
+    measured = {"framework": "pytorch", "framework_version": "2.13.0", "framework_env": "abcd", "threads": 2,
+                "device": "cpu", "machine": {"hostname": "h", "logical_cores": 2}, "suite": "quick",
+                "measured_at": "2026-12-03T18:00:00+0000", "method": "torch.matmul", "matrix_size": 2048,
+                "repeats": 5, "gflops": 63.2, "reason": None}
+    failed = {**measured, "framework": "theano", "method": None, "gflops": None,
+              "reason": "peak not measured: RuntimeError: boom"}
+    ids = [store.save_peak(measured), store.save_peak(failed)]
+    peaks = store.peaks()
+    assert [p["id"] for p in peaks] == ids
+    assert [{k: p[k] for k in measured} for p in peaks] == [measured, failed]
+    with pytest.raises(StoreError, match="unknown peak key"):
+        store.save_peak({"framework": "x", "tflops": 1.0})
 
 
 def test_newer_schema_version_is_refused(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from dlbench.runner import PACKAGE_PARENT
 from dlbench.workloads import WORKLOADS
 
 PACKAGE = PACKAGE_PARENT / "dlbench"
-WORKER_SIDE = [PACKAGE / "worker.py", *sorted((PACKAGE / "models").glob("*.py")),
+WORKER_SIDE = [PACKAGE / "worker.py", PACKAGE / "peak.py", *sorted((PACKAGE / "models").glob("*.py")),
                *sorted((PACKAGE / "frameworks").glob("*.py"))]
 OLD_NUMPY = "numpy==1.17.5"  # the 1.17 line is the oldest with Python 3.8 wheels; legacy envs pin < 1.24
 SMALL_META = {"lstm-imdb": {"vocab_size": 300, "seq_len": 20}, "lstm-ptb": {"vocab_size": 300, "seq_len": 10}}

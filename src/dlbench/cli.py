@@ -99,9 +99,12 @@ def cmd_results(args: argparse.Namespace) -> int:
     if not path.exists():
         raise StoreError(f"no results at {path}; run a suite first (dlbench run) or pass --results DIR")
     with Store(path) as store:
-        runs, certificates = store.runs(), store.certificates()
+        runs, certificates, peaks = store.runs(), store.certificates(), store.peaks()
     render = {"table": results.table, "csv": results.to_csv, "json": results.to_json}[args.format]
     print(render(runs))
+    if args.format == "table" and peaks:
+        print()
+        print(results.peaks_table(peaks))
     if args.format == "table" and certificates:
         print()
         print(results.certificates_table(certificates))

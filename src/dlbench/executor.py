@@ -38,6 +38,9 @@ class Outcome:
     # events, drawing progress): what the measurement took from the machine the framework runs on
     harness_cpu_s: float | None = None
     monitor_cpu_s: float | None = None  # the part of harness_cpu_s its sampling thread used
+    # per event, when the harness received it: seconds on the samples' clock (Sample.t_s), so the
+    # samples taken while the worker trained can be told apart (runner: cores used)
+    event_times: list[float] = field(default_factory=list)
 
 
 def _worker_preexec() -> None:
@@ -124,10 +127,12 @@ def run_worker(command: list[str], env: dict[str, str], run_dir: Path, timeout_s
 
     monitor = Monitor(process.pid, on_sample=check_memory)
     monitor.start()
+    t0 = time.monotonic()  # the samples' t_s count from the monitor's start, microseconds before this
     pending: queue.Queue[dict | None] = queue.Queue()
     threading.Thread(target=_read_events, args=(process.stdout, pending), daemon=True).start()
     deadline = started + timeout_s
-    events, timed_out = _collect(pending, process, deadline, on_event)
+    times: list[float] = []
+    events, timed_out = _collect(pending, process, deadline, on_event, lambda: times.append(time.monotonic() - t0))
     try:  # stdout can close before the process ends
         returncode = process.wait(timeout=max(deadline - time.perf_counter(), 0.0))
     except subprocess.TimeoutExpired:
@@ -135,7 +140,7 @@ def run_worker(command: list[str], env: dict[str, str], run_dir: Path, timeout_s
         returncode, timed_out = process.wait(), True
     samples = monitor.stop()
     outcome = Outcome("ok", None, events, samples, _tail(stderr_path), time.perf_counter() - started, returncode,
-                      time.process_time() - cpu_started, monitor.cpu_s)
+                      time.process_time() - cpu_started, monitor.cpu_s, times[:len(events)])
     epochs_done = sum(1 for e in events if e.get("event") == "epoch")
     if timed_out:
         outcome.status, outcome.reason = "timeout", f"timed out after {timeout_s:g} s ({epochs_done} epochs done)"
@@ -150,7 +155,8 @@ def run_worker(command: list[str], env: dict[str, str], run_dir: Path, timeout_s
 
 
 def _collect(pending: "queue.Queue[dict | None]", process: subprocess.Popen, deadline: float,
-             on_event: Callable[[dict], None] | None) -> tuple[list[dict], bool]:
+             on_event: Callable[[dict], None] | None,
+             stamp: Callable[[], None] = lambda: None) -> tuple[list[dict], bool]:
     """Events until the worker's stdout closes; kills the worker at the deadline. A descendant that
     inherited stdout can hold it open after the worker exits: a grace second later it is killed."""
     events: list[dict] = []
@@ -173,6 +179,7 @@ def _collect(pending: "queue.Queue[dict | None]", process: subprocess.Popen, dea
             continue
         if event is None:
             return events, False
+        stamp()
         events.append(event)
         if on_event:
             on_event(event)

@@ -125,6 +125,9 @@ def outcome(run: dict) -> str:
     return f"ok: {run['metric_name']} {run['metric_value']:.4f}, train {run['train_time_s']:.1f} s"
 
 
+PEAK = "measuring its environment's float32 GEMM peak (once per environment, threads and device)"
+
+
 def ready(event: dict) -> str:
     versions = ", ".join(f"{k} {v}" for k, v in event["versions"].items())
     return f"ready after {event['elapsed_s']:.1f} s ({versions}; {event['threads']} threads)"
@@ -165,6 +168,8 @@ class PlainProgress:
         elif kind == "end":
             left = "" if index == total else f", {self.eta.describe()}"
             self.say(f"    {outcome(payload)} ({index}/{total} done{left})")
+        elif payload.get("event") == "peak":
+            self.say(f"    {PEAK}")
         elif payload.get("event") == "ready":
             self.say(f"    {ready(payload)}")
         elif payload.get("event") == "epoch":
@@ -211,6 +216,8 @@ class LiveProgress:
             self.cell = None
             style = "green" if payload["status"] == "ok" else "bold red"
             self.keep(Text(f"{head(index, total, cell)}: ") + Text(outcome(payload), style=style))
+        elif payload.get("event") == "peak":
+            self.detail = PEAK
         elif payload.get("event") == "ready":
             self.detail = ready(payload)
         elif payload.get("event") == "epoch":

@@ -4,6 +4,7 @@ import io
 import json
 
 from dlbench import sources
+from dlbench.analysis import measures
 
 # (run field, table heading); the table shows these, CSV and JSON carry every field
 TABLE_COLUMNS = (
@@ -14,6 +15,9 @@ TABLE_COLUMNS = (
     ("time_to_target_s", "to target s"), ("params", "params"), ("peak_rss_mb", "peak MiB"),
     ("mean_cpu_percent", "cpu %"), ("certificate", "certified"), ("compile_cache", "cache"), ("reason", "reason"),
 )
+# derived from the stored columns (dlbench.analysis.measures): heading, text of a run; after "cpu %"
+DERIVED_COLUMNS = (("GFLOP/s", measures.gflops_text), ("MFU", measures.mfu_text), ("cores", measures.cores_text),
+                   ("energy/sample", measures.energy_text))
 LARGE_FIELDS = ("config", "packages", "stderr_tail")  # kept out of CSV rows; JSON has them
 
 
@@ -37,9 +41,13 @@ def table(runs: list[dict]) -> str:
     """One row per run; "code" says whether the run's worker code is what dlbench runs now."""
     if not runs:
         return "no runs stored yet"
-    rows = [[heading for _, heading in TABLE_COLUMNS] + ["code", "epochs (metric@train s)"]]
-    rows += [[_cell(run.get(key)) for key, _ in TABLE_COLUMNS]
-             + [sources.code_state(run["framework"], run.get("worker_source")), epochs_text(run)] for run in runs]
+    split = [key for key, _ in TABLE_COLUMNS].index("mean_cpu_percent") + 1
+    rows = [[heading for _, heading in TABLE_COLUMNS[:split]] + [heading for heading, _ in DERIVED_COLUMNS]
+            + [heading for _, heading in TABLE_COLUMNS[split:]] + ["code", "epochs (metric@train s)"]]
+    for run in runs:
+        cells = [_cell(run.get(key)) for key, _ in TABLE_COLUMNS]
+        rows.append(cells[:split] + [text(run) for _, text in DERIVED_COLUMNS] + cells[split:]
+                    + [sources.code_state(run["framework"], run.get("worker_source")), epochs_text(run)])
     return aligned(rows)
 
 
@@ -61,6 +69,19 @@ def certificates_table(certificates: list[dict]) -> str:
                      _sci(worst["max_abs"]), _sci(worst["max_rel"]), share,
                      sources.code_state(cert["framework"], cert.get("worker_source"), cert.get("reference_source")),
                      cert["created_at"]])
+    return aligned(rows)
+
+
+def peaks_table(peaks: list[dict]) -> str:
+    """The float32 GEMM peaks measured (dlbench.peak), each with how busy the rest of the machine was."""
+    rows = [["peak id", "framework", "version", "threads", "device", "n", "GFLOP/s", "call", "others busy (cores)",
+             "measured", "suite"]]
+    for peak in peaks:
+        rows.append([str(peak["id"]), peak["framework"], _cell(peak["framework_version"]), _cell(peak["threads"]),
+                     _cell(peak["device"]), _cell(peak["matrix_size"]),
+                     _cell(peak["gflops"]) if peak["gflops"] is not None else f"- ({peak['reason']})",
+                     _cell(peak["method"]), _cell(peak.get("others_busy_cores")), _cell(peak["measured_at"]),
+                     _cell(peak["suite"])])
     return aligned(rows)
 
 

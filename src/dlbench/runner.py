@@ -3,13 +3,17 @@ worker through the executor and stores one run per cell, in one transaction."""
 import hashlib
 import json
 import os
+import resource
 import statistics
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlbench import data, envs, machine, sources
+import psutil
+
+from dlbench import cores, data, energy, envs, machine, sources
 from dlbench.executor import Outcome, run_worker
 from dlbench.models import ir
 from dlbench.monitor import summarise
@@ -18,6 +22,10 @@ from dlbench.suite import Cell
 from dlbench.workloads import Workload, get_workload
 
 PACKAGE_PARENT = Path(__file__).resolve().parent.parent  # put on the worker's PYTHONPATH
+PEAK_SIZE = 2048  # saturates the CPUs here (two 16 MiB operands); a GPU gets PEAK_SIZE_GPU
+PEAK_SIZE_GPU = 8192
+PEAK_REPEATS = 5
+PEAK_TIMEOUT_S = 600
 REFERENCE = envs.REFERENCE
 
 
@@ -28,6 +36,8 @@ class Options:
     force: bool = False
     timeout_s: float | None = None  # overrides the suite's
     memory_limit_mb: float | None = None
+    peak_size: int = PEAK_SIZE  # n of the n x n float32 GEMM whose FLOP/s is the peak; 0: no peak measured
+    powercap: Path = energy.POWERCAP
 
 
 @dataclass(frozen=True)
@@ -109,11 +119,44 @@ def worker_environment(run_dir: Path, threads: int, extra: dict[str, str],
     return env
 
 
-def epoch_rows(events: list[dict], metric: str) -> list[dict]:
+def epoch_rows(events: list[dict], metric: str, energies: dict | None = None) -> list[dict]:
+    """One row per epoch event; `energies` (epoch -> energy_*_j of its training) fill the energy columns."""
+    energies = energies or {}
     return [{"epoch": e["epoch"], "train_time_s": e["train_time_s"], "eval_time_s": e["eval_time_s"],
              "train_loss": e["train_loss"], "train_accuracy": e["train_accuracy"],
-             "metric_value": e["metrics"].get(metric), "metrics": e["metrics"]}
+             "metric_value": e["metrics"].get(metric), "metrics": e["metrics"], **energies.get(e["epoch"], {})}
             for e in events if e.get("event") == "epoch"]
+
+
+def achieved_gflops(flops_per_sample: int | None, n_train: int | None, steady_epoch_s: float | None) -> float | None:
+    """FLOP/s of a steady epoch: every training sample of the epoch (the last batch may be smaller, none
+    is dropped) at the IR's training FLOPs (3x forward), over the median steady epoch's training time."""
+    if not flops_per_sample or not n_train or not steady_epoch_s:
+        return None
+    return flops_per_sample * n_train / steady_epoch_s / 1e9
+
+
+def mfu(achieved: float | None, peak_gflops: float | None) -> float | None:
+    return achieved / peak_gflops if achieved is not None and peak_gflops else None
+
+
+class EpochEnergy:
+    """Reads the energy counters when the worker's epoch_start and epoch_trained events arrive; per
+    epoch, the joules of its training."""
+
+    def __init__(self, meter: energy.EnergyMeter) -> None:
+        self.meter = meter
+        self.starts: dict[int, energy.Reading] = {}
+        self.epochs: dict[int, dict] = {}
+
+    def on_event(self, event: dict) -> None:
+        if not self.meter.available or event.get("event") not in ("epoch_start", "epoch_trained"):
+            return
+        reading = self.meter.read()
+        if event["event"] == "epoch_start":
+            self.starts[event["epoch"]] = reading
+        elif event["epoch"] in self.starts:
+            self.epochs[event["epoch"]] = self.meter.joules(self.starts[event["epoch"]], reading)
 
 
 def timing_summary(epochs: list[dict], target: dict) -> dict:
@@ -137,13 +180,16 @@ def timing_summary(epochs: list[dict], target: dict) -> dict:
 
 
 def run_row(prepared: Prepared, outcome: Outcome, epochs: list[dict], run_dir: Path, started_at: str,
-            compile_cache: str | None = None) -> dict:
+            compile_cache: str | None = None, energy_source: str | None = None) -> dict:
     cell, config = prepared.cell, prepared.config
     start = next((e for e in outcome.events if e.get("event") == "start"), {})
     ready = next((e for e in outcome.events if e.get("event") == "ready"), {})
     versions = ready.get("versions", {})
     recipe = envs.get_recipe(cell.framework)
     resources = summarise(outcome.samples)
+    timing = timing_summary(epochs, prepared.workload.target)
+    flops = ir.train_flops(config["model"])
+    used = cores.used(outcome.samples, outcome.events, outcome.event_times)
     return {
         "cell_hash": prepared.hash, "suite": cell.suite, "framework": cell.framework,
         "framework_version": versions.get(recipe.version_package) or prepared.env.version(),
@@ -154,11 +200,15 @@ def run_row(prepared: Prepared, outcome: Outcome, epochs: list[dict], run_dir: P
         "monitor_cpu_s": outcome.monitor_cpu_s, "worker_source": config["worker_source"],
         "metric_name": prepared.workload.target["metric"],
         "target_value": prepared.workload.target["value"], "params": ir.count_params(config["model"]),
-        "flops_per_sample": ir.train_flops(config["model"]), "threads": ready.get("threads"),
+        "flops_per_sample": flops, "threads": ready.get("threads"), "n_train": ready.get("n_train"),
+        "achieved_gflops": achieved_gflops(flops, ready.get("n_train"), timing.get("steady_epoch_s")),
+        "cores_used": used, "energy_source": energy_source,
+        "cores_flag": cores.flag(used, config["threads"], cores.others(outcome.samples, outcome.events,
+                                                                      outcome.event_times, os.cpu_count())),
         "startup_s": ready.get("elapsed_s"),
         "python": f"{start.get('python', config['python'])} {start.get('executable', prepared.env.python)}",
         "packages": dict(config["env_packages"], **versions), "config": config, "run_dir": str(run_dir),
-        "compile_cache": compile_cache, **timing_summary(epochs, prepared.workload.target), **resources,
+        "compile_cache": compile_cache, **timing, **resources,
     }
 
 
@@ -177,11 +227,76 @@ def run_cell(prepared: Prepared, options: Options, on_event: Callable[[dict], No
     shared = shared_compile_cache(options.results, cell)
     cache_state = compile_cache_state(cell, shared)  # before the worker adds to it
     variables = worker_environment(run_dir, config["threads"], recipe.worker_env, shared)
-    outcome = run_worker(command, variables, run_dir, options.timeout_s or cell.timeout_s, options.memory_limit_mb,
-                         on_event)
+    meter = energy.EnergyMeter(cell.device, options.powercap)
+    epoch_energy = EpochEnergy(meter)
+
+    def events(event: dict) -> None:
+        epoch_energy.on_event(event)  # first: the counters are read as close to the event as can be
+        if on_event is not None:
+            on_event(event)
+
+    try:
+        outcome = run_worker(command, variables, run_dir, options.timeout_s or cell.timeout_s,
+                             options.memory_limit_mb, events)
+    finally:
+        meter.close()
     (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in outcome.events))
-    epochs = epoch_rows(outcome.events, prepared.workload.target["metric"])
-    return run_row(prepared, outcome, epochs, run_dir, started_at, cache_state), epochs, outcome.samples
+    epochs = epoch_rows(outcome.events, prepared.workload.target["metric"], epoch_energy.epochs)
+    row = run_row(prepared, outcome, epochs, run_dir, started_at, cache_state, meter.source)
+    return row, epochs, outcome.samples
+
+
+def measure_peak(prepared: Prepared, options: Options, threads: int) -> dict:
+    """The float32 GEMM peak of the cell's framework environment (dlbench.peak) at the cell's threads and
+    device, as a peaks row: gflops NULL with the reason when the measurement fails."""
+    cell, env = prepared.cell, prepared.env
+    size = options.peak_size or PEAK_SIZE
+    if cell.device == "gpu" and size == PEAK_SIZE:
+        size = PEAK_SIZE_GPU
+    row: dict = {"framework": cell.framework, "framework_version": env.version(),
+                 "framework_env": env.packages_digest(), "threads": threads, "device": cell.device,
+                 "suite": cell.suite, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "matrix_size": size,
+                 "repeats": PEAK_REPEATS, "gflops": None, "reason": None, "method": None}
+    recipe = envs.get_recipe(cell.framework)
+    folder = options.results / "peaks" / f"{time.strftime('%Y%m%d-%H%M%S')}-{cell.framework}-{threads}-{cell.device}"
+    folder.mkdir(parents=True, exist_ok=True)
+    command = [str(env.python), "-m", "dlbench.peak", recipe.adapter, "--device", cell.device,
+               "--threads", str(threads), "--size", str(size), "--repeats", str(PEAK_REPEATS)]
+    row.update(run_peak(command, worker_environment(folder, threads, recipe.worker_env), folder))
+    return row
+
+
+def _busy_s() -> float:
+    """CPU seconds the whole machine has spent busy (not idle, not waiting for I/O), all cores."""
+    times = psutil.cpu_times()
+    return sum(times) - times.idle - getattr(times, "iowait", 0.0)
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_peak(command: list[str], variables: dict[str, str], folder: Path) -> dict:
+    """Runs dlbench.peak; its result as peaks fields (gflops, method, reason, others_busy_cores). Never raises."""
+    busy, children, tic = _busy_s(), _children_cpu_s(), time.perf_counter()
+    try:
+        done = subprocess.run(command, env=variables, cwd=folder, capture_output=True, text=True,
+                              timeout=PEAK_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError) as error:
+        return {"gflops": None, "reason": f"peak not measured: {error}"}
+    wall = time.perf_counter() - tic
+    others = max(0.0, (_busy_s() - busy) - (_children_cpu_s() - children)) / wall if wall > 0 else None
+    (folder / "stderr.log").write_text(done.stderr)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    try:
+        result = json.loads(lines[-1]) if lines else {}
+    except ValueError:
+        result = {}
+    if result.get("gflops") and done.returncode == 0:
+        return {"gflops": result["gflops"], "method": result.get("method"), "others_busy_cores": others}
+    reason = result.get("error") or f"exit status {done.returncode}: {done.stderr.strip()[-300:]}"
+    return {"gflops": None, "reason": f"peak not measured: {reason}", "others_busy_cores": others}
 
 
 def certificate_status(store: Store, prepared: Prepared) -> str:
@@ -201,6 +316,7 @@ def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None])
     resolved = [resolve(cell, options.data_dir) for cell in cells]
     counts = {"ok": 0, "failed": 0, "timeout": 0, "skipped": 0}
     provenance = {"machine": machine.describe(), "dlbench_version": machine.dlbench_version()}
+    peaks: dict[tuple, tuple[int, float | None]] = {}  # (framework, env, threads, device) -> peak id, gflops
     with Store(options.results / "dlbench.sqlite") as store:
         completed = store.completed_hashes()
         for index, prepared in enumerate(resolved, 1):
@@ -213,7 +329,17 @@ def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None])
             def on_event(event: dict, index: int = index, cell: Cell = cell) -> None:
                 progress("event", index, len(cells), cell, event)
 
+            peak = None
+            if options.peak_size:  # once per environment, threads and device in this invocation, lazily
+                key = (cell.framework, prepared.env.packages_digest(), prepared.config["threads"], cell.device)
+                if key not in peaks:
+                    progress("event", index, len(cells), cell, {"event": "peak"})
+                    row = measure_peak(prepared, options, prepared.config["threads"])
+                    peaks[key] = (store.save_peak(dict(row, machine=provenance["machine"])), row["gflops"])
+                peak = peaks[key]
             run, epochs, samples = run_cell(prepared, options, on_event)
+            if peak is not None:
+                run.update(peak_id=peak[0], mfu=mfu(run.get("achieved_gflops"), peak[1]))
             run["certificate"] = certificate_status(store, prepared)
             run.update(provenance, plan_position=index)
             store.save_run(run, epochs, samples)

@@ -9,7 +9,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 FILENAME = "dlbench.sqlite"
 
 # Column name -> SQL declaration; the single source for the DDL, inserts and key validation.
@@ -71,6 +71,18 @@ RUN_COLUMNS: dict[str, str] = {
     # (dlbench.sources.worker_source), also part of the cell hash
     "monitor_cpu_s": "REAL",
     "worker_source": "TEXT",
+    # added in schema version 6 (NULL in runs stored before): training samples per epoch (the worker's
+    # ready event); achieved FLOP/s of the steady epochs and its share of the measured peak (peaks table)
+    "n_train": "INTEGER",
+    "achieved_gflops": "REAL",  # flops_per_sample * n_train / steady_epoch_s / 1e9
+    "peak_id": "INTEGER",  # the peaks row the run's mfu is measured against
+    "mfu": "REAL",  # achieved_gflops / that peak's gflops; NULL when the peak could not be measured
+    # cores the worker's tree kept busy in its steady epochs' training (mean CPU % / 100, dlbench.cores),
+    # and the flag when that is far from the threads it was given ("used 0.9 of 2 cores"), else NULL
+    "cores_used": "REAL",
+    "cores_flag": "TEXT",
+    # where the epochs' energy came from, or why there is none (dlbench.energy): "cpu: ...; gpu: ..."
+    "energy_source": "TEXT",
 }
 EPOCH_COLUMNS: dict[str, str] = {
     "epoch": "INTEGER",
@@ -80,6 +92,11 @@ EPOCH_COLUMNS: dict[str, str] = {
     "train_accuracy": "REAL",
     "metric_value": "REAL",
     "metrics": "TEXT",
+    # added in schema version 6: energy of the epoch's training (between the worker's epoch_start and
+    # epoch_trained events), joules; NULL where not exposed (runs.energy_source says why)
+    "energy_cpu_j": "REAL",  # RAPL package zones, summed: the whole socket(s), not the worker alone
+    "energy_dram_j": "REAL",  # RAPL dram subzones, where present
+    "energy_gpu_j": "REAL",  # NVML's total energy counter of the GPU the run computes on
 }
 SAMPLE_COLUMNS: dict[str, str] = {
     "t_s": "REAL",
@@ -107,6 +124,26 @@ CERTIFICATE_COLUMNS: dict[str, str] = {
     "worker_source": "TEXT",
     "reference_source": "TEXT",
 }
+# added in schema version 6: the float32 GEMM peak measured in a framework's own environment (dlbench.peak),
+# once per (environment, threads, device) and suite invocation; runs link to it by peak_id
+PEAK_COLUMNS: dict[str, str] = {
+    "framework": "TEXT NOT NULL",
+    "framework_version": "TEXT",
+    "framework_env": "TEXT",  # digest of the environment's packages (envs.Environment.packages_digest)
+    "threads": "INTEGER",
+    "device": "TEXT",
+    "machine": "TEXT",  # dlbench.machine.describe()
+    "suite": "TEXT",
+    "measured_at": "TEXT",
+    "method": "TEXT",  # the call timed, e.g. torch.matmul
+    "matrix_size": "INTEGER",  # n of the n x n by n x n float32 product
+    "repeats": "INTEGER",
+    "gflops": "REAL",  # best of the repeats: 2 n^3 / seconds / 1e9; NULL when it could not be measured
+    "reason": "TEXT",  # why gflops is NULL
+    # cores the rest of the machine kept busy meanwhile (its busy CPU time less the measurement's, over
+    # the wall time): a peak measured beside other jobs is low
+    "others_busy_cores": "REAL",
+}
 JSON_COLUMNS = frozenset({"packages", "config", "metrics", "deviations", "machine", "dlbench_version"})
 
 
@@ -123,6 +160,7 @@ CREATE TABLE IF NOT EXISTS epochs (
 CREATE TABLE IF NOT EXISTS samples (run_id INTEGER REFERENCES runs(id), {_columns_sql(SAMPLE_COLUMNS)});
 CREATE INDEX IF NOT EXISTS samples_run_id ON samples(run_id);
 CREATE TABLE IF NOT EXISTS certificates (id INTEGER PRIMARY KEY, {_columns_sql(CERTIFICATE_COLUMNS)});
+CREATE TABLE IF NOT EXISTS peaks (id INTEGER PRIMARY KEY, {_columns_sql(PEAK_COLUMNS)});
 """
 
 
@@ -140,6 +178,11 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     5: (*(f"ALTER TABLE runs ADD COLUMN {name} {RUN_COLUMNS[name]}" for name in ("monitor_cpu_s", "worker_source")),
         *(f"ALTER TABLE certificates ADD COLUMN {name} {CERTIFICATE_COLUMNS[name]}"
           for name in ("worker_source", "reference_source"))),
+    6: (*(f"ALTER TABLE runs ADD COLUMN {name} {RUN_COLUMNS[name]}"
+          for name in ("n_train", "achieved_gflops", "peak_id", "mfu", "cores_used", "cores_flag", "energy_source")),
+        *(f"ALTER TABLE epochs ADD COLUMN {name} {EPOCH_COLUMNS[name]}"
+          for name in ("energy_cpu_j", "energy_dram_j", "energy_gpu_j")),
+        f"CREATE TABLE IF NOT EXISTS peaks (id INTEGER PRIMARY KEY, {_columns_sql(PEAK_COLUMNS)})"),
 }
 
 
@@ -222,6 +265,15 @@ class Store:
         row = _row(certificate, CERTIFICATE_COLUMNS, "certificate")
         with _transaction(self._conn):
             return self._conn.execute(_insert_sql("certificates", list(row)), list(row.values())).lastrowid
+
+    def save_peak(self, peak: Mapping[str, Any]) -> int:
+        row = _row(peak, PEAK_COLUMNS, "peak")
+        with _transaction(self._conn):
+            return self._conn.execute(_insert_sql("peaks", list(row)), list(row.values())).lastrowid
+
+    def peaks(self) -> list[dict[str, Any]]:
+        """All measured peaks, oldest first (gflops NULL with its reason where the measurement failed)."""
+        return self._select(f"SELECT id, {', '.join(PEAK_COLUMNS)} FROM peaks ORDER BY id")
 
     def certificates(self) -> list[dict[str, Any]]:
         """All certificates, oldest first."""

@@ -67,10 +67,14 @@ def run(cell: dict, events: Events) -> None:
 
     for epoch in range(1, cell["epochs"] + 1):
         order = epoch_order(cell["seed"], epoch, len(train))
+        # epoch_start and epoch_trained bound the training, outside its clock: the harness reads the
+        # energy counters when they arrive
+        events.emit("epoch_start", epoch=epoch)
         tic = time.perf_counter()
         train_metrics = adapter.train_epoch(train, order)
         adapter.synchronise()
         train_time = time.perf_counter() - tic
+        events.emit("epoch_trained", epoch=epoch, train_time_s=train_time)
         tic = time.perf_counter()
         metrics = adapter.evaluate(test)
         adapter.synchronise()

@@ -176,7 +176,18 @@ def caveats(cells: Sequence[CellSummary], tests: Sequence[PairTest], comparisons
     notes += _certificate_notes(cells)
     notes += _failure_notes(cells)
     notes += _compilation_notes(cells)
+    notes += _cores_notes(cells)
     return notes
+
+
+def _cores_notes(cells: Sequence[CellSummary]) -> list[str]:
+    """Runs whose steady training kept far fewer or more cores busy than the threads they were given."""
+    flagged = [f"{label(c, cells)} rep {run.repetition} {run.cores_flag}" for c in cells for run in c.runs
+               if run.cores_flag]
+    if not flagged:
+        return []
+    return [f"Threads not used as asked: {'; '.join(flagged)} in the steady epochs' training; their times do not "
+            f"measure the threads the suite set."]
 
 
 def _too_few(few: Sequence[PairTest], comparisons: int, steady: Mapping[str, Sequence[float]]) -> str:

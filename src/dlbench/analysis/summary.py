@@ -15,12 +15,14 @@ from dlbench.analysis.stats import Estimate, estimate, ratio
 from dlbench.envs import REFERENCE
 
 FIGURES = ("steady_epoch_s", "train_time_s", "first_epoch_s", "metric_value", "peak_rss_mb", "mean_cpu_percent",
-           "time_to_target_s")  # time_to_target_s: the runs that reached the target only
+           "time_to_target_s",  # time_to_target_s: the runs that reached the target only
+           "achieved_gflops", "mfu")  # of the steady epochs; mfu against the GEMM peak measured for the run
 CELL_KEYS = ("framework", "framework_version", "workload", "dataset", "device")
 GROUP_KEYS = ("workload", "dataset", "device")
 TIME_FIGURES = ("steady_epoch_s", "train_time_s", "first_epoch_s")  # lower is better; speed_ratios' metrics
 # the figures that include the first epoch, hence the compilation a warm compile cache leaves out
 FIRST_EPOCH_FIGURES = ("first_epoch_s", "train_time_s", "time_to_target_s")
+NO_ESTIMATE = Estimate(0, None, None, None)
 WARM = "warm"  # a run's compile_cache when it started from a shared cache that already held compiled code
 
 
@@ -34,6 +36,7 @@ class RunBrief:
     reason: str | None
     epochs_completed: int
     metric_value: float | None  # at the last completed epoch (a timed-out run's too)
+    cores_flag: str | None = None  # "used 0.9 of 2 cores" (dlbench.cores) when far from the threads asked
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,8 @@ class CellSummary:
     # found compiled code), "cold", or None (not recorded: a framework that compiles into no cache)
     compile_cache: str | None = None
     warm_runs_left_out: int = 0  # warm runs kept out of FIRST_EPOCH_FIGURES because cold ones are there
+    achieved_gflops: Estimate = NO_ESTIMATE  # FLOP/s of the steady epochs (runner.achieved_gflops), in GFLOP/s
+    mfu: Estimate = NO_ESTIMATE  # achieved over the measured GEMM peak; runs without a peak left out
     # figure -> the successful runs' values, one per run (None left out), for ratios and tests
     samples: dict[str, tuple[float, ...]] = field(compare=False, default_factory=dict)
 
@@ -140,7 +145,7 @@ def _summary(key: tuple[Any, ...], runs: list[dict], seed: int) -> CellSummary:
 
 def _brief(run: dict) -> RunBrief:
     return RunBrief(run["id"], run.get("repetition"), run.get("plan_position"), run["status"], run.get("reason"),
-                    len(run.get("epochs", ())), run.get("metric_value"))
+                    len(run.get("epochs", ())), run.get("metric_value"), run.get("cores_flag"))
 
 
 def speed_ratios(summaries_or_runs: Sequence[CellSummary] | Sequence[dict], metric: str = "steady_epoch_s",

@@ -6,6 +6,7 @@ import json
 from collections.abc import Mapping, Sequence
 from importlib import metadata
 
+from dlbench.analysis import measures
 from dlbench.report.tables import Table
 
 NOT_RECORDED = "not recorded"
@@ -89,9 +90,11 @@ def run_order_table(runs: Sequence[Mapping]) -> Table:
     rows = [[str(r.get("plan_position") if r.get("plan_position") is not None else "-"), r.get("started_at") or "-",
              r["framework"], r["workload"], r.get("dataset") or "-", r.get("device") or "-",
              str(r.get("repetition")), str(r.get("threads") if r.get("threads") is not None else "-"),
+             measures.cores_text(r), measures.gflops_text(r), measures.mfu_text(r), measures.energy_text(r),
              r["status"], measuring_cost(r), version_text(r.get("dlbench_version"))] for r in ordered]
     return Table("Run order", ["plan position", "started", "framework", "workload", "dataset", "device", "rep",
-                               "threads used", "status", "harness CPU", "dlbench"], rows,
+                               "threads used", "cores busy", "GFLOP/s", "MFU", "energy/sample", "status",
+                               "harness CPU", "dlbench"], rows,
                  note="harness CPU: what measuring took from the machine while the worker ran, in % of one core "
                       "(the harness process: sampling, events, progress; in brackets, the monitor's sampling thread)",
                  row_keys=[{"framework": r["framework"], "workload": r["workload"], "device": r.get("device") or "?"}

@@ -84,7 +84,33 @@ def study_tables(cells: Sequence[CellSummary]) -> list[Table]:
                                 [{"workload": workload} for workload, _, _ in groups], {"device": device}))
         tables += [relative_speed(mine, columns, device, against) for against in ("fastest", "reference")]
         tables.append(time_to_target(mine, columns, device))
+        if any(c.achieved_gflops.n for c in mine):
+            tables.append(throughput(mine, columns, device))
     return tables
+
+
+def throughput(cells: Sequence[CellSummary], columns: list[str], device: str) -> Table:
+    """Achieved GFLOP/s of the steady epochs and MFU, its share of the float32 GEMM peak measured in the
+    framework's own environment with the run's threads."""
+    rows = []
+    for (workload, dataset, _), group_cells in group(cells).items():
+        by_label = {label(c, group_cells): c for c in group_cells}
+        row = [f"{workload} ({dataset or '?'})"]
+        for name in columns:
+            cell = by_label.get(name)
+            if cell is None or not cell.achieved_gflops.n:
+                row.append("" if cell is None else "-")
+                continue
+            text = "GFLOP/s " + with_ci(cell.achieved_gflops, lambda v: f"{v:.3g}")
+            text += "; MFU " + (with_ci(cell.mfu, lambda v: f"{v * 100:.1f}%") if cell.mfu.n else "- (no peak)")
+            row.append(text)
+        rows.append(row)
+    return Table(f"Achieved FLOP/s and MFU, {device}", ["workload (dataset)", *columns], rows,
+                 ["", *(c.split(" ")[0] for c in columns)],
+                 "training FLOPs of a steady epoch's samples (3x forward, from the model IR) over its time; MFU: that "
+                 "over the float32 GEMM peak measured in the framework's environment with the run's threads "
+                 "(dlbench.peak); median [bootstrap 95% CI]", [{"workload": w} for w, _, _ in group(cells)],
+                 {"device": device})
 
 
 def time_to_target(cells: Sequence[CellSummary], columns: list[str], device: str) -> Table:

@@ -1,0 +1,66 @@
+"""Per-run figures derived from the stored columns for display: energy per sample, MFU, cores used.
+Shared by `dlbench results` and the report; reads a run as Store.runs() returns it."""
+from collections.abc import Mapping
+from statistics import median
+
+ENERGY_KINDS = (("cpu", "energy_cpu_j"), ("dram", "energy_dram_j"), ("gpu", "energy_gpu_j"))
+
+
+def steady_epochs(run: Mapping) -> list[Mapping]:
+    """The epochs after the first (compilation, warm-up), or the only one."""
+    epochs = list(run.get("epochs") or [])
+    return epochs[1:] or epochs
+
+
+def energy_per_sample(run: Mapping) -> dict[str, float]:
+    """Joules per training sample of a steady epoch (median over the steady epochs), per counter read:
+    cpu (RAPL packages: the whole socket), dram, gpu. Empty where none was read."""
+    n = run.get("n_train")
+    if not n:
+        return {}
+    found = {}
+    for kind, column in ENERGY_KINDS:
+        values = [e[column] for e in steady_epochs(run) if e.get(column) is not None]
+        if values:
+            found[kind] = median(values) / n
+    return found
+
+
+def energy_reason(run: Mapping) -> str | None:
+    """Why a run has no energy: its energy_source's reasons, the GPU's left out for a CPU run."""
+    source = run.get("energy_source")
+    if not source:
+        return None
+    parts = [p.strip() for p in source.split(";")]
+    if run.get("device") != "gpu":
+        parts = [p for p in parts if not p.startswith("gpu:")]
+    return "; ".join(p.removeprefix("cpu: ") if len(parts) == 1 else p for p in parts)
+
+
+def energy_text(run: Mapping) -> str:
+    """"cpu 0.012 J, gpu 0.3 J" per sample, or "n/a: reason", or "-" for runs stored before energy was read."""
+    per_sample = energy_per_sample(run)
+    if per_sample:
+        return ", ".join(f"{kind} {value:.3g} J" for kind, value in per_sample.items())
+    reason = energy_reason(run)
+    return f"n/a: {reason}" if reason else "-"
+
+
+def gflops_text(run: Mapping) -> str:
+    value = run.get("achieved_gflops")
+    return "-" if value is None else f"{value:.3g}"
+
+
+def mfu_text(run: Mapping) -> str:
+    value = run.get("mfu")
+    if value is not None:
+        return f"{value:.1%}"
+    return "no peak" if run.get("peak_id") is not None and run.get("achieved_gflops") is not None else "-"
+
+
+def cores_text(run: Mapping) -> str:
+    """Cores used in steady training, and the flag ("FLAG used 0.9 of 2 cores") when it is far from the ask."""
+    if run.get("cores_flag"):
+        return f"FLAG {run['cores_flag']}"
+    value = run.get("cores_used")
+    return "-" if value is None else f"{value:.2f}"
