@@ -8,7 +8,6 @@ import pytest
 
 from dlbench import energy
 from dlbench.analysis import measures
-from dlbench.runner import EpochEnergy
 
 MAX_RANGE = 262143328850
 
@@ -161,7 +160,7 @@ def test_gpu_without_the_counter_or_nvml(monkeypatch, tmp_path):
 
 def test_epoch_energy_follows_the_boundary_events(powercap):
     """Only the training, between epoch_start and epoch_trained, counts; evaluation after it does not."""
-    recorder = EpochEnergy(energy.EnergyMeter("cpu", powercap))
+    recorder = energy.EpochEnergy(energy.EnergyMeter("cpu", powercap))
     package = powercap / "intel-rapl:0"  # starts at 1 J; package-1 stays put
     for epoch, (trained, evaluated) in enumerate(((6_000_000, 16_000_000), (19_000_000, 30_000_000)), 1):
         recorder.on_event({"event": "epoch_start", "epoch": epoch})

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from analysis_runs import build_store, run_dict
 
-from dlbench import cores, envs, report, results, runner, suite
+from dlbench import cores, envs, peaks, report, results, runner, suite
 from dlbench.analysis import measures
 from dlbench.runner import Options, Prepared, run_plan
 from dlbench.store import Store
@@ -13,11 +13,11 @@ from dlbench.store import Store
 
 def test_achieved_gflops_and_mfu_arithmetic():
     # cnn-mnist on digits-28: 1,257 training samples a steady epoch of 0.8 s at 3x the forward FLOPs
-    assert runner.achieved_gflops(60_000_000, 1257, 0.8) == pytest.approx(60e6 * 1257 / 0.8 / 1e9)
-    assert runner.achieved_gflops(60_000_000, 1257, None) is None  # one epoch: no steady epoch
-    assert runner.achieved_gflops(None, 1257, 0.8) is None
-    assert runner.mfu(94.275, 62.85) == pytest.approx(1.5)
-    assert runner.mfu(30.0, None) is None and runner.mfu(None, 60.0) is None
+    assert peaks.achieved_gflops(60_000_000, 1257, 0.8) == pytest.approx(60e6 * 1257 / 0.8 / 1e9)
+    assert peaks.achieved_gflops(60_000_000, 1257, None) is None  # one epoch: no steady epoch
+    assert peaks.achieved_gflops(None, 1257, 0.8) is None
+    assert peaks.mfu(94.275, 62.85) == pytest.approx(1.5)
+    assert peaks.mfu(30.0, None) is None and peaks.mfu(None, 60.0) is None
 
 
 def sample(t: float, cpu: float, system: float = 0.0) -> dict:
@@ -151,7 +151,7 @@ def test_peak_of_the_pytorch_environment(tmp_path):
     recipe = envs.get_recipe("pytorch")
     command = [str(env.python), "-m", "dlbench.peak", recipe.adapter, "--threads", "1", "--size", "256",
                "--repeats", "3"]
-    found = runner.run_peak(command, runner.worker_environment(tmp_path, 1, recipe.worker_env), tmp_path)
+    found = peaks.run(command, runner.worker_environment(tmp_path, 1, recipe.worker_env), tmp_path)
     assert found["method"] == "torch.matmul" and found["gflops"] > 0
     assert found["others_busy_cores"] >= 0  # what the rest of the machine ran meanwhile
 
@@ -174,9 +174,9 @@ def test_results_lists_the_peaks_with_the_reason_of_a_failed_one(tmp_path, capsy
 def test_a_peak_that_cannot_be_measured_is_null_with_its_reason(tmp_path):
     env = envs.require("pytorch")
     command = [str(env.python), "-m", "dlbench.peak", "dlbench.frameworks.no_such_framework:Adapter", "--size", "64"]
-    found = runner.run_peak(command, runner.worker_environment(tmp_path, 1, {}), tmp_path)
+    found = peaks.run(command, runner.worker_environment(tmp_path, 1, {}), tmp_path)
     assert found["gflops"] is None and found["reason"].startswith("peak not measured: ModuleNotFoundError")
-    missing = runner.run_peak([str(tmp_path / "no-python")], {}, tmp_path)
+    missing = peaks.run([str(tmp_path / "no-python")], {}, tmp_path)
     assert missing["gflops"] is None and "No such file" in missing["reason"]
 
 

@@ -181,3 +181,22 @@ class EnergyMeter:
             except self._nvml.NVMLError:
                 pass
             self._nvml, self._handles = None, []
+
+
+class EpochEnergy:
+    """Reads the energy counters when the worker's epoch_start and epoch_trained events arrive; per
+    epoch, the joules of its training."""
+
+    def __init__(self, meter: EnergyMeter) -> None:
+        self.meter = meter
+        self.starts: dict[int, Reading] = {}
+        self.epochs: dict[int, dict] = {}
+
+    def on_event(self, event: dict) -> None:
+        if not self.meter.available or event.get("event") not in ("epoch_start", "epoch_trained"):
+            return
+        reading = self.meter.read()
+        if event["event"] == "epoch_start":
+            self.starts[event["epoch"]] = reading
+        elif event["epoch"] in self.starts:
+            self.epochs[event["epoch"]] = self.meter.joules(self.starts[event["epoch"]], reading)

@@ -3,17 +3,13 @@ worker through the executor and stores one run per cell, in one transaction."""
 import hashlib
 import json
 import os
-import resource
 import statistics
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-
-from dlbench import cores, data, energy, envs, machine, sources
+from dlbench import cores, data, energy, envs, machine, peaks, sources
 from dlbench.executor import Outcome, run_worker
 from dlbench.models import ir
 from dlbench.monitor import summarise
@@ -22,10 +18,6 @@ from dlbench.suite import Cell
 from dlbench.workloads import Workload, get_workload
 
 PACKAGE_PARENT = Path(__file__).resolve().parent.parent  # put on the worker's PYTHONPATH
-PEAK_SIZE = 2048  # saturates the CPUs here (two 16 MiB operands); a GPU gets PEAK_SIZE_GPU
-PEAK_SIZE_GPU = 8192
-PEAK_REPEATS = 5
-PEAK_TIMEOUT_S = 600
 REFERENCE = envs.REFERENCE
 
 
@@ -36,7 +28,7 @@ class Options:
     force: bool = False
     timeout_s: float | None = None  # overrides the suite's
     memory_limit_mb: float | None = None
-    peak_size: int = PEAK_SIZE  # n of the n x n float32 GEMM whose FLOP/s is the peak; 0: no peak measured
+    peak_size: int = peaks.PEAK_SIZE  # n of the n x n float32 GEMM whose FLOP/s is the peak; 0: no peak measured
     powercap: Path = energy.POWERCAP
 
 
@@ -128,37 +120,6 @@ def epoch_rows(events: list[dict], metric: str, energies: dict | None = None) ->
             for e in events if e.get("event") == "epoch"]
 
 
-def achieved_gflops(flops_per_sample: int | None, n_train: int | None, steady_epoch_s: float | None) -> float | None:
-    """FLOP/s of a steady epoch: every training sample of the epoch (the last batch may be smaller, none
-    is dropped) at the IR's training FLOPs (3x forward), over the median steady epoch's training time."""
-    if not flops_per_sample or not n_train or not steady_epoch_s:
-        return None
-    return flops_per_sample * n_train / steady_epoch_s / 1e9
-
-
-def mfu(achieved: float | None, peak_gflops: float | None) -> float | None:
-    return achieved / peak_gflops if achieved is not None and peak_gflops else None
-
-
-class EpochEnergy:
-    """Reads the energy counters when the worker's epoch_start and epoch_trained events arrive; per
-    epoch, the joules of its training."""
-
-    def __init__(self, meter: energy.EnergyMeter) -> None:
-        self.meter = meter
-        self.starts: dict[int, energy.Reading] = {}
-        self.epochs: dict[int, dict] = {}
-
-    def on_event(self, event: dict) -> None:
-        if not self.meter.available or event.get("event") not in ("epoch_start", "epoch_trained"):
-            return
-        reading = self.meter.read()
-        if event["event"] == "epoch_start":
-            self.starts[event["epoch"]] = reading
-        elif event["epoch"] in self.starts:
-            self.epochs[event["epoch"]] = self.meter.joules(self.starts[event["epoch"]], reading)
-
-
 def timing_summary(epochs: list[dict], target: dict) -> dict:
     """Training time excludes evaluation; the first epoch (compilation, warm-up) is kept apart."""
     if not epochs:
@@ -201,7 +162,7 @@ def run_row(prepared: Prepared, outcome: Outcome, epochs: list[dict], run_dir: P
         "metric_name": prepared.workload.target["metric"],
         "target_value": prepared.workload.target["value"], "params": ir.count_params(config["model"]),
         "flops_per_sample": flops, "threads": ready.get("threads"), "n_train": ready.get("n_train"),
-        "achieved_gflops": achieved_gflops(flops, ready.get("n_train"), timing.get("steady_epoch_s")),
+        "achieved_gflops": peaks.achieved_gflops(flops, ready.get("n_train"), timing.get("steady_epoch_s")),
         "cores_used": used, "energy_source": energy_source,
         "cores_flag": cores.flag(used, config["threads"], cores.others(outcome.samples, outcome.events,
                                                                       outcome.event_times, os.cpu_count())),
@@ -228,7 +189,7 @@ def run_cell(prepared: Prepared, options: Options, on_event: Callable[[dict], No
     cache_state = compile_cache_state(cell, shared)  # before the worker adds to it
     variables = worker_environment(run_dir, config["threads"], recipe.worker_env, shared)
     meter = energy.EnergyMeter(cell.device, options.powercap)
-    epoch_energy = EpochEnergy(meter)
+    epoch_energy = energy.EpochEnergy(meter)
 
     def events(event: dict) -> None:
         epoch_energy.on_event(event)  # first: the counters are read as close to the event as can be
@@ -250,53 +211,35 @@ def measure_peak(prepared: Prepared, options: Options, threads: int) -> dict:
     """The float32 GEMM peak of the cell's framework environment (dlbench.peak) at the cell's threads and
     device, as a peaks row: gflops NULL with the reason when the measurement fails."""
     cell, env = prepared.cell, prepared.env
-    size = options.peak_size or PEAK_SIZE
-    if cell.device == "gpu" and size == PEAK_SIZE:
-        size = PEAK_SIZE_GPU
+    size = options.peak_size or peaks.PEAK_SIZE
+    if cell.device == "gpu" and size == peaks.PEAK_SIZE:
+        size = peaks.PEAK_SIZE_GPU
     row: dict = {"framework": cell.framework, "framework_version": env.version(),
                  "framework_env": env.packages_digest(), "threads": threads, "device": cell.device,
                  "suite": cell.suite, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "matrix_size": size,
-                 "repeats": PEAK_REPEATS, "gflops": None, "reason": None, "method": None}
+                 "repeats": peaks.PEAK_REPEATS, "gflops": None, "reason": None, "method": None}
     recipe = envs.get_recipe(cell.framework)
     folder = options.results / "peaks" / f"{time.strftime('%Y%m%d-%H%M%S')}-{cell.framework}-{threads}-{cell.device}"
     folder.mkdir(parents=True, exist_ok=True)
     command = [str(env.python), "-m", "dlbench.peak", recipe.adapter, "--device", cell.device,
-               "--threads", str(threads), "--size", str(size), "--repeats", str(PEAK_REPEATS)]
-    row.update(run_peak(command, worker_environment(folder, threads, recipe.worker_env), folder))
+               "--threads", str(threads), "--size", str(size), "--repeats", str(peaks.PEAK_REPEATS)]
+    row.update(peaks.run(command, worker_environment(folder, threads, recipe.worker_env), folder))
     return row
 
 
-def _busy_s() -> float:
-    """CPU seconds the whole machine has spent busy (not idle, not waiting for I/O), all cores."""
-    times = psutil.cpu_times()
-    return sum(times) - times.idle - getattr(times, "iowait", 0.0)
-
-
-def _children_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def run_peak(command: list[str], variables: dict[str, str], folder: Path) -> dict:
-    """Runs dlbench.peak; its result as peaks fields (gflops, method, reason, others_busy_cores). Never raises."""
-    busy, children, tic = _busy_s(), _children_cpu_s(), time.perf_counter()
-    try:
-        done = subprocess.run(command, env=variables, cwd=folder, capture_output=True, text=True,
-                              timeout=PEAK_TIMEOUT_S, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.SubprocessError) as error:
-        return {"gflops": None, "reason": f"peak not measured: {error}"}
-    wall = time.perf_counter() - tic
-    others = max(0.0, (_busy_s() - busy) - (_children_cpu_s() - children)) / wall if wall > 0 else None
-    (folder / "stderr.log").write_text(done.stderr)
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    try:
-        result = json.loads(lines[-1]) if lines else {}
-    except ValueError:
-        result = {}
-    if result.get("gflops") and done.returncode == 0:
-        return {"gflops": result["gflops"], "method": result.get("method"), "others_busy_cores": others}
-    reason = result.get("error") or f"exit status {done.returncode}: {done.stderr.strip()[-300:]}"
-    return {"gflops": None, "reason": f"peak not measured: {reason}", "others_busy_cores": others}
+def peak_of(prepared: Prepared, options: Options, store: Store, measured: dict[tuple, tuple[int, float | None]],
+            machine_row: dict, on_event: Callable[[dict], None]) -> tuple[int, float | None] | None:
+    """(peak id, GFLOP/s) the cell's run is measured against: measured and stored once per framework
+    environment, threads and device in this invocation, before the first of their cells that runs;
+    None when peaks are off (options.peak_size 0)."""
+    if not options.peak_size:
+        return None
+    key = (prepared.cell.framework, prepared.env.packages_digest(), prepared.config["threads"], prepared.cell.device)
+    if key not in measured:
+        on_event({"event": "peak"})
+        row = measure_peak(prepared, options, prepared.config["threads"])
+        measured[key] = (store.save_peak(dict(row, machine=machine_row)), row["gflops"])
+    return measured[key]
 
 
 def certificate_status(store: Store, prepared: Prepared) -> str:
@@ -316,7 +259,7 @@ def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None])
     resolved = [resolve(cell, options.data_dir) for cell in cells]
     counts = {"ok": 0, "failed": 0, "timeout": 0, "skipped": 0}
     provenance = {"machine": machine.describe(), "dlbench_version": machine.dlbench_version()}
-    peaks: dict[tuple, tuple[int, float | None]] = {}  # (framework, env, threads, device) -> peak id, gflops
+    measured_peaks: dict[tuple, tuple[int, float | None]] = {}  # (framework, env, threads, device) -> peak id, gflops
     with Store(options.results / "dlbench.sqlite") as store:
         completed = store.completed_hashes()
         for index, prepared in enumerate(resolved, 1):
@@ -329,17 +272,10 @@ def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None])
             def on_event(event: dict, index: int = index, cell: Cell = cell) -> None:
                 progress("event", index, len(cells), cell, event)
 
-            peak = None
-            if options.peak_size:  # once per environment, threads and device in this invocation, lazily
-                key = (cell.framework, prepared.env.packages_digest(), prepared.config["threads"], cell.device)
-                if key not in peaks:
-                    progress("event", index, len(cells), cell, {"event": "peak"})
-                    row = measure_peak(prepared, options, prepared.config["threads"])
-                    peaks[key] = (store.save_peak(dict(row, machine=provenance["machine"])), row["gflops"])
-                peak = peaks[key]
+            peak = peak_of(prepared, options, store, measured_peaks, provenance["machine"], on_event)
             run, epochs, samples = run_cell(prepared, options, on_event)
             if peak is not None:
-                run.update(peak_id=peak[0], mfu=mfu(run.get("achieved_gflops"), peak[1]))
+                run.update(peak_id=peak[0], mfu=peaks.mfu(run.get("achieved_gflops"), peak[1]))
             run["certificate"] = certificate_status(store, prepared)
             run.update(provenance, plan_position=index)
             store.save_run(run, epochs, samples)

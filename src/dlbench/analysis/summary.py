@@ -64,7 +64,7 @@ class CellSummary:
     # found compiled code), "cold", or None (not recorded: a framework that compiles into no cache)
     compile_cache: str | None = None
     warm_runs_left_out: int = 0  # warm runs kept out of FIRST_EPOCH_FIGURES because cold ones are there
-    achieved_gflops: Estimate = NO_ESTIMATE  # FLOP/s of the steady epochs (runner.achieved_gflops), in GFLOP/s
+    achieved_gflops: Estimate = NO_ESTIMATE  # FLOP/s of the steady epochs (peaks.achieved_gflops), in GFLOP/s
     mfu: Estimate = NO_ESTIMATE  # achieved over the measured GEMM peak; runs without a peak left out
     # figure -> the successful runs' values, one per run (None left out), for ratios and tests
     samples: dict[str, tuple[float, ...]] = field(compare=False, default_factory=dict)
