@@ -307,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
         for framework, workload in pairs:
             try:
                 rows.append(compare_pair(framework, workload, args, scratch, lambda m: print(m, flush=True)))
+                if rows[-1].speed_percent is not None:
+                    print(f"  {framework} {workload}: dlbench at {rows[-1].speed_percent:.1f} % of the idiomatic "
+                          "program's speed", flush=True)
             except (RuntimeError, ProgramOutputError, subprocess.TimeoutExpired, envs.EnvError) as error:
                 failed += 1
                 print(f"  {framework} {workload} failed: {error}", flush=True)
