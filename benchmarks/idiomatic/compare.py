@@ -1,0 +1,328 @@
+"""dlbench's cell beside a short idiomatic program of the same workload, on the same data: the ratio of
+their steady epoch times says whether an adapter is as fast as the framework's usual way of training.
+
+    python benchmarks/idiomatic/compare.py --framework pytorch --workload cnn-mnist
+    python benchmarks/idiomatic/compare.py --all [--epochs 3] [--threads 2] [--repeat 1]
+
+Run with the harness's Python (dlbench importable). For each pair it runs dlbench's cell as `dlbench run`
+does (runner.resolve and runner.run_cell: the worker through the executor, in a throwaway results
+folder), then the program in the same framework environment's Python with the worker's variables
+(runner.worker_environment: threads, HOME and caches in its own run folder), on the same prepared
+arrays for the same epochs and batch size. The contract a program follows is in README.md here.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dlbench import data, envs
+from dlbench.data.prepared import VOCAB_FILE, Built, load_prepared, write_prepared
+from dlbench.runner import Options, resolve, run_cell, worker_environment
+from dlbench.suite import Cell
+from dlbench.workloads import get_workload
+
+HERE = Path(__file__).resolve().parent
+WORKLOADS = ("cnn-mnist", "lstm-ptb")
+
+# (framework, workload) -> the program in this folder that trains the workload the framework's usual way
+PROGRAMS: dict[tuple[str, str], str] = {
+    ("pytorch", "cnn-mnist"): "torch_cnn_mnist.py",
+    ("pytorch", "lstm-ptb"): "torch_lstm_ptb.py",
+    ("tensorflow", "cnn-mnist"): "tensorflow_cnn_mnist.py",
+    ("tensorflow", "lstm-ptb"): "tensorflow_lstm_ptb.py",
+    ("keras-tensorflow", "cnn-mnist"): "keras_cnn_mnist.py",
+    ("keras-tensorflow", "lstm-ptb"): "keras_lstm_ptb.py",
+    ("keras-jax", "cnn-mnist"): "keras_cnn_mnist.py",
+    ("keras-jax", "lstm-ptb"): "keras_lstm_ptb.py",
+    ("keras-torch", "cnn-mnist"): "keras_cnn_mnist.py",
+    ("keras-torch", "lstm-ptb"): "keras_lstm_ptb.py",
+    ("jax", "cnn-mnist"): "jax_cnn_mnist.py",
+    ("jax", "lstm-ptb"): "jax_lstm_ptb.py",
+    ("mxnet", "cnn-mnist"): "mxnet_cnn_mnist.py",
+    ("mxnet", "lstm-ptb"): "mxnet_lstm_ptb.py",
+    ("chainer", "cnn-mnist"): "chainer_cnn_mnist.py",
+    ("chainer", "lstm-ptb"): "chainer_lstm_ptb.py",
+    ("theano", "cnn-mnist"): "theano_cnn_mnist.py",
+    ("theano", "lstm-ptb"): "theano_lstm_ptb.py",
+}
+
+# A pair takes well under a minute on 2 cores: a steady cnn-mnist epoch of a few seconds on 6,000
+# Fashion-MNIST images; lstm-ptb on the first 500 windows of 30 tokens of its quick stand-in (25 steps).
+# The test splits are cut too: only dlbench's cell evaluates, untimed, but it costs wall time.
+DEFAULTS: dict[str, dict] = {
+    "cnn-mnist": {"dataset": "fashion-mnist", "train_limit": 6000, "test_limit": 1000},
+    "lstm-ptb": {"dataset": "lee-news-lm", "train_limit": 500, "test_limit": 100},
+}
+DEFAULT_EPOCHS = 3  # the first (warm-up, compilation) and two steady ones
+PROGRAM_TIMEOUT_S = 900.0
+
+
+class ProgramOutputError(ValueError):
+    """A program's stdout broke the contract (README.md): one JSON object per epoch and nothing else."""
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a pair: its epochs' training times and mean training losses."""
+    train_times: list[float]
+    losses: list[float]
+
+    @property
+    def steady_epoch_s(self) -> float | None:
+        return steady_epoch_s(self.train_times)
+
+    @property
+    def final_loss(self) -> float | None:
+        return self.losses[-1] if self.losses else None
+
+
+@dataclass(frozen=True)
+class Row:
+    framework: str
+    workload: str
+    dlbench: Side | None
+    idiomatic: Side | None
+    note: str = ""  # why a side is missing
+
+    @property
+    def speed_percent(self) -> float | None:
+        if self.dlbench is None or self.idiomatic is None:
+            return None
+        return speed_percent(self.dlbench.steady_epoch_s, self.idiomatic.steady_epoch_s)
+
+
+def steady_epoch_s(train_times: list[float]) -> float | None:
+    """runner.timing_summary's definition: the median training time of the epochs after the first."""
+    return statistics.median(train_times[1:]) if len(train_times) > 1 else None
+
+
+def speed_percent(dlbench_s: float | None, idiomatic_s: float | None) -> float | None:
+    """dlbench's speed as a percentage of the idiomatic program's: idiomatic time / dlbench time x 100
+    (above 100: the adapter is faster)."""
+    if not dlbench_s or not idiomatic_s:
+        return None
+    return 100.0 * idiomatic_s / dlbench_s
+
+
+def parse_program_output(text: str, epochs: int) -> Side:
+    """The epochs a program printed; raises ProgramOutputError naming the first line that breaks the
+    contract: every non-blank line a JSON object {"epoch": n, "train_time_s": s, "loss": x}, epochs
+    1..N in order."""
+    times, losses = [], []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            record = None
+        if not isinstance(record, dict):
+            raise ProgramOutputError(f"stdout line {number} is not a JSON object: {line[:200]!r}")
+        for key in ("epoch", "train_time_s", "loss"):
+            value = record.get(key)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise ProgramOutputError(f"stdout line {number}: {key!r} missing or not a finite number: "
+                                         f"{line[:200]!r}")
+        if record["epoch"] != len(times) + 1:
+            raise ProgramOutputError(f"stdout line {number}: epoch {record['epoch']}, expected {len(times) + 1}")
+        if record["train_time_s"] <= 0:
+            raise ProgramOutputError(f"stdout line {number}: train_time_s must be > 0: {line[:200]!r}")
+        times.append(float(record["train_time_s"]))
+        losses.append(float(record["loss"]))
+    if len(times) != epochs:
+        raise ProgramOutputError(f"the program reported {len(times)} epochs, expected {epochs}")
+    return Side(times, losses)
+
+
+def program_path(framework: str, workload: str) -> Path | None:
+    """The program's file, or None where the pair has no program (yet)."""
+    name = PROGRAMS.get((framework, workload))
+    path = HERE / name if name else None
+    return path if path is not None and path.is_file() else None
+
+
+# ---- data ---------------------------------------------------------------------------------------
+
+def subset(source: data.PreparedDataset, data_dir: Path, train_limit: int | None,
+           test_limit: int | None) -> data.PreparedDataset:
+    """The dataset as dlbench prepares it, its splits cut to their first rows: written (same .npy layout,
+    meta and hash recomputed) as data_dir/prepared/<name>, where runner.resolve finds it by name."""
+    arrays = {}
+    for part, limit in (("train", train_limit), ("test", test_limit)):
+        for kind in ("x", "y"):
+            array = np.load(source.path / f"{kind}_{part}.npy", mmap_mode="r")
+            arrays[f"{kind}_{part}"] = np.ascontiguousarray(array[:limit] if limit else array)
+    meta = {key: value for key, value in source.meta.items() if key not in ("hash", "vocab_sha256")}
+    meta.update(n_train=len(arrays["x_train"]), n_test=len(arrays["x_test"]),
+                description=f"The first {len(arrays['x_train'])} training and {len(arrays['x_test'])} test "
+                            f"rows of {source.name} (hash {source.hash[:16]}). " + meta.get("description", ""))
+    vocab_file = source.path / VOCAB_FILE
+    vocab = json.loads(vocab_file.read_text()) if vocab_file.exists() else None
+    final = data.prepared_dir(source.name, data_dir)
+    write_prepared(Built(arrays, meta, vocab), final)
+    return load_prepared(final)
+
+
+def program_arguments(program: Path, dataset: Path, epochs: int, threads: int, seed: int, recipe: dict) -> list[str]:
+    optimiser = recipe["optimizer"]
+    return [str(program), "--data", str(dataset), "--epochs", str(epochs), "--threads", str(threads),
+            "--seed", str(seed), "--batch-size", str(recipe["batch_size"]), "--learning-rate", repr(optimiser["lr"])]
+
+
+# ---- one pair -----------------------------------------------------------------------------------
+
+def run_dlbench(framework: str, workload: str, dataset: str, data_dir: Path, results: Path, epochs: int,
+                threads: int, seed: int) -> Side:
+    """dlbench's own cell, as `dlbench run` runs it (nothing is stored: the run row is read here)."""
+    recipe = get_workload(workload).recipe
+    cell = Cell(suite="idiomatic", framework=framework, workload=workload, dataset=dataset, device="cpu",
+                repetition=1, seed=seed, epochs=epochs, batch_size=recipe["batch_size"], threads=threads,
+                timeout_s=PROGRAM_TIMEOUT_S)
+    run, epoch_rows, _ = run_cell(resolve(cell, data_dir), Options(results, data_dir))
+    if run["status"] != "ok":
+        raise RuntimeError(f"dlbench's {framework} {workload} cell {run['status']}: {run['reason']}\n"
+                           f"{run.get('stderr_tail') or ''}")
+    return Side([e["train_time_s"] for e in epoch_rows], [e["train_loss"] for e in epoch_rows])
+
+
+def run_program(framework: str, workload: str, program: Path, dataset: Path, results: Path, epochs: int,
+                threads: int, seed: int) -> Side:
+    """The idiomatic program in the framework's environment, with the variables a worker gets, minus
+    dlbench on PYTHONPATH: a program stands alone."""
+    recipe = get_workload(workload).recipe
+    env = envs.require(framework)
+    run_dir = Path(tempfile.mkdtemp(prefix=f"idiomatic-{framework}-{workload}-", dir=results))
+    variables = worker_environment(run_dir, threads, envs.get_recipe(framework).worker_env)
+    variables.pop("PYTHONPATH", None)
+    command = [str(env.python)] + program_arguments(program, dataset, epochs, threads, seed, recipe)
+    done = subprocess.run(command, env=variables, cwd=run_dir, capture_output=True, text=True,
+                          timeout=PROGRAM_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    (run_dir / "stderr.log").write_text(done.stderr)
+    if done.returncode != 0:
+        raise RuntimeError(f"{program.name} ({framework}) exited with status {done.returncode}:\n{done.stderr[-3000:]}")
+    return parse_program_output(done.stdout, epochs)
+
+
+def compare_pair(framework: str, workload: str, args: argparse.Namespace, scratch: Path,
+                 say=print) -> Row:
+    program = program_path(framework, workload)
+    if program is None:
+        return Row(framework, workload, None, None, "no program yet")
+    defaults = DEFAULTS[workload]
+    name = args.dataset or defaults["dataset"]
+    train_limit = args.train_limit if args.train_limit is not None else defaults["train_limit"]
+    test_limit = args.test_limit if args.test_limit is not None else defaults["test_limit"]
+    prepared = data.prepare(name, args.data_dir)
+    data_dir = args.data_dir
+    if train_limit or test_limit:
+        data_dir = scratch / f"data-{name}-{train_limit}-{test_limit}"
+        if not data.prepared_dir(name, data_dir).exists():
+            subset(prepared, data_dir, train_limit, test_limit)
+        prepared = data.prepare(name, data_dir)
+    dlbench_sides, idiomatic_sides = [], []
+    for repetition in range(args.repeat):
+        # alternate which side runs first, so neither always runs on a machine its twin just warmed
+        for side in (("dlbench", "idiomatic") if repetition % 2 == 0 else ("idiomatic", "dlbench")):
+            say(f"  {framework} {workload}: {side} (repetition {repetition + 1}/{args.repeat}) ...")
+            if side == "dlbench":
+                dlbench_sides.append(run_dlbench(framework, workload, name, data_dir, scratch, args.epochs,
+                                                 args.threads, args.seed))
+            else:
+                idiomatic_sides.append(run_program(framework, workload, program, prepared.path, scratch,
+                                                   args.epochs, args.threads, args.seed))
+    return Row(framework, workload, pooled(dlbench_sides), pooled(idiomatic_sides))
+
+
+def pooled(sides: list[Side]) -> Side:
+    """Repetitions as one side whose steady epoch time is the median of the runs' steady times (one value
+    per run) and whose final loss is the first run's."""
+    if len(sides) == 1:
+        return sides[0]
+    steady = statistics.median(s.steady_epoch_s for s in sides if s.steady_epoch_s is not None)
+    return Side([sides[0].train_times[0], steady], [sides[0].final_loss])
+
+
+# ---- the table ----------------------------------------------------------------------------------
+
+def table(rows: list[Row]) -> str:
+    header = ["framework", "workload", "dlbench steady s", "idiomatic steady s", "dlbench speed % of idiomatic",
+              "dlbench final loss", "idiomatic final loss"]
+    lines = [header]
+    for row in rows:
+        if row.dlbench is None or row.idiomatic is None:
+            lines.append([row.framework, row.workload, "-", "-", row.note or "-", "-", "-"])
+            continue
+        percent = row.speed_percent
+        lines.append([row.framework, row.workload, _number(row.dlbench.steady_epoch_s, "{:.3f}"),
+                      _number(row.idiomatic.steady_epoch_s, "{:.3f}"), _number(percent, "{:.1f} %"),
+                      _number(row.dlbench.final_loss, "{:.4f}"), _number(row.idiomatic.final_loss, "{:.4f}")])
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+                     for line in lines)
+
+
+def _number(value: float | None, form: str) -> str:
+    return "-" if value is None else form.format(value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--framework", choices=list(envs.RECIPES))
+    parser.add_argument("--workload", choices=WORKLOADS)
+    parser.add_argument("--all", action="store_true", help="every framework x workload that has a program")
+    parser.add_argument("--dataset", help="prepared dataset (default: fashion-mnist for cnn-mnist, "
+                                          "lee-news-lm for lstm-ptb)")
+    parser.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS, help="at least 2: the first is not steady")
+    parser.add_argument("--threads", type=int, default=None, help="default: the machine's cores, as dlbench's")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--train-limit", type=int, default=None,
+                        help="first K training rows (default 6000 for cnn-mnist, all for lstm-ptb; 0: all)")
+    parser.add_argument("--test-limit", type=int, default=None,
+                        help="first K test rows, evaluated by dlbench's cell only (default 1000 for cnn-mnist)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs a side, alternating which runs first")
+    parser.add_argument("--data-dir", type=Path, default=None, help="prepared data (default: dlbench's)")
+    parser.add_argument("--keep", type=Path, default=None, help="keep the run folders here (default: removed)")
+    args = parser.parse_args(argv)
+    if args.all == bool(args.framework or args.workload) or (not args.all and not (args.framework and args.workload)):
+        parser.error("give --framework and --workload, or --all")
+    if args.epochs < 2:
+        parser.error("--epochs must be at least 2: the first epoch is not a steady one")
+    args.threads = args.threads or os.cpu_count() or 1
+    args.data_dir = (args.data_dir or Path(os.environ.get("DLBENCH_DATA") or envs.dlbench_home() / "data")).resolve()
+    pairs = ([(f, w) for f in envs.RECIPES for w in WORKLOADS] if args.all else [(args.framework, args.workload)])
+    scratch = Path(tempfile.mkdtemp(prefix="dlbench-idiomatic-", dir=args.keep)).resolve()
+    rows, failed = [], 0
+    try:
+        for framework, workload in pairs:
+            try:
+                rows.append(compare_pair(framework, workload, args, scratch, lambda m: print(m, flush=True)))
+                if rows[-1].speed_percent is not None:
+                    print(f"  {framework} {workload}: dlbench at {rows[-1].speed_percent:.1f} % of the idiomatic "
+                          "program's speed", flush=True)
+            except (RuntimeError, ProgramOutputError, subprocess.TimeoutExpired, envs.EnvError) as error:
+                failed += 1
+                print(f"  {framework} {workload} failed: {error}", flush=True)
+                rows.append(Row(framework, workload, None, None, "failed"))
+    finally:
+        if args.keep is None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    print()
+    print(f"threads {args.threads}, {args.epochs} epochs, steady = median of epochs 2..{args.epochs}"
+          + (f", median of {args.repeat} runs a side" if args.repeat > 1 else ""))
+    print(table(rows))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
