@@ -34,7 +34,7 @@ from mxnet.gluon import nn, rnn  # noqa: E402
 
 class LanguageModel(gluon.HybridBlock):
     def __init__(self, vocab, **kwargs):
-        super(LanguageModel, self).__init__(**kwargs)
+        super().__init__(**kwargs)
         with self.name_scope():
             self.embedding = nn.Embedding(vocab, 200)
             self.lstm = rnn.LSTM(200, num_layers=2, layout="NTC", input_size=200)
