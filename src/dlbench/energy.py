@@ -14,11 +14,12 @@ Nothing here raises for a missing or unreadable counter: a meter without a count
 and `source` says why.
 """
 import os
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from dlbench import nvml
 
 POWERCAP = Path("/sys/class/powercap")
 
@@ -88,11 +89,8 @@ def counter_delta(start: int, end: int, max_range: int | None) -> int:
 
 
 def _nvml() -> tuple[ModuleType | None, str | None]:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the deprecated `pynvml` wrapper package warns on import
-            import pynvml
-    except ImportError:
+    pynvml = nvml.bindings()
+    if pynvml is None:
         return None, "no NVML (pynvml not installed)"
     try:
         pynvml.nvmlInit()

@@ -3,12 +3,13 @@ holding runs from two machines or two dlbench versions says so."""
 import platform
 import socket
 import subprocess
-import warnings
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import psutil
+
+from dlbench import nvml
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 _MIB = 1024 * 1024
@@ -38,11 +39,8 @@ def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
 
 def gpu_names() -> list[str]:
     """Names of the GPUs NVML sees; [] where there is no NVML library or no GPU."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the deprecated `pynvml` wrapper package warns on import
-            import pynvml
-    except ImportError:
+    pynvml = nvml.bindings()
+    if pynvml is None:
         return []
     try:
         pynvml.nvmlInit()

@@ -1,10 +1,8 @@
 """Resource sampling of a worker process tree (CPU, RSS, threads, GPU) on a background thread."""
 
 import math
-import sys
 import threading
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from statistics import fmean
@@ -12,6 +10,8 @@ from types import ModuleType
 from typing import Any
 
 import psutil
+
+from dlbench import nvml
 
 _MIB = 1024 * 1024
 # Processes that vanish or turn unreadable between listing and reading are simply left out.
@@ -109,28 +109,10 @@ def _prime(proc: psutil.Process) -> None:
         pass
 
 
-_pynvml_missing = False  # a failed import searches the whole path again each time: 60 ms of CPU here
-
-
 def find_gpu_library() -> None:
     """Looks for NVML's Python bindings once, so that a run's monitor does not spend that CPU while the
     worker it measures is running (executor.run_worker calls it before starting the worker)."""
-    _import_pynvml()
-
-
-def _import_pynvml() -> ModuleType | None:
-    global _pynvml_missing
-    if _pynvml_missing and "pynvml" not in sys.modules:
-        return None
-    try:
-        with warnings.catch_warnings():
-            # The deprecated `pynvml` wrapper package warns on import; the monitor must stay silent.
-            warnings.simplefilter("ignore")
-            import pynvml
-    except ImportError:
-        _pynvml_missing = True
-        return None
-    return pynvml
+    nvml.bindings()
 
 
 class _Gpu:
@@ -162,7 +144,7 @@ class _Gpu:
         if self._tried:
             return self._nvml
         self._tried = True
-        pynvml = _import_pynvml()
+        pynvml = nvml.bindings()
         if pynvml is None:
             return None
         try:
