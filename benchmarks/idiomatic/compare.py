@@ -301,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     args.threads = args.threads or os.cpu_count() or 1
     args.data_dir = (args.data_dir or Path(os.environ.get("DLBENCH_DATA") or envs.dlbench_home() / "data")).resolve()
     pairs = ([(f, w) for f in envs.RECIPES for w in WORKLOADS] if args.all else [(args.framework, args.workload)])
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="dlbench-idiomatic-", dir=args.keep)).resolve()
     rows, failed = [], 0
     try:
