@@ -167,3 +167,35 @@ def test_first_epochs_match_only_runs_of_the_same_compile_cache_state():
                                                 ("theano cnn-mnist digits-28 cpu (warm compile cache)",))
     same = compare.compare_runs(cold, theano_runs("cold", shared=True), metric="first_epoch_s")
     assert [cell.label for cell in same.cells] == ["theano cnn-mnist digits-28 cpu (cold compile cache)"]
+
+
+def on(cpu_model: str, run: dict) -> dict:
+    return dict(run, machine={"hostname": "node", "cpu_model": cpu_model, "gpus": []})
+
+
+def test_runs_on_different_cpu_models_are_never_matched_and_labels_say_which(tmp_path):
+    before = build_store(tmp_path / "a", [on("CPU X", run_dict("pytorch", "cnn-mnist", 2.0, r)) for r in (1, 2)])
+    after = build_store(tmp_path / "b", [on("CPU Y", run_dict("pytorch", "cnn-mnist", 1.0, r)) for r in (1, 2)])
+    result = compare.compare_stores(before, after)
+    assert result.cells == ()
+    assert result.only_a == ("pytorch cnn-mnist digits-28 cpu: CPU X",)
+    assert result.only_b == ("pytorch cnn-mnist digits-28 cpu: CPU Y",)
+    same = build_store(tmp_path / "c", [on("CPU X", run_dict("pytorch", "cnn-mnist", 1.0, r)) for r in (1, 2)])
+    [cell] = compare.compare_stores(before, same).cells
+    assert cell.label == "pytorch cnn-mnist digits-28 cpu"  # one model: labels as before
+
+
+def test_summaries_and_findings_of_a_mixed_cluster_group_by_cpu_model():
+    from dlbench.analysis.findings import findings
+    from dlbench.analysis.load import device_with_hardware
+    from dlbench.analysis.summary import summarise
+
+    runs = [on(model, dict(run_dict(framework, "cnn-mnist", steady, r), id=i, epochs=[]))
+            for i, (model, framework, steady, r) in enumerate(
+                [(m, f, s, r) for m in ("CPU X", "CPU Y") for f, s in (("pytorch", 2.0), ("jax", 1.0))
+                 for r in (1, 2, 3)])]
+    summaries = summarise(device_with_hardware(runs))
+    assert sorted({s.device for s in summaries}) == ["cpu: CPU X", "cpu: CPU Y"]
+    assert all(s.n_ok == 3 for s in summaries) and len(summaries) == 4
+    titles = sorted(f.title for f in findings(summaries))
+    assert titles == ["cnn-mnist on digits-28 (cpu: CPU X)", "cnn-mnist on digits-28 (cpu: CPU Y)"]

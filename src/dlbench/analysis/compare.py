@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from dlbench.analysis import stats
-from dlbench.analysis.load import AnalysisError, read_runs, store_path
+from dlbench.analysis.load import AnalysisError, device_with_hardware, read_runs, store_path
 from dlbench.analysis.stats import Estimate, PairTest
 from dlbench.results import aligned
 
@@ -81,6 +81,7 @@ def match_key(run: dict, ignore_framework: bool = False, metric: str = "steady_e
     config = run.get("config") or {name: run.get(name) for name in LABEL_FIELDS}
     ignored = MATCH_IGNORED + (("framework",) if ignore_framework else ())
     key = {k: v for k, v in config.items() if k not in ignored}
+    key["device"] = run.get("device", key.get("device"))  # names the hardware where runs span several
     if metric in FIRST_EPOCH_METRICS and run.get("compile_cache") is not None:
         key["compile_cache"] = run["compile_cache"]
     return json.dumps(key, sort_keys=True)
@@ -91,6 +92,8 @@ def compare_runs(runs_a: list[dict], runs_b: list[dict], a_name: str = "A", b_na
                  seed: int = 0) -> Comparison:
     if metric not in METRICS:
         raise AnalysisError(f"--metric {metric!r} is not one of: {', '.join(METRICS)}")
+    labelled = device_with_hardware([*runs_a, *runs_b])
+    runs_a, runs_b = labelled[:len(runs_a)], labelled[len(runs_a):]
     cells_a = _by_key(runs_a, ignore_framework, metric)
     cells_b = _by_key(runs_b, ignore_framework, metric)
     labels = _labels({**cells_a, **cells_b}, ignore_framework, metric)

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from dlbench.analysis.findings import Finding, findings
+from dlbench.analysis.load import device_with_hardware
 from dlbench.analysis.summary import CellSummary, summarise
 from dlbench.report import manifest, tables
 from dlbench.store import FILENAME, Store, StoreError
@@ -32,7 +33,8 @@ class Report:
 
 def load(store_path: Path) -> Report:
     with Store(store_path) as store:
-        runs, certificates = store.runs(), store.certificates()
+        # runs from several CPU (or GPU) models are grouped apart: their device names the model
+        runs, certificates = device_with_hardware(store.runs()), store.certificates()
         samples = {run["id"]: store.samples(run["id"]) for run in runs}
     summaries = summarise(runs)
     return Report(str(store_path), datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), runs, certificates,
