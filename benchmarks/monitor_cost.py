@@ -16,7 +16,8 @@ import tempfile
 from pathlib import Path
 from unittest import mock
 
-from dlbench import executor, monitor
+from dlbench import monitor
+from dlbench.executors import process as executor
 
 # Busy threads that release the GIL: numpy's own loops do, as a framework's kernels do.
 WORKER = """

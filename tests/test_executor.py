@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from dlbench import cores
-from dlbench.executor import run_worker
+from dlbench.executors.process import run_worker
 from dlbench.frameworks.base import epoch_order
 from dlbench.models import ir
 

@@ -7,7 +7,8 @@ from analysis_runs import build_store, run_dict
 
 from dlbench import cores, envs, peaks, report, results, runner, suite
 from dlbench.analysis import measures
-from dlbench.runner import Options, Prepared, run_plan
+from dlbench.executors.local import run_plan
+from dlbench.runner import Options, Prepared
 from dlbench.store import Store
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from dlbench import envs, machine, runner, sources, suite
-from dlbench.runner import Options, Prepared, run_plan
+from dlbench.executors.local import run_plan
+from dlbench.runner import Options, Prepared
 from dlbench.store import Store
 
 SUITE = """

@@ -85,7 +85,7 @@ def test_unknown_top_level_field_names_its_line_and_the_accepted_fields(capsys, 
     """)
     message = error_of(capsys, ["run", str(path)])
     assert message == (f"{path}:4: field 'repeats': unknown field; accepted: name, description, frameworks, "
-                       "device, repeat, seed, threads, timeout_s, compile_cache, workloads")
+                       "device, repeat, seed, threads, timeout_s, compile_cache, executor, workloads")
 
 
 def test_bad_epochs_in_the_second_entry_names_its_line(capsys, tmp_path):
@@ -329,3 +329,22 @@ def test_recipe_digest_covers_set_fields_but_not_defaults():
     assert dataclasses.replace(base, packages=("numpy<2",)).digest() != base.digest()
     # whether the adapter compiles into a cache is not what the environment is built from
     assert dataclasses.replace(base, uses_compile_cache=True).digest() == base.digest()
+
+
+def test_the_executor_field_and_its_errors(capsys, tmp_path):
+    entries = "workloads: [{workload: cnn-mnist, dataset: digits-28}]\n"
+    assert suite.load(str(write_suite(tmp_path, GOOD_HEAD + entries))).executor == "local"
+    assert suite.load(str(write_suite(tmp_path, GOOD_HEAD + "executor: ray\n" + entries))).executor == "ray"
+    path = write_suite(tmp_path, GOOD_HEAD + "executor: slurm\n" + entries)
+    assert error_of(capsys, ["run", str(path)]) == f"{path}:3: field 'executor': 'slurm' is not one of: local, ray"
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--executor", "dask"], "argument --executor: invalid choice: 'dask'"),
+    (["--executor", "ray", "--cells-per-node", "0"], "argument --cells-per-node: expected an integer >= 1, got 0"),
+    (["--executor", "ray", "--retries", "-1"], "argument --retries: expected an integer >= 0, got -1"),
+])
+def test_bad_executor_options_exit_2_naming_them(capsys, argv, message):
+    with pytest.raises(SystemExit) as exited:
+        main(["run", "quick", *argv])
+    assert exited.value.code == 2 and message in capsys.readouterr().err

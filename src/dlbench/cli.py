@@ -10,14 +10,16 @@ from dlbench.analysis import compare
 from dlbench.analysis.load import AnalysisError
 from dlbench.data import DatasetError
 from dlbench.envs import EnvError
+from dlbench.executors import ExecutorError, local
 from dlbench.models import ir
-from dlbench.runner import REFERENCE, Options, run_plan
+from dlbench.runner import REFERENCE, Options
 from dlbench.store import Store, StoreError
 from dlbench.suite import SuiteError
 from dlbench.workloads import WORKLOADS, WorkloadError, get_workload
 
 DEFAULT_RESULTS = Path("dlbench-results")
-USER_ERRORS = (SuiteError, WorkloadError, EnvError, DatasetError, StoreError, certify.CertifyError, AnalysisError)
+USER_ERRORS = (SuiteError, WorkloadError, EnvError, DatasetError, StoreError, certify.CertifyError, AnalysisError,
+               ExecutorError)
 
 
 def data_dir(args: argparse.Namespace) -> Path:
@@ -33,9 +35,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     # absolute: workers run inside their run folders
     options = Options(Path(args.results).resolve(), data_dir(args).resolve(), args.force, args.timeout,
                       args.memory_limit_mb)
-    print(f"suite {chosen.name}: {len(cells)} cells; results in {options.results}")
+    executor = args.executor or chosen.executor
+    where = f" on the Ray cluster at {args.address or 'a new local Ray'}" if executor == "ray" else ""
+    print(f"suite {chosen.name}: {len(cells)} cells{where}; results in {options.results}")
     with progress.display(cells, args.plain) as shown:
-        counts, hashes = run_plan(cells, options, shown)
+        if executor == "ray":
+            counts, hashes = run_on_ray(cells, options, shown, args)
+        else:
+            counts, hashes = local.run_plan(cells, options, shown)
     with Store(options.results / "dlbench.sqlite") as store:
         latest = {run["cell_hash"]: run for run in store.runs()}  # runs come oldest first
     print()
@@ -44,6 +51,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(", ".join(f"{n} {k}" for k, n in counts.items() if n))
     print(f"results: {options.results / 'dlbench.sqlite'} (dlbench results --results {args.results})")
     return 0 if counts["failed"] == counts["timeout"] == 0 else 1
+
+
+def run_on_ray(cells: list, options: Options, shown, args: argparse.Namespace) -> tuple[dict[str, int], list[str]]:
+    try:
+        from dlbench.executors import ray_cluster
+    except ImportError as error:  # pragma: no cover - depends on what is installed
+        raise SuiteError(f"--executor ray needs Ray in dlbench's environment (pip install 'dlbench[ray]'): "
+                         f"{error}") from None
+    node_data = Path(args.node_data_dir).resolve() if args.node_data_dir else None
+    ray_options = ray_cluster.RayOptions(args.address, args.cells_per_node, args.retries, node_data)
+    return ray_cluster.run_plan(cells, options, shown, ray_options)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -186,6 +204,13 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text}")
+    return value
+
+
 def positive_float(text: str) -> float:
     value = float(text)
     if value <= 0:
@@ -212,6 +237,18 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--compile-cache", choices=suite.COMPILE_CACHES,
                      help="cold: every run compiles into its own empty folder; shared: the runs of the results "
                           "folder share one per framework, each recorded as warm or cold (default: the suite's)")
+    run.add_argument("--executor", choices=suite.EXECUTORS,
+                     help="local: the cells one after another on this machine; ray: spread over a Ray cluster's "
+                          "nodes (default: the suite's, else local)")
+    run.add_argument("--address", help="with --executor ray: the cluster to join (auto, HOST:PORT, ray://HOST:PORT; "
+                                       "default: start a Ray on this machine)")
+    run.add_argument("--cells-per-node", type=positive_int, default=1,
+                     help="with --executor ray: cells measured at once on one node (default 1: a node to itself; "
+                          "more and they measure each other)")
+    run.add_argument("--retries", type=non_negative_int, default=2,
+                     help="with --executor ray: dispatches again of a cell whose node died under it (default 2)")
+    run.add_argument("--node-data-dir",
+                     help="with --executor ray: a data folder every node sees (default: each node's own)")
     run.add_argument("--force", action="store_true", help="rerun cells that are already complete")
     run.add_argument("--plain", action="store_true",
                      help="print progress as plain lines even on a terminal (they always are in a pipe or a log)")

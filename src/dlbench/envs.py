@@ -2,6 +2,7 @@
 
 The harness never imports a framework; it only runs the environment's interpreter.
 """
+import fcntl
 import hashlib
 import json
 import os
@@ -242,6 +243,16 @@ def create(framework: str, log=print) -> Environment:
     building.rename(env.path)
     log(f"{framework}: environment ready at {env.path} in {time.perf_counter() - tic:.0f} s")
     return env
+
+
+def ensure(framework: str, log=print) -> Environment:
+    """The framework's environment, built first where it is missing or stale; concurrent callers on one
+    machine (Ray tasks on one node) wait on a lock file, so it is built once."""
+    root = env_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".{framework}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        return create(framework, log)
 
 
 def remove(framework: str) -> bool:

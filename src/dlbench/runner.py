@@ -1,5 +1,6 @@
-"""Runs a plan of cells: resolves each cell's configuration and hash, skips completed ones, runs the
-worker through the executor and stores one run per cell, in one transaction."""
+"""One cell, wherever it runs: its configuration and hash (resolve), its worker run through the process
+executor (run_cell), its run row, its peak and its certificate status. The plan's loop over cells is an
+executor's (dlbench.executors)."""
 import hashlib
 import json
 import os
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlbench import cores, data, energy, envs, machine, peaks, sources
-from dlbench.executor import Outcome, run_worker
+from dlbench.executors.process import Outcome, run_worker
 from dlbench.models import ir
 from dlbench.monitor import summarise
 from dlbench.store import Store
@@ -46,14 +47,16 @@ class Prepared:
         return hashlib.sha256(json.dumps(self.config, sort_keys=True).encode()).hexdigest()
 
 
-def resolve(cell: Cell, data_dir: Path) -> Prepared:
+def resolve(cell: Cell, data_dir: Path, cores: int | None = None) -> Prepared:
+    """The cell's configuration; a cell without threads gets `cores` (the cores of the machine it will
+    run on: a Ray node's), by default this machine's."""
     workload = get_workload(cell.workload)
     dataset = data.prepare(cell.dataset, data_dir)
     env = envs.require(cell.framework)
     recipe = dict(workload.recipe, epochs=cell.epochs, batch_size=cell.batch_size)
     config = {
         "framework": cell.framework, "workload": cell.workload, "dataset": cell.dataset,
-        "dataset_hash": dataset.hash, "device": cell.device, "threads": cell.threads or os.cpu_count(),
+        "dataset_hash": dataset.hash, "device": cell.device, "threads": cell.threads or cores or os.cpu_count(),
         "seed": cell.seed, "repetition": cell.repetition, "model": workload.model(dataset.meta),
         "recipe": recipe, "env_packages": env.info()["packages"], "python": env.info()["python_version"],
         # the worker's own code: a fixed adapter runs its cells again (dlbench.sources)
@@ -249,36 +252,20 @@ def certificate_status(store: Store, prepared: Prepared) -> str:
                                     prepared.config["worker_source"], sources.framework_source(REFERENCE))
 
 
-def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None]) -> tuple[dict[str, int], list[str]]:
-    """Runs every cell not yet complete, in the order given; a failed cell is stored and the plan goes on.
-    Each run records its 1-based position in `cells`, the machine and the dlbench version.
-    Returns the count of each ending and the plan's cell hashes, in order."""
-    planned = {cell.framework for cell in cells}
-    for framework in [name for name in envs.RECIPES if name in planned]:  # a fixed order, not the shuffled one
-        envs.require(framework)  # before any data is prepared or any file written
-    resolved = [resolve(cell, options.data_dir) for cell in cells]
-    counts = {"ok": 0, "failed": 0, "timeout": 0, "skipped": 0}
-    provenance = {"machine": machine.describe(), "dlbench_version": machine.dlbench_version()}
-    measured_peaks: dict[tuple, tuple[int, float | None]] = {}  # (framework, env, threads, device) -> peak id, gflops
-    with Store(options.results / "dlbench.sqlite") as store:
-        completed = store.completed_hashes()
-        for index, prepared in enumerate(resolved, 1):
-            cell = prepared.cell
-            if prepared.hash in completed and not options.force:
-                counts["skipped"] += 1
-                progress("skip", index, len(cells), cell)
-                continue
-            progress("start", index, len(cells), cell)
-            def on_event(event: dict, index: int = index, cell: Cell = cell) -> None:
-                progress("event", index, len(cells), cell, event)
+def provenance() -> dict:
+    """What every run of this process records beside its own figures: the machine and dlbench's version."""
+    return {"machine": machine.describe(), "dlbench_version": machine.dlbench_version()}
 
-            peak = peak_of(prepared, options, store, measured_peaks, provenance["machine"], on_event)
-            run, epochs, samples = run_cell(prepared, options, on_event)
-            if peak is not None:
-                run.update(peak_id=peak[0], mfu=peaks.mfu(run.get("achieved_gflops"), peak[1]))
-            run["certificate"] = certificate_status(store, prepared)
-            run.update(provenance, plan_position=index)
-            store.save_run(run, epochs, samples)
-            counts[run["status"]] += 1
-            progress("end", index, len(cells), cell, run)
-    return counts, [prepared.hash for prepared in resolved]
+
+def finish_run(store: Store, prepared: Prepared, ran: tuple, peak: tuple[int, float | None] | None,
+               recorded: dict) -> dict:
+    """Links the run of `ran` (run_cell's run row, epochs, samples) to its peak (id, GFLOP/s), adds its
+    certificate status and `recorded` (provenance, plan position, executor), and saves it with its epochs
+    and samples in one transaction. Returns the run row."""
+    run, epochs, samples = ran
+    if peak is not None:
+        run.update(peak_id=peak[0], mfu=peaks.mfu(run.get("achieved_gflops"), peak[1]))
+    run["certificate"] = certificate_status(store, prepared)
+    run.update(recorded)
+    store.save_run(run, epochs, samples)
+    return run

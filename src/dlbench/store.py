@@ -9,7 +9,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 FILENAME = "dlbench.sqlite"
 
 # Column name -> SQL declaration; the single source for the DDL, inserts and key validation.
@@ -83,6 +83,14 @@ RUN_COLUMNS: dict[str, str] = {
     "cores_flag": "TEXT",
     # where the epochs' energy came from, or why there is none (dlbench.energy): "cpu: ...; gpu: ..."
     "energy_source": "TEXT",
+    # added in schema version 7: the executor that ran the cell ("local" or "ray"; NULL before: local); on
+    # Ray, the node (ray_node_id, address; the node's own machine is in the machine column), how many of
+    # the plan's cells ran on that node at once including this one, and the attempt that completed it
+    # (1 unless a node died under an earlier one)
+    "executor": "TEXT",
+    "node": "TEXT",
+    "cells_on_node": "INTEGER",
+    "attempt": "INTEGER",
 }
 EPOCH_COLUMNS: dict[str, str] = {
     "epoch": "INTEGER",
@@ -144,7 +152,7 @@ PEAK_COLUMNS: dict[str, str] = {
     # the wall time): a peak measured beside other jobs is low
     "others_busy_cores": "REAL",
 }
-JSON_COLUMNS = frozenset({"packages", "config", "metrics", "deviations", "machine", "dlbench_version"})
+JSON_COLUMNS = frozenset({"packages", "config", "metrics", "deviations", "machine", "dlbench_version", "node"})
 
 
 def _columns_sql(columns: Mapping[str, str]) -> str:
@@ -183,6 +191,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         *(f"ALTER TABLE epochs ADD COLUMN {name} {EPOCH_COLUMNS[name]}"
           for name in ("energy_cpu_j", "energy_dram_j", "energy_gpu_j")),
         f"CREATE TABLE IF NOT EXISTS peaks (id INTEGER PRIMARY KEY, {_columns_sql(PEAK_COLUMNS)})"),
+    7: tuple(f"ALTER TABLE runs ADD COLUMN {name} {RUN_COLUMNS[name]}"
+             for name in ("executor", "node", "cells_on_node", "attempt")),
 }
 
 

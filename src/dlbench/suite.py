@@ -15,8 +15,9 @@ DEVICES = ("cpu", "gpu")
 # cold: every run compiles into its own empty folder; shared: the runs of one results folder share one
 # compile folder per framework, and each run records whether it found it warm or cold (runner.py)
 COMPILE_CACHES = ("cold", "shared")
+EXECUTORS = ("local", "ray")  # where the cells run: this machine, or a Ray cluster's nodes (dlbench.executors)
 SUITE_FIELDS = ("name", "description", "frameworks", "device", "repeat", "seed", "threads", "timeout_s",
-                "compile_cache", "workloads")
+                "compile_cache", "executor", "workloads")
 ENTRY_FIELDS = ("workload", "dataset", "epochs", "batch_size")
 
 
@@ -64,6 +65,7 @@ class Suite:
     timeout_s: float
     entries: tuple[Entry, ...]
     compile_cache: str = "cold"
+    executor: str = "local"  # one of EXECUTORS; `dlbench run --executor` overrides it
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,7 @@ def parse(path: Path) -> Suite:
         threads=check.integer(document, "threads", None), timeout_s=float(timeout),
         entries=tuple(_entry(check, document, item) for item in entries),
         compile_cache=check.choice(document, "compile_cache", COMPILE_CACHES, "cold"),
+        executor=check.choice(document, "executor", EXECUTORS, "local"),
     )
 
 

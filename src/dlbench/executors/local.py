@@ -1,0 +1,40 @@
+"""The local executor: a plan's cells one after another on this machine, each stored as it ends."""
+from collections.abc import Callable
+
+from dlbench import envs, runner
+from dlbench.runner import Options
+from dlbench.store import Store
+from dlbench.suite import Cell
+
+
+def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None]) -> tuple[dict[str, int], list[str]]:
+    """Runs every cell not yet complete, in the order given; a failed cell is stored and the plan goes on.
+    Each run records its 1-based position in `cells`, the machine and the dlbench version.
+    Returns the count of each ending and the plan's cell hashes, in order."""
+    planned = {cell.framework for cell in cells}
+    for framework in [name for name in envs.RECIPES if name in planned]:  # a fixed order, not the shuffled one
+        envs.require(framework)  # before any data is prepared or any file written
+    resolved = [runner.resolve(cell, options.data_dir) for cell in cells]
+    counts = {"ok": 0, "failed": 0, "timeout": 0, "skipped": 0}
+    provenance = runner.provenance()
+    measured_peaks: dict[tuple, tuple[int, float | None]] = {}  # (framework, env, threads, device) -> peak id, gflops
+    with Store(options.results / "dlbench.sqlite") as store:
+        completed = store.completed_hashes()
+        for index, prepared in enumerate(resolved, 1):
+            cell = prepared.cell
+            if prepared.hash in completed and not options.force:
+                counts["skipped"] += 1
+                progress("skip", index, len(cells), cell)
+                continue
+            progress("start", index, len(cells), cell)
+
+            def on_event(event: dict, index: int = index, cell: Cell = cell) -> None:
+                progress("event", index, len(cells), cell, event)
+
+            peak = runner.peak_of(prepared, options, store, measured_peaks, provenance["machine"], on_event)
+            ran = runner.run_cell(prepared, options, on_event)
+            run = runner.finish_run(store, prepared, ran, peak,
+                                    dict(provenance, plan_position=index, executor="local"))
+            counts[run["status"]] += 1
+            progress("end", index, len(cells), cell, run)
+    return counts, [prepared.hash for prepared in resolved]

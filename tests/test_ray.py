@@ -1,0 +1,185 @@
+"""The Ray executor on a Ray cluster of three nodes on this machine (Ray's cluster utilities for tests,
+loopback addresses only): the same cells and metrics as the local executor, a node killed mid-cell, the
+driver killed mid-plan, a node whose dataset differs. PyTorch only, the quick suite's cheapest cells.
+
+Head 127.0.0.2 with no CPUs (so no cell runs beside the GCS), nodes 127.0.0.3 and 127.0.0.4 with 2 CPUs
+each: a cell there gets 2 threads, as on the local executor here, so both executors resolve the same
+cell hashes. The two nodes share this machine's two cores: only correctness is tested here, never speed.
+"""
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+from dlbench import data, envs, suite
+from dlbench.data.prepared import Built, write_prepared
+from dlbench.executors import local
+from dlbench.runner import Options
+from dlbench.store import Store
+
+ray = pytest.importorskip("ray")
+from ray.cluster_utils import Cluster  # noqa: E402  (after the skip: Ray is a dev extra)
+
+NODE_CPUS = 2
+WORKLOADS = ["cnn-mnist", "lstm-ptb"]  # offline stand-ins (digits-28, lee-news-lm): nothing to fetch
+TIMEOUT_S = 240  # any wait on the cluster in a test
+
+
+def quiet(*args) -> None:
+    pass
+
+
+def cells(epochs: int = 2, repeat: int | None = None, workloads: list[str] = WORKLOADS) -> list[suite.Cell]:
+    return suite.plan(suite.load("quick"), ["pytorch"], workloads, None, repeat, epochs, None)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    envs.require("pytorch")
+    return tmp_path_factory.mktemp("data")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    made = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 0, "node_ip_address": "127.0.0.2", "include_dashboard": False})
+    for address in ("127.0.0.3", "127.0.0.4"):
+        made.add_node(num_cpus=NODE_CPUS, node_ip_address=address)
+    yield made
+    made.shutdown()
+
+
+def ray_plan(cluster, cells_, options: Options, **ray_options):
+    from dlbench.executors import ray_cluster
+    return ray_cluster.run_plan(cells_, options, quiet, ray_cluster.RayOptions(cluster.address, **ray_options))
+
+
+def stored(results: Path) -> list[dict]:
+    with Store(results / "dlbench.sqlite") as store:
+        return store.runs()
+
+
+def test_the_same_cells_and_metrics_as_the_local_executor_and_a_rerun_skips_them(cluster, data_dir, tmp_path):
+    plan = cells()
+    local_counts, local_hashes = local.run_plan(plan, Options(tmp_path / "local", data_dir), quiet)
+    counts, hashes = ray_plan(cluster, plan, Options(tmp_path / "ray", data_dir))
+    assert counts == local_counts == {"ok": 2, "failed": 0, "timeout": 0, "skipped": 0}
+    assert hashes == local_hashes  # same configurations: threads, environment, data, code
+
+    by_hash = {run["cell_hash"]: run for run in stored(tmp_path / "local")}
+    on_ray = stored(tmp_path / "ray")
+    for run in on_ray:
+        twin = by_hash[run["cell_hash"]]
+        # PyTorch on CPU with the same threads is deterministic: every epoch's figures bitwise equal
+        assert [(e["train_loss"], e["metric_value"]) for e in run["epochs"]] == \
+            [(e["train_loss"], e["metric_value"]) for e in twin["epochs"]]
+        assert run["executor"] == "ray" and twin["executor"] == "local"
+        assert run["attempt"] == 1 and run["cells_on_node"] == 1 and run["threads"] == NODE_CPUS
+        assert run["node"]["address"] in ("127.0.0.3", "127.0.0.4") and run["machine"]["hostname"]
+        assert run["peak_id"] is not None and run["mfu"] is not None
+    # both nodes free at the start: the two cells ran side by side, one on each
+    assert len({run["node"]["ray_node_id"] for run in on_ray}) == 2
+    with Store(tmp_path / "ray" / "dlbench.sqlite") as store:
+        assert len(store.peaks()) == 2  # one per node, both for PyTorch at 2 threads
+
+    again, _ = ray_plan(cluster, plan, Options(tmp_path / "ray", data_dir))
+    assert again["skipped"] == 2 and again["ok"] == 0 and len(stored(tmp_path / "ray")) == 2
+
+
+def test_packed_nodes_record_how_many_cells_shared_them(cluster, data_dir, tmp_path):
+    plan = cells(epochs=1, repeat=2, workloads=["cnn-mnist"])
+    counts, _ = ray_plan(cluster, plan, Options(tmp_path, data_dir, peak_size=0), cells_per_node=2)
+    assert counts["ok"] == 2
+    runs = stored(tmp_path)
+    assert len({run["node"]["ray_node_id"] for run in runs}) == 1  # both fit on the first node
+    assert [run["cells_on_node"] for run in runs] == [2, 2] and {run["threads"] for run in runs} == {NODE_CPUS}
+
+
+def test_a_node_whose_dataset_differs_fails_the_cell_with_the_reason(cluster, data_dir, tmp_path):
+    shared = tmp_path / "node-data"
+    real = data.prepare("digits-28", data_dir)
+    arrays = {name: np.load(real.path / f"{name}.npy") for name in ("x_train", "y_train", "x_test", "y_test")}
+    arrays["x_train"] = arrays["x_train"].copy()
+    arrays["x_train"][0, 0, 0, 0] ^= 1  # one pixel: a valid prepared folder with another hash
+    meta = {k: v for k, v in real.meta.items() if k != "hash"}
+    write_prepared(Built(arrays, meta), data.prepared_dir("digits-28", shared))
+
+    counts, _ = ray_plan(cluster, cells(epochs=1, workloads=["cnn-mnist"]),
+                         Options(tmp_path / "results", data_dir, peak_size=0), node_data_dir=shared)
+    assert counts["failed"] == 1
+    [run] = stored(tmp_path / "results")
+    assert run["status"] == "failed" and "digits-28" in run["reason"] and "hash" in run["reason"]
+    assert real.hash[:16] in run["reason"] and "node" in run["reason"]
+
+
+def test_the_driver_killed_mid_plan_loses_nothing_and_a_rerun_completes_it(cluster, data_dir, tmp_path):
+    command = [sys.executable, "-m", "dlbench.cli", "run", "quick", "-f", "pytorch", "--epochs", "2", "--repeat", "2",
+               "-w", "cnn-mnist", "-w", "lstm-ptb", "--executor", "ray", "--address", cluster.address,
+               "--results", str(tmp_path), "--data-dir", str(data_dir), "--plain"]
+    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True)
+    first: list[dict] = []
+    deadline = time.monotonic() + TIMEOUT_S
+    while not first and time.monotonic() < deadline:
+        time.sleep(0.5)
+        if (tmp_path / "dlbench.sqlite").exists():
+            first = [run for run in stored(tmp_path) if run["status"] == "ok"]
+    assert first, driver.communicate()[0] if driver.poll() is not None else "no run stored in time"
+    os.killpg(driver.pid, signal.SIGKILL)
+    driver.wait()
+    kept = stored(tmp_path)
+    assert len(kept) < 4  # killed mid-plan
+
+    rerun = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert f"{len(kept)} skipped" in rerun.stdout
+    runs = stored(tmp_path)
+    assert len(runs) == 4 and len({run["cell_hash"] for run in runs}) == 4  # no duplicates
+    assert runs[:len(kept)] == kept  # the runs stored before the kill, unchanged
+
+
+def raylet_of(pid: int, nodes: list) -> object | None:
+    """The cluster node whose raylet is an ancestor of process `pid`."""
+    raylets = {node.all_processes[ray._private.ray_constants.PROCESS_TYPE_RAYLET][0].process.pid: node
+               for node in nodes}
+    try:
+        ancestors = psutil.Process(pid).parents()
+    except psutil.Error:
+        return None
+    return next((raylets[p.pid] for p in ancestors if p.pid in raylets), None)
+
+
+def test_a_node_killed_mid_cell_is_retried_on_the_other_one(cluster, data_dir, tmp_path):
+    """Last in this file: it leaves the cluster one node short."""
+    killed: list = []
+
+    def kill_the_node_running_the_worker() -> None:
+        deadline = time.monotonic() + TIMEOUT_S
+        while time.monotonic() < deadline and not killed:
+            for process in psutil.process_iter(["cmdline"]):
+                cmdline = process.info["cmdline"] or []
+                if "dlbench.worker" in cmdline and any(str(tmp_path) in part for part in cmdline):
+                    node = raylet_of(process.pid, list(cluster.worker_nodes))
+                    if node is not None:
+                        time.sleep(1.0)  # into the cell's training
+                        node.kill_raylet()
+                        killed.append(node.node_ip_address)
+                        return
+            time.sleep(0.2)
+
+    killer = threading.Thread(target=kill_the_node_running_the_worker, daemon=True)
+    killer.start()
+    counts, _ = ray_plan(cluster, cells(epochs=4, workloads=["cnn-mnist"]), Options(tmp_path, data_dir, peak_size=0))
+    killer.join(timeout=5)
+    assert killed, "the worker was never seen on a node"
+    assert counts["ok"] == 1
+    [run] = stored(tmp_path)
+    assert run["status"] == "ok" and run["attempt"] == 2 and len(run["epochs"]) == 4
+    assert run["node"]["address"] != killed[0]
