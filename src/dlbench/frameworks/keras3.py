@@ -285,6 +285,25 @@ class TorchAdam(keras.optimizers.Adam):
         self.assign_sub(variable, ops.multiply(ops.divide(lr, correction1), ops.divide(m, denominator)))
 
 
+class CoupledL2Parallel(object):
+    """Mixin: CoupledL2 for Keras's torch optimisers, which update all variables at once in
+    _parallel_update_step (torch._foreach_* ops) and never call update_step."""
+
+    coupled_l2 = 0.0
+
+    def _parallel_update_step(self, grads, variables, learning_rate):
+        grads = torch._foreach_add(grads, [variable.value for variable in variables], alpha=self.coupled_l2)
+        return super()._parallel_update_step(grads, variables, learning_rate)
+
+
+def backend_class(cls, kwargs: dict):
+    """The class Keras builds for `cls` on this backend. On torch, keras.optimizers.SGD and Adadelta
+    build their "parallel" versions (a few multi-tensor torch ops per step, where the generic update_step
+    runs several ops per variable from Python), but a subclass of them is built as itself: deriving from
+    the class Keras picks keeps that fast path, as an idiomatic Keras program gets it."""
+    return type(cls(learning_rate=1.0, **kwargs))
+
+
 def make_optimizer(config: dict):
     name = config["name"]
     if name == "sgd":
@@ -293,9 +312,11 @@ def make_optimizer(config: dict):
         cls, kwargs = TorchAdam, {"beta_1": config["beta1"], "beta_2": config["beta2"], "epsilon": config["epsilon"]}
     else:
         cls, kwargs = keras.optimizers.Adadelta, {"rho": config["rho"], "epsilon": config["epsilon"]}
+    cls = backend_class(cls, kwargs)
     decay = float(config.get("weight_decay") or 0.0)
     if decay:
-        cls = type("CoupledL2" + cls.__name__, (CoupledL2, cls), {"coupled_l2": decay})
+        mixin = CoupledL2Parallel if hasattr(cls, "_parallel_update_step") else CoupledL2
+        cls = type("CoupledL2" + cls.__name__, (mixin, cls), {"coupled_l2": decay})
     cls = type("Dense" + cls.__name__, (DenseGradients, cls), {})
     return cls(learning_rate=config["lr"], **kwargs)
 

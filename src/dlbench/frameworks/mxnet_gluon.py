@@ -23,6 +23,8 @@ keep dense gradients (sparse_grad False, Gluon's default), and every row takes e
 
 Compilation: hybridize() only marks the blocks; the first call of a hybridized block builds its
 graph (CachedOp), so that cost lands in the first train_epoch (and the first predict or evaluate).
+With static_alloc and static_shape a graph keeps its memory between calls; a new input shape (the
+last, smaller batch) builds its plan once.
 Nothing is fetched to the host inside an epoch: the loss and counts are summed on the engine and
 read once at its end; synchronise() is mx.nd.waitall().
 
@@ -400,7 +402,10 @@ class Adapter(BaseAdapter):
         self.dtype = np.float64 if recipe.get("dtype") == "float64" else np.float32
         if self.dtype == np.float64:
             self.objective.cast("float64")
-        self.objective.hybridize()  # marks only: the graphs are built by the first calls
+        # marks only: the graphs are built by the first calls. static_alloc and static_shape (Gluon's
+        # performance guide, as an idiomatic program runs) keep each graph's memory and shapes from one
+        # call to the next instead of planning them again at every batch
+        self.objective.hybridize(static_alloc=True, static_shape=True)
         self.trainable = [p for p in self.objective.collect_params().values() if p.grad_req != "null"]
         self.optimizer = OPTIMIZERS[recipe["optimizer"]["name"]]([p.data(self.ctx) for p in self.trainable],
                                                                  recipe["optimizer"])
