@@ -269,6 +269,8 @@ def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None],
     planned = {cell.framework for cell in cells}
     for framework in [name for name in envs.RECIPES if name in planned]:
         envs.require(framework)  # the driver's environments define the package sets every node must match
+    for name in sorted({cell.dataset for cell in cells}):
+        data.prepare(name, options.data_dir)  # a dataset the driver cannot prepare fails the plan before any cell
     local = {"include_dashboard": False} if ray_options.address is None else {}  # a Ray of our own: no dashboard
     try:
         ray.init(address=ray_options.address, logging_level="WARNING", log_to_driver=False, **local)
