@@ -124,9 +124,10 @@ def failed_run(prepared: Prepared, reason: str) -> tuple:
     return runner.run_row(prepared, Outcome("failed", reason), [], Path(), time.strftime("%Y-%m-%dT%H:%M:%S%z")), [], []
 
 
-def alive_nodes(ray) -> dict[str, dict]:
-    """Node id -> the node's record (ray.nodes()), for the alive nodes with CPUs."""
-    return {node["NodeID"]: node for node in ray.nodes() if node.get("Alive") and node["Resources"].get("CPU", 0) >= 1}
+def alive_nodes(ray, device: str = "cpu") -> dict[str, dict]:
+    """Node id -> the node's record (ray.nodes()), for the alive nodes with CPUs (and a GPU for gpu cells)."""
+    return {node["NodeID"]: node for node in ray.nodes() if node.get("Alive") and node["Resources"].get("CPU", 0) >= 1
+            and (device != "gpu" or node["Resources"].get("GPU", 0) >= 1)}
 
 
 def node_cores(node: dict) -> int:
@@ -154,6 +155,7 @@ class Driver:
         self.running: dict = {}  # ObjectRef -> Dispatched
         self.configs: dict[tuple[int, int], Prepared] = {}  # (plan index, cores) -> the cell resolved for them
         self.remote = ray.remote(max_retries=0)(run_on_node)
+        self.device = "gpu" if any(cell.device == "gpu" for cell in cells) else "cpu"  # a plan has one device
         self.dlbench_version = machine.dlbench_version()
 
     def on_node(self, node_id: str) -> list[Dispatched]:
@@ -181,8 +183,9 @@ class Driver:
         measuring = {attempt.peak_key for attempt in self.running.values()}
         measure = bool(self.options.peak_size) and key not in self.peaks and key not in measuring
         cpus = node_cores(node) / self.ray_options.cells_per_node
+        gpus = 1 if task.cell.device == "gpu" else 0  # a GPU cell holds one GPU: Ray sets CUDA_VISIBLE_DEVICES
         strategy = self.ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node_id, soft=False)
-        ref = self.remote.options(num_cpus=cpus, scheduling_strategy=strategy).remote(
+        ref = self.remote.options(num_cpus=cpus, num_gpus=gpus, scheduling_strategy=strategy).remote(
             task.cell, prepared.config, self.options, self.ray_options.node_data_dir, measure)
         task.attempts += 1
         self.running[ref] = Dispatched(task, node_id, node["NodeManagerAddress"], prepared, key if measure else None)
@@ -233,9 +236,10 @@ class Driver:
         waiting = deque(Task(index, cell) for index, cell in enumerate(self.cells, 1))
         completed = set() if self.options.force else self.store.completed_hashes()
         while waiting or self.running:
-            nodes = alive_nodes(self.ray)
+            nodes = alive_nodes(self.ray, self.device)
             if not nodes and not self.running:
-                raise ClusterError(f"no Ray node with a CPU is alive; {len(waiting)} cells not run")
+                raise ClusterError(f"no Ray node with a CPU{' and a GPU' if self.device == 'gpu' else ''} is alive; "
+                                   f"{len(waiting)} cells not run")
             self.fill(waiting, nodes, completed)
             if not self.running:  # what is still waiting was lost on every node alive
                 for task in list(waiting):
