@@ -266,7 +266,7 @@ def test_a_version_5_store_gains_empty_measure_columns_and_a_peaks_table(tmp_pat
                        [])
         new = store.runs()[1]
         assert (new["peak_id"], new["mfu"], new["epochs"][0]["energy_cpu_j"]) == (peak_id, 0.5, 3.0)
-    assert schema_version(path) == SCHEMA_VERSION == 6
+    assert schema_version(path) == SCHEMA_VERSION == 7
 
 
 def test_peaks_round_trip_with_a_failed_measurement(store: Store) -> None:
@@ -288,11 +288,11 @@ def test_newer_schema_version_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "dlbench.sqlite"
     Store(path).close()
     with sqlite3.connect(path) as conn:
-        conn.execute("PRAGMA user_version=7")
+        conn.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
     with pytest.raises(StoreError) as error:
         Store(path)
     assert str(path) in str(error.value)
-    assert "7" in str(error.value) and str(SCHEMA_VERSION) in str(error.value)
+    assert str(SCHEMA_VERSION + 1) in str(error.value) and str(SCHEMA_VERSION) in str(error.value)
 
 
 def test_a_file_that_is_not_a_database_is_reported(tmp_path: Path) -> None:

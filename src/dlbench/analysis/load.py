@@ -43,6 +43,6 @@ def device_with_hardware(runs: list[dict]) -> list[dict]:
     of mixed nodes, or stores from two machines), each run's device names its model, "cpu: AMD EPYC
     7B13": summaries, statistics, findings, the report and compare group by device, so runs on different
     hardware are never pooled, ranked or matched together, and every title and label says which it is."""
-    if len({hardware(run) for run in runs}) <= 1:
+    if len({hardware(run) for run in runs} - {None}) <= 1:  # runs stored before machines were recorded do not count
         return runs
     return [dict(run, device=f"{run.get('device') or '?'}: {hardware(run) or 'not recorded'}") for run in runs]
