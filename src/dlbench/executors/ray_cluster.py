@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlbench import data, envs, machine, runner, sources
-from dlbench.data import DatasetError, manage
+from dlbench.data import DatasetError
 from dlbench.data import download as data_download
 from dlbench.executors import ExecutorError
 from dlbench.executors.process import Outcome
@@ -95,7 +95,9 @@ def prepare_on_node(cell: Cell, config: dict, data_dir: Path) -> Prepared:
     if here != config["worker_source"]:
         raise ValueError(f"the node's dlbench worker code (digest {here[:12]}) differs from the driver's "
                          f"({config['worker_source'][:12]}): install the same dlbench on every node")
-    manage.fetch(cell.dataset, data_dir, data_download.offline_from_env())
+    if not data_download.offline_from_env():  # the files the node lacks; data.prepare then reads them once
+        for spec in data.files(cell.dataset):
+            data_download.fetch(spec, data.raw_dir(cell.dataset, data_dir))
     dataset = data.prepare(cell.dataset, data_dir)
     if dataset.hash != config["dataset_hash"]:
         raise ValueError(f"the node's prepared {cell.dataset} at {dataset.path} has hash {dataset.hash[:16]}, "
