@@ -84,8 +84,14 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
     # MXNet 1.9.1 (archived upstream): its wheel declares Python 3.5-3.8, and numpy 1.24 removed the
     # np.bool it uses. One engine worker thread for the CPU (MXNet's default, stated so it is recorded):
     # each operator then runs its own OpenMP threads, the cell's budget, set by the adapter.
+    # MXNET_CPU_PARALLEL_SIZE: a copy of more than 200,000 elements made on the Python thread (weights
+    # set, a split put on the device) runs OpenMP threads of its own by default. libgomp then manages
+    # more threads than there are cores and stops its threads spinning between operators: they sleep
+    # and are woken for each one, and lstm-ptb's training step took 35 ms instead of 18 ms. Those
+    # copies stay on one thread; the operators keep the cell's threads.
     Recipe("mxnet", "3.8", ("mxnet==1.9.1", "numpy<1.24"), "dlbench.frameworks.mxnet_gluon:Adapter",
-           "mxnet, numpy", "mxnet", worker_env={"MXNET_CPU_WORKER_NTHREADS": "1"}),
+           "mxnet, numpy", "mxnet",
+           worker_env={"MXNET_CPU_WORKER_NTHREADS": "1", "MXNET_CPU_PARALLEL_SIZE": "2147483647"}),
     # Theano 1.0.5 needs numpy < 1.24 (np.bool), scipy < 1.14 (the last wheels with an LP64 OpenBLAS,
     # which Theano links as its BLAS) and setuptools < 81 (pkg_resources; uv venvs have none).
     # Python 3.10: the newest interpreter where Theano's compiled (Cython) scan still builds.
