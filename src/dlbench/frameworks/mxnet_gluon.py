@@ -288,10 +288,6 @@ def from_gluon_layout(kind: str, key: str, value: np.ndarray) -> np.ndarray:
 # In place where the reference is (torch's mul_, add_): the same roundings, fewer temporaries.
 
 class SGD(object):
-    """The reference's SGD: v = momentum v + (g + wd p); p -= lr v (Nesterov: p -= lr (g + wd p + momentum v)).
-    Without Nesterov, MXNet's own fused update runs it in one operator per weight. That operator keeps
-    -lr v as its state (mom = momentum mom - lr (g + wd p); p += mom): the same steps, since lr is fixed."""
-
     def __init__(self, params: List[nd.NDArray], config: dict):
         self.lr, self.momentum = config["lr"], config.get("momentum", 0.0)
         self.nesterov, self.weight_decay = config.get("nesterov", False), config.get("weight_decay", 0.0)
@@ -299,23 +295,17 @@ class SGD(object):
 
     def step(self, params, grads):
         for k, (p, g) in enumerate(zip(params, grads)):
-            if self.nesterov:
-                g = g + self.weight_decay * p if self.weight_decay else g
+            if self.weight_decay:
+                g = g + self.weight_decay * p  # coupled L2, on every trainable weight
+            if self.momentum:
                 v = self.velocity[k]
                 v *= self.momentum
                 v += g
-                p -= self.lr * (g + self.momentum * v)
-            elif self.momentum:
-                nd.sgd_mom_update(p, g, self.velocity[k], lr=self.lr, momentum=self.momentum,
-                                  wd=self.weight_decay, out=p)
-            else:
-                nd.sgd_update(p, g, lr=self.lr, wd=self.weight_decay, out=p)
+                g = g + self.momentum * v if self.nesterov else v
+            p -= self.lr * g
 
 
 class Adam(object):
-    """The reference's Adam: p -= (lr / bc1) m / (sqrt(v) / sqrt(bc2) + eps). MXNet's fused update computes
-    p -= lr' m / (sqrt(v) + eps'); with lr' = lr sqrt(bc2) / bc1 and eps' = eps sqrt(bc2) it is the same step."""
-
     def __init__(self, params: List[nd.NDArray], config: dict):
         self.lr, self.b1, self.b2, self.eps = config["lr"], config["beta1"], config["beta2"], config["epsilon"]
         self.t = 0
@@ -324,10 +314,17 @@ class Adam(object):
 
     def step(self, params, grads):
         self.t += 1  # the step count lives on the host: the bias corrections are plain floats
+        step_size = self.lr / (1.0 - self.b1 ** self.t)
         bc2_sqrt = (1.0 - self.b2 ** self.t) ** 0.5
-        lr = self.lr * bc2_sqrt / (1.0 - self.b1 ** self.t)
         for p, g, m, v in zip(params, grads, self.m, self.v):
-            nd.adam_update(p, g, m, v, lr=lr, beta1=self.b1, beta2=self.b2, epsilon=self.eps * bc2_sqrt, out=p)
+            m *= self.b1
+            m += (1.0 - self.b1) * g
+            v *= self.b2
+            v += (1.0 - self.b2) * nd.square(g)
+            denominator = nd.sqrt(v)
+            denominator /= bc2_sqrt
+            denominator += self.eps
+            p -= step_size * m / denominator
 
 
 class Adadelta(object):
