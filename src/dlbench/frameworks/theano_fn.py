@@ -350,11 +350,6 @@ def adadelta(params, grads, config):
 OPTIMIZERS = {"sgd": sgd, "adam": adam, "adadelta": adadelta}
 
 
-def log_softmax(z):
-    shifted = z - z.max(axis=-1, keepdims=True)
-    return shifted - T.log(T.exp(shifted).sum(axis=-1, keepdims=True))
-
-
 def loss_terms(loss: str, logits, labels):
     """The batch's mean loss, its weight, right predictions and predictions made, as
     pytorch.loss_terms defines them (the last three float64)."""
@@ -367,7 +362,10 @@ def loss_terms(loss: str, logits, labels):
         return value, batch, right, batch
     flat = logits.reshape((-1, logits.shape[-1]))
     flat_labels = labels.flatten()
-    per_token = -log_softmax(flat)[T.arange(flat.shape[0]), flat_labels]
+    # Written as Theano's tutorials write it so that its optimiser fuses softmax, the loss and the argmax
+    # into CrossentropySoftmaxArgmax1HotWithBias (-x[y] + max + log(sum exp), stable). A log-softmax written
+    # out was not fused: lstm-ptb steps took 92 ms against 85 ms (2 cores).
+    per_token = T.nnet.categorical_crossentropy(T.nnet.softmax(flat), flat_labels)
     right = T.eq(T.argmax(flat, axis=-1), flat_labels)
     if loss == "masked_sequence_softmax_cross_entropy":
         kept = T.neq(flat_labels, PAD_ID)
