@@ -4,6 +4,11 @@ by the environment's recipe before Keras is imported).
 The IR becomes a functional keras.Model of Keras layers, channels_last throughout, whose weights are
 the canonical ones as they stand: HWIO conv kernels, (in, out) dense kernels, and LSTM kernels
 (in, 4u) / (u, 4u) with one bias and Keras's gate order i, f, c, o (= i, f, g, o).
+An activation that directly follows a Conv2D or Dense becomes that layer's `activation` argument, as
+Keras programs write it: one layer call fewer per activation. On keras-torch (2 cores, epochs of
+1,536 images alternating with the idiomatic program in one process, glibc's allocator kept from
+returning memory so that page faults do not blur the figure) cnn-mnist went from 95.6-98.3 % of the
+program's speed to 99.3-99.5 %.
 
 Training is model.fit over the epoch's order, the Keras way:
 
@@ -108,6 +113,13 @@ def _lstm_vars(prefix: str, layer) -> Dict[str, object]:
             prefix + "bias": cell.bias}
 
 
+def folded_activation(layers, index: int):
+    """The activation that directly follows layer `index` (a Conv2D or Dense), which takes it as its
+    `activation` argument, as Keras programs write it; None when no activation follows."""
+    following = layers[index + 1] if index + 1 < len(layers) else None
+    return following["fn"] if following is not None and following["type"] == "activation" else None
+
+
 def build_model(spec: dict):
     """The functional model (float pixels or int ids -> logits) and every canonical weight's variable."""
     float_inputs = spec["input_dtype"].startswith("float")
@@ -115,8 +127,11 @@ def build_model(spec: dict):
     x = inputs
     variables = {}  # "layer/param" -> keras Variable, in canonical order
     L = keras.layers
-    for layer in spec["layers"]:
+    layers = spec["layers"]
+    for index, layer in enumerate(layers):
         kind, name = layer["type"], layer["name"]
+        if kind == "activation" and index and layers[index - 1]["type"] in ("conv2d", "dense"):
+            continue  # taken by the layer before it (see folded_activation)
         if kind == "seq2seq":
             source_len = layer["source_len"]
             source_embedding = L.Embedding(layer["source_vocab"], layer["embed_dim"], name=name + "_source_embedding")
@@ -132,7 +147,7 @@ def build_model(spec: dict):
             continue
         if kind == "conv2d":
             module = L.Conv2D(layer["filters"], layer["kernel"], strides=layer["stride"], padding=layer["padding"],
-                              name=name)
+                              activation=folded_activation(layers, index), name=name)
         elif kind == "maxpool2d":
             module = L.MaxPooling2D(layer["pool"], strides=layer["stride"], padding=layer["padding"], name=name)
         elif kind == "batchnorm":
@@ -144,7 +159,7 @@ def build_model(spec: dict):
         elif kind == "flatten":
             module = L.Flatten(name=name)
         elif kind == "dense":
-            module = L.Dense(layer["units"], name=name)
+            module = L.Dense(layer["units"], activation=folded_activation(layers, index), name=name)
         elif kind == "embedding":
             module = L.Embedding(layer["vocab"], layer["dim"], name=name)
         elif kind == "lstm":
