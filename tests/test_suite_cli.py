@@ -85,7 +85,7 @@ def test_unknown_top_level_field_names_its_line_and_the_accepted_fields(capsys, 
     """)
     message = error_of(capsys, ["run", str(path)])
     assert message == (f"{path}:4: field 'repeats': unknown field; accepted: name, description, frameworks, "
-                       "device, repeat, seed, threads, timeout_s, compile_cache, executor, workloads")
+                       "device, repeat, seed, threads, timeout_s, compile_cache, allocator, executor, workloads")
 
 
 def test_bad_epochs_in_the_second_entry_names_its_line(capsys, tmp_path):
@@ -348,3 +348,23 @@ def test_bad_executor_options_exit_2_naming_them(capsys, argv, message):
     with pytest.raises(SystemExit) as exited:
         main(["run", "quick", *argv])
     assert exited.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_unknown_allocator(capsys, tmp_path):
+    path = write_suite(tmp_path, GOOD_HEAD + """allocator: jemalloc
+workloads:
+  - {workload: cnn-mnist, dataset: digits-28}
+""")
+    assert error_of(capsys, ["run", str(path)]) == (f"{path}:3: field 'allocator': 'jemalloc' is not one of: "
+                                                    "default, retain")
+
+
+@pytest.mark.parametrize(("line", "expected"), [("", "default"), ("allocator: retain\n", "retain")])
+def test_allocator_reaches_every_cell_and_the_command_line_overrides_it(tmp_path, line, expected):
+    path = write_suite(tmp_path, GOOD_HEAD + line + "workloads: [{workload: cnn-mnist, dataset: digits-28}]\n")
+    parsed = suite.load(str(path))
+    assert parsed.allocator == expected
+    assert {c.allocator for c in suite.plan(parsed)} == {expected}
+    assert {c.allocator for c in suite.plan(parsed, allocator="retain")} == {"retain"}  # --allocator
+    with pytest.raises(SuiteError, match="allocator 'tcmalloc' is not one of: default, retain"):
+        suite.plan(parsed, allocator="tcmalloc")

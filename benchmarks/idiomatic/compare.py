@@ -29,7 +29,7 @@ import numpy as np
 from dlbench import data, envs
 from dlbench.data.prepared import VOCAB_FILE, Built, load_prepared, write_prepared
 from dlbench.runner import Options, resolve, run_cell, worker_environment
-from dlbench.suite import Cell
+from dlbench.suite import ALLOCATORS, Cell
 from dlbench.workloads import get_workload
 
 HERE = Path(__file__).resolve().parent
@@ -183,12 +183,12 @@ def program_arguments(program: Path, dataset: Path, epochs: int, threads: int, s
 # ---- one pair -----------------------------------------------------------------------------------
 
 def run_dlbench(framework: str, workload: str, dataset: str, data_dir: Path, results: Path, epochs: int,
-                threads: int, seed: int) -> Side:
+                threads: int, seed: int, allocator: str) -> Side:
     """dlbench's own cell, as `dlbench run` runs it (nothing is stored: the run row is read here)."""
     recipe = get_workload(workload).recipe
     cell = Cell(suite="idiomatic", framework=framework, workload=workload, dataset=dataset, device="cpu",
                 repetition=1, seed=seed, epochs=epochs, batch_size=recipe["batch_size"], threads=threads,
-                timeout_s=PROGRAM_TIMEOUT_S)
+                timeout_s=PROGRAM_TIMEOUT_S, allocator=allocator)
     run, epoch_rows, _ = run_cell(resolve(cell, data_dir), Options(results, data_dir))
     if run["status"] != "ok":
         raise RuntimeError(f"dlbench's {framework} {workload} cell {run['status']}: {run['reason']}\n"
@@ -197,13 +197,13 @@ def run_dlbench(framework: str, workload: str, dataset: str, data_dir: Path, res
 
 
 def run_program(framework: str, workload: str, program: Path, dataset: Path, results: Path, epochs: int,
-                threads: int, seed: int) -> Side:
+                threads: int, seed: int, allocator: str) -> Side:
     """The idiomatic program in the framework's environment, with the variables a worker gets, minus
     dlbench on PYTHONPATH: a program stands alone."""
     recipe = get_workload(workload).recipe
     env = envs.require(framework)
     run_dir = Path(tempfile.mkdtemp(prefix=f"idiomatic-{framework}-{workload}-", dir=results))
-    variables = worker_environment(run_dir, threads, envs.get_recipe(framework).worker_env)
+    variables = worker_environment(run_dir, threads, envs.get_recipe(framework).worker_env, allocator=allocator)
     variables.pop("PYTHONPATH", None)
     command = [str(env.python)] + program_arguments(program, dataset, epochs, threads, seed, recipe)
     done = subprocess.run(command, env=variables, cwd=run_dir, capture_output=True, text=True,
@@ -237,10 +237,10 @@ def compare_pair(framework: str, workload: str, args: argparse.Namespace, scratc
             say(f"  {framework} {workload}: {side} (repetition {repetition + 1}/{args.repeat}) ...")
             if side == "dlbench":
                 dlbench_sides.append(run_dlbench(framework, workload, name, data_dir, scratch, args.epochs,
-                                                 args.threads, args.seed))
+                                                 args.threads, args.seed, args.allocator))
             else:
                 idiomatic_sides.append(run_program(framework, workload, program, prepared.path, scratch,
-                                                   args.epochs, args.threads, args.seed))
+                                                   args.epochs, args.threads, args.seed, args.allocator))
     return Row(framework, workload, pooled(dlbench_sides), pooled(idiomatic_sides))
 
 
@@ -292,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="first K test rows, evaluated by dlbench's cell only (default 1000 for cnn-mnist)")
     parser.add_argument("--repeat", type=int, default=1, help="runs a side, alternating which runs first")
     parser.add_argument("--data-dir", type=Path, default=None, help="prepared data (default: dlbench's)")
+    parser.add_argument("--allocator", choices=ALLOCATORS, default="default",
+                        help="both sides' malloc, as dlbench run --allocator sets it (default: glibc's own)")
     parser.add_argument("--keep", type=Path, default=None, help="keep the run folders here (default: removed)")
     args = parser.parse_args(argv)
     if args.all == bool(args.framework or args.workload) or (not args.all and not (args.framework and args.workload)):
@@ -320,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.keep is None:
             shutil.rmtree(scratch, ignore_errors=True)
     print()
-    print(f"threads {args.threads}, {args.epochs} epochs, steady = median of epochs 2..{args.epochs}"
+    print(f"threads {args.threads}, {args.epochs} epochs, allocator {args.allocator}, "
+          f"steady = median of epochs 2..{args.epochs}"
           + (f", median of {args.repeat} runs a side" if args.repeat > 1 else ""))
     print(table(rows))
     return 1 if failed else 0

@@ -31,7 +31,7 @@ def data_dir(args: argparse.Namespace) -> Path:
 def cmd_run(args: argparse.Namespace) -> int:
     chosen = suite.load(args.suite)
     cells = suite.plan(chosen, args.framework, args.workload, args.device, args.repeat, args.epochs,
-                       args.compile_cache)
+                       args.compile_cache, args.allocator)
     # absolute: workers run inside their run folders
     options = Options(Path(args.results).resolve(), data_dir(args).resolve(), args.force, args.timeout,
                       args.memory_limit_mb)
@@ -237,6 +237,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--compile-cache", choices=suite.COMPILE_CACHES,
                      help="cold: every run compiles into its own empty folder; shared: the runs of the results "
                           "folder share one per framework, each recorded as warm or cold (default: the suite's)")
+    run.add_argument("--allocator", choices=suite.ALLOCATORS,
+                     help="default: glibc's malloc as it comes; retain: it keeps freed memory, so epochs stop "
+                          "paying page faults that vary from run to run (default: the suite's)")
     run.add_argument("--executor", choices=suite.EXECUTORS,
                      help="local: the cells one after another on this machine; ray: spread over a Ray cluster's "
                           "nodes (default: the suite's, else local)")

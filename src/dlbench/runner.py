@@ -62,6 +62,8 @@ def resolve(cell: Cell, data_dir: Path, cores: int | None = None) -> Prepared:
         # the worker's own code: a fixed adapter runs its cells again (dlbench.sources)
         "worker_source": sources.framework_source(cell.framework),
     }
+    if cell.allocator != "default":  # only then, as for the compile cache: default cells keep their hashes
+        config["allocator"] = cell.allocator
     if shares_compile_cache(cell):
         # only then: the hashes of cold cells, and of frameworks the setting does not touch, stay as they were
         config["compile_cache"] = "shared"
@@ -92,10 +94,19 @@ def compile_cache_state(cell: Cell, shared: Path | None) -> str | None:
     return "warm" if any(files for _, _, files in os.walk(shared)) else "cold"
 
 
+# allocator: retain. glibc's malloc serves blocks above a threshold from mmap and trims freed memory at
+# the heap's top back to the system; both thresholds adapt as the process runs, so how often a training
+# step faults its buffers in again (zeroed, page by page) depends on the process's history. Fixed this
+# high, freed memory is kept and reused: keras-torch cnn-mnist's steady epoch went from 3.6-4.2 s to
+# 2.9 s on a 2-core EPYC (docs/fairness.md, "Page faults").
+RETAINING_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "1073741824", "MALLOC_TRIM_THRESHOLD_": "4294967295"}
+
+
 def worker_environment(run_dir: Path, threads: int, extra: dict[str, str],
-                       compile_cache: Path | None = None) -> dict[str, str]:
+                       compile_cache: Path | None = None, allocator: str = "default") -> dict[str, str]:
     """The worker's variables: every cache and temp file of the framework lands in the run's folder,
-    except compiled code when a shared compile_cache folder is given (suite field compile_cache: shared)."""
+    except compiled code when a shared compile_cache folder is given (suite field compile_cache: shared);
+    glibc's malloc as it comes, or retaining freed memory (suite field allocator: retain)."""
     env = dict(os.environ)
     for name, sub in (("HOME", "home"), ("TMPDIR", "tmp"), ("XDG_CACHE_HOME", "cache"),
                       ("TORCH_HOME", "cache/torch"), ("KERAS_HOME", "cache/keras"), ("MPLCONFIGDIR", "cache/mpl")):
@@ -107,6 +118,10 @@ def worker_environment(run_dir: Path, threads: int, extra: dict[str, str],
         "DLBENCH_THREADS": str(threads),  # for frameworks that take their thread count at import
     })
     env.pop("DLBENCH_COMPILE_CACHE", None)  # a measured run compiles cold unless its caller says otherwise
+    for name in RETAINING_MALLOC:  # the suite decides the allocator, not the harness's own environment
+        env.pop(name, None)
+    if allocator == "retain":
+        env.update(RETAINING_MALLOC)
     if compile_cache is not None:
         compile_cache.mkdir(parents=True, exist_ok=True)
         env["DLBENCH_COMPILE_CACHE"] = str(compile_cache)
@@ -190,7 +205,8 @@ def run_cell(prepared: Prepared, options: Options, on_event: Callable[[dict], No
     command = [str(prepared.env.python), "-m", "dlbench.worker", str(run_dir / "cell.json")]
     shared = shared_compile_cache(options.results, cell)
     cache_state = compile_cache_state(cell, shared)  # before the worker adds to it
-    variables = worker_environment(run_dir, config["threads"], recipe.worker_env, shared)
+    variables = worker_environment(run_dir, config["threads"], recipe.worker_env, shared,
+                                   config.get("allocator", "default"))
     meter = energy.EnergyMeter(cell.device, options.powercap)
     epoch_energy = energy.EpochEnergy(meter)
 

@@ -15,9 +15,12 @@ DEVICES = ("cpu", "gpu")
 # cold: every run compiles into its own empty folder; shared: the runs of one results folder share one
 # compile folder per framework, and each run records whether it found it warm or cold (runner.py)
 COMPILE_CACHES = ("cold", "shared")
+# default: glibc's malloc as every framework's users run it; retain: it keeps freed memory for reuse
+# (runner.RETAINING_MALLOC), so steps stop faulting their buffers in again, a cost that varies from run to run
+ALLOCATORS = ("default", "retain")
 EXECUTORS = ("local", "ray")  # where the cells run: this machine, or a Ray cluster's nodes (dlbench.executors)
 SUITE_FIELDS = ("name", "description", "frameworks", "device", "repeat", "seed", "threads", "timeout_s",
-                "compile_cache", "executor", "workloads")
+                "compile_cache", "allocator", "executor", "workloads")
 ENTRY_FIELDS = ("workload", "dataset", "epochs", "batch_size")
 
 
@@ -66,6 +69,7 @@ class Suite:
     entries: tuple[Entry, ...]
     compile_cache: str = "cold"
     executor: str = "local"  # one of EXECUTORS; `dlbench run --executor` overrides it
+    allocator: str = "default"  # one of ALLOCATORS; `dlbench run --allocator` overrides it
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,7 @@ class Cell:
     threads: int | None
     timeout_s: float
     compile_cache: str = "cold"  # one of COMPILE_CACHES
+    allocator: str = "default"  # one of ALLOCATORS
 
 
 def builtin_suites() -> list[str]:
@@ -161,6 +166,7 @@ def parse(path: Path) -> Suite:
         entries=tuple(_entry(check, document, item) for item in entries),
         compile_cache=check.choice(document, "compile_cache", COMPILE_CACHES, "cold"),
         executor=check.choice(document, "executor", EXECUTORS, "local"),
+        allocator=check.choice(document, "allocator", ALLOCATORS, "default"),
     )
 
 
@@ -183,12 +189,14 @@ def load(name_or_path: str) -> Suite:
 
 def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str] | None = None,
          device: str | None = None, repeat: int | None = None, epochs: int | None = None,
-         compile_cache: str | None = None) -> list[Cell]:
+         compile_cache: str | None = None, allocator: str | None = None) -> list[Cell]:
     """Cells in run order: repetitions outermost, so a slow drift of the machine touches every
     framework alike rather than all repetitions of one; within a repetition the cells are shuffled
     (`shuffled`), so no framework always runs first or right after the same neighbour."""
     if compile_cache is not None and compile_cache not in COMPILE_CACHES:
         raise SuiteError(f"compile cache {compile_cache!r} is not one of: {', '.join(COMPILE_CACHES)}")
+    if allocator is not None and allocator not in ALLOCATORS:
+        raise SuiteError(f"allocator {allocator!r} is not one of: {', '.join(ALLOCATORS)}")
     for name in frameworks or ():
         if name not in RECIPES:
             raise SuiteError(f"unknown framework {name!r}; known: {', '.join(RECIPES)}")
@@ -214,6 +222,7 @@ def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str]
                     epochs=epochs or entry.epochs or recipe["epochs"],
                     batch_size=entry.batch_size or recipe["batch_size"], threads=suite.threads,
                     timeout_s=suite.timeout_s, compile_cache=compile_cache or suite.compile_cache,
+                    allocator=allocator or suite.allocator,
                 ))
         cells += shuffled(repetition_cells, suite.seed, repetition)
     return cells
