@@ -57,23 +57,26 @@ class Recipe:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+# Every framework package is pinned exactly, at the version certified against the reference, so a build
+# installs the same framework on any day; their own dependencies (numpy among them) resolve within the
+# ranges these versions declare, and each environment's dlbench-env.json freezes what was installed.
 RECIPES: dict[str, Recipe] = {r.framework: r for r in (
     Recipe("pytorch", "3.11", ("torch==2.13.0", "numpy"), "dlbench.frameworks.pytorch:Adapter",
            "torch, numpy", "torch", find_links_from_pip=True),
-    Recipe("jax", "3.11", ("jax", "flax", "optax", "numpy"), "dlbench.frameworks.jax_flax:Adapter",
-           "jax, flax, optax", "jax"),
+    Recipe("jax", "3.11", ("jax==0.10.2", "flax==0.12.8", "optax==0.2.8", "numpy"),
+           "dlbench.frameworks.jax_flax:Adapter", "jax, flax, optax", "jax"),
     # CPU build, what these machines can test; on a GPU machine install "tensorflow" (with CUDA) instead.
     # version_package names the installed distribution (what Environment.version() finds in the freeze);
     # the worker's versions() reports tf.__version__ under "tensorflow", the module it imported.
-    Recipe("tensorflow", "3.11", ("tensorflow-cpu", "numpy"), "dlbench.frameworks.tensorflow_nn:Adapter",
+    Recipe("tensorflow", "3.11", ("tensorflow-cpu==2.21.0", "numpy"), "dlbench.frameworks.tensorflow_nn:Adapter",
            "tensorflow, numpy", "tensorflow-cpu", worker_env={"TF_CPP_MIN_LOG_LEVEL": "2"}),
     # Keras 3, one adapter for its three backends; the backend is chosen by KERAS_BACKEND at import.
-    Recipe("keras-tensorflow", "3.11", ("tensorflow-cpu", "keras", "numpy"), "dlbench.frameworks.keras3:Adapter",
-           "keras, tensorflow, numpy", "keras",
+    Recipe("keras-tensorflow", "3.11", ("tensorflow-cpu==2.21.0", "keras==3.15.1", "numpy"),
+           "dlbench.frameworks.keras3:Adapter", "keras, tensorflow, numpy", "keras",
            worker_env={"KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}),
-    Recipe("keras-jax", "3.11", ("keras", "jax", "numpy"), "dlbench.frameworks.keras3:Adapter",
+    Recipe("keras-jax", "3.11", ("keras==3.15.1", "jax==0.10.2", "numpy"), "dlbench.frameworks.keras3:Adapter",
            "keras, jax, numpy", "keras", worker_env={"KERAS_BACKEND": "jax"}),
-    Recipe("keras-torch", "3.11", ("keras", "torch==2.13.0", "numpy"), "dlbench.frameworks.keras3:Adapter",
+    Recipe("keras-torch", "3.11", ("keras==3.15.1", "torch==2.13.0", "numpy"), "dlbench.frameworks.keras3:Adapter",
            "keras, torch, numpy", "keras", find_links_from_pip=True, worker_env={"KERAS_BACKEND": "torch"}),
     # Chainer 7.8.1 is an sdist: its setup.py imports pkg_resources, gone from setuptools 81, hence the
     # build constraint (setuptools < 74 at run time too, as FRAMEWORKS.md found working); numpy 2 fails
