@@ -309,8 +309,9 @@ def test_a_run_using_one_core_of_two_is_flagged(tmp_path, monkeypatch, spinning,
     used = cores.used(outcome.samples, outcome.events, outcome.event_times)
     busy = cores.others(outcome.samples, outcome.events, outcome.event_times, os.cpu_count())
     flag = cores.flag(used, 2, busy)
-    if busy < cores.BUSY_MACHINE:  # an idle machine gives the fake the cores it spins on
-        assert used == pytest.approx(spinning, abs=0.25)
+    # The fake gets the cores it spins on, or what other processes left of the machine's (the CI's
+    # other test workers kept 0.4 of 2 busy once: two spinners then used 1.6).
+    assert min(spinning, os.cpu_count() - busy) - 0.25 <= used <= spinning + 0.25
     if flagged:
         assert flag is not None and flag.startswith(f"used {used:.1f} of 2 cores")
     else:  # on a machine other processes keep busy, two spinners may get one core: the flag then says so
