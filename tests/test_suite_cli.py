@@ -9,7 +9,7 @@ from dlbench import data, envs, suite
 from dlbench.cli import main
 from dlbench.suite import SuiteError
 
-KNOWN = ", ".join(envs.RECIPES)
+KNOWN = ", ".join(envs.RECIPES) + " (optionally name@version)"
 
 PAPER_WORKLOADS = "cnn-mnist, cnn-cifar10, cnn-cifar100, cnn-svhn, lstm-imdb, lstm-ptb"
 ALL_WORKLOADS = "cnn-mnist, cnn-cifar10, cnn-cifar100, cnn-svhn, lstm-imdb, lstm-ptb, seq2seq-manythings"
@@ -247,12 +247,16 @@ def test_list_suites(capsys):
 def test_list_frameworks_without_environments(capsys, empty_home):
     assert main(["list", "frameworks"]) == 0
     rows = table_rows(capsys.readouterr().out)
-    assert rows["pytorch"] == ["pytorch", "missing:", "dlbench", "env", "create", "pytorch", "-"]
+    assert rows["pytorch"] == ["pytorch", "torch", "2.13.0", "-", "missing:", "dlbench", "env", "create", "pytorch"]
+    assert rows["jax"][:4] == ["jax", "jax", "0.10.2", "==0.6.2"]
 
 
 def test_env_list_without_environments(capsys, empty_home):
     assert main(["env", "list"]) == 0
-    assert capsys.readouterr().out == "".join(f"{n}: missing (dlbench env create {n})\n" for n in envs.RECIPES)
+    rows = table_rows(capsys.readouterr().out)
+    for name, recipe in envs.RECIPES.items():
+        assert rows[name] == [name, name, recipe.default_version, "-", "-", "-", "-", "-",
+                              "missing:", "dlbench", "env", "create", name]
 
 
 def test_env_create_unknown_framework(capsys, empty_home):

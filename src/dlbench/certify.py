@@ -261,7 +261,8 @@ def certificate(framework: str, workload: Workload, rows: list[dict]) -> dict:
     worst = max(rows, key=lambda row: (not row["passed"], _share_of_tolerance(row)))
     env, reference_env = envs.require(framework), envs.require(REFERENCE)
     return {
-        "framework": framework, "framework_version": env.version(), "framework_env": env.packages_digest(),
+        "framework": envs.framework_name(framework), "framework_version": env.version(),
+        "framework_env": env.packages_digest(),
         "reference": REFERENCE, "reference_version": reference_env.version(), "workload": workload.name,
         "passed": all(r["passed"] for r in rows), "worst_tensor": worst["tensor"],
         "worst_scaled_deviation": worst["max_rel"], "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

@@ -1,11 +1,12 @@
 """dlbench's command line: thin wrappers over the modules that do the work."""
 import argparse
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
 
-from dlbench import certify, data, envs, progress, results, suite
+from dlbench import certify, data, env_disk, envs, progress, results, suite
 from dlbench.analysis import compare
 from dlbench.analysis.load import AnalysisError
 from dlbench.data import DatasetError
@@ -75,13 +76,11 @@ def cmd_list(args: argparse.Namespace) -> int:
             rows.append([w.name, w.study_dataset, f"{ir.count_params(model):,}", f"{ir.train_flops(model) / 1e9:.3f}",
                          str(w.recipe["epochs"]), str(w.recipe["batch_size"]), w.recipe["optimizer"]["name"], target])
     elif args.what == "frameworks":
-        rows.append(["framework", "environment", "version"])
-        for name in envs.RECIPES:
+        rows.append(["framework", "default version", "other versions (name@version)", "environment"])
+        for name, recipe in envs.RECIPES.items():
             env = envs.environment(name)
-            if env.exists():
-                rows.append([name, str(env.path), env.version() or "?"])
-            else:
-                rows.append([name, f"missing: dlbench env create {name}", "-"])
+            where = str(env.path) if env.exists() else f"missing: dlbench env create {name}"
+            rows.append([name, f"{recipe.version_package} {recipe.default_version}", recipe.supported or "-", where])
     elif args.what == "datasets":
         rows.append(["dataset", "task", "status", "source"])
         for name in data.dataset_names():
@@ -98,17 +97,81 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    names = list(envs.RECIPES) if args.all or (args.action == "list" and not args.names) else args.names
+    if args.action == "list":
+        print(env_table())
+        return 0
+    if args.action == "prune":
+        return env_prune(args.older_than, args.dry_run)
+    if args.from_run is not None:
+        if args.action != "create" or args.names or args.all:
+            raise EnvError("--from-run RUN_ID goes with 'env create' alone (no names, no --all)")
+        env_from_run(Path(args.results), args.from_run)
+        return 0
+    names = list(envs.RECIPES) if args.all else args.names
     if not names:
-        raise EnvError(f"name the frameworks, or give --all; known: {', '.join(envs.RECIPES)}")
+        raise EnvError(f"name the frameworks (name or name@version), or give --all; known: {', '.join(envs.RECIPES)}")
+    for name in names:
+        envs.split_spec(name)  # every name checked before anything is built or removed
     for name in names:
         if args.action == "create":
             envs.create(name)
-        elif args.action == "remove":
-            print(f"{name}: {'removed' if envs.remove(name) else 'no environment to remove'}")
         else:
-            env = envs.environment(name)
-            print(f"{name}: {env.path if env.exists() else 'missing (dlbench env create ' + name + ')'}")
+            folder = env_disk.remove_folder(name)
+            print(f"{name}: {f'removed {folder}' if folder else 'no environment to remove'}")
+    return 0
+
+
+def env_from_run(results_dir: Path, run_id: int) -> None:
+    path = results_dir / "dlbench.sqlite"
+    if not path.exists():
+        raise StoreError(f"no results at {path}; pass the --results folder that holds run {run_id}")
+    with Store(path) as store:
+        runs = {run["id"]: run for run in store.runs()}
+    if run_id not in runs:
+        known = f"{min(runs)} to {max(runs)}" if runs else "none"
+        raise StoreError(f"no run {run_id} in {path} (its runs: {known})")
+    run = runs[run_id]
+    origin = {"store": str(path.resolve()), "run_id": run_id, "cell_hash": run["cell_hash"],
+              "started_at": run["started_at"]}
+    env = envs.create_from_run(run["framework"], run["python"].split()[0], run["packages"], origin)
+    print(f"{run['framework']}: rebuilt with run {run_id}'s {len(run['packages'])} packages at {env.path}")
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:,.0f} MiB"
+
+
+def _days_ago(when: float | None) -> str:
+    return "never" if when is None else f"{(time.time() - when) / 86400:.1f} days ago"
+
+
+def env_table() -> str:
+    rows = [["environment", "framework", "version", "device", "size", "own", "built", "last run", "status"]]
+    for built in env_disk.built():
+        size, own = env_disk.disk_usage(built.folder)
+        rows.append([built.folder.name, built.framework, built.version or "?", built.device, _mib(size), _mib(own),
+                     built.created[:10], _days_ago(built.last_used), built.status])
+    present = {row[0] for row in rows}
+    rows += [[name, name, envs.RECIPES[name].default_version, "-", "-", "-", "-", "-",
+              f"missing: dlbench env create {name}"] for name in envs.RECIPES if name not in present]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(text.ljust(width) for text, width in zip(row, widths, strict=True)).rstrip() for row in rows]
+    return "\n".join(lines + [f"in {envs.env_root()}; own: what removing it frees (the rest is hard-linked "
+                               "from uv's cache or another environment)"])
+
+
+def env_prune(older_than_days: float, dry_run: bool) -> int:
+    if older_than_days < 0:
+        raise EnvError(f"--older-than {older_than_days:g}: expected a number of days >= 0")
+    chosen = env_disk.stale(older_than_days)
+    for built in chosen:
+        own = env_disk.disk_usage(built.folder)[1]
+        if not dry_run:
+            shutil.rmtree(built.folder)
+        print(f"{built.folder.name}: {'would remove' if dry_run else 'removed'} ({_mib(own)} freed; "
+              f"last run {_days_ago(built.last_used)})")
+    if not chosen:
+        print(f"no environment unused for {older_than_days:g} days")
     return 0
 
 
@@ -142,12 +205,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_certify(args: argparse.Namespace) -> int:
     results_dir = Path(args.results).resolve()
+    for name in args.framework or ():
+        envs.get_recipe(name)  # refused before the store is opened or created
     with Store(results_dir / "dlbench.sqlite") as store:
         if args.show:
             print(results.certificates_table(store.certificates()))
             return 0
-        for name in args.framework or ():
-            envs.get_recipe(name)
         frameworks = args.framework or [name for name in envs.RECIPES if name != REFERENCE]
         workloads = [get_workload(name) for name in args.workload] if args.workload else list(WORKLOADS.values())
         workdir = results_dir / "certify" / time.strftime("%Y%m%d-%H%M%S")
@@ -262,10 +325,16 @@ def parser() -> argparse.ArgumentParser:
     listing.add_argument("--data-dir")
     listing.set_defaults(func=cmd_list)
 
-    env = commands.add_parser("env", help="create, list or remove framework environments")
-    env.add_argument("action", choices=("create", "list", "remove"))
-    env.add_argument("names", nargs="*", metavar="NAME")
-    env.add_argument("--all", action="store_true", help="every known framework")
+    env = commands.add_parser("env", help="create, list, remove or prune framework environments")
+    env.add_argument("action", choices=("create", "list", "remove", "prune"))
+    env.add_argument("names", nargs="*", metavar="NAME", help="a framework, or name@version for another version")
+    env.add_argument("--all", action="store_true", help="every known framework at its default version")
+    env.add_argument("--older-than", type=float, default=30, metavar="DAYS",
+                     help="prune: remove environments no run used for this many days (default 30)")
+    env.add_argument("--dry-run", action="store_true", help="prune: list what would be removed, remove nothing")
+    env.add_argument("--from-run", type=int, metavar="RUN_ID",
+                     help="create: rebuild the environment of a stored run with exactly its packages")
+    env.add_argument("--results", default=str(DEFAULT_RESULTS), help="--from-run: results folder holding the run")
     env.set_defaults(func=cmd_env)
 
     cert = commands.add_parser("certify", help=f"certify frameworks against the reference ({REFERENCE})")

@@ -11,8 +11,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 
 class EnvError(RuntimeError):
@@ -43,6 +47,45 @@ class Recipe:
     # does a suite's compile_cache setting change anything, and only then is a run's cache state recorded.
     # Not part of digest(): it describes the adapter, not what the environment is built from.
     uses_compile_cache: bool = field(default=False, metadata={"built": False})
+    # Versions of version_package besides the default (its exact pin in packages) that `name@version`
+    # may ask for, as a PEP 440 specifier: only those whose environments were built and certified.
+    supported: str = field(default="", metadata={"built": False})
+    # packages pinned exactly for the default version, left to uv's resolver for any other (a pin made
+    # for the default version often excludes an older framework: flax 0.12.8 needs a newer jax)
+    released: tuple[str, ...] = field(default=(), metadata={"built": False})
+    # (specifier, requirement): extra pins for versions in the specifier, where a package's own metadata
+    # admits something that breaks it (a numpy released after that framework)
+    older_pins: tuple[tuple[str, str], ...] = field(default=(), metadata={"built": False})
+
+    @property
+    def default_version(self) -> str:
+        for line in self.packages:
+            requirement = Requirement(line)
+            if requirement.name == self.version_package:
+                return str(requirement.specifier).removeprefix("==")
+        raise EnvError(f"the {self.framework} recipe pins no {self.version_package}")
+
+    def for_version(self, version: str) -> "Recipe":
+        """The recipe of another version of the framework: version_package pinned to it, the released
+        packages unpinned, the older pins that apply added. Refused outside `supported`."""
+        if version == self.default_version:
+            return self
+        accepted = f"{self.default_version}" + (f", or {self.supported}" if self.supported else " only")
+        try:
+            parsed = Version(version)
+        except InvalidVersion:
+            raise EnvError(f"{self.framework}@{version}: {version!r} is not a version number; "
+                           f"{self.version_package} versions dlbench supports: {accepted}") from None
+        if not self.supported or parsed not in SpecifierSet(self.supported):
+            raise EnvError(f"{self.framework}@{version}: {self.version_package} {version} is outside the versions "
+                           f"dlbench supports: {accepted}")
+        packages = []
+        for line in self.packages:
+            name = Requirement(line).name
+            packages.append(f"{name}=={version}" if name == self.version_package
+                            else name if name in self.released else line)
+        packages += [pin for versions, pin in self.older_pins if parsed in SpecifierSet(versions)]
+        return replace(self, packages=tuple(packages))
 
     def digest(self) -> str:
         """Identifies what an environment was built from: the recipe and the way create() builds it.
@@ -64,7 +107,8 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
     Recipe("pytorch", "3.11", ("torch==2.13.0", "numpy"), "dlbench.frameworks.pytorch:Adapter",
            "torch, numpy", "torch", find_links_from_pip=True),
     Recipe("jax", "3.11", ("jax==0.10.2", "flax==0.12.8", "optax==0.2.8", "numpy"),
-           "dlbench.frameworks.jax_flax:Adapter", "jax, flax, optax", "jax"),
+           "dlbench.frameworks.jax_flax:Adapter", "jax, flax, optax", "jax",
+           supported="==0.6.2", released=("flax", "optax")),
     # CPU build, what these machines can test; on a GPU machine install "tensorflow" (with CUDA) instead.
     # version_package names the installed distribution (what Environment.version() finds in the freeze);
     # the worker's versions() reports tf.__version__ under "tensorflow", the module it imported.
@@ -113,10 +157,37 @@ def env_root() -> Path:
     return dlbench_home() / "envs"
 
 
-def get_recipe(framework: str) -> Recipe:
-    if framework not in RECIPES:
-        raise EnvError(f"unknown framework {framework!r}; known: {', '.join(RECIPES)}")
-    return RECIPES[framework]
+def split_spec(spec: str) -> tuple[str, str | None]:
+    """("jax", "0.6.2") for "jax@0.6.2", ("jax", None) for "jax"; an unknown name or an empty version
+    is refused."""
+    name, at, version = spec.partition("@")
+    if name not in RECIPES:
+        raise EnvError(f"unknown framework {name!r}; known: {', '.join(RECIPES)} (optionally name@version)")
+    if at and not version:
+        raise EnvError(f"{spec!r}: no version after '@'; for instance {name}@{RECIPES[name].default_version}")
+    return name, version or None
+
+
+def framework_name(spec: str) -> str:
+    return split_spec(spec)[0]
+
+
+def get_recipe(spec: str) -> Recipe:
+    """The recipe of a framework ("pytorch", its default version) or of one version ("pytorch@2.8.0")."""
+    name, version = split_spec(spec)
+    return RECIPES[name] if version is None else RECIPES[name].for_version(version)
+
+
+def is_reference(spec: str) -> bool:
+    """The reference is the reference framework at its default version."""
+    return framework_name(spec) == REFERENCE and get_recipe(spec) is RECIPES[REFERENCE]
+
+
+def folder_name(spec: str) -> str:
+    """An environment's folder: the framework's name for its default version, name@version otherwise,
+    so "jax" and "jax@0.10.2" (the default written out) share one."""
+    name, version = split_spec(spec)
+    return name if get_recipe(spec) is RECIPES[name] else f"{name}@{version}"
 
 
 def uv_command() -> list[str]:
@@ -192,9 +263,14 @@ class Environment:
         return hashlib.sha256(json.dumps(self.info()["packages"], sort_keys=True).encode()).hexdigest()[:16]
 
 
+def in_recipe_order(specs: set[str]) -> list[str]:
+    """Framework specs in a fixed order: the recipes' order, each framework's versions sorted."""
+    position = {name: index for index, name in enumerate(RECIPES)}
+    return sorted(specs, key=lambda spec: (position[framework_name(spec)], spec))
+
+
 def environment(framework: str) -> Environment:
-    get_recipe(framework)
-    return Environment(framework, env_root() / framework)
+    return Environment(framework, env_root() / folder_name(framework))
 
 
 def require(framework: str) -> Environment:
@@ -211,30 +287,58 @@ def require(framework: str) -> Environment:
 
 def create(framework: str, log=print) -> Environment:
     """Builds into a temporary folder and renames it into place, so a failed build leaves nothing
-    that looks usable. An environment already built from the same recipe is kept."""
+    that looks usable. An environment already built from the same recipe is kept (one rebuilt from a
+    run's packages is replaced: it holds the run's packages, not the recipe's)."""
     recipe = get_recipe(framework)
     env = environment(framework)
-    if env.exists() and env.info().get("recipe") == recipe.digest():
+    if env.exists() and env.info().get("recipe") == recipe.digest() and "from_run" not in env.info():
         log(f"{framework}: environment up to date at {env.path}")
         return env
+    links = _pip_find_links() if recipe.find_links_from_pip else None
+    log(f"{framework}: installing {' '.join(recipe.packages)}" + (f" (local wheels from {links})" if links else ""))
+    return _build(framework, recipe, recipe.python, list(recipe.packages), links, {}, log)
+
+
+def create_from_run(framework: str, python_version: str, packages: dict[str, str], origin: dict,
+                    log=print) -> Environment:
+    """The environment of `framework` rebuilt with exactly a stored run's packages (each pinned, none
+    resolved: --no-deps) on its Python's major.minor. Its dlbench-env.json records `origin` (the store
+    and run), so runs made in it say so; a later `create` replaces it with the recipe's build."""
+    recipe = get_recipe(framework)
+    wanted = [f"{name}=={version}" for name, version in sorted(packages.items())]
+    links = _pip_find_links() if any("+" in version for version in packages.values()) else None  # torch's +cpu
+    log(f"{framework}: installing the {len(wanted)} packages of run {origin.get('run_id')} exactly")
+    env = _build(framework, recipe, ".".join(python_version.split(".")[:2]), wanted, links,
+                 {"from_run": origin}, log, no_deps=True)
+    installed = env.info()["packages"]
+    if installed != packages:
+        differ = sorted(set(installed.items()) ^ set(packages.items()))
+        raise EnvError(f"{framework}: the rebuilt environment differs from run {origin.get('run_id')}'s "
+                       f"packages: {differ[:10]}")
+    return env
+
+
+def _build(framework: str, recipe: Recipe, python_version: str, requirements: list[str], links: str | None,
+           extra_info: dict, log, no_deps: bool = False) -> Environment:
+    env = environment(framework)
     building = env.path.with_name(env.path.name + ".building")
     shutil.rmtree(building, ignore_errors=True)
     tic = time.perf_counter()
     uv = uv_command()
-    interpreter = find_interpreter(recipe.python)
+    interpreter = find_interpreter(python_version)
     _run(uv + ["venv", "--quiet", "--python", interpreter, str(building)], f"creating the {framework} venv")
     python = building / "bin" / "python"
     # bytecode compiled now: workers run with PYTHONDONTWRITEBYTECODE, and compiling a framework's
     # sources on every start would add seconds to each cell
-    install = uv + ["pip", "install", "--quiet", "--compile-bytecode", "--python", str(python), *recipe.packages]
-    links = _pip_find_links() if recipe.find_links_from_pip else None
+    install = uv + ["pip", "install", "--quiet", "--compile-bytecode", "--python", str(python), *requirements]
+    if no_deps:
+        install.append("--no-deps")
     if links:
         install += ["--find-links", links]
     if recipe.build_constraints:
         constraints = building / "build-constraints.txt"
         constraints.write_text("".join(line + "\n" for line in recipe.build_constraints))
         install += ["--build-constraints", str(constraints)]
-    log(f"{framework}: installing {' '.join(recipe.packages)}" + (f" (local wheels from {links})" if links else ""))
     _run(install, f"installing {framework}")
     # with the worker's variables: Keras picks its backend (and so what it imports) from KERAS_BACKEND;
     # in a scratch HOME, so that what a framework writes at import (Theano compiles modules into
@@ -244,9 +348,10 @@ def create(framework: str, log=print) -> Environment:
               f"import {recipe.import_check}"], f"importing {framework}")
     freeze = _run(uv + ["pip", "freeze", "--python", str(python)], "listing packages")
     version = _run([str(python), "-c", "import platform; print(platform.python_version())"], "python version")
-    info = {"framework": framework, "recipe": recipe.digest(), "python_version": version.strip(),
+    info = {"framework": framework_name(framework), "requested": requirements, "recipe": recipe.digest(),
+            "python_version": version.strip(),
             "packages": dict(line.split("==", 1) for line in freeze.splitlines() if "==" in line),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra_info}
     (building / "dlbench-env.json").write_text(json.dumps(info, indent=1, sort_keys=True))
     shutil.rmtree(env.path, ignore_errors=True)
     building.rename(env.path)
@@ -259,7 +364,7 @@ def ensure(framework: str, log=print) -> Environment:
     machine (Ray tasks on one node) wait on a lock file, so it is built once."""
     root = env_root()
     root.mkdir(parents=True, exist_ok=True)
-    with open(root / f".{framework}.lock", "w") as lock:
+    with open(root / f".{folder_name(framework)}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         return create(framework, log)
 

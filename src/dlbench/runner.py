@@ -62,6 +62,8 @@ def resolve(cell: Cell, data_dir: Path, cores: int | None = None) -> Prepared:
         # the worker's own code: a fixed adapter runs its cells again (dlbench.sources)
         "worker_source": sources.framework_source(cell.framework),
     }
+    if "from_run" in env.info():  # an environment rebuilt from a stored run's packages says so
+        config["environment_from_run"] = env.info()["from_run"]
     if cell.allocator != "default":  # only then, as for the compile cache: default cells keep their hashes
         config["allocator"] = cell.allocator
     if shares_compile_cache(cell):
@@ -262,9 +264,11 @@ def peak_of(prepared: Prepared, options: Options, store: Store, measured: dict[t
 
 
 def certificate_status(store: Store, prepared: Prepared) -> str:
-    if prepared.cell.framework == REFERENCE:
+    if envs.is_reference(prepared.cell.framework):
         return "reference"
-    return store.certificate_status(prepared.cell.framework, prepared.env.packages_digest(), prepared.cell.workload,
+    # certificates are kept per framework name and exact environment: any label of a version finds its own
+    name = envs.framework_name(prepared.cell.framework)
+    return store.certificate_status(name, prepared.env.packages_digest(), prepared.cell.workload,
                                     prepared.config["worker_source"], sources.framework_source(REFERENCE))
 
 

@@ -73,7 +73,7 @@ def _digest(adapter_module: str, package_dir: Path) -> str:
 
 def framework_source(framework: str) -> str:
     """The worker_source of a framework's adapter, as its recipe names it."""
-    return worker_source(envs.get_recipe(framework).adapter)
+    return worker_source(envs.RECIPES[envs.framework_name(framework)].adapter)  # every version: one adapter
 
 
 def code_state(framework: str, digest: str | None, reference_digest: str | None = None) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from dlbench import data
-from dlbench.envs import RECIPES
+from dlbench.envs import RECIPES, EnvError, get_recipe
 from dlbench.workloads import WORKLOADS
 
 DEVICES = ("cpu", "gpu")
@@ -148,10 +148,13 @@ def parse(path: Path) -> Suite:
     if frameworks == "all":
         frameworks = list(RECIPES)
     if not isinstance(frameworks, list) or not frameworks:
-        raise check.fail(document, "frameworks", f"expected 'all' or a list of frameworks from: {', '.join(RECIPES)}")
+        raise check.fail(document, "frameworks", f"expected 'all' or a list of frameworks from: {', '.join(RECIPES)} "
+                         "(optionally name@version)")
     for framework in frameworks:
-        if framework not in RECIPES:
-            raise check.fail(document, "frameworks", f"unknown framework {framework!r}; known: {', '.join(RECIPES)}")
+        try:
+            get_recipe(str(framework))
+        except EnvError as error:
+            raise check.fail(document, "frameworks", str(error)) from None
     timeout = document.get("timeout_s", 3600)
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
         raise check.fail(document, "timeout_s", f"expected a number of seconds > 0, got {timeout!r}")
@@ -198,8 +201,10 @@ def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str]
     if allocator is not None and allocator not in ALLOCATORS:
         raise SuiteError(f"allocator {allocator!r} is not one of: {', '.join(ALLOCATORS)}")
     for name in frameworks or ():
-        if name not in RECIPES:
-            raise SuiteError(f"unknown framework {name!r}; known: {', '.join(RECIPES)}")
+        try:
+            get_recipe(name)
+        except EnvError as error:
+            raise SuiteError(str(error)) from None
     entries = list(suite.entries)
     if workloads:
         present = [e.workload for e in entries]

@@ -167,7 +167,9 @@ def compare_versions(path: Path | str, version_a: str, version_b: str, metric: s
     sides = []
     for text in (version_a, version_b):
         framework, version = parse_version(text)
-        side = [r for r in runs if r["framework"] == framework and r.get("framework_version") == version]
+        # a run of another version than the recipe's default is labelled name@version (dlbench run -f jax@0.6.2)
+        side = [r for r in runs if r["framework"].partition("@")[0] == framework
+                and r.get("framework_version") == version]
         if not side:
             present = sorted({f"{r['framework']}@{r.get('framework_version')}" for r in runs})
             raise AnalysisError(f"no runs of {text} in {store_path(path)}; there: {', '.join(present) or 'no runs'}")

@@ -1,7 +1,7 @@
 """The local executor: a plan's cells one after another on this machine, each stored as it ends."""
 from collections.abc import Callable
 
-from dlbench import envs, runner
+from dlbench import env_disk, envs, runner
 from dlbench.runner import Options
 from dlbench.store import Store
 from dlbench.suite import Cell
@@ -12,8 +12,8 @@ def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None])
     Each run records its 1-based position in `cells`, the machine and the dlbench version.
     Returns the count of each ending and the plan's cell hashes, in order."""
     planned = {cell.framework for cell in cells}
-    for framework in [name for name in envs.RECIPES if name in planned]:  # a fixed order, not the shuffled one
-        envs.require(framework)  # before any data is prepared or any file written
+    for framework in envs.in_recipe_order(planned):  # a fixed order, not the shuffled one
+        env_disk.mark_used(envs.require(framework))  # before any data is prepared or any file written
     resolved = [runner.resolve(cell, options.data_dir) for cell in cells]
     counts = {"ok": 0, "failed": 0, "timeout": 0, "skipped": 0}
     provenance = runner.provenance()

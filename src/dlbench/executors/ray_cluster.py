@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlbench import data, envs, machine, runner, sources
+from dlbench import data, env_disk, envs, machine, runner, sources
 from dlbench.data import DatasetError
 from dlbench.data import download as data_download
 from dlbench.executors import ExecutorError
@@ -273,8 +273,9 @@ def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None],
     import ray  # only here: the local executor needs no Ray installed
 
     planned = {cell.framework for cell in cells}
-    for framework in [name for name in envs.RECIPES if name in planned]:
-        envs.require(framework)  # the driver's environments define the package sets every node must match
+    for framework in envs.in_recipe_order(planned):
+        # the driver's environments define the package sets every node must match
+        env_disk.mark_used(envs.require(framework))
     for name in sorted({cell.dataset for cell in cells}):
         data.prepare(name, options.data_dir)  # a dataset the driver cannot prepare fails the plan before any cell
     local = {"include_dashboard": False} if ray_options.address is None else {}  # a Ray of our own: no dashboard

@@ -1,0 +1,176 @@
+"""Framework versions: name@version in the CLI and suite files, a version's recipe and environment, two
+versions of JAX run side by side in one suite and told apart in results and compare; env list, remove
+and prune on environments' folders."""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dlbench import env_disk, envs
+from dlbench.envs import EnvError, Recipe
+
+OLDER_JAX = "jax@0.6.2"  # the one older version the tests build: jaxlib's wheel, about 80 MB from PyPI
+
+
+def dlbench(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dlbench.cli", *args], capture_output=True, text=True,
+                          timeout=900, env=env)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("jax@", "'jax@': no version after '@'; for instance jax@0.10.2"),
+    ("jax@0.1.0", "jax@0.1.0: jax 0.1.0 is outside the versions dlbench supports: 0.10.2, or ==0.6.2"),
+    ("jax@latest", "jax@latest: 'latest' is not a version number; jax versions dlbench supports: 0.10.2, or ==0.6.2"),
+    ("theano@1.0.4", "theano@1.0.4: theano 1.0.4 is outside the versions dlbench supports: 1.0.5 only"),
+    ("jaxx@0.6.2", "unknown framework 'jaxx'; known: pytorch, jax,"),
+])
+def test_a_bad_framework_version_is_refused_with_exit_2_naming_what_is_accepted(spec, message):
+    for command in (("run", "quick", "-f", spec), ("env", "create", spec), ("certify", "-f", spec)):
+        done = dlbench(*command)
+        assert done.returncode == 2, (command, done.stderr)
+        assert message in done.stderr, (command, done.stderr)
+
+
+def test_a_suite_file_names_the_line_of_a_bad_version(tmp_path):
+    suite = tmp_path / "versions.yaml"
+    suite.write_text("name: versions\nframeworks: [jax, jax@9.9]\nworkloads:\n"
+                     "  - {workload: lstm-ptb, dataset: lee-news-lm}\n")
+    done = dlbench("run", str(suite))
+    assert done.returncode == 2
+    assert f"{suite}:2: field 'frameworks': jax@9.9: jax 9.9 is outside the versions dlbench supports" in done.stderr
+
+
+def test_a_versions_recipe_pins_it_and_releases_the_companions():
+    recipe = envs.get_recipe(OLDER_JAX)
+    assert recipe.packages == ("jax==0.6.2", "flax", "optax", "numpy")
+    assert recipe.digest() != envs.RECIPES["jax"].digest()
+    # the default version written out is the default recipe, in the default environment's folder
+    assert envs.get_recipe("jax@0.10.2") is envs.RECIPES["jax"]
+    assert envs.folder_name("jax@0.10.2") == "jax" and envs.folder_name(OLDER_JAX) == OLDER_JAX
+    assert envs.is_reference("pytorch") and envs.is_reference("pytorch@2.13.0") and not envs.is_reference("jax")
+
+
+def test_older_pins_apply_only_to_the_versions_they_name():
+    recipe = Recipe("demo", "3.11", ("demo==3.0", "helper==1.5", "numpy"), "m:A", "demo", "demo",
+                    supported=">=1.0,<3.0", released=("helper",), older_pins=(("<2.0", "numpy<2"),))
+    assert recipe.for_version("1.4").packages == ("demo==1.4", "helper", "numpy", "numpy<2")
+    assert recipe.for_version("2.1").packages == ("demo==2.1", "helper", "numpy")
+    with pytest.raises(EnvError, match=r"demo 3.1 is outside the versions dlbench supports: 3.0, or >=1.0,<3.0"):
+        recipe.for_version("3.1")
+
+
+@pytest.fixture(scope="module")
+def two_versions(tmp_path_factory) -> tuple[Path, Path]:
+    """JAX's default and one older version, both on lstm-ptb's stand-in for 2 epochs, in one suite."""
+    envs.require("jax")  # make test builds it
+    envs.ensure(OLDER_JAX)  # built here (and kept, as any environment): uv's cache makes a rebuild cheap
+    results = tmp_path_factory.mktemp("versions") / "results"
+    data = tmp_path_factory.mktemp("versions-data")
+    done = dlbench("run", "quick", "-f", "jax", "-f", OLDER_JAX, "-w", "lstm-ptb", "--epochs", "2",
+                   "--results", str(results), "--data-dir", str(data))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return results, data
+
+
+def test_two_versions_run_in_one_suite_and_are_stored_apart(two_versions):
+    done = dlbench("results", "--results", str(two_versions[0]), "--format", "json")
+    runs = json.loads(done.stdout)
+    assert sorted((r["framework"], r["framework_version"], r["status"]) for r in runs) == [
+        ("jax", "0.10.2", "ok"), (OLDER_JAX, "0.6.2", "ok")]
+    packages = {r["framework"]: r["packages"] for r in runs}
+    assert packages["jax"]["jaxlib"] == "0.10.2" and packages[OLDER_JAX]["jaxlib"] == "0.6.2"
+    assert len({r["cell_hash"] for r in runs}) == 2
+
+
+def test_compare_tells_the_two_versions_apart(two_versions):
+    done = dlbench("compare", str(two_versions[0]), "--versions", "jax@0.10.2", OLDER_JAX)
+    assert done.returncode == 0, done.stderr
+    assert "A: jax@0.10.2" in done.stdout and f"B: {OLDER_JAX}" in done.stdout
+    row = next(line for line in done.stdout.splitlines() if line.rstrip().endswith("lstm-ptb lee-news-lm cpu"))
+    assert "1/1" in row  # one run a side matched
+
+
+def test_env_list_shows_both_versions_with_their_sizes(two_versions):
+    done = dlbench("env", "list")
+    assert done.returncode == 0, done.stderr
+    rows = {line.split()[0]: line.split() for line in done.stdout.splitlines()[1:] if line.strip()}
+    assert rows[OLDER_JAX][1:4] == ["jax", "0.6.2", "cpu"] and rows["jax"][1:4] == ["jax", "0.10.2", "cpu"]
+    assert "never" not in rows[OLDER_JAX]  # the suite's run marked it used
+
+
+def test_an_environment_rebuilt_from_a_run_has_its_packages_and_its_runs_say_so(two_versions, tmp_path):
+    results, data = two_versions
+    runs = json.loads(dlbench("results", "--results", str(results), "--format", "json").stdout)
+    older = next(r for r in runs if r["framework"] == OLDER_JAX)
+    variables = dict(os.environ, DLBENCH_HOME=str(tmp_path))  # beside the shared environments, not over them
+    done = dlbench("env", "create", "--from-run", str(older["id"]), "--results", str(results), env=variables)
+    assert done.returncode == 0, done.stderr
+    info = json.loads((tmp_path / "envs" / OLDER_JAX / "dlbench-env.json").read_text())
+    assert info["packages"] == older["packages"]  # the freezes match
+    assert info["from_run"]["run_id"] == older["id"] and info["from_run"]["cell_hash"] == older["cell_hash"]
+    again = tmp_path / "again"
+    done = dlbench("run", "quick", "-f", OLDER_JAX, "-w", "lstm-ptb", "--epochs", "1", "--results", str(again),
+                   "--data-dir", str(data), env=variables)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"0.6.2 (env of run {older['id']})" in dlbench("results", "--results", str(again), env=variables).stdout
+    [rerun] = json.loads(dlbench("results", "--results", str(again), "--format", "json").stdout)
+    assert rerun["config"]["environment_from_run"]["run_id"] == older["id"]
+    assert rerun["packages"] == older["packages"]
+
+
+def test_from_run_refuses_a_missing_run_or_extra_names(two_versions):
+    results = str(two_versions[0])
+    missing = dlbench("env", "create", "--from-run", "999", "--results", results)
+    assert missing.returncode == 2 and "no run 999 in" in missing.stderr and "(its runs: 1 to 2)" in missing.stderr
+    extra = dlbench("env", "create", "jax", "--from-run", "1", "--results", results)
+    assert extra.returncode == 2 and "--from-run RUN_ID goes with 'env create' alone" in extra.stderr
+
+
+def fake_environment(root: Path, folder: str, used_days_ago: float | None, built_days_ago: float = 100) -> Path:
+    path = root / "envs" / folder
+    path.mkdir(parents=True)
+    info = path / "dlbench-env.json"
+    info.write_text(json.dumps({"framework": folder.partition("@")[0], "packages": {"jax": "0.6.2"}}))
+    os.utime(info, (time.time() - built_days_ago * 86400,) * 2)
+    if used_days_ago is not None:
+        (path / env_disk.USED_STAMP).touch()
+        os.utime(path / env_disk.USED_STAMP, (time.time() - used_days_ago * 86400,) * 2)
+    return path
+
+
+def test_prune_removes_what_no_run_used_lately(tmp_path):
+    fake_environment(tmp_path, "jax@0.6.2", used_days_ago=40)
+    fake_environment(tmp_path, "jax", used_days_ago=2)
+    fake_environment(tmp_path, "chainer", used_days_ago=None, built_days_ago=50)  # built, never run
+    variables = dict(os.environ, DLBENCH_HOME=str(tmp_path))
+    dry = dlbench("env", "prune", "--older-than", "30", "--dry-run", env=variables)
+    assert dry.returncode == 0 and "jax@0.6.2: would remove" in dry.stdout and "chainer: would remove" in dry.stdout
+    assert sorted(p.name for p in (tmp_path / "envs").iterdir()) == ["chainer", "jax", "jax@0.6.2"]
+    done = dlbench("env", "prune", "--older-than", "30", env=variables)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (tmp_path / "envs").iterdir()) == ["jax"]
+    assert dlbench("env", "prune", "--older-than", "-1", env=variables).returncode == 2
+
+
+def test_remove_takes_a_version_even_one_no_longer_supported(tmp_path):
+    fake_environment(tmp_path, "jax@0.4.1", used_days_ago=1)  # a version an older dlbench supported
+    variables = dict(os.environ, DLBENCH_HOME=str(tmp_path))
+    done = dlbench("env", "remove", "jax@0.4.1", env=variables)
+    assert done.returncode == 0, done.stderr
+    assert "jax@0.4.1: removed" in done.stdout and not (tmp_path / "envs" / "jax@0.4.1").exists()
+    listed = dlbench("env", "list", env=variables)
+    assert "missing: dlbench env create jax" in listed.stdout
+
+
+def test_disk_usage_counts_hard_linked_files_apart(tmp_path):
+    (tmp_path / "a").write_bytes(b"x" * 1000)
+    (tmp_path / "b").write_bytes(b"y" * 300)
+    os.link(tmp_path / "a", tmp_path.parent / f"{tmp_path.name}-link")  # shared, as with uv's cache
+    try:
+        assert env_disk.disk_usage(tmp_path) == (1300, 300)
+    finally:
+        (tmp_path.parent / f"{tmp_path.name}-link").unlink()
