@@ -105,9 +105,14 @@ def test_a_few_steps_lower_the_loss(checked, case):
 
 @pytest.mark.parametrize("pair", STANDINS, ids=lambda p: f"{p[0]}-on-{p[1]}")
 def test_a_few_steps_on_the_stand_in_lower_the_loss(checked, pair):
+    """Judged on the training loss: 16 real rows in batches of 8 train noisily (every framework's loss
+    jumped at the fifth epoch here), and the evaluation after 8 epochs, with its BatchNorm's moving
+    statistics, landed on either side of the one before (TensorFlow's cnn-svhn: 2.45 after, 2.39 before,
+    on an Intel Xeon; below it on an AMD EPYC). An adapter that does not learn keeps its first loss."""
     result = checked[f"{pair[0]} on {pair[1]}"]
-    assert result["same_shapes"] and np.isfinite(result["train_losses"]).all()
-    assert result["eval_after"]["loss"] < result["eval_before"]["loss"]
+    losses = result["train_losses"]
+    assert result["same_shapes"] and np.isfinite(losses).all() and np.isfinite(result["eval_after"]["loss"])
+    assert np.mean(losses[-3:]) < losses[0], losses
 
 
 def test_threads_are_set_and_versions_reported(checked):
