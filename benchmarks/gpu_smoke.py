@@ -26,15 +26,17 @@ from dlbench import envs
 def register(python: str, framework: str, home: Path) -> None:
     folder = home / "envs" / framework
     (folder / "bin").mkdir(parents=True, exist_ok=True)
-    link = folder / "bin" / "python"
-    if link.is_symlink() or link.exists():
-        link.unlink()
-    link.symlink_to(python)
-    freeze = subprocess.run([python, "-m", "pip", "freeze"], capture_output=True, text=True, check=True).stdout
+    # a script, not a link: a link to a venv's interpreter from elsewhere may lose that venv's packages
+    launcher = folder / "bin" / "python"
+    launcher.write_text(f'#!/bin/sh\nexec "{python}" "$@"\n')
+    launcher.chmod(0o755)
+    listing = ("import importlib.metadata as m, json; "
+               "print(json.dumps({d.metadata['Name'].lower(): d.version for d in m.distributions()}))")
+    packages = json.loads(subprocess.run([python, "-c", listing], capture_output=True, text=True, check=True).stdout)
     version = subprocess.run([python, "-c", "import platform; print(platform.python_version())"],
                              capture_output=True, text=True, check=True).stdout.strip()
     info = {"framework": framework, "recipe": envs.get_recipe(framework).digest(), "python_version": version,
-            "packages": dict(line.split("==", 1) for line in freeze.splitlines() if "==" in line),
+            "packages": packages,
             "adopted_interpreter": python}
     (folder / "dlbench-env.json").write_text(json.dumps(info, indent=1, sort_keys=True))
 
