@@ -54,7 +54,7 @@ def stored(results: Path) -> None:
                 "mean_gpu_util_percent": run["mean_gpu_util_percent"], "peak_gpu_mem_mb": run["peak_gpu_mem_mb"],
                 "samples": samples[0], "samples_with_gpu": samples[1], "max_gpu_util": samples[2],
                 "max_gpu_mem_mb": samples[3], "energy_source": run["energy_source"], "mfu": run["mfu"],
-                "certificate": run["certificate"]}))
+                "certificate": run["certificate"], "gpu_memory": json.loads(run["config"]).get("gpu_memory")}))
 
 
 def main() -> int:
@@ -63,13 +63,15 @@ def main() -> int:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("-f", "--framework", action="append", required=True)
     parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--gpu-memory", default="default", help="dlbench run --gpu-memory: default or grow")
     args = parser.parse_args()
     home = args.out / "home"
     for framework in args.framework:
         register(args.python, framework, home)
     variables = dict(os.environ, DLBENCH_HOME=str(home))
     command = [sys.executable, "-m", "dlbench.cli", "run", "quick", "-w", "cnn-mnist", "--device", "gpu",
-               "--epochs", str(args.epochs), "--results", str(args.out / "results"), "--plain"]
+               "--epochs", str(args.epochs), "--results", str(args.out / "results"), "--plain",
+               "--gpu-memory", args.gpu_memory]
     command += [part for name in args.framework for part in ("-f", name)]
     done = subprocess.run(command, env=variables)
     stored(args.out / "results")

@@ -32,7 +32,7 @@ def data_dir(args: argparse.Namespace) -> Path:
 def cmd_run(args: argparse.Namespace) -> int:
     chosen = suite.load(args.suite)
     cells = suite.plan(chosen, args.framework, args.workload, args.device, args.repeat, args.epochs,
-                       args.compile_cache, args.allocator)
+                       args.compile_cache, args.allocator, args.gpu_memory)
     # absolute: workers run inside their run folders
     options = Options(Path(args.results).resolve(), data_dir(args).resolve(), args.force, args.timeout,
                       args.memory_limit_mb)
@@ -303,6 +303,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--allocator", choices=suite.ALLOCATORS,
                      help="default: glibc's malloc as it comes; retain: it keeps freed memory, so epochs stop "
                           "paying page faults that vary from run to run (default: the suite's)")
+    run.add_argument("--gpu-memory", choices=suite.GPU_MEMORY,
+                     help="default: each framework's own GPU memory policy; grow: TensorFlow and JAX allocate as they "
+                          "go instead of taking most of the card at start (default: the suite's)")
     run.add_argument("--executor", choices=suite.EXECUTORS,
                      help="local: the cells one after another on this machine; ray: spread over a Ray cluster's "
                           "nodes (default: the suite's, else local)")

@@ -66,6 +66,8 @@ def resolve(cell: Cell, data_dir: Path, cores: int | None = None) -> Prepared:
         config["environment_from_run"] = env.info()["from_run"]
     if cell.allocator != "default":  # only then, as for the compile cache: default cells keep their hashes
         config["allocator"] = cell.allocator
+    if cell.gpu_memory != "default" and cell.device == "gpu":  # it changes nothing on the CPU
+        config["gpu_memory"] = cell.gpu_memory
     if shares_compile_cache(cell):
         # only then: the hashes of cold cells, and of frameworks the setting does not touch, stay as they were
         config["compile_cache"] = "shared"
@@ -103,9 +105,15 @@ def compile_cache_state(cell: Cell, shared: Path | None) -> str | None:
 # 2.9 s on a 2-core EPYC (docs/fairness.md, "Page faults").
 RETAINING_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "1073741824", "MALLOC_TRIM_THRESHOLD_": "4294967295"}
 
+# gpu_memory: grow. TensorFlow (and Keras on it) and JAX (and Keras on it) take most of a GPU's memory
+# when they start (JAX 75 %; the study found TF, Keras and Theano holding the whole card); these make
+# them allocate as they go, as PyTorch's caching allocator and MXNet's pool do by default.
+GROWING_GPU_MEMORY = {"TF_FORCE_GPU_ALLOW_GROWTH": "true", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+
 
 def worker_environment(run_dir: Path, threads: int, extra: dict[str, str],
-                       compile_cache: Path | None = None, allocator: str = "default") -> dict[str, str]:
+                       compile_cache: Path | None = None, allocator: str = "default",
+                       gpu_memory: str = "default") -> dict[str, str]:
     """The worker's variables: every cache and temp file of the framework lands in the run's folder,
     except compiled code when a shared compile_cache folder is given (suite field compile_cache: shared);
     glibc's malloc as it comes, or retaining freed memory (suite field allocator: retain)."""
@@ -124,6 +132,10 @@ def worker_environment(run_dir: Path, threads: int, extra: dict[str, str],
         env.pop(name, None)
     if allocator == "retain":
         env.update(RETAINING_MALLOC)
+    for name in GROWING_GPU_MEMORY:  # likewise the GPU memory policy
+        env.pop(name, None)
+    if gpu_memory == "grow":
+        env.update(GROWING_GPU_MEMORY)
     if compile_cache is not None:
         compile_cache.mkdir(parents=True, exist_ok=True)
         env["DLBENCH_COMPILE_CACHE"] = str(compile_cache)
@@ -208,7 +220,7 @@ def run_cell(prepared: Prepared, options: Options, on_event: Callable[[dict], No
     shared = shared_compile_cache(options.results, cell)
     cache_state = compile_cache_state(cell, shared)  # before the worker adds to it
     variables = worker_environment(run_dir, config["threads"], recipe.worker_env, shared,
-                                   config.get("allocator", "default"))
+                                   config.get("allocator", "default"), config.get("gpu_memory", "default"))
     meter = energy.EnergyMeter(cell.device, options.powercap)
     epoch_energy = energy.EpochEnergy(meter)
 

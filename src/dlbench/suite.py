@@ -18,9 +18,12 @@ COMPILE_CACHES = ("cold", "shared")
 # default: glibc's malloc as every framework's users run it; retain: it keeps freed memory for reuse
 # (runner.RETAINING_MALLOC), so steps stop faulting their buffers in again, a cost that varies from run to run
 ALLOCATORS = ("default", "retain")
+# default: each framework's own GPU memory policy (TensorFlow and JAX take most of the card at start,
+# PyTorch and MXNet grow as they allocate); grow: every framework allocates as it goes (runner.GROWING_GPU_MEMORY)
+GPU_MEMORY = ("default", "grow")
 EXECUTORS = ("local", "ray")  # where the cells run: this machine, or a Ray cluster's nodes (dlbench.executors)
 SUITE_FIELDS = ("name", "description", "frameworks", "device", "repeat", "seed", "threads", "timeout_s",
-                "compile_cache", "allocator", "executor", "workloads")
+                "compile_cache", "allocator", "gpu_memory", "executor", "workloads")
 ENTRY_FIELDS = ("workload", "dataset", "epochs", "batch_size")
 
 
@@ -70,6 +73,7 @@ class Suite:
     compile_cache: str = "cold"
     executor: str = "local"  # one of EXECUTORS; `dlbench run --executor` overrides it
     allocator: str = "default"  # one of ALLOCATORS; `dlbench run --allocator` overrides it
+    gpu_memory: str = "default"  # one of GPU_MEMORY; `dlbench run --gpu-memory` overrides it
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,7 @@ class Cell:
     timeout_s: float
     compile_cache: str = "cold"  # one of COMPILE_CACHES
     allocator: str = "default"  # one of ALLOCATORS
+    gpu_memory: str = "default"  # one of GPU_MEMORY
 
 
 def builtin_suites() -> list[str]:
@@ -170,6 +175,7 @@ def parse(path: Path) -> Suite:
         compile_cache=check.choice(document, "compile_cache", COMPILE_CACHES, "cold"),
         executor=check.choice(document, "executor", EXECUTORS, "local"),
         allocator=check.choice(document, "allocator", ALLOCATORS, "default"),
+        gpu_memory=check.choice(document, "gpu_memory", GPU_MEMORY, "default"),
     )
 
 
@@ -192,7 +198,8 @@ def load(name_or_path: str) -> Suite:
 
 def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str] | None = None,
          device: str | None = None, repeat: int | None = None, epochs: int | None = None,
-         compile_cache: str | None = None, allocator: str | None = None) -> list[Cell]:
+         compile_cache: str | None = None, allocator: str | None = None,
+         gpu_memory: str | None = None) -> list[Cell]:
     """Cells in run order: repetitions outermost, so a slow drift of the machine touches every
     framework alike rather than all repetitions of one; within a repetition the cells are shuffled
     (`shuffled`), so no framework always runs first or right after the same neighbour."""
@@ -200,6 +207,8 @@ def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str]
         raise SuiteError(f"compile cache {compile_cache!r} is not one of: {', '.join(COMPILE_CACHES)}")
     if allocator is not None and allocator not in ALLOCATORS:
         raise SuiteError(f"allocator {allocator!r} is not one of: {', '.join(ALLOCATORS)}")
+    if gpu_memory is not None and gpu_memory not in GPU_MEMORY:
+        raise SuiteError(f"gpu memory policy {gpu_memory!r} is not one of: {', '.join(GPU_MEMORY)}")
     for name in frameworks or ():
         try:
             get_recipe(name)
@@ -227,7 +236,7 @@ def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str]
                     epochs=epochs or entry.epochs or recipe["epochs"],
                     batch_size=entry.batch_size or recipe["batch_size"], threads=suite.threads,
                     timeout_s=suite.timeout_s, compile_cache=compile_cache or suite.compile_cache,
-                    allocator=allocator or suite.allocator,
+                    allocator=allocator or suite.allocator, gpu_memory=gpu_memory or suite.gpu_memory,
                 ))
         cells += shuffled(repetition_cells, suite.seed, repetition)
     return cells
