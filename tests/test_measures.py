@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from analysis_runs import build_store, run_dict
 
-from dlbench import cores, envs, peaks, report, results, runner, suite
+from dlbench import cores, env_disk, envs, peaks, report, results, runner, suite
 from dlbench.analysis import measures
 from dlbench.executors.local import run_plan
 from dlbench.runner import Options, Prepared
@@ -96,6 +96,7 @@ def test_results_table_shows_gflops_mfu_cores_and_energy():
 def fake_plan(tmp_path, monkeypatch):
     """run_plan with the worker replaced by a run row and the peak by `peaks` (framework -> gflops or an error)."""
     monkeypatch.setattr(runner.envs, "require", lambda framework: None)
+    monkeypatch.setattr(env_disk, "mark_used", lambda env: None)  # no environment to stamp
     peaks: dict[str, float | None] = {}
     measured: list[tuple] = []
 

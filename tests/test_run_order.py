@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dlbench import envs, machine, runner, sources, suite
+from dlbench import env_disk, envs, machine, runner, sources, suite
 from dlbench.executors.local import run_plan
 from dlbench.runner import Options, Prepared
 from dlbench.store import Store
@@ -62,6 +62,7 @@ def test_run_plan_records_position_machine_and_version(tmp_path, two_frameworks,
     """The plan's run order reaches the store. Only the worker is replaced, by a run row of its cell."""
     cells = suite.plan(load(tmp_path, 5))
     monkeypatch.setattr(runner.envs, "require", lambda framework: None)
+    monkeypatch.setattr(env_disk, "mark_used", lambda env: None)  # no environment to stamp
 
     def resolve(cell: suite.Cell, data_dir: Path) -> Prepared:
         config = {"framework": cell.framework, "workload": cell.workload, "seed": cell.seed,
