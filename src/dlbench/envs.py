@@ -113,15 +113,16 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
     # version_package names the installed distribution (what Environment.version() finds in the freeze);
     # the worker's versions() reports tf.__version__ under "tensorflow", the module it imported.
     Recipe("tensorflow", "3.11", ("tensorflow-cpu==2.21.0", "numpy"), "dlbench.frameworks.tensorflow_nn:Adapter",
-           "tensorflow, numpy", "tensorflow-cpu", worker_env={"TF_CPP_MIN_LOG_LEVEL": "2"}),
+           "tensorflow, numpy", "tensorflow-cpu", worker_env={"TF_CPP_MIN_LOG_LEVEL": "2"}, supported="==2.20.0"),
     # Keras 3, one adapter for its three backends; the backend is chosen by KERAS_BACKEND at import.
     Recipe("keras-tensorflow", "3.11", ("tensorflow-cpu==2.21.0", "keras==3.15.1", "numpy"),
            "dlbench.frameworks.keras3:Adapter", "keras, tensorflow, numpy", "keras",
-           worker_env={"KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}),
+           worker_env={"KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}, supported="==3.12.0"),
     Recipe("keras-jax", "3.11", ("keras==3.15.1", "jax==0.10.2", "numpy"), "dlbench.frameworks.keras3:Adapter",
-           "keras, jax, numpy", "keras", worker_env={"KERAS_BACKEND": "jax"}),
+           "keras, jax, numpy", "keras", worker_env={"KERAS_BACKEND": "jax"}, supported="==3.12.0"),
     Recipe("keras-torch", "3.11", ("keras==3.15.1", "torch==2.13.0", "numpy"), "dlbench.frameworks.keras3:Adapter",
-           "keras, torch, numpy", "keras", find_links_from_pip=True, worker_env={"KERAS_BACKEND": "torch"}),
+           "keras, torch, numpy", "keras", find_links_from_pip=True, worker_env={"KERAS_BACKEND": "torch"},
+           supported="==3.12.0"),
     # Chainer 7.8.1 is an sdist: its setup.py imports pkg_resources, gone from setuptools 81, hence the
     # build constraint (setuptools < 74 at run time too, as FRAMEWORKS.md found working); numpy 2 fails
     # on np.sctypes. threadpoolctl sets the BLAS threads numpy computes with (Chainer's CPU backend).

@@ -93,7 +93,8 @@ class BatchNorm(keras.layers.BatchNormalization):
     variance (x n/(n-1), n = elements per channel) as torch's does; normalisation uses the biased one."""
 
     def call(self, inputs, training=None, mask=None):
-        if not (training and self.trainable) or mask is not None or self.renorm:
+        # renorm: Keras 3.13 added batch renormalisation (Keras 3.12 has no such attribute); never asked for here
+        if not (training and self.trainable) or mask is not None or getattr(self, "renorm", False):
             return super().call(inputs, training=training, mask=mask)
         inputs = ops.cast(inputs, "float32")
         mean, variance = self._moments(inputs, mask)
