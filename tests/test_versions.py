@@ -112,6 +112,8 @@ def test_an_environment_rebuilt_from_a_run_has_its_packages_and_its_runs_say_so(
     info = json.loads((tmp_path / "envs" / OLDER_JAX / "dlbench-env.json").read_text())
     assert info["packages"] == older["packages"]  # the freezes match
     assert info["from_run"]["run_id"] == older["id"] and info["from_run"]["cell_hash"] == older["cell_hash"]
+    listed = dlbench("env", "list", env=variables).stdout
+    assert f"ok: the packages of run {older['id']} (env create --from-run)" in listed
     again = tmp_path / "again"
     done = dlbench("run", "quick", "-f", OLDER_JAX, "-w", "lstm-ptb", "--epochs", "1", "--results", str(again),
                    "--data-dir", str(data), env=variables)

@@ -142,7 +142,10 @@ def _mib(size: int) -> str:
 
 
 def _days_ago(when: float | None) -> str:
-    return "never" if when is None else f"{(time.time() - when) / 86400:.1f} days ago"
+    if when is None:
+        return "never"
+    hours = (time.time() - when) / 3600
+    return f"{hours:.0f} h ago" if hours < 48 else f"{hours / 24:.0f} days ago"
 
 
 def env_table() -> str:

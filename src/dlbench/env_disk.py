@@ -57,6 +57,8 @@ def _status(folder: Path, info: dict) -> str:
         return f"unusable: {error}"
     if info.get("recipe") != recipe.digest():
         return f"stale: built from an older recipe (dlbench env create {spec})"
+    if "from_run" in info:
+        return f"ok: the packages of run {info['from_run'].get('run_id')} (env create --from-run)"
     return "ok"
 
 
