@@ -1,7 +1,6 @@
 """dlbench's command line: thin wrappers over the modules that do the work."""
 import argparse
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -170,7 +169,7 @@ def env_prune(older_than_days: float, dry_run: bool) -> int:
     for built in chosen:
         own = env_disk.disk_usage(built.folder)[1]
         if not dry_run:
-            shutil.rmtree(built.folder)
+            env_disk.delete(built)
         print(f"{built.folder.name}: {'would remove' if dry_run else 'removed'} ({_mib(own)} freed; "
               f"last run {_days_ago(built.last_used)})")
     if not chosen:

@@ -96,6 +96,10 @@ def remove_folder(spec: str) -> Path | None:
     return folder
 
 
+def delete(environment: Built) -> None:
+    shutil.rmtree(environment.folder)
+
+
 def stale(older_than_days: float, now: float | None = None) -> list[Built]:
     """The environments no run used in the last `older_than_days` days (an environment no run ever
     used counts from when it was built)."""

@@ -369,10 +369,3 @@ def ensure(framework: str, log=print) -> Environment:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         return create(framework, log)
 
-
-def remove(framework: str) -> bool:
-    env = environment(framework)
-    if not env.path.exists():
-        return False
-    shutil.rmtree(env.path)
-    return True
