@@ -156,10 +156,8 @@ def env_table() -> str:
     present = {row[0] for row in rows}
     rows += [[name, name, envs.RECIPES[name].default_version, "-", "-", "-", "-", "-",
               f"missing: dlbench env create {name}"] for name in envs.RECIPES if name not in present]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(text.ljust(width) for text, width in zip(row, widths, strict=True)).rstrip() for row in rows]
-    return "\n".join(lines + [f"in {envs.env_root()}; own: what removing it frees (the rest is hard-linked "
-                               "from uv's cache or another environment)"])
+    return results.aligned(rows) + (f"\nin {envs.env_root()}; own: what removing it frees (the rest is hard-linked "
+                                    "from uv's cache or another environment)")
 
 
 def env_prune(older_than_days: float, dry_run: bool) -> int:

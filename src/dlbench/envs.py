@@ -295,9 +295,7 @@ def create(framework: str, log=print) -> Environment:
     if env.exists() and env.info().get("recipe") == recipe.digest() and "from_run" not in env.info():
         log(f"{framework}: environment up to date at {env.path}")
         return env
-    links = _pip_find_links() if recipe.find_links_from_pip else None
-    log(f"{framework}: installing {' '.join(recipe.packages)}" + (f" (local wheels from {links})" if links else ""))
-    return _build(framework, recipe, recipe.python, list(recipe.packages), links, {}, log)
+    return _build(framework, recipe, recipe.python, list(recipe.packages), " ".join(recipe.packages), {}, log)
 
 
 def create_from_run(framework: str, python_version: str, packages: dict[str, str], origin: dict,
@@ -307,10 +305,9 @@ def create_from_run(framework: str, python_version: str, packages: dict[str, str
     and run), so runs made in it say so; a later `create` replaces it with the recipe's build."""
     recipe = get_recipe(framework)
     wanted = [f"{name}=={version}" for name, version in sorted(packages.items())]
-    links = _pip_find_links() if any("+" in version for version in packages.values()) else None  # torch's +cpu
-    log(f"{framework}: installing the {len(wanted)} packages of run {origin.get('run_id')} exactly")
-    env = _build(framework, recipe, ".".join(python_version.split(".")[:2]), wanted, links,
-                 {"from_run": origin}, log, no_deps=True)
+    env = _build(framework, recipe, ".".join(python_version.split(".")[:2]), wanted,
+                 f"the {len(wanted)} packages of run {origin.get('run_id')} exactly", {"from_run": origin}, log,
+                 no_deps=True)
     installed = env.info()["packages"]
     if installed != packages:
         differ = sorted(set(installed.items()) ^ set(packages.items()))
@@ -319,8 +316,9 @@ def create_from_run(framework: str, python_version: str, packages: dict[str, str
     return env
 
 
-def _build(framework: str, recipe: Recipe, python_version: str, requirements: list[str], links: str | None,
+def _build(framework: str, recipe: Recipe, python_version: str, requirements: list[str], described: str,
            extra_info: dict, log, no_deps: bool = False) -> Environment:
+    """Builds `requirements` into the framework's environment (see create); `described` says what, in the log."""
     env = environment(framework)
     building = env.path.with_name(env.path.name + ".building")
     shutil.rmtree(building, ignore_errors=True)
@@ -334,12 +332,14 @@ def _build(framework: str, recipe: Recipe, python_version: str, requirements: li
     install = uv + ["pip", "install", "--quiet", "--compile-bytecode", "--python", str(python), *requirements]
     if no_deps:
         install.append("--no-deps")
+    links = _pip_find_links() if recipe.find_links_from_pip else None
     if links:
         install += ["--find-links", links]
     if recipe.build_constraints:
         constraints = building / "build-constraints.txt"
         constraints.write_text("".join(line + "\n" for line in recipe.build_constraints))
         install += ["--build-constraints", str(constraints)]
+    log(f"{framework}: installing {described}" + (f" (local wheels from {links})" if links else ""))
     _run(install, f"installing {framework}")
     # with the worker's variables: Keras picks its backend (and so what it imports) from KERAS_BACKEND;
     # in a scratch HOME, so that what a framework writes at import (Theano compiles modules into

@@ -41,14 +41,15 @@ def table(runs: list[dict]) -> str:
     """One row per run; "code" says whether the run's worker code is what dlbench runs now."""
     if not runs:
         return "no runs stored yet"
-    split = [key for key, _ in TABLE_COLUMNS].index("mean_cpu_percent") + 1
+    keys = [key for key, _ in TABLE_COLUMNS]
+    split, version_column = keys.index("mean_cpu_percent") + 1, keys.index("framework_version")
     rows = [[heading for _, heading in TABLE_COLUMNS[:split]] + [heading for heading, _ in DERIVED_COLUMNS]
             + [heading for _, heading in TABLE_COLUMNS[split:]] + ["code", "epochs (metric@train s)"]]
     for run in runs:
         cells = [_cell(run.get(key)) for key, _ in TABLE_COLUMNS]
         rebuilt = (run.get("config") or {}).get("environment_from_run")
         if rebuilt:  # the environment was rebuilt from a stored run's packages (dlbench env create --from-run)
-            cells[1] += f" (env of run {rebuilt['run_id']})"
+            cells[version_column] += f" (env of run {rebuilt['run_id']})"
         rows.append(cells[:split] + [text(run) for _, text in DERIVED_COLUMNS] + cells[split:]
                     + [sources.code_state(run["framework"], run.get("worker_source")), epochs_text(run)])
     return aligned(rows)

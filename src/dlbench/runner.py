@@ -53,17 +53,18 @@ def resolve(cell: Cell, data_dir: Path, cores: int | None = None) -> Prepared:
     workload = get_workload(cell.workload)
     dataset = data.prepare(cell.dataset, data_dir)
     env = envs.require(cell.framework)
+    built = env.info()
     recipe = dict(workload.recipe, epochs=cell.epochs, batch_size=cell.batch_size)
     config = {
         "framework": cell.framework, "workload": cell.workload, "dataset": cell.dataset,
         "dataset_hash": dataset.hash, "device": cell.device, "threads": cell.threads or cores or os.cpu_count(),
         "seed": cell.seed, "repetition": cell.repetition, "model": workload.model(dataset.meta),
-        "recipe": recipe, "env_packages": env.info()["packages"], "python": env.info()["python_version"],
+        "recipe": recipe, "env_packages": built["packages"], "python": built["python_version"],
         # the worker's own code: a fixed adapter runs its cells again (dlbench.sources)
         "worker_source": sources.framework_source(cell.framework),
     }
-    if "from_run" in env.info():  # an environment rebuilt from a stored run's packages says so
-        config["environment_from_run"] = env.info()["from_run"]
+    if "from_run" in built:  # an environment rebuilt from a stored run's packages says so
+        config["environment_from_run"] = built["from_run"]
     if cell.allocator != "default":  # only then, as for the compile cache: default cells keep their hashes
         config["allocator"] = cell.allocator
     if cell.gpu_memory != "default" and cell.device == "gpu":  # it changes nothing on the CPU
@@ -116,7 +117,8 @@ def worker_environment(run_dir: Path, threads: int, extra: dict[str, str],
                        gpu_memory: str = "default") -> dict[str, str]:
     """The worker's variables: every cache and temp file of the framework lands in the run's folder,
     except compiled code when a shared compile_cache folder is given (suite field compile_cache: shared);
-    glibc's malloc as it comes, or retaining freed memory (suite field allocator: retain)."""
+    glibc's malloc as it comes, or retaining freed memory (suite field allocator: retain); each framework's
+    own GPU memory policy, or growing allocations (suite field gpu_memory: grow)."""
     env = dict(os.environ)
     for name, sub in (("HOME", "home"), ("TMPDIR", "tmp"), ("XDG_CACHE_HOME", "cache"),
                       ("TORCH_HOME", "cache/torch"), ("KERAS_HOME", "cache/keras"), ("MPLCONFIGDIR", "cache/mpl")):
