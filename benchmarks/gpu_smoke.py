@@ -7,8 +7,9 @@ NVML series, energy.
 
 For a machine that cannot build dlbench's environments (no registry) but has one interpreter holding
 CUDA builds of the frameworks: that interpreter is registered as each named framework's environment in a
-scratch DLBENCH_HOME under DIR, its dlbench-env.json holding that interpreter's real package list (so
-every run records what it ran with) and the recipe's digest (so `dlbench run` accepts it). The
+scratch DLBENCH_HOME under DIR (the folder of the framework's GPU environment), its dlbench-env.json
+holding that interpreter's real package list (so every run records what it ran with) and the CUDA
+recipe's digest (so `dlbench run` takes it as built and builds nothing). The
 frameworks' versions are therefore that interpreter's, not the recipes' pins: a check of the GPU code
 paths, not of the recipes. Exit status: dlbench run's.
 """
@@ -18,13 +19,14 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from dlbench import envs
 
 
 def register(python: str, framework: str, home: Path) -> None:
-    folder = home / "envs" / framework
+    folder = home / "envs" / envs.folder_name(framework, "gpu")
     (folder / "bin").mkdir(parents=True, exist_ok=True)
     # a script, not a link: a link to a venv's interpreter from elsewhere may lose that venv's packages
     launcher = folder / "bin" / "python"
@@ -35,13 +37,17 @@ def register(python: str, framework: str, home: Path) -> None:
     packages = json.loads(subprocess.run([python, "-c", listing], capture_output=True, text=True, check=True).stdout)
     version = subprocess.run([python, "-c", "import platform; print(platform.python_version())"],
                              capture_output=True, text=True, check=True).stdout.strip()
-    info = {"framework": framework, "recipe": envs.get_recipe(framework).digest(), "python_version": version,
+    info = {"framework": framework, "device": "gpu", "recipe": envs.get_recipe(framework, "gpu").digest(),
+            "python_version": version,
             "packages": packages,
-            "adopted_interpreter": python}
+            "adopted_interpreter": python, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     (folder / "dlbench-env.json").write_text(json.dumps(info, indent=1, sort_keys=True))
 
 
 def stored(results: Path) -> None:
+    if not (results / "dlbench.sqlite").is_file():
+        print(f"no results stored in {results}")
+        return
     with sqlite3.connect(results / "dlbench.sqlite") as db:
         db.row_factory = sqlite3.Row
         for run in db.execute("SELECT * FROM runs ORDER BY id"):
@@ -64,17 +70,22 @@ def main() -> int:
     parser.add_argument("-f", "--framework", action="append", required=True)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--gpu-memory", default="default", help="dlbench run --gpu-memory: default or grow")
+    parser.add_argument("-w", "--workload", action="append", help="quick-suite workloads (default: cnn-mnist)")
+    parser.add_argument("--data-dir", help="dlbench run --data-dir: where the prepared datasets are")
     args = parser.parse_args()
     home = args.out / "home"
     for framework in args.framework:
         register(args.python, framework, home)
     variables = dict(os.environ, DLBENCH_HOME=str(home))
-    command = [sys.executable, "-m", "dlbench.cli", "run", "quick", "-w", "cnn-mnist", "--device", "gpu",
+    command = [sys.executable, "-m", "dlbench.cli", "run", "quick", "--device", "gpu",
                "--epochs", str(args.epochs), "--results", str(args.out / "results"), "--plain",
                "--gpu-memory", args.gpu_memory]
+    command += [part for name in args.workload or ["cnn-mnist"] for part in ("-w", name)]
     command += [part for name in args.framework for part in ("-f", name)]
+    command += ["--data-dir", args.data_dir] if args.data_dir else []
     done = subprocess.run(command, env=variables)
     stored(args.out / "results")
+    subprocess.run([sys.executable, "-m", "dlbench.cli", "env", "list"], env=variables)  # the GPU environments
     return done.returncode
 
 

@@ -57,7 +57,7 @@ def test_only_a_retaining_cell_adds_the_allocator_to_its_configuration(monkeypat
     """Default cells keep the hashes they had before the field existed; retaining ones get their own."""
     monkeypatch.setattr(runner.data, "prepare", lambda name, folder: SimpleNamespace(
         hash="d" * 64, meta={"input_shape": [28, 28, 1], "num_classes": 10}))
-    monkeypatch.setattr(runner.envs, "require", lambda name: SimpleNamespace(
+    monkeypatch.setattr(runner.envs, "require", lambda name, device="cpu": SimpleNamespace(
         info=lambda: {"packages": {"torch": "2.13.0"}, "python_version": "3.11.0"}))
     cell = Cell("s", "pytorch", "cnn-mnist", "digits-28", "cpu", 1, 0, 1, 32, 1, 60.0)
     default = runner.resolve(cell, tmp_path)

@@ -21,7 +21,7 @@ def test_grow_sets_the_frameworks_variables_and_default_clears_inherited_ones(mo
 def test_only_a_growing_gpu_cell_adds_the_policy_to_its_configuration(monkeypatch, tmp_path):
     monkeypatch.setattr(runner.data, "prepare", lambda name, folder: SimpleNamespace(
         hash="d" * 64, meta={"input_shape": [28, 28, 1], "num_classes": 10}))
-    monkeypatch.setattr(runner.envs, "require", lambda name: SimpleNamespace(
+    monkeypatch.setattr(runner.envs, "require", lambda name, device="cpu": SimpleNamespace(
         info=lambda: {"packages": {"jax": "0.10.2"}, "python_version": "3.11.0"}))
     gpu = Cell("s", "jax", "cnn-mnist", "digits-28", "gpu", 1, 0, 1, 32, 1, 60.0)
     default, grow = (runner.resolve(Cell(**{**gpu.__dict__, "gpu_memory": policy}), tmp_path)

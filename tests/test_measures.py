@@ -95,7 +95,7 @@ def test_results_table_shows_gflops_mfu_cores_and_energy():
 @pytest.fixture
 def fake_plan(tmp_path, monkeypatch):
     """run_plan with the worker replaced by a run row and the peak by `peaks` (framework -> gflops or an error)."""
-    monkeypatch.setattr(runner.envs, "require", lambda framework: None)
+    monkeypatch.setattr(runner.envs, "require", lambda framework, device="cpu": None)
     monkeypatch.setattr(env_disk, "mark_used", lambda env: None)  # no environment to stamp
     peaks: dict[str, float | None] = {}
     measured: list[tuple] = []

@@ -6,6 +6,7 @@ Head 127.0.0.2 with no CPUs (so no cell runs beside the GCS), nodes 127.0.0.3 an
 each: a cell there gets 2 threads, as on the local executor here, so both executors resolve the same
 cell hashes. The two nodes share this machine's two cores: only correctness is tested here, never speed.
 """
+import json
 import os
 import signal
 import subprocess
@@ -183,3 +184,35 @@ def test_a_node_killed_mid_cell_is_retried_on_the_other_one(cluster, data_dir, t
     [run] = stored(tmp_path)
     assert run["status"] == "ok" and run["attempt"] == 2 and len(run["epochs"]) == 4
     assert run["node"]["address"] != killed[0]
+
+
+def adopt_as_gpu_environment(home: Path, framework: str) -> None:
+    """The framework's CPU environment registered as its GPU one under `home`, so a gpu cell reaches a
+    worker on a machine without CUDA (where the adapter then refuses it)."""
+    cpu = envs.require(framework)
+    folder = home / "envs" / envs.folder_name(framework, "gpu")
+    (folder / "bin").mkdir(parents=True)
+    (folder / "bin" / "python").write_text(f'#!/bin/sh\nexec "{cpu.python}" "$@"\n')
+    (folder / "bin" / "python").chmod(0o755)
+    info = dict(cpu.info(), device="gpu", recipe=envs.get_recipe(framework, "gpu").digest())
+    (folder / "dlbench-env.json").write_text(json.dumps(info))
+
+
+def test_a_gpu_cell_runs_only_on_a_node_with_a_gpu(cluster, data_dir, tmp_path, monkeypatch):
+    from dlbench.executors.ray_cluster import ClusterError
+
+    adopt_as_gpu_environment(tmp_path / "home", "pytorch")
+    monkeypatch.setenv("DLBENCH_HOME", str(tmp_path / "home"))  # before the GPU node starts: it inherits it
+    plan = suite.plan(suite.load("quick"), ["pytorch"], ["cnn-mnist"], "gpu", None, 1, None)
+    with pytest.raises(ClusterError, match="no Ray node with a CPU and a GPU is alive; 1 cells not run"):
+        ray_plan(cluster, plan, Options(tmp_path / "none", data_dir, peak_size=0))
+    gpu_node = cluster.add_node(num_cpus=NODE_CPUS, num_gpus=1, node_ip_address="127.0.0.5")  # a GPU in name only
+    try:
+        cluster.wait_for_nodes()
+        counts, _ = ray_plan(cluster, plan, Options(tmp_path / "results", data_dir, peak_size=0))
+    finally:
+        cluster.remove_node(gpu_node)
+    [run] = stored(tmp_path / "results")
+    assert counts["failed"] == 1 and run["node"]["address"] == "127.0.0.5"
+    # the worker started there and tried the GPU: the only failure a CPU build of torch can give
+    assert "device gpu requested, but torch" in run["reason"] and "sees no CUDA device" in run["reason"]

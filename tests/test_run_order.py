@@ -61,7 +61,7 @@ def test_the_same_seed_gives_the_same_order_and_another_seed_another(tmp_path, t
 def test_run_plan_records_position_machine_and_version(tmp_path, two_frameworks, monkeypatch):
     """The plan's run order reaches the store. Only the worker is replaced, by a run row of its cell."""
     cells = suite.plan(load(tmp_path, 5))
-    monkeypatch.setattr(runner.envs, "require", lambda framework: None)
+    monkeypatch.setattr(runner.envs, "require", lambda framework, device="cpu": None)
     monkeypatch.setattr(env_disk, "mark_used", lambda env: None)  # no environment to stamp
 
     def resolve(cell: suite.Cell, data_dir: Path) -> Prepared:
@@ -113,7 +113,7 @@ def test_the_config_names_a_shared_compile_cache_only_where_it_changes_the_run(m
     """Cold cells keep the configuration (and hash) they had before the setting existed, so their stored
     runs still count as complete; a shared cache enters it only for a framework that compiles into one."""
     monkeypatch.setattr(runner.data, "prepare", lambda name, folder: _Dataset())
-    monkeypatch.setattr(runner.envs, "require", lambda framework: _Env())
+    monkeypatch.setattr(runner.envs, "require", lambda framework, device="cpu": _Env())
     # the keys of every configuration stored before the setting; worker_source came later (schema 5)
     before = {"framework", "workload", "dataset", "dataset_hash", "device", "threads", "seed", "repetition", "model",
               "recipe", "env_packages", "python", "worker_source"}
@@ -132,7 +132,7 @@ def test_the_config_names_a_shared_compile_cache_only_where_it_changes_the_run(m
 def test_a_changed_adapter_changes_the_cell_hash_of_its_framework_only(monkeypatch, tmp_path):
     """A fixed adapter must run its cells again, not inherit the old runs as complete."""
     monkeypatch.setattr(runner.data, "prepare", lambda name, folder: _Dataset())
-    monkeypatch.setattr(runner.envs, "require", lambda framework: _Env())
+    monkeypatch.setattr(runner.envs, "require", lambda framework, device="cpu": _Env())
 
     def hashes() -> dict[str, str]:
         cells = {f: suite.Cell("s", f, "cnn-mnist", "digits-28", "cpu", 1, 0, 1, 32, 1, 60.0)

@@ -44,7 +44,7 @@ def write_suite(tmp_path: Path, text: str) -> Path:
 
 def test_unknown_suite_lists_the_builtin_ones(capsys):
     message = error_of(capsys, ["run", "nosuch"])
-    assert message.startswith("unknown suite 'nosuch'; built-in suites: paper, quick;")
+    assert message.startswith("unknown suite 'nosuch'; built-in suites: paper, paper-gpu, quick;")
     assert "(.yaml)" in message
 
 
@@ -248,8 +248,10 @@ def test_list_suites(capsys):
 def test_list_frameworks_without_environments(capsys, empty_home):
     assert main(["list", "frameworks"]) == 0
     rows = table_rows(capsys.readouterr().out)
-    assert rows["pytorch"] == ["pytorch", "torch", "2.13.0", "-", "missing:", "dlbench", "env", "create", "pytorch"]
-    assert rows["jax"][:4] == ["jax", "jax", "0.10.2", "==0.6.2"]
+    assert rows["pytorch"] == ["pytorch", "torch", "2.13.0", "-", "torch==2.13.0", "numpy", "missing:", "dlbench",
+                               "env", "create", "pytorch"]
+    assert rows["jax"][:5] == ["jax", "jax", "0.10.2", "==0.6.2", "jax[cuda12]==0.10.2"]
+    assert rows["theano"][4:11] == ["none", "(dlbench", "env", "create", "theano", "--device", "gpu"]
 
 
 def test_env_list_without_environments(capsys, empty_home):
@@ -276,7 +278,8 @@ def test_results_without_a_store_names_the_path(capsys, tmp_path):
 @pytest.fixture
 def two_frameworks(monkeypatch):
     """A second, fake framework, so the plan's framework order shows."""
-    fake = envs.Recipe("fakefw", "3.11", ("numpy",), "fake_framework:Adapter", "numpy", "numpy")
+    fake = envs.Recipe("fakefw", "3.11", ("numpy",), "fake_framework:Adapter", "numpy", "numpy",
+                       cuda_packages=("numpy",))
     monkeypatch.setitem(envs.RECIPES, "fakefw", fake)
 
 

@@ -75,11 +75,14 @@ def cmd_list(args: argparse.Namespace) -> int:
             rows.append([w.name, w.study_dataset, f"{ir.count_params(model):,}", f"{ir.train_flops(model) / 1e9:.3f}",
                          str(w.recipe["epochs"]), str(w.recipe["batch_size"]), w.recipe["optimizer"]["name"], target])
     elif args.what == "frameworks":
-        rows.append(["framework", "default version", "other versions (name@version)", "environment"])
+        rows.append(["framework", "default version", "other versions (name@version)", "CUDA build (--device gpu)",
+                     "environment"])
         for name, recipe in envs.RECIPES.items():
             env = envs.environment(name)
-            where = str(env.path) if env.exists() else f"missing: dlbench env create {name}"
-            rows.append([name, f"{recipe.version_package} {recipe.default_version}", recipe.supported or "-", where])
+            where = str(env.path) if env.exists() else f"missing: {envs.create_command(name)}"
+            cuda = " ".join(recipe.cuda_packages) or f"none ({envs.create_command(name, 'gpu')} says why)"
+            rows.append([name, f"{recipe.version_package} {recipe.default_version}", recipe.supported or "-", cuda,
+                         where])
     elif args.what == "datasets":
         rows.append(["dataset", "task", "status", "source"])
         for name in data.dataset_names():
@@ -102,20 +105,30 @@ def cmd_env(args: argparse.Namespace) -> int:
     if args.action == "prune":
         return env_prune(args.older_than, args.dry_run)
     if args.from_run is not None:
-        if args.action != "create" or args.names or args.all:
-            raise EnvError("--from-run RUN_ID goes with 'env create' alone (no names, no --all)")
+        if args.action != "create" or args.names or args.all or args.dry_run:
+            raise EnvError("--from-run RUN_ID goes with 'env create' alone (no names, no --all, no --dry-run)")
         env_from_run(Path(args.results), args.from_run)
         return 0
-    names = list(envs.RECIPES) if args.all else args.names
+    names = args.names
+    if args.all:  # on a GPU, every framework that has a CUDA build; the others say why not
+        names = [name for name in envs.RECIPES if args.device == "cpu" or envs.RECIPES[name].cuda_packages]
+        for name in sorted(set(envs.RECIPES) - set(names)):
+            print(f"{name}: skipped, no GPU environment: {envs.RECIPES[name].no_cuda}")
     if not names:
         raise EnvError(f"name the frameworks (name or name@version), or give --all; known: {', '.join(envs.RECIPES)}")
-    for name in names:
-        envs.split_spec(name)  # every name checked before anything is built or removed
-    for name in names:
-        if args.action == "create":
-            envs.create(name)
+    for name in names:  # every name checked before anything is built or removed
+        if args.action == "remove":
+            envs.split_spec(name)  # a version no longer supported can still be removed
         else:
-            folder = env_disk.remove_folder(name)
+            envs.get_recipe(name, args.device)
+    for name in names:
+        if args.action == "create" and args.dry_run:
+            print(f"{envs.folder_name(name, args.device)}: would install")
+            print("".join(f"  {line}\n" for line in envs.resolve(name, args.device)), end="")
+        elif args.action == "create":
+            envs.create(name, args.device)
+        else:
+            folder = env_disk.remove_folder(name, args.device)
             print(f"{name}: {f'removed {folder}' if folder else 'no environment to remove'}")
     return 0
 
@@ -132,8 +145,12 @@ def env_from_run(results_dir: Path, run_id: int) -> None:
     run = runs[run_id]
     origin = {"store": str(path.resolve()), "run_id": run_id, "cell_hash": run["cell_hash"],
               "started_at": run["started_at"]}
-    env = envs.create_from_run(run["framework"], run["python"].split()[0], run["packages"], origin)
-    print(f"{run['framework']}: rebuilt with run {run_id}'s {len(run['packages'])} packages at {env.path}")
+    # the environment's freeze as the run resolved it: the run's own package list also holds what the
+    # adapter reported importing, by module name ("tensorflow" for the tensorflow-cpu distribution)
+    packages = run["config"]["env_packages"]
+    device = run["config"]["device"]
+    env = envs.create_from_run(run["framework"], run["python"].split()[0], packages, origin, device)
+    print(f"{env.path.name}: rebuilt with run {run_id}'s {len(packages)} packages at {env.path}")
 
 
 def _mib(size: int) -> str:
@@ -334,7 +351,11 @@ def parser() -> argparse.ArgumentParser:
     env.add_argument("--all", action="store_true", help="every known framework at its default version")
     env.add_argument("--older-than", type=float, default=30, metavar="DAYS",
                      help="prune: remove environments no run used for this many days (default 30)")
-    env.add_argument("--dry-run", action="store_true", help="prune: list what would be removed, remove nothing")
+    env.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                     help="create, remove: the CPU build (default) or the CUDA build of the framework")
+    env.add_argument("--dry-run", action="store_true",
+                     help="create: resolve and list what would be installed, install nothing; "
+                          "prune: list what would be removed, remove nothing")
     env.add_argument("--from-run", type=int, metavar="RUN_ID",
                      help="create: rebuild the environment of a stored run with exactly its packages")
     env.add_argument("--results", default=str(DEFAULT_RESULTS), help="--from-run: results folder holding the run")

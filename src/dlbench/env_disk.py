@@ -23,7 +23,7 @@ class Built:
     folder: Path
     framework: str  # the recipe's name
     version: str | None  # of the recipe's version package, as installed
-    device: str  # "cuda" when the freeze holds NVIDIA's CUDA wheels (PyPI's default torch does), else "cpu"
+    device: str  # "cpu", or "gpu" for a CUDA build
     created: str
     last_used: float | None  # seconds since the epoch, None when no run used it
     status: str  # "ok", or why the environment cannot be used as it is
@@ -50,13 +50,13 @@ def disk_usage(folder: Path) -> tuple[int, int]:
 
 
 def _status(folder: Path, info: dict) -> str:
-    spec = folder.name
+    spec, device = envs.parse_folder(folder.name)
     try:
-        recipe = envs.get_recipe(spec)
+        recipe = envs.get_recipe(spec, device)
     except envs.EnvError as error:
         return f"unusable: {error}"
     if info.get("recipe") != recipe.digest():
-        return f"stale: built from an older recipe (dlbench env create {spec})"
+        return f"stale: built from an older recipe ({envs.create_command(spec, device)})"
     if "from_run" in info:
         return f"ok: the packages of run {info['from_run'].get('run_id')} (env create --from-run)"
     return "ok"
@@ -71,25 +71,26 @@ def built() -> list[Built]:
         if not folder.is_dir() or not info_file.is_file():
             continue
         info = envs.Environment(folder.name, folder).info()
-        name = info.get("framework", folder.name.partition("@")[0])
+        spec, device = envs.parse_folder(folder.name)
+        name = info.get("framework", spec.partition("@")[0])
         recipe = envs.RECIPES.get(name)
+        if recipe and device == "gpu" and recipe.cuda_packages:
+            recipe = recipe.for_device("gpu")  # its version is another distribution's (tensorflow, mxnet-cu112)
         version = info.get("packages", {}).get(recipe.version_package) if recipe else None
-        packages = info.get("packages", {})
-        device = "cuda" if any(package.startswith("nvidia-") for package in packages) else "cpu"
         found.append(Built(folder, name, version, device, info.get("created", "?"),
                            last_used(folder), _status(folder, info)))
     order = {name: index for index, name in enumerate(envs.RECIPES)}
     return sorted(found, key=lambda b: (order.get(b.framework, len(order)), b.folder.name))
 
 
-def remove_folder(spec: str) -> Path | None:
-    """Removes the environment of a framework or name@version, even one whose version is no longer
-    supported; returns its folder, or None when there was none."""
-    name, _ = envs.split_spec(spec)
+def remove_folder(spec: str, device: str = "cpu") -> Path | None:
+    """Removes the environment of a framework or name@version on a device, even one whose version is no
+    longer supported; returns its folder, or None when there was none."""
+    envs.split_spec(spec)  # an unknown name is refused
     try:
-        folder = envs.environment(spec).path
+        folder = envs.environment(spec, device).path
     except envs.EnvError:  # a version the recipe no longer supports: its folder is named as asked
-        folder = envs.env_root() / spec
+        folder = envs.env_root() / (spec + ("+gpu" if device == "gpu" else ""))
     if not folder.is_dir():
         return None
     shutil.rmtree(folder)

@@ -56,6 +56,14 @@ class Recipe:
     # (specifier, requirement): extra pins for versions in the specifier, where a package's own metadata
     # admits something that breaks it (a numpy released after that framework)
     older_pins: tuple[tuple[str, str], ...] = field(default=(), metadata={"built": False})
+    # The CUDA build, for device "gpu": the packages that replace `packages` (the same versions, the
+    # registry's CUDA wheels) and the distribution that then carries the version; none where the
+    # framework has no CUDA build dlbench can install, and no_cuda says why.
+    cuda_packages: tuple[str, ...] = field(default=(), metadata={"built": False})
+    cuda_version_package: str = field(default="", metadata={"built": False})
+    no_cuda: str = field(default="", metadata={"built": False})
+    # what the environment computes on: "cpu", or "gpu" in the recipe for_device("gpu") returns
+    device: str = "cpu"
 
     @property
     def default_version(self) -> str:
@@ -81,11 +89,27 @@ class Recipe:
                            f"dlbench supports: {accepted}")
         packages = []
         for line in self.packages:
-            name = Requirement(line).name
-            packages.append(f"{name}=={version}" if name == self.version_package
-                            else name if name in self.released else line)
+            requirement = Requirement(line)  # rewritten in place, so extras such as jax[cuda12] stay
+            if requirement.name == self.version_package:
+                requirement.specifier = SpecifierSet(f"=={version}")
+            elif requirement.name in self.released:
+                requirement.specifier = SpecifierSet()
+            packages.append(str(requirement))
         packages += [pin for versions, pin in self.older_pins if parsed in SpecifierSet(versions)]
         return replace(self, packages=tuple(packages))
+
+    def for_device(self, device: str) -> "Recipe":
+        """The recipe of the CPU build ("cpu": this one) or of the CUDA build ("gpu"); a framework
+        without a CUDA build is refused with the reason."""
+        if device == self.device:
+            return self
+        if device != "gpu" or self.device != "cpu":
+            raise EnvError(f"device {device!r}: expected cpu or gpu")
+        if not self.cuda_packages:
+            raise EnvError(f"{self.framework} has no GPU environment: {self.no_cuda}")
+        # the registry's own wheels: the local find-links folder holds CPU builds
+        return replace(self, packages=self.cuda_packages, device="gpu", find_links_from_pip=False,
+                       version_package=self.cuda_version_package or self.version_package)
 
     def digest(self) -> str:
         """Identifies what an environment was built from: the recipe and the way create() builds it.
@@ -104,31 +128,41 @@ class Recipe:
 # installs the same framework on any day; their own dependencies (numpy among them) resolve within the
 # ranges these versions declare, and each environment's dlbench-env.json freezes what was installed.
 RECIPES: dict[str, Recipe] = {r.framework: r for r in (
+    # The CUDA builds below are the registry's (torch's default Linux wheel is its CUDA build; JAX's
+    # cuda12 extra and TensorFlow's and-cuda extra install NVIDIA's CUDA wheels beside them), so no
+    # CUDA toolkit is needed on the machine, only NVIDIA's driver.
     Recipe("pytorch", "3.11", ("torch==2.13.0", "numpy"), "dlbench.frameworks.pytorch:Adapter",
-           "torch, numpy", "torch", find_links_from_pip=True),
+           "torch, numpy", "torch", find_links_from_pip=True, cuda_packages=("torch==2.13.0", "numpy")),
     Recipe("jax", "3.11", ("jax==0.10.2", "flax==0.12.8", "optax==0.2.8", "numpy"),
            "dlbench.frameworks.jax_flax:Adapter", "jax, flax, optax", "jax",
-           supported="==0.6.2", released=("flax", "optax")),
-    # CPU build, what these machines can test; on a GPU machine install "tensorflow" (with CUDA) instead.
-    # version_package names the installed distribution (what Environment.version() finds in the freeze);
-    # the worker's versions() reports tf.__version__ under "tensorflow", the module it imported.
+           supported="==0.6.2", released=("flax", "optax"),
+           cuda_packages=("jax[cuda12]==0.10.2", "flax==0.12.8", "optax==0.2.8", "numpy")),
+    # tensorflow-cpu on the CPU, "tensorflow" with CUDA on a GPU. version_package names the installed
+    # distribution (what Environment.version() finds in the freeze); the worker's versions() reports
+    # tf.__version__ under "tensorflow", the module it imported.
     Recipe("tensorflow", "3.11", ("tensorflow-cpu==2.21.0", "numpy"), "dlbench.frameworks.tensorflow_nn:Adapter",
-           "tensorflow, numpy", "tensorflow-cpu", worker_env={"TF_CPP_MIN_LOG_LEVEL": "2"}, supported="==2.20.0"),
+           "tensorflow, numpy", "tensorflow-cpu", worker_env={"TF_CPP_MIN_LOG_LEVEL": "2"}, supported="==2.20.0",
+           cuda_packages=("tensorflow[and-cuda]==2.21.0", "numpy"), cuda_version_package="tensorflow"),
     # Keras 3, one adapter for its three backends; the backend is chosen by KERAS_BACKEND at import.
     Recipe("keras-tensorflow", "3.11", ("tensorflow-cpu==2.21.0", "keras==3.15.1", "numpy"),
            "dlbench.frameworks.keras3:Adapter", "keras, tensorflow, numpy", "keras",
-           worker_env={"KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}, supported="==3.12.0"),
+           worker_env={"KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}, supported="==3.12.0",
+           cuda_packages=("tensorflow[and-cuda]==2.21.0", "keras==3.15.1", "numpy")),
     Recipe("keras-jax", "3.11", ("keras==3.15.1", "jax==0.10.2", "numpy"), "dlbench.frameworks.keras3:Adapter",
-           "keras, jax, numpy", "keras", worker_env={"KERAS_BACKEND": "jax"}, supported="==3.12.0"),
+           "keras, jax, numpy", "keras", worker_env={"KERAS_BACKEND": "jax"}, supported="==3.12.0",
+           cuda_packages=("keras==3.15.1", "jax[cuda12]==0.10.2", "numpy")),
     Recipe("keras-torch", "3.11", ("keras==3.15.1", "torch==2.13.0", "numpy"), "dlbench.frameworks.keras3:Adapter",
            "keras, torch, numpy", "keras", find_links_from_pip=True, worker_env={"KERAS_BACKEND": "torch"},
-           supported="==3.12.0"),
+           supported="==3.12.0", cuda_packages=("keras==3.15.1", "torch==2.13.0", "numpy")),
     # Chainer 7.8.1 is an sdist: its setup.py imports pkg_resources, gone from setuptools 81, hence the
     # build constraint (setuptools < 74 at run time too, as FRAMEWORKS.md found working); numpy 2 fails
     # on np.sctypes. threadpoolctl sets the BLAS threads numpy computes with (Chainer's CPU backend).
     Recipe("chainer", "3.11", ("chainer==7.8.1", "numpy<2", "setuptools<74", "threadpoolctl"),
            "dlbench.frameworks.chainer_nn:Adapter", "chainer, numpy, threadpoolctl", "chainer",
-           build_constraints=("setuptools<74",)),
+           build_constraints=("setuptools<74",),
+           no_cuda="Chainer 7.8.1 declares CuPy >=7.7,<8, whose wheels (cupy-cuda110 7.8.0 at the newest) "
+                   "exist for Python 3.8 at most, need the CUDA 11.0 toolkit installed on the machine and "
+                   "compile no kernels for GPUs newer than compute capability 8.0 (Ampere)"),
     # MXNet 1.9.1 (archived upstream): its wheel declares Python 3.5-3.8, and numpy 1.24 removed the
     # np.bool it uses. One engine worker thread for the CPU (MXNet's default, stated so it is recorded):
     # each operator then runs its own OpenMP threads, the cell's budget, set by the adapter.
@@ -139,14 +173,18 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
     # copies stay on one thread; the operators keep the cell's threads.
     Recipe("mxnet", "3.8", ("mxnet==1.9.1", "numpy<1.24"), "dlbench.frameworks.mxnet_gluon:Adapter",
            "mxnet, numpy", "mxnet",
-           worker_env={"MXNET_CPU_WORKER_NTHREADS": "1", "MXNET_CPU_PARALLEL_SIZE": "2147483647"}),
+           worker_env={"MXNET_CPU_WORKER_NTHREADS": "1", "MXNET_CPU_PARALLEL_SIZE": "2147483647"},
+           # CUDA 11.2: the newest CUDA MXNet 1.9.1 was built for on the registry
+           cuda_packages=("mxnet-cu112==1.9.1", "numpy<1.24"), cuda_version_package="mxnet-cu112"),
     # Theano 1.0.5 needs numpy < 1.24 (np.bool), scipy < 1.14 (the last wheels with an LP64 OpenBLAS,
     # which Theano links as its BLAS) and setuptools < 81 (pkg_resources; uv venvs have none).
     # Python 3.10: the newest interpreter where Theano's compiled (Cython) scan still builds.
     Recipe("theano", "3.10", ("theano==1.0.5", "numpy<1.24", "scipy<1.14", "setuptools<81"),
            "dlbench.frameworks.theano_fn:Adapter", "theano, numpy", "theano",
            # without blas.ldflags Theano's import fails probing numpy's build info; the adapter sets its own
-           worker_env={"THEANO_FLAGS": "blas.ldflags="}, uses_compile_cache=True),
+           worker_env={"THEANO_FLAGS": "blas.ldflags="}, uses_compile_cache=True,
+           no_cuda="Theano 1.0.5's GPU backend needs pygpu and libgpuarray built against the machine's CUDA; "
+                   "neither is on PyPI, and its cuDNN support ends at cuDNN 7"),
 )}
 
 
@@ -173,10 +211,12 @@ def framework_name(spec: str) -> str:
     return split_spec(spec)[0]
 
 
-def get_recipe(spec: str) -> Recipe:
-    """The recipe of a framework ("pytorch", its default version) or of one version ("pytorch@2.8.0")."""
+def get_recipe(spec: str, device: str = "cpu") -> Recipe:
+    """The recipe of a framework ("pytorch", its default version) or of one version ("pytorch@2.8.0"),
+    for the CPU or the GPU."""
     name, version = split_spec(spec)
-    return RECIPES[name] if version is None else RECIPES[name].for_version(version)
+    recipe = RECIPES[name].for_device(device)
+    return recipe if version is None else recipe.for_version(version)
 
 
 def is_reference(spec: str) -> bool:
@@ -184,11 +224,19 @@ def is_reference(spec: str) -> bool:
     return framework_name(spec) == REFERENCE and get_recipe(spec) is RECIPES[REFERENCE]
 
 
-def folder_name(spec: str) -> str:
+def folder_name(spec: str, device: str = "cpu") -> str:
     """An environment's folder: the framework's name for its default version, name@version otherwise,
-    so "jax" and "jax@0.10.2" (the default written out) share one."""
+    so "jax" and "jax@0.10.2" (the default written out) share one; "+gpu" after it for the CUDA build."""
     name, version = split_spec(spec)
-    return name if get_recipe(spec) is RECIPES[name] else f"{name}@{version}"
+    recipe = get_recipe(spec, device)
+    base = name if recipe.packages == RECIPES[name].for_device(device).packages else f"{name}@{version}"
+    return base + ("+gpu" if device == "gpu" else "")
+
+
+def parse_folder(folder: str) -> tuple[str, str]:
+    """(spec, device) of an environment's folder name: ("jax@0.6.2", "gpu") for "jax@0.6.2+gpu"."""
+    spec, _, device = folder.partition("+")
+    return spec, device or "cpu"
 
 
 def uv_command() -> list[str]:
@@ -240,6 +288,7 @@ def _run(command: list[str], what: str) -> str:
 class Environment:
     framework: str
     path: Path
+    device: str = "cpu"
 
     @property
     def python(self) -> Path:
@@ -257,7 +306,7 @@ class Environment:
 
     def version(self) -> str | None:
         """The framework's version as installed."""
-        return self.info()["packages"].get(get_recipe(self.framework).version_package)
+        return self.info()["packages"].get(get_recipe(self.framework, self.device).version_package)
 
     def packages_digest(self) -> str:
         """Identifies exactly what is installed: certificates are valid for this and nothing else."""
@@ -270,40 +319,45 @@ def in_recipe_order(specs: set[str]) -> list[str]:
     return sorted(specs, key=lambda spec: (position[framework_name(spec)], spec))
 
 
-def environment(framework: str) -> Environment:
-    return Environment(framework, env_root() / folder_name(framework))
+def environment(framework: str, device: str = "cpu") -> Environment:
+    return Environment(framework, env_root() / folder_name(framework, device), device)
 
 
-def require(framework: str) -> Environment:
+def create_command(framework: str, device: str = "cpu") -> str:
+    return f"dlbench env create {framework}" + (" --device gpu" if device == "gpu" else "")
+
+
+def require(framework: str, device: str = "cpu") -> Environment:
     """The framework's environment, or an error that names the command creating it."""
-    env = environment(framework)
+    env = environment(framework, device)
+    what = f"{framework}{' GPU' if device == 'gpu' else ''}"
     if not env.exists():
-        raise EnvError(f"the {framework} environment does not exist (looked in {env.path}); "
-                       f"create it with: dlbench env create {framework}")
-    if env.info().get("recipe") != get_recipe(framework).digest():
-        raise EnvError(f"the {framework} environment at {env.path} was built from an older recipe; "
-                       f"rebuild it with: dlbench env create {framework}")
+        raise EnvError(f"the {what} environment does not exist (looked in {env.path}); "
+                       f"create it with: {create_command(framework, device)}")
+    if env.info().get("recipe") != get_recipe(framework, device).digest():
+        raise EnvError(f"the {what} environment at {env.path} was built from an older recipe; "
+                       f"rebuild it with: {create_command(framework, device)}")
     return env
 
 
-def create(framework: str, log=print) -> Environment:
+def create(framework: str, device: str = "cpu", log=print) -> Environment:
     """Builds into a temporary folder and renames it into place, so a failed build leaves nothing
     that looks usable. An environment already built from the same recipe is kept (one rebuilt from a
     run's packages is replaced: it holds the run's packages, not the recipe's)."""
-    recipe = get_recipe(framework)
-    env = environment(framework)
+    recipe = get_recipe(framework, device)
+    env = environment(framework, device)
     if env.exists() and env.info().get("recipe") == recipe.digest() and "from_run" not in env.info():
-        log(f"{framework}: environment up to date at {env.path}")
+        log(f"{env.path.name}: environment up to date at {env.path}")
         return env
     return _build(framework, recipe, recipe.python, list(recipe.packages), " ".join(recipe.packages), {}, log)
 
 
 def create_from_run(framework: str, python_version: str, packages: dict[str, str], origin: dict,
-                    log=print) -> Environment:
+                    device: str = "cpu", log=print) -> Environment:
     """The environment of `framework` rebuilt with exactly a stored run's packages (each pinned, none
     resolved: --no-deps) on its Python's major.minor. Its dlbench-env.json records `origin` (the store
     and run), so runs made in it say so; a later `create` replaces it with the recipe's build."""
-    recipe = get_recipe(framework)
+    recipe = get_recipe(framework, device)
     wanted = [f"{name}=={version}" for name, version in sorted(packages.items())]
     env = _build(framework, recipe, ".".join(python_version.split(".")[:2]), wanted,
                  f"the {len(wanted)} packages of run {origin.get('run_id')} exactly", {"from_run": origin}, log,
@@ -316,10 +370,25 @@ def create_from_run(framework: str, python_version: str, packages: dict[str, str
     return env
 
 
+def _index_options(recipe: Recipe, folder: Path) -> tuple[list[str], str | None]:
+    """uv's options for where the recipe's packages come from (pip's find-links folder when the recipe
+    takes its wheels) and how sdists build (a constraints file written into `folder`); and the folder."""
+    options = []
+    links = _pip_find_links() if recipe.find_links_from_pip else None
+    if links:
+        options += ["--find-links", links]
+    if recipe.build_constraints:
+        constraints = folder / "build-constraints.txt"
+        constraints.write_text("".join(line + "\n" for line in recipe.build_constraints))
+        options += ["--build-constraints", str(constraints)]
+    return options, links
+
+
 def _build(framework: str, recipe: Recipe, python_version: str, requirements: list[str], described: str,
            extra_info: dict, log, no_deps: bool = False) -> Environment:
-    """Builds `requirements` into the framework's environment (see create); `described` says what, in the log."""
-    env = environment(framework)
+    """Builds `requirements` into the framework's environment for recipe.device (see create); `described`
+    says what, in the log."""
+    env = environment(framework, recipe.device)
     building = env.path.with_name(env.path.name + ".building")
     shutil.rmtree(building, ignore_errors=True)
     tic = time.perf_counter()
@@ -332,14 +401,9 @@ def _build(framework: str, recipe: Recipe, python_version: str, requirements: li
     install = uv + ["pip", "install", "--quiet", "--compile-bytecode", "--python", str(python), *requirements]
     if no_deps:
         install.append("--no-deps")
-    links = _pip_find_links() if recipe.find_links_from_pip else None
-    if links:
-        install += ["--find-links", links]
-    if recipe.build_constraints:
-        constraints = building / "build-constraints.txt"
-        constraints.write_text("".join(line + "\n" for line in recipe.build_constraints))
-        install += ["--build-constraints", str(constraints)]
-    log(f"{framework}: installing {described}" + (f" (local wheels from {links})" if links else ""))
+    options, links = _index_options(recipe, building)
+    install += options
+    log(f"{env.path.name}: installing {described}" + (f" (local wheels from {links})" if links else ""))
     _run(install, f"installing {framework}")
     # with the worker's variables: Keras picks its backend (and so what it imports) from KERAS_BACKEND;
     # in a scratch HOME, so that what a framework writes at import (Theano compiles modules into
@@ -349,23 +413,40 @@ def _build(framework: str, recipe: Recipe, python_version: str, requirements: li
               f"import {recipe.import_check}"], f"importing {framework}")
     freeze = _run(uv + ["pip", "freeze", "--python", str(python)], "listing packages")
     version = _run([str(python), "-c", "import platform; print(platform.python_version())"], "python version")
-    info = {"framework": framework_name(framework), "requested": requirements, "recipe": recipe.digest(),
+    info = {"framework": framework_name(framework), "device": recipe.device, "requested": requirements,
+            "recipe": recipe.digest(),
             "python_version": version.strip(),
             "packages": dict(line.split("==", 1) for line in freeze.splitlines() if "==" in line),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra_info}
     (building / "dlbench-env.json").write_text(json.dumps(info, indent=1, sort_keys=True))
     shutil.rmtree(env.path, ignore_errors=True)
     building.rename(env.path)
-    log(f"{framework}: environment ready at {env.path} in {time.perf_counter() - tic:.0f} s")
+    log(f"{env.path.name}: environment ready at {env.path} in {time.perf_counter() - tic:.0f} s")
     return env
 
 
-def ensure(framework: str, log=print) -> Environment:
+def resolve(framework: str, device: str = "cpu", platform: str = "x86_64-manylinux_2_28") -> list[str]:
+    """What create() would install, as name==version lines, resolved by uv for the recipe's Python on
+    `platform` from the registry's metadata alone: nothing is downloaded but package metadata (and an
+    sdist that must be built to learn its dependencies), so a CUDA recipe can be checked on a machine
+    without a GPU, in seconds rather than gigabytes."""
+    recipe = get_recipe(framework, device)
+    with tempfile.TemporaryDirectory() as folder:
+        wanted = Path(folder) / "requirements.in"
+        wanted.write_text("".join(line + "\n" for line in recipe.packages))
+        command = uv_command() + ["pip", "compile", "--quiet", "--no-header", "--no-annotate",
+                                  "--python-version", recipe.python, "--python-platform", platform, str(wanted)]
+        command += _index_options(recipe, Path(folder))[0]
+        out = _run(command, f"resolving the {folder_name(framework, device)} environment")
+    return [line.strip() for line in out.splitlines() if "==" in line and not line.startswith("#")]
+
+
+def ensure(framework: str, device: str = "cpu", log=print) -> Environment:
     """The framework's environment, built first where it is missing or stale; concurrent callers on one
     machine (Ray tasks on one node) wait on a lock file, so it is built once."""
     root = env_root()
     root.mkdir(parents=True, exist_ok=True)
-    with open(root / f".{folder_name(framework)}.lock", "w") as lock:
+    with open(root / f".{folder_name(framework, device)}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        return create(framework, log)
+        return create(framework, device, log)
 

@@ -52,7 +52,7 @@ def resolve(cell: Cell, data_dir: Path, cores: int | None = None) -> Prepared:
     run on: a Ray node's), by default this machine's."""
     workload = get_workload(cell.workload)
     dataset = data.prepare(cell.dataset, data_dir)
-    env = envs.require(cell.framework)
+    env = envs.require(cell.framework, cell.device)
     built = env.info()
     recipe = dict(workload.recipe, epochs=cell.epochs, batch_size=cell.batch_size)
     config = {
@@ -180,7 +180,7 @@ def run_row(prepared: Prepared, outcome: Outcome, epochs: list[dict], run_dir: P
     start = next((e for e in outcome.events if e.get("event") == "start"), {})
     ready = next((e for e in outcome.events if e.get("event") == "ready"), {})
     versions = ready.get("versions", {})
-    recipe = envs.get_recipe(cell.framework)
+    recipe = envs.get_recipe(cell.framework, cell.device)
     resources = summarise(outcome.samples)
     timing = timing_summary(epochs, prepared.workload.target)
     flops = ir.train_flops(config["model"])
@@ -213,7 +213,7 @@ def run_cell(prepared: Prepared, options: Options, on_event: Callable[[dict], No
     started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     run_dir = options.results / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{prepared.hash[:12]}"
     run_dir.mkdir(parents=True, exist_ok=True)
-    recipe = envs.get_recipe(cell.framework)
+    recipe = envs.get_recipe(cell.framework, cell.device)
     worker_cell = {"adapter": recipe.adapter, "model": config["model"], "recipe": config["recipe"],
                    "data_path": str(prepared.dataset.path), "seed": cell.seed, "epochs": cell.epochs,
                    "device": cell.device, "threads": config["threads"]}
@@ -253,7 +253,7 @@ def measure_peak(prepared: Prepared, options: Options, threads: int) -> dict:
                  "framework_env": env.packages_digest(), "threads": threads, "device": cell.device,
                  "suite": cell.suite, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "matrix_size": size,
                  "repeats": peaks.PEAK_REPEATS, "gflops": None, "reason": None, "method": None}
-    recipe = envs.get_recipe(cell.framework)
+    recipe = envs.get_recipe(cell.framework, cell.device)
     folder = options.results / "peaks" / f"{time.strftime('%Y%m%d-%H%M%S')}-{cell.framework}-{threads}-{cell.device}"
     folder.mkdir(parents=True, exist_ok=True)
     command = [str(env.python), "-m", "dlbench.peak", recipe.adapter, "--device", cell.device,

@@ -74,6 +74,8 @@ class Suite:
     executor: str = "local"  # one of EXECUTORS; `dlbench run --executor` overrides it
     allocator: str = "default"  # one of ALLOCATORS; `dlbench run --allocator` overrides it
     gpu_memory: str = "default"  # one of GPU_MEMORY; `dlbench run --gpu-memory` overrides it
+    # `frameworks: all`: on a GPU, every framework that has a CUDA build (the others have no GPU environment)
+    all_frameworks: bool = False
 
 
 @dataclass(frozen=True)
@@ -149,15 +151,17 @@ def parse(path: Path) -> Suite:
     if not isinstance(document, _Mapping):
         raise SuiteError(f"{path}:1: a suite is a mapping with the fields {', '.join(SUITE_FIELDS)}")
     check.known_keys(document, SUITE_FIELDS)
+    device = check.choice(document, "device", DEVICES, "cpu")
     frameworks = document.get("frameworks")
-    if frameworks == "all":
-        frameworks = list(RECIPES)
+    all_frameworks = frameworks == "all"
+    if all_frameworks:
+        frameworks = frameworks_for(device)
     if not isinstance(frameworks, list) or not frameworks:
         raise check.fail(document, "frameworks", f"expected 'all' or a list of frameworks from: {', '.join(RECIPES)} "
                          "(optionally name@version)")
     for framework in frameworks:
         try:
-            get_recipe(str(framework))
+            get_recipe(str(framework), device)
         except EnvError as error:
             raise check.fail(document, "frameworks", str(error)) from None
     timeout = document.get("timeout_s", 3600)
@@ -168,15 +172,20 @@ def parse(path: Path) -> Suite:
         raise check.fail(document, "workloads", f"expected a non-empty list of mappings with {', '.join(ENTRY_FIELDS)}")
     return Suite(
         name=str(document.get("name", path.stem)), description=str(document.get("description", "")),
-        frameworks=tuple(frameworks), device=check.choice(document, "device", DEVICES, "cpu"),
+        frameworks=tuple(frameworks), device=device,
         repeat=check.integer(document, "repeat", 1), seed=check.integer(document, "seed", 0, minimum=0),
         threads=check.integer(document, "threads", None), timeout_s=float(timeout),
         entries=tuple(_entry(check, document, item) for item in entries),
         compile_cache=check.choice(document, "compile_cache", COMPILE_CACHES, "cold"),
         executor=check.choice(document, "executor", EXECUTORS, "local"),
         allocator=check.choice(document, "allocator", ALLOCATORS, "default"),
-        gpu_memory=check.choice(document, "gpu_memory", GPU_MEMORY, "default"),
+        gpu_memory=check.choice(document, "gpu_memory", GPU_MEMORY, "default"), all_frameworks=all_frameworks,
     )
+
+
+def frameworks_for(device: str) -> list[str]:
+    """What `frameworks: all` means on the device: every framework, or on a GPU those with a CUDA build."""
+    return [name for name, recipe in RECIPES.items() if device == "cpu" or recipe.cuda_packages]
 
 
 def _entry(check: _Checker, document: _Mapping, item: Any) -> Entry:
@@ -209,9 +218,12 @@ def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str]
         raise SuiteError(f"allocator {allocator!r} is not one of: {', '.join(ALLOCATORS)}")
     if gpu_memory is not None and gpu_memory not in GPU_MEMORY:
         raise SuiteError(f"gpu memory policy {gpu_memory!r} is not one of: {', '.join(GPU_MEMORY)}")
-    for name in frameworks or ():
+    device = device or suite.device
+    if not frameworks and suite.all_frameworks:
+        frameworks = frameworks_for(device)
+    for name in frameworks or suite.frameworks:
         try:
-            get_recipe(name)
+            get_recipe(name, device)
         except EnvError as error:
             raise SuiteError(str(error)) from None
     entries = list(suite.entries)
@@ -232,7 +244,7 @@ def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str]
             for framework in frameworks or suite.frameworks:
                 repetition_cells.append(Cell(
                     suite=suite.name, framework=framework, workload=entry.workload, dataset=entry.dataset,
-                    device=device or suite.device, repetition=repetition, seed=suite.seed + repetition - 1,
+                    device=device, repetition=repetition, seed=suite.seed + repetition - 1,
                     epochs=epochs or entry.epochs or recipe["epochs"],
                     batch_size=entry.batch_size or recipe["batch_size"], threads=suite.threads,
                     timeout_s=suite.timeout_s, compile_cache=compile_cache or suite.compile_cache,

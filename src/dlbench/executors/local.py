@@ -1,7 +1,8 @@
 """The local executor: a plan's cells one after another on this machine, each stored as it ends."""
 from collections.abc import Callable
 
-from dlbench import env_disk, envs, runner
+from dlbench import runner
+from dlbench.executors import environments
 from dlbench.runner import Options
 from dlbench.store import Store
 from dlbench.suite import Cell
@@ -11,9 +12,9 @@ def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None])
     """Runs every cell not yet complete, in the order given; a failed cell is stored and the plan goes on.
     Each run records its 1-based position in `cells`, the machine and the dlbench version.
     Returns the count of each ending and the plan's cell hashes, in order."""
-    planned = {cell.framework for cell in cells}
-    for framework in envs.in_recipe_order(planned):  # a fixed order, not the shuffled one
-        env_disk.mark_used(envs.require(framework))  # before any data is prepared or any file written
+    # before any data is prepared or any file written
+    environments.refuse_gpu_cells_without_a_gpu(cells)
+    environments.prepare(cells, print)
     resolved = [runner.resolve(cell, options.data_dir) for cell in cells]
     counts = {"ok": 0, "failed": 0, "timeout": 0, "skipped": 0}
     provenance = runner.provenance()

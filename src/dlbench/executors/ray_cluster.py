@@ -25,10 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlbench import data, env_disk, envs, machine, runner, sources
+from dlbench import data, envs, machine, runner, sources
 from dlbench.data import DatasetError
 from dlbench.data import download as data_download
-from dlbench.executors import ExecutorError
+from dlbench.executors import ExecutorError, environments
 from dlbench.executors.process import Outcome
 from dlbench.runner import Options, Prepared
 from dlbench.store import Store
@@ -83,7 +83,7 @@ def prepare_on_node(cell: Cell, config: dict, data_dir: Path) -> Prepared:
     """The cell as this node will run it: its environment (built here the first time) and its dataset
     (fetched and prepared here, or read from the shared folder), each checked against what the driver
     resolved, so that the stored configuration is what ran. Raises ValueError naming the difference."""
-    env = envs.ensure(cell.framework, log=lambda line: None)
+    env = envs.ensure(cell.framework, cell.device, log=lambda line: None)
     packages = env.info()["packages"]
     if packages != config["env_packages"]:
         differ = sorted(name for name in set(packages) | set(config["env_packages"])
@@ -272,10 +272,9 @@ def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None],
     """As executors.local.run_plan, on the cluster at ray_options.address; cells may end out of order."""
     import ray  # only here: the local executor needs no Ray installed
 
-    planned = {cell.framework for cell in cells}
-    for framework in envs.in_recipe_order(planned):
-        # the driver's environments define the package sets every node must match
-        env_disk.mark_used(envs.require(framework))
+    # the driver's environments define the package sets every node must match; the driver needs no GPU
+    # of its own (nodes with one take the GPU cells)
+    environments.prepare(cells, print)
     for name in sorted({cell.dataset for cell in cells}):
         data.prepare(name, options.data_dir)  # a dataset the driver cannot prepare fails the plan before any cell
     local = {"include_dashboard": False} if ray_options.address is None else {}  # a Ray of our own: no dashboard
