@@ -1,5 +1,6 @@
 """Achieved FLOP/s and MFU, the GEMM peak (dlbench.peak, measured in the PyTorch environment), the cores a
 run used against its threads, and how `dlbench results` shows them."""
+import json
 from pathlib import Path
 
 import pytest
@@ -100,14 +101,14 @@ def fake_plan(tmp_path, monkeypatch):
     peaks: dict[str, float | None] = {}
     measured: list[tuple] = []
 
-    class Env:
-        def packages_digest(self) -> str:
-            return "digest"
+    env = envs.Environment("pytorch", tmp_path / "env")
+    env.path.mkdir()
+    env.info_file.write_text(json.dumps({"packages": {"numpy": "1.0"}, "python_version": "3.11"}))
 
     def resolve(cell: suite.Cell, data_dir: Path) -> Prepared:
         config = {"framework": cell.framework, "workload": cell.workload, "seed": cell.seed,
                   "repetition": cell.repetition, "threads": 2}
-        return Prepared(cell, None, None, Env(), config)
+        return Prepared(cell, None, None, env, config)
 
     def run_cell(prepared: Prepared, options: Options, on_event) -> tuple:
         cell = prepared.cell

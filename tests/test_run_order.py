@@ -1,4 +1,5 @@
 """Run order: repetitions outermost, each shuffled from the suite's seed, and each run's place recorded."""
+import json
 import random
 import subprocess
 import textwrap
@@ -64,10 +65,14 @@ def test_run_plan_records_position_machine_and_version(tmp_path, two_frameworks,
     monkeypatch.setattr(runner.envs, "require", lambda framework, device="cpu": None)
     monkeypatch.setattr(env_disk, "mark_used", lambda env: None)  # no environment to stamp
 
+    env = envs.Environment("pytorch", tmp_path / "env")
+    env.path.mkdir()
+    env.info_file.write_text(json.dumps({"packages": {"numpy": "1.0"}, "python_version": "3.11"}))
+
     def resolve(cell: suite.Cell, data_dir: Path) -> Prepared:
         config = {"framework": cell.framework, "workload": cell.workload, "seed": cell.seed,
                   "repetition": cell.repetition}
-        return Prepared(cell, None, None, None, config)
+        return Prepared(cell, None, None, env, config)
 
     def run_cell(prepared: Prepared, options: Options, on_event) -> tuple:
         cell = prepared.cell

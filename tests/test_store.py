@@ -115,7 +115,7 @@ def test_reopening_keeps_runs_and_schema_version(tmp_path: Path) -> None:
     with Store(path) as store:
         assert [r["cell_hash"] for r in store.runs()] == ["abc123"]
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (7,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (8,)
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 
@@ -266,7 +266,7 @@ def test_a_version_5_store_gains_empty_measure_columns_and_a_peaks_table(tmp_pat
                        [])
         new = store.runs()[1]
         assert (new["peak_id"], new["mfu"], new["epochs"][0]["energy_cpu_j"]) == (peak_id, 0.5, 3.0)
-    assert schema_version(path) == SCHEMA_VERSION == 7
+    assert schema_version(path) == SCHEMA_VERSION == 8
 
 
 def test_peaks_round_trip_with_a_failed_measurement(store: Store) -> None:
@@ -342,3 +342,29 @@ def test_killed_writer_never_leaves_a_partial_run(tmp_path: Path) -> None:
         # No orphans either: every epoch and sample row belongs to one of the runs seen above.
         counts = store._conn.execute("SELECT (SELECT count(*) FROM epochs), (SELECT count(*) FROM samples)")
         assert counts.fetchone() == (EPOCHS * len(runs), SAMPLES * len(runs))
+
+
+def test_an_environment_is_recorded_once_and_gains_its_hashes_later(store: Store) -> None:
+    bare = {"packages_digest": "d1", "framework": "jax@0.6.2", "device": "cpu", "python_version": "3.11.7",
+            "packages": {"jax": "0.6.2", "numpy": "2.4.6"}, "hashes": None}
+    store.save_environment(bare)
+    store.save_environment(dict(bare, framework="jax@0.6.2 again"))  # a second run in it changes nothing
+    assert store.environment("d1") == bare
+    hashed = dict(bare, hashes={"jax": ["sha256:" + "a" * 64]})
+    store.save_environment(hashed)  # built before dlbench recorded hashes, recorded again with them
+    assert store.environment("d1") == hashed
+    store.save_environment(dict(bare, hashes={"jax": ["sha256:" + "b" * 64]}))  # recorded hashes are kept
+    assert store.environment("d1") == hashed and store.environment("other") is None
+    with pytest.raises(StoreError, match="unknown environment key"):
+        store.save_environment(dict(bare, size=1))
+
+
+def test_a_version_7_store_gains_the_environments_table(tmp_path: Path) -> None:
+    path = tmp_path / "dlbench.sqlite"
+    with Store(path) as store:
+        store._conn.execute("DROP TABLE environments")
+        store._conn.execute("PRAGMA user_version=7")
+    with Store(path) as store:
+        store.save_environment({"packages_digest": "d", "framework": "pytorch"})
+        assert store.environment("d")["framework"] == "pytorch"
+    assert schema_version(path) == SCHEMA_VERSION == 8

@@ -3,6 +3,8 @@ versions of JAX run side by side in one suite and told apart in results and comp
 and prune on environments' folders."""
 import json
 import os
+import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -12,6 +14,7 @@ import pytest
 
 from dlbench import env_disk, envs
 from dlbench.envs import EnvError, Recipe
+from dlbench.store import Store
 
 OLDER_JAX = "jax@0.6.2"  # the one older version the tests build: jaxlib's wheel, about 80 MB from PyPI
 
@@ -112,6 +115,9 @@ def test_an_environment_rebuilt_from_a_run_has_its_packages_and_its_runs_say_so(
     info = json.loads((tmp_path / "envs" / OLDER_JAX / "dlbench-env.json").read_text())
     assert info["packages"] == older["packages"]  # the freezes match
     assert info["from_run"]["run_id"] == older["id"] and info["from_run"]["cell_hash"] == older["cell_hash"]
+    # every package of a JAX environment comes from PyPI, so each was checked against a recorded hash
+    assert info["from_run"]["packages_checked_by_hash"] == len(older["packages"])
+    assert f"{len(older['packages'])} of them checked against the registry's hashes" in done.stdout
     listed = dlbench("env", "list", env=variables).stdout
     assert f"ok: the packages of run {older['id']} (env create --from-run)" in listed
     again = tmp_path / "again"
@@ -176,3 +182,28 @@ def test_disk_usage_counts_hard_linked_files_apart(tmp_path):
         assert env_disk.disk_usage(tmp_path) == (1300, 300)
     finally:
         (tmp_path.parent / f"{tmp_path.name}-link").unlink()
+
+
+def test_the_build_records_the_registrys_hashes_of_every_package(two_versions):
+    env = envs.require(OLDER_JAX)
+    hashes = env.hashes()
+    assert set(hashes) == set(env.info()["packages"])  # all from PyPI: none without a hash
+    assert all(digest.startswith("sha256:") and len(digest) == 71 for listed in hashes.values() for digest in listed)
+    with Store(two_versions[0] / "dlbench.sqlite") as store:  # the store keeps them with the run's environment
+        assert store.environment(env.packages_digest())["hashes"] == hashes
+
+
+def test_from_run_refuses_a_package_whose_hash_differs(two_versions, tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(two_versions[0], results, ignore=shutil.ignore_patterns("runs"))
+    runs = json.loads(dlbench("results", "--results", str(results), "--format", "json").stdout)
+    older = next(r for r in runs if r["framework"] == OLDER_JAX)
+    digest = envs.digest_of(older["config"]["env_packages"])
+    with sqlite3.connect(results / "dlbench.sqlite") as db:
+        [hashes] = db.execute("SELECT hashes FROM environments WHERE packages_digest = ?", (digest,)).fetchone()
+        tampered = {**json.loads(hashes), "opt-einsum": ["sha256:" + "0" * 64]}
+        db.execute("UPDATE environments SET hashes = ? WHERE packages_digest = ?", (json.dumps(tampered), digest))
+    variables = dict(os.environ, DLBENCH_HOME=str(tmp_path / "home"))
+    done = dlbench("env", "create", "--from-run", str(older["id"]), "--results", str(results), env=variables)
+    assert done.returncode == 2 and "opt-einsum" in done.stderr and "hash" in done.stderr.lower(), done.stderr
+    assert not (tmp_path / "home" / "envs" / OLDER_JAX).exists()  # nothing that looks usable is left

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 
@@ -308,9 +309,19 @@ class Environment:
         """The framework's version as installed."""
         return self.info()["packages"].get(get_recipe(self.framework, self.device).version_package)
 
+    def hashes(self) -> dict[str, list[str]] | None:
+        """Package -> the registry's sha256 hashes of its version, recorded at the build (None for an
+        environment built before dlbench recorded them)."""
+        return self.info().get("hashes")
+
     def packages_digest(self) -> str:
         """Identifies exactly what is installed: certificates are valid for this and nothing else."""
-        return hashlib.sha256(json.dumps(self.info()["packages"], sort_keys=True).encode()).hexdigest()[:16]
+        return digest_of(self.info()["packages"])
+
+
+def digest_of(packages: dict[str, str]) -> str:
+    """The digest of a package set (name -> version), as Environment.packages_digest computes it."""
+    return hashlib.sha256(json.dumps(packages, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def in_recipe_order(specs: set[str]) -> list[str]:
@@ -348,20 +359,31 @@ def create(framework: str, device: str = "cpu", log=print) -> Environment:
     env = environment(framework, device)
     if env.exists() and env.info().get("recipe") == recipe.digest() and "from_run" not in env.info():
         log(f"{env.path.name}: environment up to date at {env.path}")
+        if "hashes" not in env.info():  # built before dlbench recorded them: added, nothing rebuilt
+            info = dict(env.info(), hashes=registry_hashes(recipe, env.info()["python_version"],
+                                                           env.info()["packages"]))
+            env.info_file.write_text(json.dumps(info, indent=1, sort_keys=True))
+            log(f"{env.path.name}: recorded the registry's hashes of {len(info['hashes'])} of its "
+                f"{len(info['packages'])} packages")
         return env
     return _build(framework, recipe, recipe.python, list(recipe.packages), " ".join(recipe.packages), {}, log)
 
 
 def create_from_run(framework: str, python_version: str, packages: dict[str, str], origin: dict,
-                    device: str = "cpu", log=print) -> Environment:
+                    device: str = "cpu", hashes: dict[str, list[str]] | None = None, log=print) -> Environment:
     """The environment of `framework` rebuilt with exactly a stored run's packages (each pinned, none
-    resolved: --no-deps) on its Python's major.minor. Its dlbench-env.json records `origin` (the store
-    and run), so runs made in it say so; a later `create` replaces it with the recipe's build."""
+    resolved: --no-deps) on its Python's major.minor, each package that has `hashes` (recorded when the
+    run's environment was built) checked against them by uv. Its dlbench-env.json records `origin` (the
+    store and run, and how many packages were checked by hash), so runs made in it say so; a later
+    `create` replaces it with the recipe's build."""
     recipe = get_recipe(framework, device)
-    wanted = [f"{name}=={version}" for name, version in sorted(packages.items())]
+    hashes = hashes or {}
+    wanted = [" ".join([f"{name}=={version}", *(f"--hash={digest}" for digest in hashes.get(name, ()))])
+              for name, version in sorted(packages.items())]
+    checked = sum(bool(hashes.get(name)) for name in packages)
     env = _build(framework, recipe, ".".join(python_version.split(".")[:2]), wanted,
-                 f"the {len(wanted)} packages of run {origin.get('run_id')} exactly", {"from_run": origin}, log,
-                 no_deps=True)
+                 f"the {len(wanted)} packages of run {origin.get('run_id')} exactly ({checked} checked by hash)",
+                 {"from_run": dict(origin, packages_checked_by_hash=checked)}, log, no_deps=True)
     installed = env.info()["packages"]
     if installed != packages:
         differ = sorted(set(installed.items()) ^ set(packages.items()))
@@ -398,7 +420,10 @@ def _build(framework: str, recipe: Recipe, python_version: str, requirements: li
     python = building / "bin" / "python"
     # bytecode compiled now: workers run with PYTHONDONTWRITEBYTECODE, and compiling a framework's
     # sources on every start would add seconds to each cell
-    install = uv + ["pip", "install", "--quiet", "--compile-bytecode", "--python", str(python), *requirements]
+    # a requirements file: the only place a requirement may carry its hashes
+    (building / "requirements.txt").write_text("".join(line + "\n" for line in requirements))
+    install = uv + ["pip", "install", "--quiet", "--compile-bytecode", "--python", str(python),
+                    "-r", str(building / "requirements.txt")]
     if no_deps:
         install.append("--no-deps")
     options, links = _index_options(recipe, building)
@@ -413,16 +438,40 @@ def _build(framework: str, recipe: Recipe, python_version: str, requirements: li
               f"import {recipe.import_check}"], f"importing {framework}")
     freeze = _run(uv + ["pip", "freeze", "--python", str(python)], "listing packages")
     version = _run([str(python), "-c", "import platform; print(platform.python_version())"], "python version")
-    info = {"framework": framework_name(framework), "device": recipe.device, "requested": requirements,
-            "recipe": recipe.digest(),
-            "python_version": version.strip(),
-            "packages": dict(line.split("==", 1) for line in freeze.splitlines() if "==" in line),
+    packages = dict(line.split("==", 1) for line in freeze.splitlines() if "==" in line)
+    info = {"framework": framework_name(framework), "device": recipe.device,
+            "requested": [line.split(" --hash=")[0] for line in requirements], "recipe": recipe.digest(),
+            "python_version": version.strip(), "packages": packages,
+            "hashes": registry_hashes(recipe, version.strip(), packages),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra_info}
     (building / "dlbench-env.json").write_text(json.dumps(info, indent=1, sort_keys=True))
     shutil.rmtree(env.path, ignore_errors=True)
     building.rename(env.path)
     log(f"{env.path.name}: environment ready at {env.path} in {time.perf_counter() - tic:.0f} s")
     return env
+
+
+def registry_hashes(recipe: Recipe, python_version: str, packages: dict[str, str]) -> dict[str, list[str]]:
+    """Package name (as in `packages`) -> the sha256 hashes the registry publishes for that exact
+    version (every file of it: each platform's wheel and the sdist), as uv's `pip compile
+    --generate-hashes` lists them from the registry's metadata. A package from a local wheel folder
+    (the CPU torch) has none there, and is left out."""
+    with tempfile.TemporaryDirectory() as folder:
+        pins = Path(folder) / "pins.txt"
+        pins.write_text("".join(f"{name}=={version}\n" for name, version in sorted(packages.items())))
+        command = uv_command() + ["pip", "compile", "--quiet", "--no-header", "--no-annotate", "--generate-hashes",
+                                  "--no-deps", "--python-version", ".".join(python_version.split(".")[:2]),
+                                  *_index_options(recipe, Path(folder))[0], str(pins)]
+        out = _run(command, "listing the registry's hashes")
+    names = {canonicalize_name(name): name for name in packages}
+    hashes: dict[str, list[str]] = {}
+    current = None
+    for line in out.splitlines():
+        if line and not line[0].isspace() and "==" in line:
+            current = names.get(canonicalize_name(line.split("==", 1)[0]))
+        elif current and line.strip().startswith("--hash="):
+            hashes.setdefault(current, []).append(line.strip().removeprefix("--hash=").rstrip(" \\"))
+    return hashes
 
 
 def resolve(framework: str, device: str = "cpu", platform: str = "x86_64-manylinux_2_28") -> list[str]:

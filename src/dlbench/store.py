@@ -9,7 +9,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 FILENAME = "dlbench.sqlite"
 
 # Column name -> SQL declaration; the single source for the DDL, inserts and key validation.
@@ -152,7 +152,19 @@ PEAK_COLUMNS: dict[str, str] = {
     # the wall time): a peak measured beside other jobs is low
     "others_busy_cores": "REAL",
 }
-JSON_COLUMNS = frozenset({"packages", "config", "metrics", "deviations", "machine", "dlbench_version", "node"})
+# One row per exact framework environment the store's runs used, keyed as runs and certificates know it
+# (Environment.packages_digest of the run configuration's env_packages): what `env create --from-run`
+# rebuilds, with the registry's hashes recorded when the environment was built.
+ENVIRONMENT_COLUMNS: dict[str, str] = {
+    "packages_digest": "TEXT PRIMARY KEY",
+    "framework": "TEXT NOT NULL",  # as the cells name it: jax, jax@0.6.2
+    "device": "TEXT",
+    "python_version": "TEXT",
+    "packages": "TEXT",  # JSON: name -> version, the environment's freeze
+    "hashes": "TEXT",  # JSON: name -> ["sha256:..."]; NULL for an environment built before dlbench recorded them
+}
+JSON_COLUMNS = frozenset({"packages", "config", "metrics", "deviations", "machine", "dlbench_version", "node",
+                          "hashes"})
 
 
 def _columns_sql(columns: Mapping[str, str]) -> str:
@@ -169,6 +181,7 @@ CREATE TABLE IF NOT EXISTS samples (run_id INTEGER REFERENCES runs(id), {_column
 CREATE INDEX IF NOT EXISTS samples_run_id ON samples(run_id);
 CREATE TABLE IF NOT EXISTS certificates (id INTEGER PRIMARY KEY, {_columns_sql(CERTIFICATE_COLUMNS)});
 CREATE TABLE IF NOT EXISTS peaks (id INTEGER PRIMARY KEY, {_columns_sql(PEAK_COLUMNS)});
+CREATE TABLE IF NOT EXISTS environments ({_columns_sql(ENVIRONMENT_COLUMNS)});
 """
 
 
@@ -193,6 +206,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         f"CREATE TABLE IF NOT EXISTS peaks (id INTEGER PRIMARY KEY, {_columns_sql(PEAK_COLUMNS)})"),
     7: tuple(f"ALTER TABLE runs ADD COLUMN {name} {RUN_COLUMNS[name]}"
              for name in ("executor", "node", "cells_on_node", "attempt")),
+    8: (f"CREATE TABLE IF NOT EXISTS environments ({_columns_sql(ENVIRONMENT_COLUMNS)})",),
 }
 
 
@@ -280,6 +294,19 @@ class Store:
         row = _row(peak, PEAK_COLUMNS, "peak")
         with _transaction(self._conn):
             return self._conn.execute(_insert_sql("peaks", list(row)), list(row.values())).lastrowid
+
+    def save_environment(self, environment: Mapping[str, Any]) -> None:
+        """Records an environment once; hashes found later fill a row recorded without them."""
+        row = _row(environment, ENVIRONMENT_COLUMNS, "environment")
+        with _transaction(self._conn):
+            self._conn.execute(_insert_sql("environments", list(row)) + " ON CONFLICT(packages_digest) DO UPDATE "
+                               "SET hashes = excluded.hashes WHERE environments.hashes IS NULL", list(row.values()))
+
+    def environment(self, packages_digest: str) -> dict[str, Any] | None:
+        """The recorded environment of this packages digest, or None."""
+        rows = self._select(f"SELECT {', '.join(ENVIRONMENT_COLUMNS)} FROM environments WHERE packages_digest = ?",
+                            (packages_digest,))
+        return rows[0] if rows else None
 
     def peaks(self) -> list[dict[str, Any]]:
         """All measured peaks, oldest first (gflops NULL with its reason where the measurement failed)."""
