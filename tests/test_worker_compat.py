@@ -3,6 +3,7 @@ draw exactly the weights and batch orders that the harness's numpy draws."""
 import ast
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ from dlbench.workloads import WORKLOADS
 
 PACKAGE = PACKAGE_PARENT / "dlbench"
 WORKER_SIDE = [PACKAGE / "worker.py", PACKAGE / "peak.py", *sorted((PACKAGE / "models").glob("*.py")),
-               *sorted((PACKAGE / "frameworks").glob("*.py"))]
+               *sorted((PACKAGE / "frameworks").glob("*.py")), *sorted((PACKAGE / "detection").glob("*.py"))]
 OLD_NUMPY = "numpy==1.17.5"  # the 1.17 line is the oldest with Python 3.8 wheels; legacy envs pin < 1.24
 SMALL_META = {"lstm-imdb": {"vocab_size": 300, "seq_len": 20}, "lstm-ptb": {"vocab_size": 300, "seq_len": 10}}
 
@@ -68,6 +69,51 @@ def test_python_3_8_and_old_numpy_draw_identical_weights_and_order(python38, tmp
         for key, value in canonical_init(model, 7).items():
             # QR of the orthogonal init goes through each numpy's LAPACK: allow float32 rounding there
             assert np.allclose(old[name + ":" + key], value, rtol=0, atol=1e-6), (name, key)
+
+
+DETECTION = """
+import sys
+import numpy as np
+from dlbench.detection.boxes import shifted_anchors
+from dlbench.detection.nms import nms
+from dlbench.detection.targets import roi_targets, rpn_targets
+from dlbench.detection.voc_eval import voc_map
+gt = np.array([[100, 100, 300, 400], [400, 50, 700, 250], [30, 420, 90, 590]], np.float32)
+rng = np.random.RandomState(11)
+corners = rng.uniform(0, 500, (300, 2))
+proposals = np.concatenate([corners, corners + rng.uniform(8, 300, (300, 2))], axis=1).astype(np.float32)
+out = {"proposals": proposals}
+for key, value in rpn_targets(shifted_anchors(38, 50), gt, 600, 800, np.random.RandomState(5)).items():
+    out["rpn_" + key] = value
+for key, value in roi_targets(proposals, gt, np.array([3, 14, 7]), np.random.RandomState(5)).items():
+    out["roi_" + key] = value
+out["nms"] = nms(proposals, rng.randint(0, 20, 300) / 20.0, 0.5)
+det = (proposals[:40], np.linspace(1, 0, 40), np.arange(40) % 20)
+out["ap"] = voc_map([det], [(gt, np.array([3, 14, 7]), np.array([0, 0, 1], np.uint8))])["ap"]
+np.savez(sys.argv[1], **out)
+print(np.__version__, sys.version_info[:2])
+"""
+
+
+def test_python_3_8_and_old_numpy_compute_identical_detection_targets(python38, tmp_path):
+    """The detector's shared pieces sample the same anchors and RoIs from a seed in every numpy."""
+    drawn = tmp_path / "detection.npz"
+    done = subprocess.run([str(python38), "-c", DETECTION, str(drawn)], text=True, capture_output=True,
+                          env={"PYTHONPATH": str(PACKAGE_PARENT)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("1.17.5 (3, 8)")
+    old, new = np.load(drawn), tmp_path / "new.npz"
+    done = subprocess.run([sys.executable, "-c", DETECTION, str(new)], text=True, capture_output=True,
+                          env={"PYTHONPATH": str(PACKAGE_PARENT)})
+    assert done.returncode == 0, done.stderr
+    new = np.load(new)
+    assert sorted(old.files) == sorted(new.files)
+    assert (old["rpn_labels"] == 1).sum() > 0 and (old["roi_labels"] > 0).sum() > 0
+    for key in old.files:
+        if old[key].dtype.kind == "f":  # log and exp may differ in the last bit between numpy builds
+            assert np.allclose(old[key], new[key], rtol=1e-6, atol=0, equal_nan=True), key
+        else:
+            assert np.array_equal(old[key], new[key]), key
 
 
 IMPORT_WORKER = """
