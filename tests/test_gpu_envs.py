@@ -36,9 +36,9 @@ def test_the_cuda_builds_are_the_registrys():
     packages = {name: envs.get_recipe(name, "gpu").packages for name in WITH_CUDA}
     assert packages["jax"][0] == "jax[cuda12]==0.10.2" and packages["keras-jax"][1] == "jax[cuda12]==0.10.2"
     assert packages["tensorflow"][0] == "tensorflow[and-cuda]==2.21.0"
-    assert packages["mxnet"][0] == "mxnet-cu112==1.9.1"
+    assert packages["mxnet"][0] == "mxnet-cu117==1.9.1" and "nvidia-cudnn-cu11<9" in packages["mxnet"]
     assert envs.get_recipe("tensorflow", "gpu").version_package == "tensorflow"
-    assert envs.get_recipe("mxnet", "gpu").version_package == "mxnet-cu112"
+    assert envs.get_recipe("mxnet", "gpu").version_package == "mxnet-cu117"
 
 
 def test_another_version_on_the_gpu_keeps_the_cuda_extra():
@@ -130,9 +130,23 @@ def test_the_cuda_recipes_resolve_on_the_registry():
     resolves for Linux x86-64 to the framework's pinned version and NVIDIA's CUDA libraries."""
     cuda_library = {"pytorch": "nvidia-cublas", "keras-torch": "nvidia-cublas", "jax": "nvidia-cudnn-cu12",
                     "keras-jax": "nvidia-cudnn-cu12", "tensorflow": "nvidia-cudnn-cu12",
-                    "keras-tensorflow": "nvidia-cudnn-cu12", "mxnet": "mxnet-cu112"}
+                    "keras-tensorflow": "nvidia-cudnn-cu12", "mxnet": "nvidia-cudnn-cu11"}
     for name in WITH_CUDA:
         recipe = envs.get_recipe(name, "gpu")
         resolved = dict(line.split("==", 1) for line in envs.resolve(name, "gpu"))
         assert resolved[recipe.version_package] == recipe.default_version, name
         assert cuda_library[name] in resolved, (name, sorted(resolved))
+    cudnn = dict(line.split("==", 1) for line in envs.resolve("mxnet", "gpu"))["nvidia-cudnn-cu11"]
+    assert cudnn.startswith("8."), cudnn  # libmxnet.so links libcudnn.so.8
+
+
+def test_mxnets_cuda_libraries_from_nvidias_wheels_go_on_the_workers_library_path(tmp_path, monkeypatch):
+    monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
+    for package in ("cudnn", "cublas"):
+        (tmp_path / "lib" / "python3.8" / "site-packages" / "nvidia" / package / "lib").mkdir(parents=True)
+    variables = envs.worker_variables(envs.get_recipe("mxnet", "gpu"), tmp_path)
+    nvidia = tmp_path / "lib" / "python3.8" / "site-packages" / "nvidia"
+    assert variables["LD_LIBRARY_PATH"] == f"{nvidia / 'cublas' / 'lib'}:{nvidia / 'cudnn' / 'lib'}"
+    assert variables["MXNET_CPU_WORKER_NTHREADS"] == "1"  # the recipe's own variables stay
+    assert "LD_LIBRARY_PATH" not in envs.worker_variables(envs.get_recipe("mxnet"), tmp_path)  # the CPU build
+    assert "LD_LIBRARY_PATH" not in envs.worker_variables(envs.get_recipe("jax", "gpu"), tmp_path)  # finds its own

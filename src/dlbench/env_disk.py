@@ -75,7 +75,7 @@ def built() -> list[Built]:
         name = info.get("framework", spec.partition("@")[0])
         recipe = envs.RECIPES.get(name)
         if recipe and device == "gpu" and recipe.cuda_packages:
-            recipe = recipe.for_device("gpu")  # its version is another distribution's (tensorflow, mxnet-cu112)
+            recipe = recipe.for_device("gpu")  # its version is another distribution's (tensorflow, mxnet-cu117)
         version = info.get("packages", {}).get(recipe.version_package) if recipe else None
         found.append(Built(folder, name, version, device, info.get("created", "?"),
                            last_used(folder), _status(folder, info)))

@@ -63,6 +63,9 @@ class Recipe:
     cuda_packages: tuple[str, ...] = field(default=(), metadata={"built": False})
     cuda_version_package: str = field(default="", metadata={"built": False})
     no_cuda: str = field(default="", metadata={"built": False})
+    # the CUDA build links CUDA's libraries by name, as a system install provides them: they come from
+    # NVIDIA's wheels among cuda_packages instead, and their folders go on the worker's LD_LIBRARY_PATH
+    cuda_libraries_on_path: bool = field(default=False, metadata={"built": False})
     # what the environment computes on: "cpu", or "gpu" in the recipe for_device("gpu") returns
     device: str = "cpu"
 
@@ -175,8 +178,13 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
     Recipe("mxnet", "3.8", ("mxnet==1.9.1", "numpy<1.24"), "dlbench.frameworks.mxnet_gluon:Adapter",
            "mxnet, numpy", "mxnet",
            worker_env={"MXNET_CPU_WORKER_NTHREADS": "1", "MXNET_CPU_PARALLEL_SIZE": "2147483647"},
-           # CUDA 11.2: the newest CUDA MXNet 1.9.1 was built for on the registry
-           cuda_packages=("mxnet-cu112==1.9.1", "numpy<1.24"), cuda_version_package="mxnet-cu112"),
+           # CUDA 11.7: the newest CUDA MXNet 1.9.1 was built for on the registry. Its libmxnet.so links
+           # CUDA 11's runtime, cuBLAS, cuFFT, cuRAND, cuSOLVER, cuSPARSE, NVRTC and NVTX, cuDNN 8 and
+           # NCCL 2 by name; NVIDIA's cu11 wheels hold them all (only the driver's libcuda is the machine's)
+           cuda_packages=("mxnet-cu117==1.9.1", "numpy<1.24", "nvidia-cuda-runtime-cu11", "nvidia-cublas-cu11",
+                          "nvidia-cudnn-cu11<9", "nvidia-nccl-cu11", "nvidia-cuda-nvrtc-cu11", "nvidia-cufft-cu11",
+                          "nvidia-curand-cu11", "nvidia-cusolver-cu11", "nvidia-cusparse-cu11", "nvidia-nvtx-cu11"),
+           cuda_version_package="mxnet-cu117", cuda_libraries_on_path=True),
     # Theano 1.0.5 needs numpy < 1.24 (np.bool), scipy < 1.14 (the last wheels with an LP64 OpenBLAS,
     # which Theano links as its BLAS) and setuptools < 81 (pkg_resources; uv venvs have none).
     # Python 3.10: the newest interpreter where Theano's compiled (Cython) scan still builds.
@@ -238,6 +246,16 @@ def parse_folder(folder: str) -> tuple[str, str]:
     """(spec, device) of an environment's folder name: ("jax@0.6.2", "gpu") for "jax@0.6.2+gpu"."""
     spec, _, device = folder.partition("+")
     return spec, device or "cpu"
+
+
+def worker_variables(recipe: Recipe, env_path: Path) -> dict[str, str]:
+    """The variables a worker of this recipe's environment at env_path runs with: the recipe's own, and
+    for a CUDA build that takes CUDA's libraries from NVIDIA's wheels, their folders on LD_LIBRARY_PATH."""
+    variables = dict(recipe.worker_env)
+    if recipe.device == "gpu" and recipe.cuda_libraries_on_path:
+        folders = sorted(str(folder) for folder in env_path.glob("lib/python*/site-packages/nvidia/*/lib"))
+        variables["LD_LIBRARY_PATH"] = ":".join(folders + [os.environ.get("LD_LIBRARY_PATH", "")]).rstrip(":")
+    return variables
 
 
 def uv_command() -> list[str]:
@@ -434,7 +452,8 @@ def _build(framework: str, recipe: Recipe, python_version: str, requirements: li
     # in a scratch HOME, so that what a framework writes at import (Theano compiles modules into
     # ~/.theano) stays out of the user's home
     with tempfile.TemporaryDirectory() as home:
-        _run(["env", f"HOME={home}", *(f"{k}={v}" for k, v in recipe.worker_env.items()), str(python), "-c",
+        variables = worker_variables(recipe, building)
+        _run(["env", f"HOME={home}", *(f"{k}={v}" for k, v in variables.items()), str(python), "-c",
               f"import {recipe.import_check}"], f"importing {framework}")
     freeze = _run(uv + ["pip", "freeze", "--python", str(python)], "listing packages")
     version = _run([str(python), "-c", "import platform; print(platform.python_version())"], "python version")

@@ -221,7 +221,7 @@ def run_cell(prepared: Prepared, options: Options, on_event: Callable[[dict], No
     command = [str(prepared.env.python), "-m", "dlbench.worker", str(run_dir / "cell.json")]
     shared = shared_compile_cache(options.results, cell)
     cache_state = compile_cache_state(cell, shared)  # before the worker adds to it
-    variables = worker_environment(run_dir, config["threads"], recipe.worker_env, shared,
+    variables = worker_environment(run_dir, config["threads"], envs.worker_variables(recipe, prepared.env.path), shared,
                                    config.get("allocator", "default"), config.get("gpu_memory", "default"))
     meter = energy.EnergyMeter(cell.device, options.powercap)
     epoch_energy = energy.EpochEnergy(meter)
@@ -258,7 +258,7 @@ def measure_peak(prepared: Prepared, options: Options, threads: int) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     command = [str(env.python), "-m", "dlbench.peak", recipe.adapter, "--device", cell.device,
                "--threads", str(threads), "--size", str(size), "--repeats", str(peaks.PEAK_REPEATS)]
-    row.update(peaks.run(command, worker_environment(folder, threads, recipe.worker_env), folder))
+    row.update(peaks.run(command, worker_environment(folder, threads, envs.worker_variables(recipe, env.path)), folder))
     return row
 
 
