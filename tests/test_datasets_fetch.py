@@ -113,6 +113,11 @@ def check_content(name, meta, a):
         assert {"welcome", "item", "ok"} <= set(vocab["target"]) and "vale" in vocab["source"]
         assert not {"name", "count", "word", "untranslated", "fuzzy", "obsolete", "not"} & set(vocab["target"])
         assert meta["source_len"] == 8 and (a["x_train"][:, meta["source_len"]] == meta["start_id"]).all()
+    elif name == "photo-boxes":
+        assert (meta["n_train"], meta["n_test"]) == (4, 2) and meta["task"] == "detection"
+        assert a["x_test"][:, 3:].tolist() == [[512, 512], [500, 741]]  # camera, motorcycle_right
+        assert a["y_train"].tolist() == [[0, 1], [1, 1], [2, 3], [5, 1]] and a["difficult_train"].sum() == 1
+        assert [meta["class_names"][i] for i in a["labels_test"]] == ["person", "motorbike", "bottle", "bicycle"]
     elif name == "voc2012":
         assert (meta["n_train"], meta["n_test"]) == (2, 1) and meta["task"] == "detection"
         offset, height, width, orig_h, orig_w = a["x_train"][0]

@@ -21,6 +21,7 @@ from . import (
     lee_lm,
     manythings,
     mnist,
+    photo_boxes,
     photos,
     polarity,
     ptb,
@@ -37,7 +38,7 @@ _DATASETS: dict[str, ModuleType | Source] = {module.NAME: module for module in (
 _DATASETS.update({source.info["name"]: source for source in (
     mnist.MNIST, mnist.FASHION_MNIST, cifar.CIFAR10, cifar.CIFAR100, svhn.SVHN, imdb.IMDB, ptb.PTB,
     manythings.SPA_ENG, voc.VOC2012, rt_snippets.RT_SNIPPETS,
-    photos.PHOTO_PATCHES_10, photos.PHOTO_REGIONS_100, django_es.DJANGO_ES_EN,
+    photos.PHOTO_PATCHES_10, photos.PHOTO_REGIONS_100, django_es.DJANGO_ES_EN, photo_boxes.PHOTO_BOXES,
 )})
 
 

@@ -45,32 +45,43 @@ def parse_annotation(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             np.asarray(difficult, dtype=np.uint8))
 
 
-def scaled_size(width: int, height: int) -> tuple[float, int, int]:
-    scale = min(MIN_SIDE / min(width, height), MAX_SIDE / max(width, height))
+def scaled_size(width: int, height: int, min_side: int = MIN_SIDE,
+                max_side: int = MAX_SIDE) -> tuple[float, int, int]:
+    """(scale, new width, new height): short side min_side unless the long side would pass max_side."""
+    scale = min(min_side / min(width, height), max_side / max(width, height))
     return scale, round(width * scale), round(height * scale)
 
 
 def build_split(root: Path, ids: list[str], part: str, work: Path) -> dict[str, np.ndarray]:
+    images = [root / "JPEGImages" / f"{image_id}.jpg" for image_id in ids]
+    annotations = [root / "Annotations" / f"{image_id}.xml" for image_id in ids]
+    return pack_split(images, annotations, part, work)
+
+
+def pack_split(images: list, annotations: list[Path], part: str, work: Path, min_side: int = MIN_SIDE,
+               max_side: int = MAX_SIDE) -> dict[str, np.ndarray]:
+    """The arrays of one split (layout in VOC2012's description); images are paths or file objects
+    Pillow can open, each with its annotation's path."""
     from PIL import Image  # only preparation needs Pillow
 
     sizes = []
-    for image_id in ids:
-        with Image.open(root / "JPEGImages" / f"{image_id}.jpg") as image:
+    for source in images:
+        with Image.open(_rewound(source)) as image:
             sizes.append(image.size)
-    scaled = [scaled_size(w, h) for w, h in sizes]
+    scaled = [scaled_size(w, h, min_side, max_side) for w, h in sizes]
     # One flat pixel array, written image by image through a memory map: the full set is ~17 GB.
     total = sum(w * h * 3 for _, w, h in scaled)
     pixels = np.lib.format.open_memmap(work / f"pixels_{part}.npy", mode="w+", dtype=np.uint8, shape=(total,))
-    index = np.zeros((len(ids), 5), dtype=np.int64)
-    spans = np.zeros((len(ids), 2), dtype=np.int64)
+    index = np.zeros((len(images), 5), dtype=np.int64)
+    spans = np.zeros((len(images), 2), dtype=np.int64)
     boxes, labels, difficult, offset, n_boxes = [], [], [], 0, 0
-    for row, image_id in enumerate(ids):
+    for row, source in enumerate(images):
         scale, width, height = scaled[row]
-        with Image.open(root / "JPEGImages" / f"{image_id}.jpg") as image:
+        with Image.open(_rewound(source)) as image:
             resized = image.convert("RGB").resize((width, height), Image.Resampling.BILINEAR)
         pixels[offset:offset + width * height * 3] = np.asarray(resized, dtype=np.uint8).reshape(-1)
         index[row] = (offset, height, width, sizes[row][1], sizes[row][0])
-        b, lab, diff = parse_annotation(root / "Annotations" / f"{image_id}.xml")
+        b, lab, diff = parse_annotation(annotations[row])
         boxes.append(b * np.float32(scale))
         labels.append(lab)
         difficult.append(diff)
@@ -81,6 +92,13 @@ def build_split(root: Path, ids: list[str], part: str, work: Path) -> dict[str, 
     return {f"x_{part}": index, f"y_{part}": spans, f"pixels_{part}": pixels,
             f"boxes_{part}": np.concatenate(boxes), f"labels_{part}": np.concatenate(labels),
             f"difficult_{part}": np.concatenate(difficult)}
+
+
+def _rewound(source):
+    """A path as it is; a file object (read twice: size, then pixels) from its start."""
+    if hasattr(source, "seek"):
+        source.seek(0)
+    return source
 
 
 def build(paths: dict[str, Path], work: Path) -> Built:
