@@ -206,9 +206,10 @@ def test_a_gpu_cell_runs_only_on_a_node_with_a_gpu(cluster, data_dir, tmp_path, 
     plan = suite.plan(suite.load("quick"), ["pytorch"], ["cnn-mnist"], "gpu", None, 1, None)
     with pytest.raises(ClusterError, match="no Ray node with a CPU and a GPU is alive; 1 cells not run"):
         ray_plan(cluster, plan, Options(tmp_path / "none", data_dir, peak_size=0))
-    gpu_node = cluster.add_node(num_cpus=NODE_CPUS, num_gpus=1, node_ip_address="127.0.0.5")  # a GPU in name only
+    # a GPU in name only; add_node returns once the node is registered (wait_for_nodes would also wait
+    # for the node an earlier test killed)
+    gpu_node = cluster.add_node(num_cpus=NODE_CPUS, num_gpus=1, node_ip_address="127.0.0.5")
     try:
-        cluster.wait_for_nodes(timeout=TIMEOUT_S)  # a node joins slowly while the other test worker computes
         counts, _ = ray_plan(cluster, plan, Options(tmp_path / "results", data_dir, peak_size=0))
     finally:
         cluster.remove_node(gpu_node)
