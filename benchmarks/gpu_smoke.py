@@ -11,7 +11,9 @@ scratch DLBENCH_HOME under DIR (the folder of the framework's GPU environment), 
 holding that interpreter's real package list (so every run records what it ran with) and the CUDA
 recipe's digest (so `dlbench run` takes it as built and builds nothing). The
 frameworks' versions are therefore that interpreter's, not the recipes' pins: a check of the GPU code
-paths, not of the recipes. Exit status: dlbench run's.
+paths, not of the recipes. A package that interpreter lacks (keras, say) must be installed into it: the
+runner gives workers dlbench's own folder as their PYTHONPATH, so one added there does not reach them.
+Exit status: dlbench run's.
 """
 import argparse
 import json
