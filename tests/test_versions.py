@@ -186,7 +186,7 @@ def test_disk_usage_counts_hard_linked_files_apart(tmp_path):
 
 def test_the_build_records_the_registrys_hashes_of_every_package(two_versions):
     env = envs.require(OLDER_JAX)
-    hashes = env.hashes()
+    hashes = env.info()["hashes"]
     assert set(hashes) == set(env.info()["packages"])  # all from PyPI: none without a hash
     assert all(digest.startswith("sha256:") and len(digest) == 71 for listed in hashes.values() for digest in listed)
     with Store(two_versions[0] / "dlbench.sqlite") as store:  # the store keeps them with the run's environment

@@ -327,11 +327,6 @@ class Environment:
         """The framework's version as installed."""
         return self.info()["packages"].get(get_recipe(self.framework, self.device).version_package)
 
-    def hashes(self) -> dict[str, list[str]] | None:
-        """Package -> the registry's sha256 hashes of its version, recorded at the build (None for an
-        environment built before dlbench recorded them)."""
-        return self.info().get("hashes")
-
     def packages_digest(self) -> str:
         """Identifies exactly what is installed: certificates are valid for this and nothing else."""
         return digest_of(self.info()["packages"])
@@ -470,18 +465,26 @@ def _build(framework: str, recipe: Recipe, python_version: str, requirements: li
     return env
 
 
+def _compile(recipe: Recipe, requirements: list[str], python_version: str, what: str, *options: str) -> str:
+    """uv's `pip compile` of `requirements` for the recipe's indexes and build constraints, from the
+    registry's metadata alone (nothing installed); its output, without header or annotations."""
+    with tempfile.TemporaryDirectory() as folder:
+        wanted = Path(folder) / "requirements.in"
+        wanted.write_text("".join(line + "\n" for line in requirements))
+        command = uv_command() + ["pip", "compile", "--quiet", "--no-header", "--no-annotate",
+                                  "--python-version", python_version, *options,
+                                  *_index_options(recipe, Path(folder))[0], str(wanted)]
+        return _run(command, what)
+
+
 def registry_hashes(recipe: Recipe, python_version: str, packages: dict[str, str]) -> dict[str, list[str]]:
     """Package name (as in `packages`) -> the sha256 hashes the registry publishes for that exact
     version (every file of it: each platform's wheel and the sdist), as uv's `pip compile
     --generate-hashes` lists them from the registry's metadata. A package from a local wheel folder
     (the CPU torch) has none there, and is left out."""
-    with tempfile.TemporaryDirectory() as folder:
-        pins = Path(folder) / "pins.txt"
-        pins.write_text("".join(f"{name}=={version}\n" for name, version in sorted(packages.items())))
-        command = uv_command() + ["pip", "compile", "--quiet", "--no-header", "--no-annotate", "--generate-hashes",
-                                  "--no-deps", "--python-version", ".".join(python_version.split(".")[:2]),
-                                  *_index_options(recipe, Path(folder))[0], str(pins)]
-        out = _run(command, "listing the registry's hashes")
+    pins = [f"{name}=={version}" for name, version in sorted(packages.items())]
+    out = _compile(recipe, pins, ".".join(python_version.split(".")[:2]), "listing the registry's hashes",
+                   "--generate-hashes", "--no-deps")
     names = {canonicalize_name(name): name for name in packages}
     hashes: dict[str, list[str]] = {}
     current = None
@@ -499,13 +502,8 @@ def resolve(framework: str, device: str = "cpu", platform: str = "x86_64-manylin
     sdist that must be built to learn its dependencies), so a CUDA recipe can be checked on a machine
     without a GPU, in seconds rather than gigabytes."""
     recipe = get_recipe(framework, device)
-    with tempfile.TemporaryDirectory() as folder:
-        wanted = Path(folder) / "requirements.in"
-        wanted.write_text("".join(line + "\n" for line in recipe.packages))
-        command = uv_command() + ["pip", "compile", "--quiet", "--no-header", "--no-annotate",
-                                  "--python-version", recipe.python, "--python-platform", platform, str(wanted)]
-        command += _index_options(recipe, Path(folder))[0]
-        out = _run(command, f"resolving the {folder_name(framework, device)} environment")
+    out = _compile(recipe, list(recipe.packages), recipe.python,
+                   f"resolving the {folder_name(framework, device)} environment", "--python-platform", platform)
     return [line.strip() for line in out.splitlines() if "==" in line and not line.startswith("#")]
 
 

@@ -301,9 +301,9 @@ def finish_run(store: Store, prepared: Prepared, ran: tuple, peak: tuple[int, fl
         run.update(peak_id=peak[0], mfu=peaks.mfu(run.get("achieved_gflops"), peak[1]))
     run["certificate"] = certificate_status(store, prepared)
     run.update(recorded)
-    env = prepared.env
-    store.save_environment({"packages_digest": env.packages_digest(), "framework": prepared.cell.framework,
-                            "device": env.device, "python_version": env.info()["python_version"],
-                            "packages": env.info()["packages"], "hashes": env.hashes()})
+    info = prepared.env.info()  # one read of dlbench-env.json for the whole row
+    store.save_environment({"packages_digest": envs.digest_of(info["packages"]), "framework": prepared.cell.framework,
+                            "device": prepared.env.device, "python_version": info["python_version"],
+                            "packages": info["packages"], "hashes": info.get("hashes")})
     store.save_run(run, epochs, samples)
     return run

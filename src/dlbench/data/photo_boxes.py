@@ -100,16 +100,8 @@ def build_arrays(paths: dict[str, Path], work: Path, min_side: int = MIN_SIDE,
 
 
 def build(paths: dict[str, Path], work: Path) -> Built:
-    arrays = build_arrays(paths, work)
-    extras = [f"{kind}_{part}" for part in ("train", "test") for kind in ("pixels", "boxes", "labels", "difficult")]
-    meta = {
-        **PHOTO_BOXES.info, "n_train": len(SPLIT["train"]), "n_test": len(SPLIT["test"]),
-        "input_shape": [None, None, 3], "input_dtype": "uint8", "input_scale": 255.0,
-        "num_classes": len(voc.CLASSES), "class_names": voc.CLASSES, "min_side": MIN_SIDE, "max_side": MAX_SIDE,
-        "train_split": "train", "test_split": "test", "extra_arrays": extras,
-        "image_ids_train": list(SPLIT["train"]), "image_ids_test": list(SPLIT["test"]),
-    }
-    return Built(arrays=arrays, meta=meta)
+    return Built(arrays=build_arrays(paths, work),
+                 meta=voc.detection_meta(PHOTO_BOXES.info, SPLIT, "test", MIN_SIDE, MAX_SIDE))
 
 
 PHOTO_BOXES = Source(

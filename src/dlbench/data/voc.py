@@ -111,15 +111,20 @@ def build(paths: dict[str, Path], work: Path) -> Built:
             raise DatasetError(f"{paths[TARBALL]}: no {ROOT}ImageSets/Main/{split}.txt inside")
         ids[part] = list_file.read_text(encoding="ascii").split()
         arrays.update(build_split(root, ids[part], part, work))
+    return Built(arrays=arrays, meta=detection_meta(VOC2012.info, ids, "val", MIN_SIDE, MAX_SIDE))
+
+
+def detection_meta(info: dict, ids: dict[str, list[str]], test_split: str, min_side: int, max_side: int) -> dict:
+    """The meta.json of a dataset prepared by pack_split: its info, its image ids per part (train,
+    test), the split its test part came from and the scale."""
     extras = [f"{kind}_{part}" for part in ("train", "test") for kind in ("pixels", "boxes", "labels", "difficult")]
-    meta = {
-        **VOC2012.info, "n_train": len(ids["train"]), "n_test": len(ids["test"]),
+    return {
+        **info, "n_train": len(ids["train"]), "n_test": len(ids["test"]),
         "input_shape": [None, None, 3], "input_dtype": "uint8", "input_scale": 255.0,
-        "num_classes": len(CLASSES), "class_names": CLASSES, "min_side": MIN_SIDE, "max_side": MAX_SIDE,
-        "train_split": "train", "test_split": "val", "extra_arrays": extras,
-        "image_ids_train": ids["train"], "image_ids_test": ids["test"],
+        "num_classes": len(CLASSES), "class_names": CLASSES, "min_side": min_side, "max_side": max_side,
+        "train_split": "train", "test_split": test_split, "extra_arrays": extras,
+        "image_ids_train": list(ids["train"]), "image_ids_test": list(ids["test"]),
     }
-    return Built(arrays=arrays, meta=meta)
 
 
 VOC2012 = Source(
