@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from dlbench import envs, sources
+from dlbench.detection import pipeline
 from dlbench.models import ir
 from dlbench.models.init import canonical_init
 from dlbench.models.ir import input_vocab
@@ -44,6 +45,13 @@ DROPOUT_SCALE_TOLERANCE = 1e-5  # kept values 1/(1-rate), up to float32 rounding
 DROPOUT_SHAPES = {1: (128,), 2: (8, 32), 3: (4, 4, 16)}  # an input of each rank the workloads drop out
 ABSOLUTE_FLOOR = 1e-7  # a deviation this small passes whatever the tensor's scale (tensors near zero)
 NOISE_FACTOR = 3.0  # beyond tolerance, a tensor still passes within this many times the reference's own error
+# A detector is certified on one image of this short and long side, with this many fixed proposals, and
+# this many anchors and RoIs sampled: small enough for every framework's CI test, big enough for
+# positive anchors and foreground RoIs of both boxes.
+DETECTOR_SIDES = (64, 96)
+DETECTOR_PROPOSALS = 48
+DETECTOR_ANCHORS = 64
+DETECTOR_ROIS = 32
 
 
 class CertifyError(RuntimeError):
@@ -76,8 +84,46 @@ def fixed_batch(model: dict, meta: dict, count: int = BATCH) -> tuple[np.ndarray
     return x, y.astype(np.int32)
 
 
+def certified_model(workload: Workload) -> dict:
+    """The model a workload is certified on: its own, dropout off; a detector's on a small canvas
+    (DETECTOR_SIDES), which changes no weight's shape: RoI Align fixes the head's input."""
+    if workload.study_meta["task"] == "detection":
+        short, long = DETECTOR_SIDES
+        return workload.model(dict(workload.study_meta, min_side=short, max_side=long))
+    return without_dropout(workload.model())
+
+
+def detector_request(workload: Workload, folder: Path, exact: bool) -> dict:
+    """A detector's probe: one image of seeded pixels with two boxes, and fixed proposals (seeded boxes
+    inside the image), so that the RPN's anchors and the head's RoIs are sampled once, here, and every
+    framework computes the four losses on the same sample."""
+    name = f"{workload.name}{'-float64' if exact else ''}"
+    model = certified_model(workload)
+    rng = np.random.RandomState(SEED)
+    height, width = model["input_shape"][:2]
+    pixels = rng.randint(0, 256, size=(height, width, 3)).astype(np.uint8)
+    image = pipeline.Image(pipeline.padded(pixels, model, 255.0), height, width,
+                           np.array([[4, 6, 40, 50], [30, 10, 90, 60]], np.float32), np.array([14, 7], np.int32))
+    corners = rng.uniform(0, [width, height], size=(DETECTOR_PROPOSALS, 2))
+    sizes = rng.uniform(8, 48, size=(DETECTOR_PROPOSALS, 2))
+    proposals = pipeline.clip_boxes(np.concatenate([corners, corners + sizes], axis=1), height, width)
+    config = dict(pipeline.SETTINGS, rpn_batch=DETECTOR_ANCHORS, roi_batch=DETECTOR_ROIS)
+    targets = pipeline.train_targets(model, image, proposals.astype(np.float32), rng, config)
+    np.save(folder / f"{name}-x.npy", image.x)
+    np.savez(folder / f"{name}-targets.npz", **targets)
+    out = folder / f"{name}.npz"
+    for stale in (out, out.with_name(out.name + ".error")):
+        stale.unlink(missing_ok=True)
+    return {"kind": "detector", "name": f"{workload.name}{' (float64)' if exact else ''}", "model": model,
+            "recipe": dict(workload.recipe, **({"dtype": "float64"} if exact else {})), "task": "detection",
+            "x": str(folder / f"{name}-x.npy"), "targets": str(folder / f"{name}-targets.npz"), "seed": SEED,
+            "steps": STEPS, "out": str(out)}
+
+
 def _request(workload: Workload, folder: Path, exact: bool) -> dict:
     """One probe's request: the fixed batch written next to it, the recipe at the batch's size."""
+    if workload.study_meta["task"] == "detection":
+        return detector_request(workload, folder, exact)
     name = f"{workload.name}{'-float64' if exact else ''}"
     model = without_dropout(workload.model())
     x, y = fixed_batch(model, workload.study_meta)
@@ -289,7 +335,7 @@ def certify(frameworks: list[str], workloads: list[Workload], store: Store, work
         dropout_outputs = iter(arrays[len(workloads):])
         for workload, candidate in zip(workloads, arrays[:len(workloads)], strict=True):
             float32, exact = reference[workload.name]
-            start = canonical_init(without_dropout(workload.model()), SEED)
+            start = canonical_init(certified_model(workload), SEED)
             rows = compare(float32, candidate, start, exact)
             for request in dropout[workload.name]:
                 rows += dropout_rows(request, next(dropout_outputs)["output"])

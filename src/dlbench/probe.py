@@ -8,7 +8,8 @@ shared between workloads. From the canonical weights of the seed a request recor
 loss and its gradients, then the weights after a few optimiser steps on the same batch, all in
 canonical layout, for the harness to compare with the reference's. A dropout request (kind "dropout")
 records a dropout layer's output in training mode instead (dropout_probe). A request that fails
-leaves its traceback in OUT.error instead, and the others still run.
+leaves its traceback in OUT.error instead, and the others still run. A detector's request (kind
+"detector") carries its image and sampled targets instead of a batch (detector_probe).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import traceback
 import numpy as np
 
 from dlbench.frameworks.base import Split
+from dlbench.frameworks.detector import detector_class
 from dlbench.models.init import canonical_init
 from dlbench.worker import load_adapter_class
 
@@ -42,6 +44,29 @@ def probe(request: dict) -> dict:
     return arrays
 
 
+def detector_probe(request: dict) -> dict:
+    """A detector's outputs on the request's image and fixed RoIs, its four losses and their
+    gradients, then its weights after `steps` optimiser steps on the same image and sample."""
+    x = np.load(request["x"])
+    with np.load(request["targets"]) as loaded:
+        targets = dict(loaded)
+    model, seed = request["model"], request["seed"]
+    adapter = detector_class(request["adapter"])(model, request["recipe"], "detection", "cpu", 1, seed)
+    start = canonical_init(model, seed)
+    adapter.set_weights(start)
+    objectness, deltas = adapter.rpn_outputs(x)
+    logits, box_deltas = adapter.head_outputs(targets["plan_index"], targets["plan_weights"])
+    arrays = {"output/rpn_objectness": objectness, "output/rpn_deltas": deltas, "output/class_logits": logits,
+              "output/box_deltas": box_deltas}
+    losses, gradients = adapter.losses_and_gradients(x, targets)
+    arrays.update(("loss/" + key, np.array(value)) for key, value in losses.items())
+    arrays.update(("grad/" + key, value) for key, value in gradients.items())
+    for _ in range(request["steps"]):
+        adapter.train_step(x, targets)
+    arrays.update(("after/" + key, value) for key, value in adapter.get_weights().items())
+    return arrays
+
+
 def dropout_probe(request: dict) -> dict:
     """A model of one dropout layer and an identity dense layer, in training mode on a batch of ones:
     its output is the dropout layer's, for the harness to count zeros and measure the kept values."""
@@ -58,7 +83,8 @@ def main() -> int:
     failed = 0
     for request in requests:
         try:
-            arrays = dropout_probe(request) if request.get("kind") == "dropout" else probe(request)
+            kind = request.get("kind")
+            arrays = {"dropout": dropout_probe, "detector": detector_probe}.get(kind, probe)(request)
         except Exception:  # one workload's failure must not hide the others' results
             failed += 1
             with open(request["out"] + ".error", "w") as handle:

@@ -13,7 +13,7 @@ from typing import Dict
 
 import numpy as np
 
-from dlbench.models.ir import infer_shapes, param_shapes
+from dlbench.models.ir import all_shapes, param_shapes
 
 
 def glorot_uniform(rng, shape, fan_in: int, fan_out: int) -> np.ndarray:
@@ -52,7 +52,7 @@ def _layer_weights(rng, layer: dict, key: str, shape) -> np.ndarray:
 def canonical_init(spec: dict, seed: int) -> Dict[str, np.ndarray]:
     """"layer_name/param" -> float32 array in canonical layout."""
     weights = {}
-    for index, (layer, in_shape, _) in enumerate(infer_shapes(spec)):
+    for index, (layer, in_shape, _) in enumerate(all_shapes(spec)):
         for position, (key, shape) in enumerate(param_shapes(layer, in_shape).items()):
             rng = np.random.RandomState([seed, index, position])
             weights[layer["name"] + "/" + key] = _layer_weights(rng, layer, key, shape).astype(np.float32)

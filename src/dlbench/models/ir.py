@@ -16,6 +16,15 @@ Canonical weight layout (what adapters import and export), by layer type:
   seq2seq    source_embeddings (Vs, E), target_embeddings (Vt, E), then encoder_ and decoder_ kernel,
              recurrent_kernel and bias laid out as an lstm's
 Flatten flattens NHWC activations in C order (height, then width, then channels).
+
+A detector (Faster R-CNN, `detector`) adds a "detector" dict: its settings and six more parts, each a
+list of layers as above, applied in this order: the backbone ("layers") maps an (H, W, 3) image to a
+stride-16 feature map; "rpn" (a 3x3 conv and ReLU) feeds "rpn_cls" (a 1x1 conv, one objectness logit
+per anchor) and "rpn_box" (a 1x1 conv, 4 deltas per anchor: channel 4a + k is coordinate k of anchor
+a); RoI Align pools each RoI of the feature map to (size, size, channels); "head" (flatten, dense
+layers) feeds "cls" (class logits, 0 = background) and "box" (4 deltas per class: unit 4c + k). Layer
+names carry their part's prefix ("rpn_conv2d_1", "head_dense_1", "cls_dense_1"), so canonical weights
+stay one flat dict. `detector_parts` gives each part as a model of its own, for the adapters' builders.
 """
 from __future__ import annotations
 
@@ -99,16 +108,95 @@ def seq2seq(source_len: int, source_vocab: int, target_vocab: int, embed_dim: in
             "target_vocab": target_vocab, "embed_dim": embed_dim, "units": units}
 
 
-def model(input_shape, input_dtype: str, layers: List[dict]) -> dict:
-    """Names the layers (conv2d_1, conv2d_2, dense_1, ...) and checks every shape."""
+def _named(layers: List[dict], prefix: str = "") -> List[dict]:
     counts = {}  # type: Dict[str, int]
     named = []
     for layer in layers:
         counts[layer["type"]] = counts.get(layer["type"], 0) + 1
-        named.append(dict(layer, name="%s_%d" % (layer["type"], counts[layer["type"]])))
-    spec = {"input_shape": list(input_shape), "input_dtype": input_dtype, "layers": named}
+        named.append(dict(layer, name="%s%s_%d" % (prefix, layer["type"], counts[layer["type"]])))
+    return named
+
+
+def model(input_shape, input_dtype: str, layers: List[dict]) -> dict:
+    """Names the layers (conv2d_1, conv2d_2, dense_1, ...) and checks every shape."""
+    spec = {"input_shape": list(input_shape), "input_dtype": input_dtype, "layers": _named(layers)}
     infer_shapes(spec)
     return spec
+
+
+DETECTOR_PARTS = ("rpn", "rpn_cls", "rpn_box", "head", "cls", "box")
+
+
+def detector(canvas, backbone: List[dict], rpn_channels: int, head_units: List[int], num_classes: int,
+             anchor_scales, anchor_ratios=(0.5, 1.0, 2.0), roi_size: int = 7, sampling_ratio: int = 2) -> dict:
+    """A Faster R-CNN (Ren et al. 2015) on a stride-16 backbone.
+
+    `canvas` (H, W) is the landscape image size every image is padded into, both multiples of 16 (a
+    portrait image goes into the transposed canvas); `num_classes` counts background. Anchors: for
+    each ratio (height / width) and scale, py-faster-rcnn's base_size-16 anchor times the scale
+    (detection/boxes.base_anchors), ratio-major, A = ratios x scales per feature-map position. RoI
+    Align as torchvision's roi_align with aligned=False: `roi_size` bins a side, `sampling_ratio`^2
+    bilinear samples averaged per bin, spatial scale 1/16."""
+    if canvas[0] % FEATURE_STRIDE or canvas[1] % FEATURE_STRIDE:
+        raise IRError("canvas %s: both sides must be multiples of %d" % (list(canvas), FEATURE_STRIDE))
+    spec = model([canvas[0], canvas[1], 3], "float32", backbone)
+    feature = infer_shapes(spec)[-1][2]
+    if (feature[0] * FEATURE_STRIDE, feature[1] * FEATURE_STRIDE) != tuple(canvas):
+        raise IRError("the backbone maps %s to %s: not stride %d" % (list(canvas), list(feature), FEATURE_STRIDE))
+    anchors = len(anchor_scales) * len(anchor_ratios)
+    head = [flatten()]
+    for units in head_units:
+        head += [dense(units), relu()]
+    spec["detector"] = {
+        "num_classes": num_classes, "feature_stride": FEATURE_STRIDE,
+        "anchor_scales": [float(s) for s in anchor_scales],
+        "anchor_ratios": [float(r) for r in anchor_ratios], "anchors": anchors,
+        "roi": {"op": "roi_align", "size": roi_size, "sampling_ratio": sampling_ratio,
+                "spatial_scale": 1.0 / FEATURE_STRIDE, "aligned": False},
+        "rpn": _named([conv2d(rpn_channels, 3, "same"), relu()], "rpn_"),
+        "rpn_cls": _named([conv2d(anchors, 1)], "rpn_cls_"),
+        "rpn_box": _named([conv2d(4 * anchors, 1)], "rpn_box_"),
+        "head": _named(head, "head_"),
+        "cls": _named([dense(num_classes)], "cls_"),
+        "box": _named([dense(4 * num_classes)], "box_"),
+    }
+    detector_parts(spec)  # checks every part's shapes
+    return spec
+
+
+FEATURE_STRIDE = 16
+
+
+def detector_parts(spec: dict) -> "OrderedDict[str, dict]":
+    """Every part of a detector as a model of its own ({"input_shape", "input_dtype", "layers"}), in
+    order: "backbone", then DETECTOR_PARTS. Spatial sizes are those of the landscape canvas."""
+    config = spec["detector"]
+    feature = infer_shapes(spec)[-1][2]
+    size = config["roi"]["size"]
+    parts = OrderedDict([("backbone", {"input_shape": list(spec["input_shape"]), "input_dtype": "float32",
+                                       "layers": spec["layers"]})])
+    for name in DETECTOR_PARTS:
+        if name in ("rpn_cls", "rpn_box"):
+            shape = infer_shapes(parts["rpn"])[-1][2]
+        elif name == "head":
+            shape = (size, size, feature[-1])
+        elif name in ("cls", "box"):
+            shape = infer_shapes(parts["head"])[-1][2]
+        else:  # rpn
+            shape = feature
+        parts[name] = {"input_shape": list(shape), "input_dtype": "float32", "layers": config[name]}
+        infer_shapes(parts[name])
+    return parts
+
+
+def all_shapes(spec: dict) -> List[Tuple[dict, Shape, Shape]]:
+    """infer_shapes of a model, or of every part of a detector, in order."""
+    if "detector" not in spec:
+        return infer_shapes(spec)
+    result = []
+    for part in detector_parts(spec).values():
+        result += infer_shapes(part)
+    return result
 
 
 # ---- shapes, parameters, FLOPs --------------------------------------------------------------
@@ -213,7 +301,7 @@ def _lstm_shapes(prefix: str, features: int, units: int) -> "OrderedDict[str, Sh
 def weight_shapes(spec: dict) -> "OrderedDict[str, Shape]":
     """Every canonical weight of the model as "layer_name/param" -> shape."""
     shapes = OrderedDict()  # type: OrderedDict[str, Shape]
-    for layer, in_shape, _ in infer_shapes(spec):
+    for layer, in_shape, _ in all_shapes(spec):
         for key, shape in param_shapes(layer, in_shape).items():
             shapes[layer["name"] + "/" + key] = shape
     return shapes
@@ -232,7 +320,13 @@ def count_params(spec: dict) -> int:
 
 def forward_flops(spec: dict) -> int:
     """FLOPs of one sample's forward pass: 2 per multiply-add of conv, dense and LSTM layers,
-    plus their bias additions. Element-wise layers (activations, pooling, BatchNorm) are not counted."""
+    plus their bias additions. Element-wise layers (activations, pooling, BatchNorm) are not counted.
+    A detector's sample is one landscape image with DETECTOR_ROIS RoIs through its head (the test-time
+    proposals; training samples fewer): RoI Align, proposals and NMS are not counted."""
+    if "detector" in spec:
+        parts = detector_parts(spec)
+        image = sum(forward_flops(parts[name]) for name in ("backbone", "rpn", "rpn_cls", "rpn_box"))
+        return image + DETECTOR_ROIS * sum(forward_flops(parts[name]) for name in ("head", "cls", "box"))
     total = 0
     for layer, in_shape, out_shape in infer_shapes(spec):
         kind = layer["type"]
@@ -248,6 +342,9 @@ def forward_flops(spec: dict) -> int:
             steps = in_shape[0]  # source steps in the encoder, the rest in the decoder
             total += _lstm_flops(steps, layer["embed_dim"], layer["units"])
     return total
+
+
+DETECTOR_ROIS = 300  # py-faster-rcnn's test-time proposals per image
 
 
 def _lstm_flops(steps: int, features: int, units: int) -> int:

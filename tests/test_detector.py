@@ -1,0 +1,127 @@
+"""Every framework's Faster R-CNN (frcnn-voc), run in its own environment on the photo-boxes stand-in
+prepared from fixture wheels: it loads the canonical weights exactly, its losses fall over a few
+epochs, its detections are finite boxes inside their images, its NMS keeps what the numpy reference
+keeps, and it certifies against the reference (PyTorch) with fixed proposals. A framework without a
+detector says so."""
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from detector_check import NMS_CASES
+from fixtures_data import prepared_standin
+
+from dlbench import certify, envs
+from dlbench.detection.nms import nms
+from dlbench.frameworks.detector import detector_class
+from dlbench.models.init import canonical_init
+from dlbench.runner import PACKAGE_PARENT
+from dlbench.workloads import get_workload
+
+TESTS = Path(__file__).parent
+FRAMEWORKS = sorted(envs.RECIPES)
+WORKLOAD = get_workload("frcnn-voc")
+# Fewer anchors, proposals and RoIs than the workload's: the same code paths at a CI's pace.
+SMALL = {"rpn_batch": 64, "roi_batch": 32, "pre_nms_train": 300, "post_nms_train": 100, "pre_nms_test": 300,
+         "post_nms_test": 50}
+EPOCHS = 6
+
+
+def has_detector(framework: str) -> bool:
+    module = envs.get_recipe(framework).adapter.partition(":")[0] + "_detector"
+    return (PACKAGE_PARENT / (module.replace(".", "/") + ".py")).is_file()
+
+
+WITH = [name for name in FRAMEWORKS if has_detector(name)]
+WITHOUT = [name for name in FRAMEWORKS if not has_detector(name)]
+
+
+@pytest.fixture(scope="module")
+def photo_boxes(session_dir):
+    return prepared_standin("photo-boxes", session_dir / "standins")
+
+
+def run_check(framework: str, case: dict, home: Path) -> dict:
+    env = envs.require(framework)
+    recipe = envs.get_recipe(framework)
+    home.mkdir(parents=True, exist_ok=True)
+    variables = {"PYTHONPATH": f"{PACKAGE_PARENT}:{TESTS}", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1",
+                 "DLBENCH_THREADS": "1", "HOME": str(home), "DLBENCH_COMPILE_CACHE": str(home / "cache"),
+                 **recipe.worker_env}
+    done = subprocess.run([str(env.python), str(TESTS / "detector_check.py")], input=json.dumps(case),
+                          capture_output=True, text=True, timeout=1200, env=variables)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.fixture(scope="module", params=WITH)
+def checked(request, photo_boxes, tmp_path_factory):
+    case = {"adapter": envs.get_recipe(request.param).adapter, "model": WORKLOAD.model(photo_boxes.meta),
+            "recipe": dict(WORKLOAD.recipe, detection=SMALL), "data": str(photo_boxes.path), "epochs": EPOCHS}
+    return request.param, case, run_check(request.param, case, tmp_path_factory.mktemp("home"))
+
+
+def test_canonical_weights_round_trip_exactly(checked):
+    _, _, facts = checked
+    assert facts["same_shapes"] and facts["roundtrip_max_abs"] == 0.0
+
+
+def test_a_few_epochs_lower_the_loss(checked):
+    _, _, facts = checked
+    losses = [epoch["loss"] for epoch in facts["epochs"]]
+    assert all(np.isfinite(losses)) and losses[-1] < losses[0], losses
+    for name in ("rpn_objectness", "head_class"):  # the box losses grow as proposals start to overlap objects
+        assert facts["epochs"][-1][name] < facts["epochs"][0][name], name
+    assert all(0 <= epoch["accuracy"] <= 1 for epoch in facts["epochs"])
+
+
+def test_detections_are_finite_boxes_inside_their_images(checked):
+    _, _, facts = checked
+    assert 0 <= facts["evaluation"]["map"] <= 1
+    assert sum(len(image["boxes"]) for image in facts["detections"]) > 0
+    for image in facts["detections"]:
+        boxes = np.array(image["boxes"]).reshape(-1, 4)
+        assert np.isfinite(boxes).all()
+        assert (boxes[:, 0] >= 0).all() and (boxes[:, 1] >= 0).all()
+        assert (boxes[:, 2] <= image["width"]).all() and (boxes[:, 3] <= image["height"]).all()
+        assert (boxes[:, 2] > boxes[:, 0]).all() and (boxes[:, 3] > boxes[:, 1]).all()
+        assert all(0.05 < score <= 1 for score in image["scores"])
+        assert all(0 <= label < 20 for label in image["labels"])
+        assert len(boxes) <= 100
+
+
+def test_nms_keeps_what_the_reference_keeps(checked):
+    _, _, facts = checked
+    expected = [nms(np.array(b), np.array(s), t).tolist() for b, s, t in NMS_CASES]
+    assert facts["nms"] == expected
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("certify")
+    return workdir, certify.reference_probes([WORKLOAD], workdir)[WORKLOAD.name]
+
+
+def test_certification_exercises_every_loss(reference):
+    _, (float32, _) = reference
+    for name in ("rpn_objectness", "rpn_box", "head_class", "head_box"):
+        assert float(float32["loss/" + name]) > 0, name
+    assert float32["output/class_logits"].shape == (certify.DETECTOR_ROIS, 21)
+
+
+@pytest.mark.parametrize("framework", WITH)
+def test_the_detector_certifies(reference, framework):
+    workdir, (float32, exact) = reference
+    candidate = certify.probe_many(framework, [(WORKLOAD, False)], workdir)[0]
+    start = canonical_init(certify.certified_model(WORKLOAD), certify.SEED)
+    rows = certify.compare(float32, candidate, start, exact)
+    assert len(rows) == len(float32)
+    failed = [row for row in rows if not row["passed"]]
+    assert not failed, failed[:5]
+
+
+@pytest.mark.parametrize("framework", WITHOUT)
+def test_a_framework_without_a_detector_says_so(framework):
+    with pytest.raises(NotImplementedError, match="no Faster R-CNN"):
+        detector_class(envs.get_recipe(framework).adapter)
