@@ -68,12 +68,13 @@ def cmd_list(args: argparse.Namespace) -> int:
     rows: list[list[str]] = []
     if args.what == "workloads":
         rows.append(["workload", "study dataset", "params", "train GFLOP/sample", "epochs", "batch", "optimizer",
-                     "target"])
+                     "target", "model"])
         for w in WORKLOADS.values():
             model = w.model()
             target = f"{w.target['metric']} {'>=' if w.target['higher_is_better'] else '<='} {w.target['value']:g}"
             rows.append([w.name, w.study_dataset, f"{ir.count_params(model):,}", f"{ir.train_flops(model) / 1e9:.3f}",
-                         str(w.recipe["epochs"]), str(w.recipe["batch_size"]), w.recipe["optimizer"]["name"], target])
+                         str(w.recipe["epochs"]), str(w.recipe["batch_size"]), w.recipe["optimizer"]["name"], target,
+                         w.description])
     elif args.what == "frameworks":
         rows.append(["framework", "default version", "other versions (name@version)", "CUDA build (--device gpu)",
                      "environment"])

@@ -17,7 +17,9 @@ import traceback
 
 import numpy as np
 
+from dlbench.detection.pipeline import DetectionSplit
 from dlbench.frameworks.base import Split, epoch_order
+from dlbench.frameworks.detector import detector_class
 from dlbench.models.init import canonical_init
 
 STARTED = time.perf_counter()
@@ -51,11 +53,16 @@ def load_adapter_class(path: str):
 def run(cell: dict, events: Events) -> None:
     with open(os.path.join(cell["data_path"], "meta.json")) as handle:
         meta = json.load(handle)
-    train = load_split(cell["data_path"], "train", meta.get("input_scale"))
-    test = load_split(cell["data_path"], "test", meta.get("input_scale"))
+    detector = "detector" in cell["model"]
+    if detector:  # images of many sizes and their boxes, not one x and y array
+        train, test = (DetectionSplit.load(cell["data_path"], part) for part in ("train", "test"))
+    else:
+        train = load_split(cell["data_path"], "train", meta.get("input_scale"))
+        test = load_split(cell["data_path"], "test", meta.get("input_scale"))
 
     tic = time.perf_counter()
-    adapter_class = load_adapter_class(cell["adapter"])  # imports the framework
+    # imports the framework
+    adapter_class = detector_class(cell["adapter"]) if detector else load_adapter_class(cell["adapter"])
     import_s = time.perf_counter() - tic
     tic = time.perf_counter()
     adapter = adapter_class(cell["model"], cell["recipe"], meta["task"], cell["device"], cell["threads"],

@@ -321,8 +321,8 @@ def count_params(spec: dict) -> int:
 def forward_flops(spec: dict) -> int:
     """FLOPs of one sample's forward pass: 2 per multiply-add of conv, dense and LSTM layers,
     plus their bias additions. Element-wise layers (activations, pooling, BatchNorm) are not counted.
-    A detector's sample is one landscape image with DETECTOR_ROIS RoIs through its head (the test-time
-    proposals; training samples fewer): RoI Align, proposals and NMS are not counted."""
+    A detector's sample is one landscape image with DETECTOR_ROIS RoIs through its head, as in a
+    training step; RoI Align, proposals and NMS are not counted."""
     if "detector" in spec:
         parts = detector_parts(spec)
         image = sum(forward_flops(parts[name]) for name in ("backbone", "rpn", "rpn_cls", "rpn_box"))
@@ -344,7 +344,7 @@ def forward_flops(spec: dict) -> int:
     return total
 
 
-DETECTOR_ROIS = 300  # py-faster-rcnn's test-time proposals per image
+DETECTOR_ROIS = 128  # the RoIs a training step samples per image (py-faster-rcnn's and torchvision's)
 
 
 def _lstm_flops(steps: int, features: int, units: int) -> int:
