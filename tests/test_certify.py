@@ -192,6 +192,15 @@ def test_every_workload_certifies(store, certify_dir, reference, framework):
     assert failed == {}
 
 
+def test_the_detectors_certificate_exercises_every_loss(reference):
+    """The fixed proposals and boxes of frcnn-voc's probe give every one of the four losses a value."""
+    float32, _ = reference["frcnn-voc"]
+    for name in ("rpn_objectness", "rpn_box", "head_class", "head_box"):
+        assert float(float32["loss/" + name]) > 0, name
+    assert float32["output/class_logits"].shape == (certify.DETECTOR_ROIS, 21)
+    assert float32["output/rpn_objectness"].shape == (4 * 6 * 9,)
+
+
 def test_a_failing_probe_names_its_workload_and_keeps_the_others(broken, tmp_path, monkeypatch):
     """One probe process serves several workloads: a workload that fails is named with its traceback,
     and the workloads before and after it still ran."""
