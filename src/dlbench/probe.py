@@ -55,7 +55,7 @@ def detector_probe(request: dict) -> dict:
     start = canonical_init(model, seed)
     adapter.set_weights(start)
     objectness, deltas = adapter.rpn_outputs(x)
-    logits, box_deltas = adapter.head_outputs(targets["plan_index"], targets["plan_weights"])
+    logits, box_deltas = adapter.head_outputs(targets["rois"], targets["plan_index"], targets["plan_weights"])
     arrays = {"output/rpn_objectness": objectness, "output/rpn_deltas": deltas, "output/class_logits": logits,
               "output/box_deltas": box_deltas}
     losses, gradients = adapter.losses_and_gradients(x, targets)

@@ -61,9 +61,11 @@ class DetectorAdapter(BaseAdapter):
         in the anchors' (y, x, a) order, no gradient. Keeps the feature map for head_outputs."""
         raise NotImplementedError
 
-    def head_outputs(self, plan_index: np.ndarray, plan_weights: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-        """Class logits (R, classes) and box deltas (R, 4 * classes) of RoIs given by their RoI
-        Align plan (pipeline.roi_align_plan), on the feature map of the last rpn_outputs."""
+    def head_outputs(self, rois: np.ndarray, plan_index: np.ndarray,
+                     plan_weights: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        """Class logits (R, classes) and box deltas (R, 4 * classes) of (R, 4) RoIs, on the feature
+        map of the last rpn_outputs; with the RoIs' RoI Align plan (pipeline.roi_align_plan) for
+        frameworks that apply it, the RoIs themselves for those with an op of their own."""
         raise NotImplementedError
 
     def train_step(self, x: np.ndarray, targets: Dict[str, np.ndarray]) -> Dict[str, float]:
@@ -112,7 +114,7 @@ class DetectorAdapter(BaseAdapter):
                                      self.config["post_nms_test"], self.config)
         feature = pipeline.feature_size(image, self.model_ir)
         index, weights = pipeline.roi_align_plan(proposals, feature, self.model_ir["detector"]["roi"])
-        logits, box_deltas = self.head_outputs(index, weights)
+        logits, box_deltas = self.head_outputs(proposals, index, weights)
         return pipeline.detections(self.model_ir, image, proposals, logits, box_deltas, self.nms, self.config)
 
     def evaluate(self, data: pipeline.DetectionSplit) -> Dict[str, float]:

@@ -7,10 +7,7 @@ the recipe's roi_batch with zero-weight rows that a mask keeps out of the losses
 graph is planned once (static_alloc, static_shape, as the classifier adapter hybridizes).
 
 RoI Align: MXNet's own op, contrib.ROIAlign (aligned=False, sample_ratio 2: Caffe2's sampling, as
-torchvision's), in the training step, whose targets carry the RoIs' boxes. head_outputs receives the
-shared plan alone (the contract passes no boxes), so there the plan is applied as a CSR matrix times
-the flattened feature map (sparse.dot), MXNet's weighted gather-sum that never materialises the
-gathered rows. Both paths are certified against the reference.
+torchvision's), in the training step and in head_outputs.
 
 NMS: MXNet's contrib.box_nms. Its sort breaks ties in no documented order, so the boxes go in
 pre-sorted on the host (stable, descending score) with their rank as the score, and each box's
@@ -166,20 +163,17 @@ class Detector(DetectorAdapter):
         self.features, objectness, deltas = self.proposer(self._array(x))
         return objectness.asnumpy(), deltas.asnumpy()
 
-    def head_outputs(self, plan_index, plan_weights):
-        rois, bins, corners = plan_index.shape
-        if rois == 0:  # no proposals: MXNet's dot infers no shape from an empty matrix
-            classes = self.model_ir["detector"]["num_classes"]
+    def head_outputs(self, rois, plan_index, plan_weights):
+        classes = self.model_ir["detector"]["num_classes"]
+        if len(rois) == 0:  # no proposals: nothing to pool
             return np.zeros((0, classes), self.dtype), np.zeros((0, 4 * classes), self.dtype)
-        flat = self.features.reshape((-1, self.features.shape[-1]))
-        # row r * bins + b of the plan holds its K corners' weights at their map positions; repeated
-        # positions (a sample on the map's edge) add up, as the plan's sum does
-        plan = nd.sparse.csr_matrix((plan_weights.reshape(-1).astype(self.dtype), plan_index.reshape(-1),
-                                     np.arange(0, rois * bins * corners + 1, corners)),
-                                    shape=(rois * bins, flat.shape[0]), ctx=self.ctx, dtype=self.dtype)
-        size = int(round(bins ** 0.5))
-        pooled = nd.sparse.dot(plan, flat).reshape((rois, size, size, -1))
-        hidden = self.parts["head"](pooled)[0]
+        boxes = np.zeros((len(rois), 5), self.dtype)  # [batch index, x1, y1, x2, y2]
+        boxes[:, 1:] = rois
+        roi = self.model_ir["detector"]["roi"]
+        pooled = nd.contrib.ROIAlign(nd.transpose(self.features, axes=(0, 3, 1, 2)), self._array(boxes),
+                                     pooled_size=(roi["size"], roi["size"]), spatial_scale=roi["spatial_scale"],
+                                     sample_ratio=roi["sampling_ratio"], aligned=False)
+        hidden = self.parts["head"](nd.transpose(pooled, axes=(0, 2, 3, 1)))[0]  # the head flattens NHWC
         return self.parts["cls"](hidden)[0].asnumpy(), self.parts["box"](hidden)[0].asnumpy()
 
     def _inputs(self, x, targets):

@@ -111,7 +111,7 @@ class Detector(DetectorAdapter):
             self.features, objectness, deltas = self._rpn(self._tensor(x))
         return objectness.cpu().numpy(), deltas.cpu().numpy()
 
-    def head_outputs(self, plan_index, plan_weights):
+    def head_outputs(self, rois, plan_index, plan_weights):
         with torch.no_grad():
             logits, deltas = self._head(self.features, plan_index, plan_weights)
         return logits.cpu().numpy(), deltas.cpu().numpy()

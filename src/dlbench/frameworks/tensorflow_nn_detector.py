@@ -6,10 +6,8 @@ any count of sampled RoIs run the same graph, traced once, with no padding of th
 
 RoI Align in the training step is TensorFlow's own crop_and_resize, the op the TF Object Detection
 API's Faster R-CNN pools with, made to sample where torchvision's roi_align (aligned=False) does
-(crop_align); with its gradient it ran ~3x faster than the plan below (128 RoIs on frcnn-voc's
-38x63x256 map, one thread: ~43 ms against ~123 ms). head_outputs receives only the shared plan
-(pipeline.roi_align_plan), not the RoIs, so it applies the plan: a sparse (RoI bins x feature cells)
-matrix times the flattened feature map, which never materialises the gathered rows. NMS is
+(crop_align); with its gradient it ran ~3x faster than the shared plan applied as a sparse-dense
+matmul (128 RoIs on frcnn-voc's 38x63x256 map, one thread: ~43 ms against ~123 ms). NMS is
 tf.image.non_max_suppression.
 """
 from __future__ import annotations
@@ -58,19 +56,6 @@ def crop_align(features, rois, roi: dict):
     return tf.nn.avg_pool2d(crops, grid, grid, "VALID")
 
 
-def plan_align(features, plan_index, plan_weights, size: int):
-    """(R, size, size, C) RoI Align by the shared plan: pooled[r, b] = sum_k weights[r, b, k] *
-    feature[index[r, b, k]], as one sparse-dense matmul (torch's embedding_bag, in TensorFlow)."""
-    channels = features.shape[-1]
-    flat = tf.reshape(features, [-1, channels])
-    shape = tf.shape(plan_index, out_type=tf.int64)
-    rows = tf.repeat(tf.range(shape[0] * shape[1]), shape[2])
-    cols = tf.reshape(tf.cast(plan_index, tf.int64), [-1])
-    plan = tf.SparseTensor(tf.stack([rows, cols], 1), tf.reshape(plan_weights, [-1]),
-                           tf.stack([shape[0] * shape[1], tf.shape(flat, out_type=tf.int64)[0]]))
-    return tf.reshape(tf.sparse.sparse_dense_matmul(plan, flat), [-1, size, size, channels])
-
-
 def rpn_losses(objectness, deltas, labels, targets, weights):
     sampled = tf.cast(labels >= 0, tf.float32)
     count = tf.maximum(tf.reduce_sum(sampled), 1.0)
@@ -108,10 +93,9 @@ class Detector(DetectorAdapter):
         targets = [tf.TensorSpec(shape, dtype) for _, dtype, shape in TARGETS]
         compiled = dict(jit_compile=JIT_COMPILE)
         self._rpn = tf.function(lambda x: self._rpn_fn(x, training=False), input_signature=[image], **compiled)
-        self._plan_head = tf.function(self._plan_head_fn, input_signature=[
+        self._roi_head = tf.function(self._roi_head_fn, input_signature=[
             tf.TensorSpec([1, None, None, parts["rpn"]["input_shape"][-1]], tf.float32),
-            tf.TensorSpec([None, None, None], tf.int32),
-            tf.TensorSpec([None, None, None], tf.float32)], **compiled)
+            tf.TensorSpec([None, 4], tf.float32)], **compiled)
         self._train = tf.function(self._train_fn, input_signature=[image] + targets, **compiled)
         self._gradients = tf.function(self._gradients_fn, input_signature=[image] + targets, **compiled)
         self.features = None
@@ -151,8 +135,8 @@ class Detector(DetectorAdapter):
         hidden = self.parts["head"](pooled, training)
         return self.parts["cls"](hidden, training), self.parts["box"](hidden, training)
 
-    def _plan_head_fn(self, features, plan_index, plan_weights):
-        return self._head(plan_align(features, plan_index, plan_weights, self.roi["size"]), training=False)
+    def _roi_head_fn(self, features, rois):
+        return self._head(crop_align(features, rois, self.roi), training=False)
 
     def _losses(self, x, rpn_labels, rpn_targets, rpn_weights, rois, roi_labels, roi_targets, roi_weights):
         features, objectness, deltas = self._rpn_fn(x, training=True)
@@ -182,10 +166,9 @@ class Detector(DetectorAdapter):
             self.features, objectness, deltas = self._rpn(tf.constant(x, tf.float32))
         return objectness.numpy(), deltas.numpy()
 
-    def head_outputs(self, plan_index, plan_weights):
+    def head_outputs(self, rois, plan_index, plan_weights):
         with tf.device(self.tf_device):
-            logits, deltas = self._plan_head(self.features, tf.constant(plan_index, tf.int32),
-                                             tf.constant(plan_weights, tf.float32))
+            logits, deltas = self._roi_head(self.features, tf.constant(np.asarray(rois, np.float32).reshape(-1, 4)))
         return logits.numpy(), deltas.numpy()
 
     def train_step(self, x, targets):
