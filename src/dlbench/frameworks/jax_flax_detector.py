@@ -207,7 +207,7 @@ class Detector(DetectorAdapter):
         self.features, objectness, deltas = self._rpn_fn(self.params, self._put(np.asarray(x, np.float32)))
         return np.asarray(objectness), np.asarray(deltas)
 
-    def head_outputs(self, plan_index, plan_weights):
+    def head_outputs(self, rois, plan_index, plan_weights):
         """The RoIs padded to post_nms_test (one compiled head for any count), the padding cut off after."""
         real = len(plan_index)
         rows = max(real, self.config["post_nms_test"])
