@@ -143,7 +143,7 @@ class Detector(DetectorAdapter):
             self.features, objectness, deltas = self.parts.rpn_pass(np.ascontiguousarray(x, np.float32))
         return objectness.array.copy(), deltas.array.copy()
 
-    def head_outputs(self, plan_index, plan_weights):
+    def head_outputs(self, rois, plan_index, plan_weights):
         with chainer.no_backprop_mode():
             logits, deltas = self.parts.head_pass(self.features, plan_index, plan_weights)
         return logits.array.copy(), deltas.array.copy()
