@@ -5,19 +5,26 @@ SGD step, the losses and their gradient), built on first use.
 Shapes stay symbolic, so both canvas orientations and any count of sampled RoIs run through the same
 compiled code: nothing is padded, and the losses see only the real anchors and RoIs.
 
-Theano has neither RoI Align nor NMS. RoI Align is the shared plan (pipeline.roi_align_plan) applied
-to the flattened feature map: a take of its rows (AdvancedSubtensor1, whose gradient scatter-adds back
-into the map) and a weighted sum over each bin's samples. NMS is the pairwise IoU as a compiled
-function, then the greedy pass on the host.
+Theano has neither RoI Align nor NMS. RoI Align is the shared plan (pipeline.roi_align_plan) as a
+sparse matrix, one row per (RoI, bin) holding its samples' weights at their feature-map cells, times
+the flattened feature map (theano.sparse.structured_dot, whose gradient is the transposed product):
+the weighted gather-sum of torch's embedding_bag, never materialising the gathered rows. Measured on
+one core, a 600x1000 canvas's 37x62x256 map, forward and backward: 7 ms for 128 RoIs and 17 ms for 300
+against 181 ms and 429 ms for advanced indexing (AdvancedSubtensor1) and a weighted sum, identical
+gradients. NMS is the pairwise IoU as a compiled function, then the greedy pass on the host.
 """
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse
 
 from dlbench.detection.pipeline import SMOOTH_L1_BETA
 from dlbench.frameworks.detector import LOSS_NAMES, DetectorAdapter
-from dlbench.frameworks.theano_fn import BLAS_LDFLAGS, F32, OPTIMIZERS, THREADS, Model, T, theano  # set up there
+from dlbench.frameworks.theano_fn import BLAS_LDFLAGS, F32, OPTIMIZERS, THREADS, Model, T, theano
 from dlbench.models.ir import detector_parts
+
+# isort: split
+import theano.sparse  # only once theano_fn has set THEANO_FLAGS and imported Theano
 
 
 def smooth_l1(difference):
@@ -66,9 +73,9 @@ class Detector(DetectorAdapter):
         for part in self.parts.values():
             self.weights.update(part.weights)
         self.roi_size = model["detector"]["roi"]["size"]
+        self.stride = model["detector"]["feature_stride"]
         self.x = T.tensor4("x")
-        self.plan_index = T.itensor3("plan_index")
-        self.plan_weights = T.tensor3("plan_weights")
+        self.plan = theano.sparse.csr_matrix("plan", dtype="float32")
         self.targets_in = [T.ivector("rpn_labels"), T.matrix("rpn_targets"), T.matrix("rpn_weights"),
                            T.ivector("roi_labels"), T.matrix("roi_targets"), T.matrix("roi_weights")]
         self._functions = {}
@@ -104,21 +111,18 @@ class Detector(DetectorAdapter):
         hidden = self._part("rpn", features)
         return features, self._part("rpn_cls", hidden).flatten(), self._part("rpn_box", hidden).reshape((-1, 4))
 
-    def _head(self, features, plan_index, plan_weights):
-        """RoI Align from the plan: pooled[r, b] = sum_k weights[r, b, k] * flat[index[r, b, k]]."""
+    def _head(self, features, plan):
+        """RoI Align as the plan's sparse matrix (R * size^2, fh * fw) times the flattened map."""
         channels = features.shape[3]
-        flat = features.reshape((-1, channels))
-        rois, bins, corners = plan_index.shape
-        taken = flat[plan_index.flatten()].reshape((rois * bins, corners, channels))
-        pooled = (taken * plan_weights.reshape((rois * bins, corners, 1))).sum(axis=1)
-        hidden = self._part("head", pooled.reshape((rois, self.roi_size, self.roi_size, channels)))
+        pooled = theano.sparse.structured_dot(plan, features.reshape((-1, channels)))
+        hidden = self._part("head", pooled.reshape((-1, self.roi_size, self.roi_size, channels)))
         return self._part("cls", hidden), self._part("box", hidden)
 
     def _losses(self):
         rpn_labels, rpn_targets, rpn_weights, roi_labels, roi_targets, roi_weights = self.targets_in
         features, objectness, deltas = self._rpn(self.x)
         rpn = rpn_losses(objectness, deltas, rpn_labels, rpn_targets, rpn_weights)
-        logits, box_deltas = self._head(features, self.plan_index, self.plan_weights)
+        logits, box_deltas = self._head(features, self.plan)
         head = head_losses(logits, box_deltas, roi_labels, roi_targets, roi_weights)
         return list(rpn + head[:2]), head[2]
 
@@ -130,15 +134,14 @@ class Detector(DetectorAdapter):
         return self._functions[kind]
 
     def _compile(self, kind: str):
-        plan = [self.plan_index, self.plan_weights]
         if kind == "rpn":
             return theano.function([self.x], list(self._rpn(self.x)))
         if kind == "head":
             features = T.tensor4("features")
-            return theano.function([features] + plan, list(self._head(features, *plan)))
+            return theano.function([features, self.plan], list(self._head(features, self.plan)))
         if kind == "iou":
             return iou_function()
-        inputs = [self.x] + plan + self.targets_in
+        inputs = [self.x, self.plan] + self.targets_in
         losses, right = self._losses()
         params = list(self.weights.values())
         grads = T.grad(sum(losses), params)
@@ -149,8 +152,8 @@ class Detector(DetectorAdapter):
                                updates=updates)
 
     def _step_inputs(self, x, targets):
-        return [np.asarray(x, np.float32), np.asarray(targets["plan_index"], np.int32),
-                np.asarray(targets["plan_weights"], np.float32),
+        cells = (x.shape[1] // self.stride) * (x.shape[2] // self.stride)
+        return [np.asarray(x, np.float32), plan_matrix(targets["plan_index"], targets["plan_weights"], cells),
                 np.asarray(targets["rpn_labels"], np.int32), np.asarray(targets["rpn_targets"], np.float32),
                 np.asarray(targets["rpn_weights"], np.float32), np.asarray(targets["roi_labels"], np.int32),
                 np.asarray(targets["roi_targets"], np.float32), np.asarray(targets["roi_weights"], np.float32)]
@@ -162,8 +165,8 @@ class Detector(DetectorAdapter):
         return objectness, deltas
 
     def head_outputs(self, plan_index, plan_weights):
-        logits, deltas = self._function("head")(self.features, np.asarray(plan_index, np.int32),
-                                                np.asarray(plan_weights, np.float32))
+        cells = self.features.shape[1] * self.features.shape[2]
+        logits, deltas = self._function("head")(self.features, plan_matrix(plan_index, plan_weights, cells))
         return logits, deltas
 
     def train_step(self, x, targets):
@@ -189,6 +192,16 @@ class Detector(DetectorAdapter):
                 keep.append(i)
                 removed |= suppress[i]
         return order[keep]
+
+
+def plan_matrix(index, weights, cells):
+    """The RoI Align plan as a CSR matrix: row r * size^2 + b holds bin b's K weights at their cells (a
+    cell read twice appears twice, and the products add up)."""
+    index, weights = np.asarray(index, np.int32), np.asarray(weights, np.float32)
+    corners = index.shape[-1]
+    rows = index.size // corners
+    starts = np.arange(0, index.size + 1, corners, dtype=np.int32)
+    return scipy.sparse.csr_matrix((weights.ravel(), index.ravel(), starts), shape=(rows, cells))
 
 
 def iou_function():
