@@ -24,7 +24,9 @@ from dlbench.models.ir import detector_parts
 def rpn_losses(objectness, deltas, labels, targets, weights):
     sampled = labels >= 0
     count = sampled.sum().clamp(min=1)
-    rpn_objectness = F.binary_cross_entropy_with_logits(objectness[sampled], labels[sampled].to(objectness.dtype))
+    # summed over the count rather than averaged: an image with no anchor inside it samples none (0, not NaN)
+    rpn_objectness = F.binary_cross_entropy_with_logits(objectness[sampled], labels[sampled].to(objectness.dtype),
+                                                        reduction="sum") / count
     box = F.smooth_l1_loss(deltas, targets, beta=SMOOTH_L1_BETA, reduction="none") * weights
     return rpn_objectness, box.sum() / count
 

@@ -164,7 +164,7 @@ class Detector(DetectorAdapter):
         self.features, objectness, deltas = self._function("rpn")(np.asarray(x, np.float32))
         return objectness, deltas
 
-    def head_outputs(self, plan_index, plan_weights):
+    def head_outputs(self, rois, plan_index, plan_weights):
         cells = self.features.shape[1] * self.features.shape[2]
         logits, deltas = self._function("head")(self.features, plan_matrix(plan_index, plan_weights, cells))
         return logits, deltas
