@@ -149,12 +149,14 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
              {"optimizer": {"name": "adam", "lr": 1e-4, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-7},
               "batch_size": 128, "epochs": 100, "loss": "masked_sequence_softmax_cross_entropy"},
              _accuracy_target(70), ("translation",)),
-    # py-faster-rcnn's solver (VGG16, VOC): SGD lr 1e-3, momentum 0.9, L2 5e-4 coupled, one image a
-    # batch. The study published no settings; the target is dlbench's (WORKLOADS: about half of what
-    # Ren et al. report for ImageNet-pretrained backbones, for one trained from scratch).
+    # py-faster-rcnn's solver (VGG16, VOC) but for the learning rate: momentum 0.9, L2 5e-4 coupled, one
+    # image a batch. Its lr 1e-3 fine-tunes an ImageNet-pretrained VGG16; this backbone starts from
+    # scratch, and on photo-boxes (PyTorch) 1e-3 left the training images' mAP at 0.005 after 40 epochs
+    # where 1e-2 reached 0.38. The study published no settings; the target is dlbench's (about half of
+    # what Ren et al. report with pretrained backbones).
     Workload("frcnn-voc", "Faster R-CNN: 4-block VGG-style backbone, RPN (9 anchors), RoI Align 7x7, 2 dense 512",
              "voc2012", {"task": "detection", "min_side": 600, "max_side": 1000, "num_classes": 20}, _frcnn,
-             {"optimizer": {"name": "sgd", "lr": 1e-3, "momentum": 0.9, "nesterov": False, "weight_decay": 5e-4},
+             {"optimizer": {"name": "sgd", "lr": 1e-2, "momentum": 0.9, "nesterov": False, "weight_decay": 5e-4},
               "batch_size": 1, "epochs": 10, "loss": "faster_rcnn"},
              {"metric": "map", "value": 0.3, "higher_is_better": True}, ("detection",)),
 )}

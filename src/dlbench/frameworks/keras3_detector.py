@@ -188,7 +188,7 @@ class Detector(DetectorAdapter):
             objectness, deltas, self.features = self.proposer.predict_on_batch(np.asarray(x, np.float32))
         return objectness, deltas
 
-    def head_outputs(self, plan_index, plan_weights):
+    def head_outputs(self, rois, plan_index, plan_weights):
         # padded to the test-time proposal count: one compiled shape per canvas
         index, weights = padded_plan(plan_index, plan_weights, self.config["post_nms_test"])
         with keras.device(self.device_name):
