@@ -18,7 +18,8 @@ from dlbench.store import Store
 
 QUICK = ("run", "quick", "-f", "pytorch", "--epochs", "2")  # the other frameworks run in test_adapters
 THREE = (*QUICK, "-w", "cnn-mnist", "-w", "lstm-imdb", "-w", "lstm-ptb")  # the quick suite's cheapest cells
-WORKLOADS = ["cnn-cifar10", "cnn-cifar100", "cnn-mnist", "cnn-svhn", "lstm-imdb", "lstm-ptb", "seq2seq-manythings"]
+WORKLOADS = ["cnn-cifar10", "cnn-cifar100", "cnn-mnist", "cnn-svhn", "frcnn-voc", "lstm-imdb", "lstm-ptb",
+             "seq2seq-manythings"]
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,7 @@ def quick_run(tmp_path_factory, data_dir):
 def test_quick_suite_runs_every_cell_and_prints_the_table(quick_run):
     results, done = quick_run
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "7 ok" in done.stdout and "steady s" in done.stdout
+    assert "8 ok" in done.stdout and "steady s" in done.stdout
     assert str((results / "dlbench.sqlite").resolve()) in done.stdout
     for workload in WORKLOADS:
         assert f"pytorch {workload}" in done.stdout
@@ -64,7 +65,7 @@ def test_stored_runs_hold_timings_metrics_and_resources(quick_run):
     results, _ = quick_run
     runs = sorted(stored_runs(results), key=lambda r: r["workload"])  # stored in the plan's shuffled order
     assert [r["workload"] for r in runs] == WORKLOADS
-    assert sorted(r["plan_position"] for r in runs) == list(range(1, 8))
+    assert sorted(r["plan_position"] for r in runs) == list(range(1, 9))
     assert {r["machine"]["logical_cores"] for r in runs} == {os.cpu_count()}
     for run in runs:
         epochs = run["epochs"]
@@ -103,19 +104,22 @@ def test_stored_runs_hold_timings_metrics_and_resources(quick_run):
     assert mnist["params"] == 1_199_882
     assert imdb["metric_name"] == "accuracy" and 0 <= imdb["metric_value"] <= 1
     assert ptb["metric_name"] == "perplexity" and ptb["metric_value"] < 2000  # vocabulary of 2,000
+    frcnn = runs[WORKLOADS.index("frcnn-voc")]  # photo-boxes: 4 training images, 2 test images
+    assert frcnn["metric_name"] == "map" and 0 <= frcnn["metric_value"] <= 1 and frcnn["n_train"] == 4
+    assert frcnn["params"] == 7_729_622 and frcnn["config"]["model"]["input_shape"] == [128, 224, 3]
 
 
 def test_rerun_skips_completed_cells_and_force_reruns(quick_run, data_dir):
     results, _ = quick_run
     common = ["--results", str(results), "--data-dir", str(data_dir)]
     again = dlbench(*QUICK, *common)
-    assert again.returncode == 0 and "7 skipped" in again.stdout
-    assert len(stored_runs(results)) == 7
+    assert again.returncode == 0 and "8 skipped" in again.stdout
+    assert len(stored_runs(results)) == 8
     forced = dlbench(*QUICK, "-w", "lstm-imdb", "--force", *common)
     assert forced.returncode == 0 and "1 ok" in forced.stdout
     runs = stored_runs(results)
-    imdb = next(r for r in runs[:7] if r["workload"] == "lstm-imdb")
-    assert len(runs) == 8 and runs[-1]["cell_hash"] == imdb["cell_hash"]
+    imdb = next(r for r in runs[:8] if r["workload"] == "lstm-imdb")
+    assert len(runs) == 9 and runs[-1]["cell_hash"] == imdb["cell_hash"]
 
 
 def test_results_exports(quick_run):
@@ -129,7 +133,7 @@ def test_results_exports(quick_run):
     assert mnist["config"]["model"]["layers"][0]["type"] == "conv2d"
     table = dlbench("results", "--results", str(results)).stdout
     assert "cnn-mnist" in table and "1:" in table
-    heading, _, *rows = table.splitlines()[:1 + 1 + 7]
+    heading, _, *rows = table.splitlines()[:1 + 1 + 8]
     code = heading.index(" code ") + 1  # every run came from the code this dlbench runs now
     assert {row[code:code + len("current")] for row in rows} == {"current"}
 

@@ -11,8 +11,8 @@ from dlbench.suite import SuiteError
 
 KNOWN = ", ".join(envs.RECIPES) + " (optionally name@version)"
 
-PAPER_WORKLOADS = "cnn-mnist, cnn-cifar10, cnn-cifar100, cnn-svhn, lstm-imdb, lstm-ptb"
-ALL_WORKLOADS = "cnn-mnist, cnn-cifar10, cnn-cifar100, cnn-svhn, lstm-imdb, lstm-ptb, seq2seq-manythings"
+PAPER_WORKLOADS = "cnn-mnist, cnn-cifar10, cnn-cifar100, cnn-svhn, lstm-imdb, lstm-ptb, frcnn-voc"
+ALL_WORKLOADS = "cnn-mnist, cnn-cifar10, cnn-cifar100, cnn-svhn, lstm-imdb, lstm-ptb, seq2seq-manythings, frcnn-voc"
 DATASETS = ", ".join(data.dataset_names())
 
 
@@ -224,8 +224,10 @@ def test_list_workloads(capsys):
     rows = table_rows(capsys.readouterr().out)
     assert rows["workload"][:3] == ["workload", "study", "dataset"]
     assert rows["cnn-mnist"][:3] == ["cnn-mnist", "mnist", "1,199,882"]
-    assert rows["cnn-mnist"][-3:] == ["accuracy", ">=", "0.985"]
-    assert rows["lstm-ptb"][-3:] == ["perplexity", "<=", "200"]
+    assert " ".join(rows["cnn-mnist"]).endswith("accuracy >= 0.985 2 conv + 2 dense CNN for 28x28 grey digits")
+    assert "perplexity <= 200" in " ".join(rows["lstm-ptb"])
+    assert rows["frcnn-voc"][:3] == ["frcnn-voc", "voc2012", "7,729,622"]
+    assert "map >= 0.3 Faster R-CNN: 4-block VGG-style backbone" in " ".join(rows["frcnn-voc"])
     assert set(rows) == {"workload", *ALL_WORKLOADS.split(", ")}
 
 
@@ -241,7 +243,7 @@ def test_list_datasets(capsys, tmp_path):
 def test_list_suites(capsys):
     assert main(["list", "suites"]) == 0
     out = capsys.readouterr().out
-    assert table_rows(out)["quick"][1:4] == ["all", "seven", "workloads"]
+    assert table_rows(out)["quick"][1:4] == ["all", "eight", "workloads"]
     assert "offline stand-in data" in out
 
 
@@ -323,7 +325,7 @@ def test_quick_suite_plan():
     entries = [("cnn-mnist", "digits-28", 4), ("cnn-cifar10", "photo-patches-10", 24),
                ("cnn-cifar100", "photo-regions-100", 2), ("cnn-svhn", "photo-patches-10", 2),
                ("lstm-imdb", "rt-snippets", 3), ("lstm-ptb", "lee-news-lm", 2),
-               ("seq2seq-manythings", "django-es-en", 5)]
+               ("seq2seq-manythings", "django-es-en", 5), ("frcnn-voc", "photo-boxes", 40)]
     assert sorted((c.framework, c.workload, c.dataset, c.epochs, c.seed) for c in cells) == sorted(
         (framework, *entry, 0) for entry in entries for framework in envs.RECIPES)
     assert {(c.device, c.timeout_s, c.threads) for c in cells} == {("cpu", 600.0, None)}
