@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from dlbench.detection import pipeline
-from dlbench.detection.nms import nms
+from dlbench.detection.nms import greedy_keep, nms
 from dlbench.models import ir
 from dlbench.models.init import canonical_init
 from dlbench.workloads import get_workload
@@ -163,3 +163,11 @@ def test_a_canvas_off_the_stride_is_refused():
         ir.detector([60, 96], [ir.conv2d(8, padding="same"), ir.maxpool2d(16)], 8, [16], 21, [1, 2])
     with pytest.raises(ir.IRError, match="not stride 16"):
         ir.detector([64, 96], [ir.conv2d(8, padding="same"), ir.maxpool2d(8)], 8, [16], 21, [1, 2])
+
+
+def test_greedy_keep_walks_down_the_sorted_boxes():
+    suppress = np.zeros((4, 4), bool)
+    suppress[0, [1, 3]] = True  # the best removes the second and the fourth
+    suppress[1, 2] = True  # the second, removed, removes nothing
+    assert greedy_keep(suppress).tolist() == [0, 2]
+    assert greedy_keep(np.zeros((0, 0), bool)).tolist() == []

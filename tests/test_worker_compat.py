@@ -76,6 +76,7 @@ import sys
 import numpy as np
 from dlbench.detection.boxes import shifted_anchors
 from dlbench.detection.nms import nms
+from dlbench.detection.pipeline import roi_align_plan
 from dlbench.detection.targets import roi_targets, rpn_targets
 from dlbench.detection.voc_eval import voc_map
 gt = np.array([[100, 100, 300, 400], [400, 50, 700, 250], [30, 420, 90, 590]], np.float32)
@@ -88,6 +89,8 @@ for key, value in rpn_targets(shifted_anchors(38, 50), gt, 600, 800, np.random.R
 for key, value in roi_targets(proposals, gt, np.array([3, 14, 7]), np.random.RandomState(5)).items():
     out["roi_" + key] = value
 out["nms"] = nms(proposals, rng.randint(0, 20, 300) / 20.0, 0.5)
+roi = {"size": 7, "sampling_ratio": 2, "spatial_scale": 1 / 16.0}
+out["plan_index"], out["plan_weights"] = roi_align_plan(proposals[:20], (38, 50), roi)
 det = (proposals[:40], np.linspace(1, 0, 40), np.arange(40) % 20)
 out["ap"] = voc_map([det], [(gt, np.array([3, 14, 7]), np.array([0, 0, 1], np.uint8))])["ap"]
 np.savez(sys.argv[1], **out)

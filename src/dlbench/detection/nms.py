@@ -29,3 +29,17 @@ def nms(boxes: np.ndarray, scores: np.ndarray, threshold: float) -> np.ndarray:
         overlaps = iou(boxes[best:best + 1], boxes[order[1:]])[0]
         order = order[1:][overlaps <= threshold]
     return np.array(keep, dtype=np.int64)
+
+
+def greedy_keep(suppress: np.ndarray) -> np.ndarray:
+    """The greedy pass of NMS over boxes sorted best first, for frameworks that compute the pairwise
+    overlaps themselves: suppress[i, j] is whether box i, once kept, removes box j (IoU > threshold).
+    Returns the kept positions (int64), best first."""
+    suppress = np.asarray(suppress, dtype=bool)
+    removed = np.zeros(len(suppress), dtype=bool)
+    keep = []
+    for i in range(len(suppress)):
+        if not removed[i]:
+            keep.append(i)
+            removed |= suppress[i, :len(suppress)]
+    return np.array(keep, dtype=np.int64)

@@ -315,22 +315,33 @@ def loss_terms(loss: str, logits, labels: np.ndarray):
     return F.softmax_cross_entropy(flat, flat_labels), len(labels), int(np.count_nonzero(right)), flat_labels.size
 
 
+def optimizer_for(link: chainer.Link, config: dict) -> chainer.Optimizer:
+    """make_optimizer's optimiser set up on `link`, with coupled L2 (a WeightDecay hook) when asked."""
+    optimizer = make_optimizer(config)
+    optimizer.setup(link)
+    if config.get("weight_decay"):
+        optimizer.add_hook(optimizer_hooks.WeightDecay(config["weight_decay"]))
+    return optimizer
+
+
+def cpu_threads(device: str, threads: int):
+    """Refuses a GPU cell; limits BLAS to `threads`. The caller keeps the returned limiter: the setting
+    lasts as long as it does."""
+    if device != "cpu":
+        raise RuntimeError("device %r requested: the chainer environment computes with numpy on the CPU "
+                           "(no CuPy)" % device)
+    return threadpoolctl.threadpool_limits(limits=threads)
+
+
 class Adapter(BaseAdapter):
     name = "chainer"
 
     def __init__(self, model, recipe, task, device, threads, seed):
         super().__init__(model, recipe, task, device, threads, seed)
-        if device != "cpu":
-            raise RuntimeError("device %r requested: the chainer environment computes with numpy on the CPU "
-                               "(no CuPy)" % device)
-        # BLAS threads; the limiter is kept so the setting lasts as long as the adapter
-        self._thread_limit = threadpoolctl.threadpool_limits(limits=threads)
+        self._thread_limit = cpu_threads(device, threads)
         np.random.seed(seed)  # Chainer's dropout masks come from numpy's global generator
         self.model = Model(model)
-        self.optimizer = make_optimizer(recipe["optimizer"])
-        self.optimizer.setup(self.model)
-        if recipe["optimizer"].get("weight_decay"):
-            self.optimizer.add_hook(optimizer_hooks.WeightDecay(recipe["optimizer"]["weight_decay"]))
+        self.optimizer = optimizer_for(self.model, recipe["optimizer"])
         self.float_inputs = model["input_dtype"].startswith("float")
         self._arrays = {}  # id of a Split -> (the split, x, y) in memory: read once
 

@@ -23,11 +23,10 @@ from typing import Dict
 import chainer
 import chainer.functions as F
 import numpy as np
-import threadpoolctl
-from chainer import optimizer_hooks
 
+from dlbench.detection.nms import greedy_keep
 from dlbench.detection.pipeline import SMOOTH_L1_BETA
-from dlbench.frameworks.chainer_nn import Adapter, Model, make_optimizer, native_arrays, to_chainer_layout
+from dlbench.frameworks.chainer_nn import Adapter, Model, cpu_threads, native_arrays, optimizer_for, to_chainer_layout
 from dlbench.frameworks.detector import LOSS_NAMES, DetectorAdapter
 from dlbench.models.ir import detector_parts
 
@@ -93,23 +92,13 @@ class Detector(DetectorAdapter):
 
     def __init__(self, model, recipe, task, device, threads, seed):
         super().__init__(model, recipe, task, device, threads, seed)
-        if device != "cpu":
-            raise RuntimeError("device %r requested: the chainer environment computes with numpy on the CPU "
-                               "(no CuPy)" % device)
-        self._thread_limit = threadpoolctl.threadpool_limits(limits=threads)  # kept: the limit lasts with it
+        self._thread_limit = cpu_threads(device, threads)
         self.parts = Parts(model)
-        self.optimizer = make_optimizer(recipe["optimizer"])
-        self.optimizer.setup(self.parts)
-        if recipe["optimizer"].get("weight_decay"):
-            self.optimizer.add_hook(optimizer_hooks.WeightDecay(recipe["optimizer"]["weight_decay"]))
+        self.optimizer = optimizer_for(self.parts, recipe["optimizer"])
         self.features = None
 
-    def versions(self):
-        return {"chainer": chainer.__version__, "numpy": np.__version__}
-
-    def threads_used(self):
-        counts = [pool["num_threads"] for pool in threadpoolctl.threadpool_info() if pool["user_api"] == "blas"]
-        return max(counts) if counts else 1
+    versions = Adapter.versions
+    threads_used = Adapter.threads_used
 
     def synchronise(self):
         pass  # numpy on the CPU: every operation has finished when it returns
@@ -184,11 +173,4 @@ class Detector(DetectorAdapter):
         union = area[:, None] + area[None, :] - inter
         overlaps = np.zeros_like(inter)
         np.divide(inter, union, out=overlaps, where=union > 0)  # a zero-area box overlaps nothing
-        suppress = overlaps > threshold
-        removed = np.zeros(len(b), bool)
-        keep = []
-        for i in range(len(b)):
-            if not removed[i]:
-                keep.append(i)
-                removed |= suppress[i]
-        return order[np.array(keep, np.int64)]
+        return order[greedy_keep(overlaps > threshold)]

@@ -192,6 +192,21 @@ def max_pool(x, layer: dict):
     return nn.max_pool(x, (pool, pool), strides=(stride, stride), padding=padding.upper())
 
 
+def jax_device(device: str):
+    """The jax device of a cell's "cpu" or "gpu", or an error naming what jax found."""
+    platform = "gpu" if device == "gpu" else "cpu"
+    if platform == "cpu":
+        try:
+            jax.config.update("jax_platforms", "cpu")  # a CPU cell leaves any GPU alone
+        except Exception:  # backends already started (a second adapter in this process)
+            pass
+    try:
+        return jax.devices(platform)[0]
+    except RuntimeError as error:
+        raise RuntimeError("device %s requested, but jax %s (jaxlib %s) finds none: %s"
+                           % (device, jax.__version__, jaxlib.__version__, error)) from error
+
+
 class IRModel(nn.Module):
     layers: tuple  # the IR's layer dicts, in order
 
@@ -300,17 +315,7 @@ class Adapter(BaseAdapter):
 
     def __init__(self, model, recipe, task, device, threads, seed):
         super().__init__(model, recipe, task, device, threads, seed)
-        platform = "gpu" if device == "gpu" else "cpu"
-        if platform == "cpu":
-            try:
-                jax.config.update("jax_platforms", "cpu")  # a CPU cell leaves any GPU alone
-            except Exception:  # backends already started (a second adapter in this process)
-                pass
-        try:
-            self.jax_device = jax.devices(platform)[0]
-        except RuntimeError as error:
-            raise RuntimeError("device %s requested, but jax %s (jaxlib %s) finds none: %s"
-                               % (device, jax.__version__, jaxlib.__version__, error)) from error
+        self.jax_device = jax_device(device)
         self.float_inputs = model["input_dtype"].startswith("float")
         self.module = IRModel(tuple(model["layers"]))
         self.loss_name = recipe["loss"]

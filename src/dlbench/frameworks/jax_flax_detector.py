@@ -15,7 +15,7 @@ nothing.
 from __future__ import annotations
 
 # jax_flax first: importing it configures XLA's CPU threads, which must happen before jax loads
-from dlbench.frameworks.jax_flax import Adapter, IRModel, first_argmax, make_optimizer
+from dlbench.frameworks.jax_flax import Adapter, IRModel, first_argmax, jax_device, make_optimizer
 
 # isort: split
 import functools
@@ -110,7 +110,7 @@ class Detector(DetectorAdapter):
 
     def __init__(self, model, recipe, task, device, threads, seed):
         super().__init__(model, recipe, task, device, threads, seed)
-        self.jax_device = _device(device)
+        self.jax_device = jax_device(device)
         self.modules, self.locations, params = {}, {}, {}
         for part_name, part in detector_parts(model).items():
             self.modules[part_name] = IRModel(tuple(part["layers"]))
@@ -238,17 +238,3 @@ class Detector(DetectorAdapter):
         keep = _greedy_keep(self._put(sorted_boxes), np.int32(count), np.float32(threshold))
         return order[np.asarray(keep)[:count]].astype(np.int64)
 
-
-def _device(device: str):
-    """The jax device for "cpu" or "gpu", as the classifier adapter picks it."""
-    platform = "gpu" if device == "gpu" else "cpu"
-    if platform == "cpu":
-        try:
-            jax.config.update("jax_platforms", "cpu")  # a CPU cell leaves any GPU alone
-        except Exception:  # backends already started (a second adapter in this process)
-            pass
-    try:
-        return jax.devices(platform)[0]
-    except RuntimeError as error:
-        raise RuntimeError("device %s requested, but jax %s finds none: %s"
-                           % (device, jax.__version__, error)) from error

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dlbench.detection.nms import greedy_keep
 from dlbench.detection.pipeline import SMOOTH_L1_BETA
 from dlbench.frameworks import keras3
 from dlbench.frameworks.detector import LOSS_NAMES, DetectorAdapter
@@ -266,13 +267,7 @@ class Detector(DetectorAdapter):
             ordered = np.pad(ordered, ((0, rows - len(ordered)), (0, 0)))
         with keras.device(self.device_name):
             suppress = ops.convert_to_numpy(ops.greater(pairwise_iou(ops.convert_to_tensor(ordered)), threshold))
-        removed = np.zeros(len(order), bool)
-        keep = []
-        for i in range(len(order)):
-            if not removed[i]:
-                keep.append(i)
-                removed |= suppress[i, :len(order)]
-        return order[keep]
+        return order[greedy_keep(suppress[:len(order), :len(order)])]
 
 
 def pairwise_iou(b):

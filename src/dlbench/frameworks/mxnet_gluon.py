@@ -379,14 +379,19 @@ class Objective(gluon.HybridBlock):
         return [F.mean(per_token), F.sum(hits), F.sum(F.ones_like(y))] + list(stats)
 
 
+def check_threads(threads: int) -> None:
+    """MXNet's OpenMP thread count is fixed at import: a cell asking for another one is refused."""
+    if threads != THREADS:
+        raise RuntimeError("MXNet's OpenMP runs %d threads, fixed when mxnet was imported (from DLBENCH_THREADS); "
+                           "%d cannot be set in the same process" % (THREADS, threads))
+
+
 class Adapter(BaseAdapter):
     name = "mxnet"
 
     def __init__(self, model, recipe, task, device, threads, seed):
         super().__init__(model, recipe, task, device, threads, seed)
-        if threads != THREADS:
-            raise RuntimeError("MXNet's OpenMP runs %d threads, fixed when mxnet was imported (from DLBENCH_THREADS); "
-                               "%d cannot be set in the same process" % (THREADS, threads))
+        check_threads(threads)
         if device == "gpu":
             if mx.context.num_gpus() == 0:
                 raise RuntimeError("device gpu requested, but MXNet %s sees no GPU (CUDA build: %s)"

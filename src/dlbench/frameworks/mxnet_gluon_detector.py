@@ -24,6 +24,7 @@ from dlbench.frameworks.mxnet_gluon import (
     OPTIMIZERS,
     THREADS,
     build_net,
+    check_threads,
     from_gluon_layout,
     gluon_params,
     to_gluon_layout,
@@ -97,9 +98,7 @@ class Detector(DetectorAdapter):
 
     def __init__(self, model, recipe, task, device, threads, seed):
         super().__init__(model, recipe, task, device, threads, seed)
-        if threads != THREADS:
-            raise RuntimeError("MXNet's OpenMP runs %d threads, fixed when mxnet was imported (from DLBENCH_THREADS); "
-                               "%d cannot be set in the same process" % (THREADS, threads))
+        check_threads(threads)
         self.ctx = _context(device)
         self.dtype = np.float64 if recipe.get("dtype") == "float64" else np.float32
         self.parts, self.by_name, self.kinds = {}, {}, {}

@@ -201,16 +201,21 @@ def batch_sums(loss, weight, right, made) -> torch.Tensor:
                         for value in (loss * weight, weight, right, made)])
 
 
+def torch_device(device: str) -> torch.device:
+    """The torch device of a cell's "cpu" or "gpu", or an error saying torch sees no GPU."""
+    if device == "gpu" and not torch.cuda.is_available():
+        raise RuntimeError("device gpu requested, but torch %s sees no CUDA device (CUDA build: %s)"
+                           % (torch.__version__, torch.version.cuda))
+    return torch.device("cuda" if device == "gpu" else "cpu")
+
+
 class Adapter(BaseAdapter):
     name = "pytorch"
 
     def __init__(self, model, recipe, task, device, threads, seed):
         super().__init__(model, recipe, task, device, threads, seed)
         torch.set_num_threads(threads)
-        if device == "gpu" and not torch.cuda.is_available():
-            raise RuntimeError("device gpu requested, but torch %s sees no CUDA device (CUDA build: %s)"
-                               % (torch.__version__, torch.version.cuda))
-        self.torch_device = torch.device("cuda" if device == "gpu" else "cpu")
+        self.torch_device = torch_device(device)
         torch.manual_seed(seed)  # dropout masks
         self.module, self.by_name = build_module(model)
         self.module.to(self.torch_device)

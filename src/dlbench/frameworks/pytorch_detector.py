@@ -15,9 +15,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from dlbench.detection.nms import greedy_keep
 from dlbench.detection.pipeline import SMOOTH_L1_BETA
 from dlbench.frameworks.detector import LOSS_NAMES, DetectorAdapter
-from dlbench.frameworks.pytorch import _torch_params, build_module, from_torch_layout, make_optimizer, to_torch_layout
+from dlbench.frameworks.pytorch import (
+    _torch_params,
+    build_module,
+    from_torch_layout,
+    make_optimizer,
+    to_torch_layout,
+    torch_device,
+)
 from dlbench.models.ir import detector_parts
 
 
@@ -45,10 +53,7 @@ class Detector(DetectorAdapter):
     def __init__(self, model, recipe, task, device, threads, seed):
         super().__init__(model, recipe, task, device, threads, seed)
         torch.set_num_threads(threads)
-        if device == "gpu" and not torch.cuda.is_available():
-            raise RuntimeError("device gpu requested, but torch %s sees no CUDA device (CUDA build: %s)"
-                               % (torch.__version__, torch.version.cuda))
-        self.torch_device = torch.device("cuda" if device == "gpu" else "cpu")
+        self.torch_device = torch_device(device)
         self.dtype = torch.float64 if recipe.get("dtype") == "float64" else torch.float32
         self.parts, self.by_name, self.kinds = torch.nn.ModuleDict(), {}, {}
         for name, part in detector_parts(model).items():
@@ -156,11 +161,4 @@ class Detector(DetectorAdapter):
         inter = (bottom_right - top_left).clamp(min=0).prod(-1)
         union = area[:, None] + area[None, :] - inter
         overlaps = torch.where(union > 0, inter / union.clamp(min=1e-12), torch.zeros_like(inter))
-        suppress = (overlaps > threshold).numpy()
-        removed = np.zeros(len(b), bool)
-        keep = []
-        for i in range(len(b)):
-            if not removed[i]:
-                keep.append(i)
-                removed |= suppress[i]
-        return order.numpy()[keep]
+        return order.numpy()[greedy_keep((overlaps > threshold).numpy())]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse
 
+from dlbench.detection.nms import greedy_keep
 from dlbench.detection.pipeline import SMOOTH_L1_BETA
 from dlbench.frameworks.detector import LOSS_NAMES, DetectorAdapter
 from dlbench.frameworks.theano_fn import BLAS_LDFLAGS, F32, OPTIMIZERS, THREADS, Model, T, theano
@@ -185,13 +186,7 @@ class Detector(DetectorAdapter):
             return np.zeros(0, np.int64)
         order = np.argsort(-np.asarray(scores, np.float64), kind="stable")
         suppress = self._function("iou")(np.asarray(boxes, np.float64)[order], np.float64(threshold))
-        removed = np.zeros(len(order), bool)
-        keep = []
-        for i in range(len(order)):
-            if not removed[i]:
-                keep.append(i)
-                removed |= suppress[i]
-        return order[keep]
+        return order[greedy_keep(suppress)]
 
 
 def plan_matrix(index, weights, cells):
