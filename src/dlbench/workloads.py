@@ -96,7 +96,13 @@ def _frcnn(meta: dict) -> dict:
     """Faster R-CNN on a VGG-style backbone trained from scratch (no pretrained weights): four blocks
     of a 3x3 conv (32, 64, 128, 256 filters) + ReLU + 2x2 max-pool make the stride-16 map. Anchors
     scale with the images: py-faster-rcnn's scales 8, 16, 32 (128 to 512 pixels) belong to a short
-    side of 600, so a dataset prepared smaller gets them times min_side / 600."""
+    side of 600, so a dataset prepared smaller gets them times min_side / 600.
+
+    What carries no gradient (anchors, the sampling of anchors and RoIs, proposals' decoding, the
+    detections' post-processing, RoI Align's sampling plan) is shared numpy on the worker side
+    (detection/pipeline.py): one seeded implementation makes every framework sample the same anchors
+    and RoIs, so frameworks can differ only in what they compute. NMS and RoI Align themselves are
+    each framework's (frameworks/*_detector.py), its own op where it has one."""
     canvas = [-(-side // ir.FEATURE_STRIDE) * ir.FEATURE_STRIDE for side in (meta["min_side"], meta["max_side"])]
     backbone = []
     for filters in (32, 64, 128, 256):

@@ -37,7 +37,7 @@ __all__ = ["DatasetError", "PreparedDataset", "dataset_names", "describe", "load
 _DATASETS: dict[str, ModuleType | Source] = {module.NAME: module for module in (digits, polarity, lee_lm)}
 _DATASETS.update({source.info["name"]: source for source in (
     mnist.MNIST, mnist.FASHION_MNIST, cifar.CIFAR10, cifar.CIFAR100, svhn.SVHN, imdb.IMDB, ptb.PTB,
-    manythings.SPA_ENG, voc.VOC2012, rt_snippets.RT_SNIPPETS,
+    manythings.SPA_ENG, voc.VOC2012, voc.VOC2012_300, rt_snippets.RT_SNIPPETS,
     photos.PHOTO_PATCHES_10, photos.PHOTO_REGIONS_100, django_es.DJANGO_ES_EN, photo_boxes.PHOTO_BOXES,
 )})
 

@@ -15,6 +15,7 @@ ROOT = "VOCdevkit/VOC2012/"
 CLASSES = ["aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow", "diningtable",
            "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa", "train", "tvmonitor"]
 MIN_SIDE, MAX_SIDE = 600, 1000  # py-faster-rcnn's test scale
+SMALL_MIN_SIDE, SMALL_MAX_SIDE = 300, 500  # voc2012-300: a quarter of the pixels, for CPU runs
 TARBALL = "VOCtrainval_11-May-2012.tar"
 FILE = FileSpec(
     TARBALL,
@@ -52,10 +53,11 @@ def scaled_size(width: int, height: int, min_side: int = MIN_SIDE,
     return scale, round(width * scale), round(height * scale)
 
 
-def build_split(root: Path, ids: list[str], part: str, work: Path) -> dict[str, np.ndarray]:
+def build_split(root: Path, ids: list[str], part: str, work: Path, min_side: int = MIN_SIDE,
+                max_side: int = MAX_SIDE) -> dict[str, np.ndarray]:
     images = [root / "JPEGImages" / f"{image_id}.jpg" for image_id in ids]
     annotations = [root / "Annotations" / f"{image_id}.xml" for image_id in ids]
-    return pack_split(images, annotations, part, work)
+    return pack_split(images, annotations, part, work, min_side, max_side)
 
 
 def pack_split(images: list, annotations: list[Path], part: str, work: Path, min_side: int = MIN_SIDE,
@@ -102,6 +104,14 @@ def _rewound(source):
 
 
 def build(paths: dict[str, Path], work: Path) -> Built:
+    return build_at(paths, work, VOC2012.info, MIN_SIDE, MAX_SIDE)
+
+
+def build_small(paths: dict[str, Path], work: Path) -> Built:
+    return build_at(paths, work, VOC2012_300.info, SMALL_MIN_SIDE, SMALL_MAX_SIDE)
+
+
+def build_at(paths: dict[str, Path], work: Path, info: dict, min_side: int, max_side: int) -> Built:
     safe_extract(paths[TARBALL], work, wanted=lambda name: name.startswith(KEPT))
     root = work / ROOT
     arrays, ids = {}, {}
@@ -110,8 +120,8 @@ def build(paths: dict[str, Path], work: Path) -> Built:
         if not list_file.is_file():
             raise DatasetError(f"{paths[TARBALL]}: no {ROOT}ImageSets/Main/{split}.txt inside")
         ids[part] = list_file.read_text(encoding="ascii").split()
-        arrays.update(build_split(root, ids[part], part, work))
-    return Built(arrays=arrays, meta=detection_meta(VOC2012.info, ids, "val", MIN_SIDE, MAX_SIDE))
+        arrays.update(build_split(root, ids[part], part, work, min_side, max_side))
+    return Built(arrays=arrays, meta=detection_meta(info, ids, "val", min_side, max_side))
 
 
 def detection_meta(info: dict, ids: dict[str, list[str]], test_split: str, min_side: int, max_side: int) -> dict:
@@ -146,4 +156,18 @@ VOC2012 = Source(
         "licence": "images from flickr under their own terms; annotations for research use (VOC challenge)",
     },
     files=(FILE,), build=build,
+)
+
+VOC2012_300 = Source(
+    info={
+        "name": "voc2012-300", "task": "detection",
+        "description": (
+            "PASCAL VOC 2012 detection as voc2012 (the same tarball, downloaded once, the same splits, classes "
+            f"and arrays), each image resized so its short side is {SMALL_MIN_SIDE} pixels unless the long side "
+            f"would pass {SMALL_MAX_SIDE}: a quarter of voc2012's pixels, for detector runs on CPUs; frcnn-voc "
+            "scales its anchors with the short side. About 4 GB prepared."
+        ),
+        "source": VOC2012.info["source"], "licence": VOC2012.info["licence"],
+    },
+    files=(FILE,), build=build_small,
 )
