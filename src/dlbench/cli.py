@@ -11,6 +11,7 @@ from dlbench.analysis.load import AnalysisError
 from dlbench.data import DatasetError
 from dlbench.envs import EnvError
 from dlbench.executors import ExecutorError, local
+from dlbench.initial_weights import WeightsError
 from dlbench.models import ir
 from dlbench.runner import REFERENCE, Options
 from dlbench.store import Store, StoreError
@@ -19,7 +20,7 @@ from dlbench.workloads import WORKLOADS, WorkloadError, get_workload
 
 DEFAULT_RESULTS = Path("dlbench-results")
 USER_ERRORS = (SuiteError, WorkloadError, EnvError, DatasetError, StoreError, certify.CertifyError, AnalysisError,
-               ExecutorError)
+               ExecutorError, WeightsError)
 
 
 def data_dir(args: argparse.Namespace) -> Path:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlbench import cores, data, energy, envs, machine, peaks, sources
+from dlbench import cores, data, energy, envs, initial_weights, machine, peaks, sources
 from dlbench.executors.process import Outcome, run_worker
 from dlbench.models import ir
 from dlbench.monitor import summarise
@@ -69,6 +69,9 @@ def resolve(cell: Cell, data_dir: Path, cores: int | None = None) -> Prepared:
         config["allocator"] = cell.allocator
     if cell.gpu_memory != "default" and cell.device == "gpu":  # it changes nothing on the CPU
         config["gpu_memory"] = cell.gpu_memory
+    if cell.weights:  # only then: the hashes of canonically initialised cells stay as they were
+        sha256 = initial_weights.check(Path(cell.weights), config["model"], cell.workload)
+        config["initial_weights"] = {"file": cell.weights, "sha256": sha256}
     if shares_compile_cache(cell):
         # only then: the hashes of cold cells, and of frameworks the setting does not touch, stay as they were
         config["compile_cache"] = "shared"
@@ -217,6 +220,8 @@ def run_cell(prepared: Prepared, options: Options, on_event: Callable[[dict], No
     worker_cell = {"adapter": recipe.adapter, "model": config["model"], "recipe": config["recipe"],
                    "data_path": str(prepared.dataset.path), "seed": cell.seed, "epochs": cell.epochs,
                    "device": cell.device, "threads": config["threads"]}
+    if "initial_weights" in config:
+        worker_cell["weights"] = config["initial_weights"]["file"]
     (run_dir / "cell.json").write_text(json.dumps(worker_cell, indent=1))
     command = [str(prepared.env.python), "-m", "dlbench.worker", str(run_dir / "cell.json")]
     shared = shared_compile_cache(options.results, cell)

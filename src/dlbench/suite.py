@@ -24,7 +24,7 @@ GPU_MEMORY = ("default", "grow")
 EXECUTORS = ("local", "ray")  # where the cells run: this machine, or a Ray cluster's nodes (dlbench.executors)
 SUITE_FIELDS = ("name", "description", "frameworks", "device", "repeat", "seed", "threads", "timeout_s",
                 "compile_cache", "allocator", "gpu_memory", "executor", "workloads")
-ENTRY_FIELDS = ("workload", "dataset", "epochs", "batch_size")
+ENTRY_FIELDS = ("workload", "dataset", "epochs", "batch_size", "weights")
 
 
 class SuiteError(ValueError):
@@ -57,6 +57,7 @@ class Entry:
     dataset: str
     epochs: int | None
     batch_size: int | None
+    weights: str | None = None  # an .npz of starting weights (initial_weights.py), absolute
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,7 @@ class Cell:
     compile_cache: str = "cold"  # one of COMPILE_CACHES
     allocator: str = "default"  # one of ALLOCATORS
     gpu_memory: str = "default"  # one of GPU_MEMORY
+    weights: str | None = None  # starting weights (initial_weights.py) instead of the canonical ones
 
 
 def builtin_suites() -> list[str]:
@@ -198,7 +200,21 @@ def _entry(check: _Checker, document: _Mapping, item: Any) -> Entry:
     if task not in WORKLOADS[workload].tasks:
         raise check.fail(item, "dataset", f"{dataset!r} is a {task} dataset; {workload} needs "
                          f"{' or '.join(WORKLOADS[workload].tasks)}")
-    return Entry(workload, dataset, check.integer(item, "epochs", None), check.integer(item, "batch_size", None))
+    return Entry(workload, dataset, check.integer(item, "epochs", None), check.integer(item, "batch_size", None),
+                 _weights_path(check, item))
+
+
+def _weights_path(check: _Checker, item: _Mapping) -> str | None:
+    """An entry's `weights`, relative to the suite file's folder, or None; the file must exist (what it
+    holds is checked against the model when the plan is resolved)."""
+    if "weights" not in item:
+        return None
+    if not isinstance(item["weights"], str) or not item["weights"]:
+        raise check.fail(item, "weights", "expected the path of an .npz of canonical weights")
+    path = (check.path.parent / item["weights"]).resolve()
+    if not path.is_file():
+        raise check.fail(item, "weights", f"no file {path}")
+    return str(path)
 
 
 def load(name_or_path: str) -> Suite:
@@ -249,6 +265,7 @@ def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str]
                     batch_size=entry.batch_size or recipe["batch_size"], threads=suite.threads,
                     timeout_s=suite.timeout_s, compile_cache=compile_cache or suite.compile_cache,
                     allocator=allocator or suite.allocator, gpu_memory=gpu_memory or suite.gpu_memory,
+                    weights=entry.weights,
                 ))
         cells += shuffled(repetition_cells, suite.seed, repetition)
     return cells

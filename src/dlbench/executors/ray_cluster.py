@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlbench import data, envs, machine, runner, sources
+from dlbench import data, envs, initial_weights, machine, runner, sources
 from dlbench.data import DatasetError
 from dlbench.data import download as data_download
 from dlbench.executors import ExecutorError, environments
@@ -95,6 +95,11 @@ def prepare_on_node(cell: Cell, config: dict, data_dir: Path) -> Prepared:
     if here != config["worker_source"]:
         raise ValueError(f"the node's dlbench worker code (digest {here[:12]}) differs from the driver's "
                          f"({config['worker_source'][:12]}): install the same dlbench on every node")
+    if "initial_weights" in config:
+        wanted = config["initial_weights"]
+        if not Path(wanted["file"]).is_file() or initial_weights.digest(Path(wanted["file"])) != wanted["sha256"]:
+            raise ValueError(f"the node lacks the weights file {wanted['file']} the driver checked "
+                             f"(SHA-256 {wanted['sha256'][:16]}): put the same file at that path on every node")
     if not data_download.offline_from_env():  # the files the node lacks; data.prepare then reads them once
         for spec in data.files(cell.dataset):
             data_download.fetch(spec, data.raw_dir(cell.dataset, data_dir))
