@@ -14,9 +14,11 @@ def names(paths: list[Path], root: Path = PACKAGE) -> set[str]:
 
 
 def test_the_closure_follows_the_workers_imports_and_nothing_of_the_harness() -> None:
-    files = names(sources.closure([*sources.ENTRY_POINTS, "dlbench.frameworks.pytorch"]))
-    assert files == {"worker.py", "probe.py", "frameworks/base.py", "frameworks/pytorch.py", "models/init.py",
-                     "models/ir.py"}
+    files = names(sources.closure([*sources.ENTRY_POINTS, "dlbench.frameworks.pytorch",
+                                   "dlbench.frameworks.pytorch_detector"]))
+    detection = {f"detection/{name}.py" for name in ("__init__", "boxes", "nms", "pipeline", "targets", "voc_eval")}
+    assert files == {"worker.py", "probe.py", "frameworks/base.py", "frameworks/detector.py", "frameworks/pytorch.py",
+                     "frameworks/pytorch_detector.py", "models/init.py", "models/ir.py", *detection}
 
 
 def test_imports_are_read_at_any_depth_and_from_imports_name_their_submodules() -> None:
@@ -45,6 +47,8 @@ def test_an_adapters_change_changes_its_digest_only(tmp_path: Path) -> None:
     assert before == digests(copy_of_the_package(tmp_path / "b"))  # the same files, the same digest
     after = digests(copy_of_the_package(tmp_path / "c", "frameworks/jax_flax.py"))
     assert after["jax_flax"] != before["jax_flax"] and after["pytorch"] == before["pytorch"]
+    detector = digests(copy_of_the_package(tmp_path / "d", "frameworks/pytorch_detector.py"))
+    assert detector["pytorch"] != before["pytorch"] and detector["jax_flax"] == before["jax_flax"]
 
 
 def test_a_shared_worker_module_changes_every_digest(tmp_path: Path) -> None:

@@ -111,7 +111,8 @@ def test_unknown_field_in_an_entry_names_its_line(capsys, tmp_path):
     epoch: 2
 """)
     message = error_of(capsys, ["run", str(path)])
-    assert message == f"{path}:6: field 'epoch': unknown field; accepted: workload, dataset, epochs, batch_size"
+    assert message == (f"{path}:6: field 'epoch': unknown field; accepted: workload, dataset, epochs, batch_size, "
+                       "weights")
 
 
 def test_unknown_dataset_lists_the_known_ones(capsys, tmp_path):
@@ -168,7 +169,7 @@ def test_empty_workloads(capsys, tmp_path):
     path = write_suite(tmp_path, GOOD_HEAD + "workloads: []\n")
     message = error_of(capsys, ["run", str(path)])
     assert message == (f"{path}:3: field 'workloads': expected a non-empty list of mappings with "
-                       "workload, dataset, epochs, batch_size")
+                       "workload, dataset, epochs, batch_size, weights")
 
 
 def test_invalid_yaml(capsys, tmp_path):

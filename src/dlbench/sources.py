@@ -1,5 +1,6 @@
 """The digest of the dlbench code a framework's worker runs: the worker and probe entry points, the
-framework's adapter module, and every dlbench module they import, followed through their imports.
+framework's adapter module and its detector module (`<adapter>_detector`, which the worker imports by
+name for a detection cell), and every dlbench module they import, followed through their imports.
 
 A run's cell hash and a certificate's key include it, so fixing an adapter makes its cells run again
 and its old certificates stop counting, while the other frameworks' runs and verdicts still stand.
@@ -64,7 +65,7 @@ def worker_source(adapter: str, package_dir: Path = PACKAGE_DIR) -> str:
 @cache
 def _digest(adapter_module: str, package_dir: Path) -> str:
     digest = hashlib.sha256()
-    for path in closure([*ENTRY_POINTS, adapter_module], package_dir):
+    for path in closure([*ENTRY_POINTS, adapter_module, adapter_module + "_detector"], package_dir):
         digest.update(path.relative_to(package_dir).as_posix().encode() + b"\0")
         digest.update(path.read_bytes() + b"\0")
     return digest.hexdigest()
