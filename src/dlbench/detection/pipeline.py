@@ -14,6 +14,7 @@ Worker side: Python 3.8, numpy alone.
 """
 from __future__ import annotations
 
+import functools
 import os
 from typing import Callable, Dict, Tuple
 
@@ -115,10 +116,18 @@ def image_rng(seed: int, epoch: int, i: int):
 
 
 def anchors(model: dict, feature_hw: Tuple[int, int]) -> np.ndarray:
-    """(fh * fw * A, 4) float32 anchors of a feature map, in the RPN outputs' (y, x, a) order."""
+    """(fh * fw * A, 4) float32 anchors of a feature map, in the RPN outputs' (y, x, a) order; read-only."""
     config = model["detector"]
-    base = base_anchors(ratios=config["anchor_ratios"], scales=config["anchor_scales"])
-    return shifted_anchors(feature_hw[0], feature_hw[1], config["feature_stride"], base)
+    return _anchors(int(feature_hw[0]), int(feature_hw[1]), config["feature_stride"],
+                    tuple(config["anchor_ratios"]), tuple(config["anchor_scales"]))
+
+
+@functools.lru_cache(maxsize=8)
+def _anchors(height: int, width: int, stride: int, ratios: tuple, scales: tuple) -> np.ndarray:
+    """Made once per canvas: every training step asks twice (proposals, then targets), every image alike."""
+    made = shifted_anchors(height, width, stride, base_anchors(ratios=ratios, scales=scales))
+    made.setflags(write=False)
+    return made
 
 
 def feature_size(image: Image, model: dict) -> Tuple[int, int]:
