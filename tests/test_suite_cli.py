@@ -1,11 +1,12 @@
 """Suite files, the plan they describe, and the command line's answers to user errors."""
 import dataclasses
+import os
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from dlbench import data, envs, suite
+from dlbench import data, envs, runner, suite
 from dlbench.cli import main
 from dlbench.suite import SuiteError
 
@@ -319,6 +320,15 @@ def test_plan_overrides(tmp_path, two_frameworks):
     assert {(c.epochs, c.batch_size, c.device) for c in cells} == {(5, 16, "gpu")}
     # --epochs beats an entry's own epochs too
     assert {c.epochs for c in suite.plan(planned, epochs=1)} == {1}
+    assert {c.threads for c in suite.plan(planned, threads=1)} == {1}  # --threads beats the suite's 3
+
+
+def test_a_cell_without_threads_gets_the_cores_of_the_machine_that_runs_it(tmp_path):
+    [cell] = suite.plan(suite.load("quick"), ["pytorch"], ["cnn-mnist"])
+    assert cell.threads is None
+    assert runner.resolve(cell, tmp_path).config["threads"] == os.cpu_count()
+    assert runner.resolve(cell, tmp_path, cores=5).config["threads"] == 5  # a Ray node's
+    assert runner.resolve(dataclasses.replace(cell, threads=1), tmp_path, cores=5).config["threads"] == 1
 
 
 def test_quick_suite_plan():

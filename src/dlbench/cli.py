@@ -32,7 +32,7 @@ def data_dir(args: argparse.Namespace) -> Path:
 def cmd_run(args: argparse.Namespace) -> int:
     chosen = suite.load(args.suite)
     cells = suite.plan(chosen, args.framework, args.workload, args.device, args.repeat, args.epochs,
-                       args.compile_cache, args.allocator, args.gpu_memory)
+                       args.compile_cache, args.allocator, args.gpu_memory, args.threads)
     # absolute: workers run inside their run folders
     options = Options(Path(args.results).resolve(), data_dir(args).resolve(), args.force, args.timeout,
                       args.memory_limit_mb)
@@ -318,6 +318,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--epochs", type=positive_int, help="epochs per cell, overriding the suite")
     run.add_argument("--results", default=str(DEFAULT_RESULTS), help="results folder (default: ./dlbench-results)")
     run.add_argument("--data-dir", help="data folder (default: $DLBENCH_DATA or ~/.cache/dlbench/data)")
+    run.add_argument("--threads", type=positive_int,
+                     help="threads per cell, overriding the suite (default: the suite's, else the cores of the "
+                          "machine or Ray node that runs the cell)")
     run.add_argument("--timeout", type=positive_float, help="seconds per cell, overriding the suite")
     run.add_argument("--memory-limit-mb", type=positive_float,
                      help="kill a worker whose process tree exceeds this RSS")

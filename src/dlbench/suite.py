@@ -224,7 +224,7 @@ def load(name_or_path: str) -> Suite:
 def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str] | None = None,
          device: str | None = None, repeat: int | None = None, epochs: int | None = None,
          compile_cache: str | None = None, allocator: str | None = None,
-         gpu_memory: str | None = None) -> list[Cell]:
+         gpu_memory: str | None = None, threads: int | None = None) -> list[Cell]:
     """Cells in run order: repetitions outermost, so a slow drift of the machine touches every
     framework alike rather than all repetitions of one; within a repetition the cells are shuffled
     (`shuffled`), so no framework always runs first or right after the same neighbour."""
@@ -262,7 +262,7 @@ def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str]
                     suite=suite.name, framework=framework, workload=entry.workload, dataset=entry.dataset,
                     device=device, repetition=repetition, seed=suite.seed + repetition - 1,
                     epochs=epochs or entry.epochs or recipe["epochs"],
-                    batch_size=entry.batch_size or recipe["batch_size"], threads=suite.threads,
+                    batch_size=entry.batch_size or recipe["batch_size"], threads=threads or suite.threads,
                     timeout_s=suite.timeout_s, compile_cache=compile_cache or suite.compile_cache,
                     allocator=allocator or suite.allocator, gpu_memory=gpu_memory or suite.gpu_memory,
                     weights=entry.weights,
