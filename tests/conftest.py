@@ -1,9 +1,24 @@
 """Session-wide test set-up: one folder that the pytest workers of a session share (`make test` runs
-the suite on pytest-xdist workers, one test file per worker at a time)."""
+the suite on pytest-xdist workers, one test file per worker at a time), the compile cache of the
+framework processes that time nothing, and the last hang guard."""
 import os
 from pathlib import Path
 
+import guard
 import pytest
+
+from dlbench import envs
+
+# The last hang guard, for waits inside the test process (a Ray plan, a monitor's thread): longer than any
+# test's own guard on a child process, which fires first and shows the child's output. pytest-timeout
+# then fails the test with every thread's stack.
+TEST_GUARD_S = 3600
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(guard.bound(TEST_GUARD_S), method="signal"))
 
 
 @pytest.fixture(scope="session")
@@ -16,5 +31,17 @@ def session_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def compile_cache(session_dir) -> Path:
     """One compile folder for the framework processes of the tests that time nothing (adapter checks,
-    certification probes): Theano compiles each of its C modules once per session, not per process."""
-    return session_dir / "certify" / "compile-cache"
+    certification probes, detector checks), where certification's probes of the session compile
+    (certify_dir / "compile-cache"). It links to a folder kept between test runs beside the framework
+    environments, as Theano's own ~/.theano is kept: Theano keys each compiled module by its code, so a
+    module is compiled once per machine, not per process or per run. Cold, the suite spends about 3 more
+    minutes compiling."""
+    kept = envs.dlbench_home() / "tests" / "compile-cache"
+    kept.mkdir(parents=True, exist_ok=True)
+    link = session_dir / "certify" / "compile-cache"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        link.symlink_to(kept, target_is_directory=True)
+    except FileExistsError:  # the other pytest worker made it
+        pass
+    return link

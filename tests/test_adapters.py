@@ -3,9 +3,9 @@ loads canonical weights exactly, computes what an independent numpy forward pass
 learns; and each architecture trains a few steps on the first rows of the quick suite's stand-in for
 it. (The detector, frcnn-voc, has its own adapter class and tests: test_detector.py.)"""
 import json
-import subprocess
 from pathlib import Path
 
+import guard
 import numpy as np
 import pytest
 from adapter_check import probe_inputs, probe_weights
@@ -73,8 +73,8 @@ def run_check(framework: str, payload: list[dict], compile_cache: Path) -> dict[
     variables = {"PYTHONPATH": str(PACKAGE_PARENT), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1",
                  "DLBENCH_THREADS": "1", "HOME": str(compile_cache.parent / "home"),
                  "DLBENCH_COMPILE_CACHE": str(compile_cache), **recipe.worker_env}
-    done = subprocess.run([str(env.python), str(TESTS / "adapter_check.py"), recipe.adapter],
-                          input=json.dumps(payload), capture_output=True, text=True, timeout=1200, env=variables)
+    done = guard.run([str(env.python), str(TESTS / "adapter_check.py"), recipe.adapter], 2400,  # theano: 378 s seen
+                     input=json.dumps(payload), env=variables)
     assert done.returncode == 0, done.stderr[-3000:]
     return {row["workload"]: row for row in map(json.loads, done.stdout.splitlines())}
 

@@ -1,10 +1,10 @@
 """allocator: retain. The suite field reaches the cell's configuration (and so its hash) and the worker's
 variables, and the variables really keep glibc's malloc from handing freed memory back to the system."""
 import json
-import subprocess
 import sys
 from types import SimpleNamespace
 
+import guard
 import pytest
 
 from dlbench import runner
@@ -31,8 +31,7 @@ print(json.dumps(faults))
 
 
 def faults_of(variables: dict[str, str]) -> list[int]:
-    done = subprocess.run([sys.executable, "-c", FAULTS], env=variables, capture_output=True, text=True,
-                          timeout=60, check=True)
+    done = guard.run([sys.executable, "-c", FAULTS], 300, env=variables, check=True)
     return json.loads(done.stdout)
 
 

@@ -1,8 +1,8 @@
 """dlbench compare on stores built in the test: a planted slowdown is found and fails the guard, none passes."""
-import subprocess
 import sys
 from pathlib import Path
 
+import guard
 import numpy as np
 import pytest
 from analysis_runs import build_store, noisy, run_dict
@@ -134,8 +134,8 @@ def test_noise_script_prints_cv_and_repetitions(tmp_path):
     runs = cells_of(tmp_path, {"pytorch": 2.0, "jax": 1.0}, 5, seed=1)
     runs.append(run_dict("jax", "lstm-imdb", 3.0, 1))
     store = build_store(tmp_path / "r", runs)
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "noise.py"), str(store)], capture_output=True,
-                          text=True, env={"PYTHONPATH": str(REPO / "src")}, timeout=300)
+    done = guard.run([sys.executable, str(REPO / "benchmarks" / "noise.py"), str(store)], 600,
+                     env={"PYTHONPATH": str(REPO / "src")})
     assert done.returncode == 0, done.stderr
     torch = [r["steady_epoch_s"] for r in runs if r["framework"] == "pytorch"]
     cv = np.std(torch, ddof=1) / np.mean(torch)

@@ -4,9 +4,9 @@ epochs, its detections are finite boxes inside their images, and its NMS keeps w
 keeps. A framework without a detector would say so. (Each detector's certificate against PyTorch is
 test_certify's, with every other workload's.)"""
 import json
-import subprocess
 from pathlib import Path
 
+import guard
 import numpy as np
 import pytest
 from detector_check import NMS_CASES
@@ -39,8 +39,7 @@ def run_check(framework: str, case: dict, home: Path, compile_cache: Path) -> di
     variables = {"PYTHONPATH": f"{PACKAGE_PARENT}:{TESTS}", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1",
                  "DLBENCH_THREADS": "1", "HOME": str(home), "DLBENCH_COMPILE_CACHE": str(compile_cache),
                  **recipe.worker_env}
-    done = subprocess.run([str(env.python), str(TESTS / "detector_check.py")], input=json.dumps(case),
-                          capture_output=True, text=True, timeout=1200, env=variables)
+    done = guard.run([str(env.python), str(TESTS / "detector_check.py")], 2400, input=json.dumps(case), env=variables)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.splitlines()[-1])
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import guard
 import psutil
 import pytest
 from fixtures_data import STANDIN_WHEELS, prepared_standin
@@ -16,7 +17,10 @@ from fixtures_data import STANDIN_WHEELS, prepared_standin
 from dlbench import envs, sources
 from dlbench.store import Store
 
-QUICK = ("run", "quick", "-f", "pytorch", "--epochs", "2")  # the other frameworks run in test_adapters
+# The other frameworks run in test_adapters. One thread a cell: the tests run on two pytest workers, and
+# a two-thread PyTorch cell beside a busy worker spins its OpenMP threads for the core it lacks (lstm-ptb's
+# epoch took 53 s instead of 3 s beside one busy loop). test_suite_cli checks the default, all cores.
+QUICK = ("run", "quick", "-f", "pytorch", "--epochs", "2", "--threads", "1")
 THREE = (*QUICK, "-w", "cnn-mnist", "-w", "lstm-imdb", "-w", "lstm-ptb")  # the quick suite's cheapest cells
 WORKLOADS = ["cnn-cifar10", "cnn-cifar100", "cnn-mnist", "cnn-svhn", "frcnn-voc", "lstm-imdb", "lstm-ptb",
              "seq2seq-manythings"]
@@ -34,8 +38,7 @@ def data_dir(tmp_path_factory) -> Path:
 
 
 def dlbench(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dlbench.cli", *args], capture_output=True, text=True,
-                          timeout=600, cwd=cwd)
+    return guard.run([sys.executable, "-m", "dlbench.cli", *args], 1800, cwd=cwd)  # 356 s seen
 
 
 def stored_runs(results: Path) -> list[dict]:
@@ -82,7 +85,7 @@ def test_stored_runs_hold_timings_metrics_and_resources(quick_run):
         assert run["worker_source"] == run["config"]["worker_source"] == sources.framework_source("pytorch")
         assert run["metric_value"] == epochs[-1]["metric_value"]
         assert run["framework_version"].startswith("2.") and run["packages"]["torch"] == run["framework_version"]
-        assert run["threads"] == os.cpu_count() and run["python"].startswith("3.11")
+        assert run["threads"] == 1 and run["python"].startswith("3.11")
         assert run["peak_rss_mb"] > 100 and run["mean_cpu_percent"] > 10
         assert run["mean_gpu_util_percent"] is None and run["peak_gpu_mem_mb"] is None
         # FLOP/s of the steady epoch against the environment's GEMM peak, measured once for the suite
@@ -90,8 +93,7 @@ def test_stored_runs_hold_timings_metrics_and_resources(quick_run):
         assert run["energy_source"].startswith("cpu: ") and run["energy_source"].endswith("gpu: device cpu")
     with Store(results / "dlbench.sqlite") as store:
         [peak] = store.peaks()
-    assert (peak["framework"], peak["threads"], peak["device"], peak["matrix_size"]) == ("pytorch", os.cpu_count(),
-                                                                                        "cpu", 2048)
+    assert (peak["framework"], peak["threads"], peak["device"], peak["matrix_size"]) == ("pytorch", 1, "cpu", 2048)
     assert peak["gflops"] > 0 and {r["peak_id"] for r in runs} == {peak["id"]}
     for run in runs:
         with Store(results / "dlbench.sqlite") as store:
@@ -141,14 +143,13 @@ def test_results_exports(quick_run):
 def test_sigkill_of_the_harness_loses_no_completed_run(tmp_path, data_dir):
     command = [sys.executable, "-m", "dlbench.cli", *THREE, "--results", str(tmp_path), "--data-dir", str(data_dir)]
     harness = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    for line in harness.stdout:
-        if line.startswith("[2/3]"):  # the first cell is stored, the second is running
-            break
+    # the first cell is stored, the second is running
+    guard.read_until(harness, lambda line: line.startswith("[2/3]"), 1200, "the harness's second cell")
     workers = psutil.Process(harness.pid).children(recursive=True)
     harness.send_signal(signal.SIGKILL)
     harness.wait()
-    gone, alive = psutil.wait_procs(workers, timeout=30)
-    assert not alive, "a worker outlived its harness"
+    gone, alive = psutil.wait_procs(workers, timeout=guard.bound(120))
+    assert not alive, f"a worker outlived its harness by {guard.bound(120):g} s"
     runs = stored_runs(tmp_path)
     assert [(r["plan_position"], r["status"], len(r["epochs"])) for r in runs] == [(1, "ok", 2)]
 

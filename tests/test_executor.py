@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+import guard
 import numpy as np
 import psutil
 import pytest
@@ -52,7 +53,14 @@ def fake_env(mode: str) -> dict[str, str]:
                 PYTHONUNBUFFERED="1")
 
 
-def run_fake(tmp_path: Path, mode: str, timeout_s: float = 60, memory_limit_mb: float | None = None,
+# The cell's timeout where a run must not reach it: a hang guard.
+GUARD_S = 300
+# Where the timeout is what a test checks: the worker starts and finishes epoch 1 well inside it, on a
+# loaded machine too (it is stretched with the hang guards), and then hangs.
+HANG_TIMEOUT_S = guard.bound(5)
+
+
+def run_fake(tmp_path: Path, mode: str, timeout_s: float = guard.bound(GUARD_S), memory_limit_mb: float | None = None,
              epochs: int = 2):
     command, run_dir = write_cell(tmp_path, epochs)
     seen: list[dict] = []
@@ -87,7 +95,7 @@ def alive(pid: int, cmdline_has: str | None = None) -> bool:
 
 def assert_gone(pid: int, cmdline_has: str | None = None) -> None:
     """SIGKILL is asynchronous for a process nobody waits on: allow it a few seconds to die."""
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + guard.bound(60)
     while alive(pid, cmdline_has) and time.monotonic() < deadline:
         time.sleep(0.05)
     if alive(pid, cmdline_has):
@@ -170,11 +178,11 @@ def test_sigkill_is_reported_as_the_oom_killer_would_be(tmp_path):
 
 
 def test_hang_times_out_and_the_worker_is_killed(tmp_path):
-    outcome, _ = run_fake(tmp_path, "hang", timeout_s=4)
+    outcome, _ = run_fake(tmp_path, "hang", timeout_s=HANG_TIMEOUT_S)
     assert outcome.status == "timeout"
-    assert outcome.reason == "timed out after 4 s (1 epochs done)"
+    assert outcome.reason == f"timed out after {HANG_TIMEOUT_S:g} s (1 epochs done)"
     assert outcome.returncode == -9
-    assert outcome.wall_time_s >= 4
+    assert outcome.wall_time_s >= HANG_TIMEOUT_S
     assert_first_epoch_kept(outcome.events)
     assert len(outcome.samples) > 0
     assert_gone(worker_pid(outcome.events))
@@ -183,9 +191,9 @@ def test_hang_times_out_and_the_worker_is_killed(tmp_path):
 @pytest.mark.parametrize("mode", ["child_hang", "child_setsid"])
 def test_timeout_kills_the_grandchild_too(tmp_path, mode):
     """child_hang: a grandchild in the worker's session; child_setsid: one that left it."""
-    outcome, run_dir = run_fake(tmp_path, mode, timeout_s=5)
+    outcome, run_dir = run_fake(tmp_path, mode, timeout_s=HANG_TIMEOUT_S)
     assert outcome.status == "timeout"
-    assert outcome.reason == "timed out after 5 s (1 epochs done)"
+    assert outcome.reason == f"timed out after {HANG_TIMEOUT_S:g} s (1 epochs done)"
     pid_file = run_dir / "grandchild.pid"
     assert pid_file.exists(), f"the worker never reached epoch 2 within the timeout: {outcome.stderr_tail}"
     assert_gone(worker_pid(outcome.events))
@@ -194,7 +202,7 @@ def test_timeout_kills_the_grandchild_too(tmp_path, mode):
 
 
 def test_memory_limit_kills_the_tree(tmp_path):
-    outcome, _ = run_fake(tmp_path, "memory", timeout_s=30, memory_limit_mb=200)
+    outcome, _ = run_fake(tmp_path, "memory", memory_limit_mb=200)
     assert outcome.status == "failed", outcome.reason
     assert outcome.reason.startswith("out of memory: RSS reached ")
     assert outcome.reason.endswith(" MiB, over the limit of 200 MiB")
@@ -233,7 +241,7 @@ EPOCH = json.dumps({"event": "epoch", "epoch": 1, "train_time_s": 0.1, "eval_tim
 
 def run_scripted(tmp_path: Path, lines: list[str]):
     command = [sys.executable, "-c", SCRIPTED_WORKER, *lines]
-    return run_worker(command, dict(os.environ), tmp_path, timeout_s=60)
+    return run_worker(command, dict(os.environ), tmp_path, timeout_s=guard.bound(GUARD_S))
 
 
 def test_a_non_json_line_on_the_event_stream_is_kept_as_garbled(tmp_path):
@@ -278,7 +286,8 @@ open("grandchild.pid", "w").write(str(child.pid))
 
 def test_a_finished_worker_leaving_a_background_process_is_ok(tmp_path):
     try:
-        outcome = run_worker([sys.executable, "-c", LEAVES_A_DAEMON], dict(os.environ), tmp_path, timeout_s=3)
+        outcome = run_worker([sys.executable, "-c", LEAVES_A_DAEMON], dict(os.environ), tmp_path,
+                             timeout_s=guard.bound(30))
         assert (outcome.status, outcome.reason, outcome.returncode) == ("ok", None, 0)
     finally:
         if (tmp_path / "grandchild.pid").exists():

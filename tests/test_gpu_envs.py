@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import guard
 import pytest
 
 from dlbench import env_disk, envs, suite
@@ -18,8 +19,7 @@ WITHOUT_CUDA = {"chainer": "CuPy >=7.7,<8", "theano": "pygpu and libgpuarray"}
 
 
 def dlbench(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dlbench.cli", *args], capture_output=True, text=True,
-                          timeout=600, env=env)
+    return guard.run([sys.executable, "-m", "dlbench.cli", *args], 1200, env=env)
 
 
 @pytest.mark.parametrize("name", WITH_CUDA)

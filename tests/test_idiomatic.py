@@ -4,10 +4,10 @@ epoch, to show a program keeps the contract."""
 import importlib.util
 import json
 import math
-import subprocess
 import sys
 from pathlib import Path
 
+import guard
 import numpy as np
 import pytest
 
@@ -126,6 +126,6 @@ def test_pytorch_program_keeps_the_contract(tmp_path):
     program = compare.program_path("pytorch", "cnn-mnist")
     command = [str(python)] + compare.program_arguments(program, dataset.path, 2, 1, 0,
                                                         {"batch_size": 16, "optimizer": {"lr": 0.01}})
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
+    done = guard.run(command, 600, check=True)
     side = compare.parse_program_output(done.stdout, 2)
     assert all(math.isfinite(loss) and loss > 0 for loss in side.losses)

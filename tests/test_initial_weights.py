@@ -1,10 +1,10 @@
 """Starting weights from a file (a suite entry's `weights:`): the suite field, the checks of the file
 against the model, the cell's configuration, and a real PyTorch run that starts from the file."""
 import json
-import subprocess
 import sys
 from pathlib import Path
 
+import guard
 import numpy as np
 import pytest
 
@@ -23,7 +23,8 @@ def suite_file(folder: Path, weights: str | None, epochs: int = 1) -> Path:
     if weights is not None:
         entry["weights"] = weights
     path = folder / "start.yaml"
-    path.write_text(json.dumps({"name": "start", "frameworks": ["pytorch"], "workloads": [entry]}))
+    # one thread a cell, as in test_e2e: beside the other pytest worker, more threads fight for its core
+    path.write_text(json.dumps({"name": "start", "frameworks": ["pytorch"], "threads": 1, "workloads": [entry]}))
     return path
 
 
@@ -81,8 +82,8 @@ def test_the_files_digest_enters_the_configuration_and_the_hash(tmp_path):
 
 
 def run(suite_path: Path, results: Path, data_dir: Path) -> dict:
-    done = subprocess.run([sys.executable, "-m", "dlbench.cli", "run", str(suite_path), "--results", str(results),
-                           "--data-dir", str(data_dir)], capture_output=True, text=True, timeout=600)
+    done = guard.run([sys.executable, "-m", "dlbench.cli", "run", str(suite_path), "--results", str(results),
+                      "--data-dir", str(data_dir)], 1200)
     assert done.returncode == 0, done.stdout + done.stderr
     with Store(results / "dlbench.sqlite") as store:
         return store.runs()[-1]

@@ -5,6 +5,7 @@ import time
 import types
 from types import SimpleNamespace
 
+import guard
 import psutil
 import pytest
 
@@ -48,7 +49,7 @@ def monitor_until_exit(script: str, **kwargs: object) -> tuple[list[Sample], lis
     monitor = Monitor(child.pid, **kwargs)  # type: ignore[arg-type]
     started = time.monotonic()
     monitor.start()
-    out, err = child.communicate(timeout=60)
+    out, err = guard.communicate(child, 300)
     samples = monitor.stop()
     assert child.returncode == 0, err
     return samples, [float(x) for x in out.split()], started
@@ -151,7 +152,7 @@ def test_gpu_memory_counts_only_the_tree_and_utilisation_its_devices(
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     monitor = Monitor(child.pid, interval_s=0.05)
     monitor.start()
-    child.communicate(timeout=30)
+    guard.communicate(child, 300)
     samples = monitor.stop()
     assert samples
     readings = [(s.gpu_util_percent, s.gpu_mem_mb) for s in samples]
@@ -171,7 +172,7 @@ def test_failing_nvml_gives_none(monkeypatch: pytest.MonkeyPatch, capfd: pytest.
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     monitor = Monitor(child.pid, interval_s=0.05)
     monitor.start()
-    child.communicate(timeout=30)
+    guard.communicate(child, 300)
     samples = monitor.stop()
     assert samples
     assert all(s.gpu_util_percent is None and s.gpu_mem_mb is None for s in samples)
@@ -200,7 +201,7 @@ def test_the_monitor_records_its_own_cpu_seconds() -> None:
     child = spawn("import time; time.sleep(0.6)")
     monitor = Monitor(child.pid, interval_s=0.01)
     monitor.start()
-    child.communicate(timeout=30)
+    guard.communicate(child, 300)
     samples = monitor.stop()
     # Some CPU for each of the ~60 samples, but far less than the wall time it sampled over.
     assert len(samples) >= 10
@@ -214,7 +215,7 @@ def test_on_sample_sees_every_sample_from_the_sampling_thread() -> None:
         child.pid, interval_s=0.05, on_sample=lambda s: seen.append((s, threading.current_thread().name))
     )
     monitor.start()
-    child.communicate(timeout=30)
+    guard.communicate(child, 300)
     samples = monitor.stop()
     assert samples
     assert [s for s, _ in seen] == samples

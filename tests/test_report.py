@@ -8,6 +8,7 @@ import subprocess
 import threading
 from pathlib import Path
 
+import guard
 import pytest
 from synthetic_store import study_store, synthetic_run
 
@@ -16,7 +17,7 @@ from dlbench.report import html
 from dlbench.store import Store
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-BROWSER_TIMEOUT_S = 120
+BROWSER_GUARD_S = 300
 # Every request, loopback included (<-loopback>), goes to a proxy on the discard port where nothing listens.
 OFFLINE = ["--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>"]
 
@@ -46,7 +47,7 @@ def browse(profile: Path, url: str, *flags: str, offline: bool = True) -> subpro
     command = [need_chromium(), "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
                "--disable-extensions", "--disable-background-networking", f"--user-data-dir={profile}",
                "--enable-logging=stderr", "--v=0", *(OFFLINE if offline else []), *flags, url]
-    return subprocess.run(command, capture_output=True, text=True, timeout=BROWSER_TIMEOUT_S)
+    return guard.run(command, BROWSER_GUARD_S)
 
 
 def render_status(dom: str) -> dict[str, str]:

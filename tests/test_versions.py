@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import guard
 import pytest
 
 from dlbench import env_disk, envs
@@ -20,8 +21,7 @@ OLDER_JAX = "jax@0.6.2"  # the one older version the tests build: jaxlib's wheel
 
 
 def dlbench(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dlbench.cli", *args], capture_output=True, text=True,
-                          timeout=900, env=env)
+    return guard.run([sys.executable, "-m", "dlbench.cli", *args], 1800, env=env)
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -73,7 +73,8 @@ def two_versions(tmp_path_factory) -> tuple[Path, Path]:
     envs.ensure(OLDER_JAX)  # built here (and kept, as any environment): uv's cache makes a rebuild cheap
     results = tmp_path_factory.mktemp("versions") / "results"
     data = tmp_path_factory.mktemp("versions-data")
-    done = dlbench("run", "quick", "-f", "jax", "-f", OLDER_JAX, "-w", "lstm-ptb", "--epochs", "2",
+    # one thread a cell, as in test_e2e: beside the other pytest worker, more threads fight for its core
+    done = dlbench("run", "quick", "-f", "jax", "-f", OLDER_JAX, "-w", "lstm-ptb", "--epochs", "2", "--threads", "1",
                    "--results", str(results), "--data-dir", str(data))
     assert done.returncode == 0, done.stdout + done.stderr
     return results, data

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import guard
 import numpy as np
 import pytest
 
@@ -134,8 +135,7 @@ def test_worker_side_imports_under_each_environments_python_and_numpy(framework,
     recipe = envs.get_recipe(framework)
     variables = {"PYTHONPATH": str(PACKAGE_PARENT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
                  "TMPDIR": str(tmp_path), **recipe.worker_env}
-    done = subprocess.run([str(env.python), "-c", IMPORT_WORKER, recipe.adapter], capture_output=True, text=True,
-                          env=variables, timeout=600)
+    done = guard.run([str(env.python), "-c", IMPORT_WORKER, recipe.adapter], 1200, env=variables)
     assert done.returncode == 0, done.stderr[-3000:]
     python, numpy_version, name = done.stdout.split()
     assert python == env.info()["python_version"]
