@@ -9,6 +9,7 @@ from pathlib import Path
 import guard
 import numpy as np
 import pytest
+from sides import SHARED, WORKER
 
 from dlbench import envs
 from dlbench.frameworks.base import epoch_order
@@ -16,9 +17,7 @@ from dlbench.models.init import canonical_init
 from dlbench.runner import PACKAGE_PARENT
 from dlbench.workloads import WORKLOADS
 
-PACKAGE = PACKAGE_PARENT / "dlbench"
-WORKER_SIDE = [PACKAGE / "worker.py", PACKAGE / "peak.py", *sorted((PACKAGE / "models").glob("*.py")),
-               *sorted((PACKAGE / "frameworks").glob("*.py")), *sorted((PACKAGE / "detection").glob("*.py"))]
+WORKER_SIDE = [*WORKER, *SHARED]
 OLD_NUMPY = "numpy==1.17.5"  # the 1.17 line is the oldest with Python 3.8 wheels; legacy envs pin < 1.24
 SMALL_META = {"lstm-imdb": {"vocab_size": 300, "seq_len": 20}, "lstm-ptb": {"vocab_size": 300, "seq_len": 10}}
 

@@ -1,0 +1,17 @@
+"""A made-up adapter module that crosses the worker/harness boundary, for tests/test_boundary.py: it
+imports a framework that is not its own at the top, and the harness's store and statistics inside a
+method. Never imported."""
+import json
+
+import numpy as np
+import tensorflow
+import torch
+
+from dlbench.frameworks.base import BaseAdapter
+
+
+class Adapter(BaseAdapter):
+    def evaluate(self, data):
+        from dlbench.analysis import stats
+        from dlbench.store import Store
+        return {"loss": float(np.mean(data.y)), "tools": [Store, stats, json, torch, tensorflow]}
