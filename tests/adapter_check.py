@@ -4,7 +4,9 @@ steps on tiny generated data, and prints one JSON line of facts per workload.
 
 Usage: python adapter_check.py ADAPTER_PATH < cases.json
 cases.json: [{"workload", "model", "recipe", "task", "n_classes"}...], made by the harness-side test;
-a case with "data": {"x": path, "y": path, "scale"} trains on those arrays' first rows instead.
+a case with "data": {"x": path, "y": path, "scale"} trains on those arrays' first rows instead. Last,
+one line {"workload": "refusals", ...}: what the adapter raised for a layer type and an optimizer that
+the IR and the recipes would accept (patched in here) but that it has no code for.
 Data come from numpy's legacy RandomState, whose stream is the same in every numpy version, so the
 harness side regenerates the probe inputs exactly.
 """
@@ -14,10 +16,14 @@ import sys
 
 import numpy as np
 
+from dlbench.frameworks import base
 from dlbench.frameworks.base import Split, epoch_order
+from dlbench.models import ir
 from dlbench.models.init import canonical_init
 from dlbench.models.ir import input_vocab
 from dlbench.worker import load_adapter_class
+
+NOVEL = "novel"  # a layer type and an optimizer that no adapter builds
 
 
 def generated_inputs(model, count, seed):
@@ -82,10 +88,41 @@ def check(adapter_class, case):
     }
 
 
+def raised(build):
+    """What build() raised, as "Type: message" (or while training one epoch on what it returned)."""
+    try:
+        adapter = build()
+        data = Split(np.ones((4, 8), np.uint8), np.zeros(4, np.int32), 255.0)  # pixels, as stored
+        adapter.train_epoch(data, epoch_order(0, 1, 4))
+    except Exception as error:  # the adapter's own error, whatever its framework wraps it in
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
+def refusals(adapter_class, case):
+    """A layer type the IR accepts and an optimizer the adapter contract accepts, neither built by any
+    adapter: each must raise an error naming it, never build another in its place."""
+    recipe = dict(case["recipe"], batch_size=4, loss="softmax_cross_entropy")
+    ir.LAYER_SETTINGS[NOVEL] = ()
+    shape_rule = ir.output_shape
+    ir.output_shape = lambda layer, shape: tuple(shape) if layer["type"] == NOVEL else shape_rule(layer, shape)
+    with_novel_layer = ir.model([8], "float32", [ir.dense(4), {"type": NOVEL}, ir.dense(2)])
+    plain = ir.model([8], "float32", [ir.dense(4), ir.activation("relu"), ir.dense(2)])
+    base.OPTIMIZERS += (NOVEL,)
+    novel_optimizer = dict(recipe, optimizer={"name": NOVEL, "lr": 0.1})
+    return {
+        "workload": "refusals",
+        "layer": raised(lambda: adapter_class(with_novel_layer, recipe, "classification", "cpu", 1, 0)),
+        "optimizer": raised(lambda: adapter_class(plain, novel_optimizer, "classification", "cpu", 1, 0)),
+    }
+
+
 def main():
     adapter_class = load_adapter_class(sys.argv[1])
-    for case in json.load(sys.stdin):
+    cases = json.load(sys.stdin)
+    for case in cases:
         print(json.dumps(check(adapter_class, case)), flush=True)
+    print(json.dumps(refusals(adapter_class, cases[0])), flush=True)
 
 
 if __name__ == "__main__":

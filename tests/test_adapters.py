@@ -79,6 +79,11 @@ def run_check(framework: str, payload: list[dict], compile_cache: Path) -> dict[
     return {row["workload"]: row for row in map(json.loads, done.stdout.splitlines())}
 
 
+def case_rows(checked: dict[str, dict]) -> dict[str, dict]:
+    """The check's rows of the cases, without its row of refusals."""
+    return {name: row for name, row in checked.items() if name != "refusals"}
+
+
 @pytest.fixture(scope="module", params=FRAMEWORKS)
 def checked(request, compile_cache, standin_cases) -> dict[str, dict]:
     return run_check(request.param, CASES + standin_cases, compile_cache)
@@ -119,9 +124,17 @@ def test_a_few_steps_on_the_stand_in_lower_the_loss(checked, pair):
 
 
 def test_threads_are_set_and_versions_reported(checked):
-    for result in checked.values():
+    for result in case_rows(checked).values():
         assert result["threads"] == 1
         assert all(isinstance(v, str) and v for v in result["versions"].values())
+
+
+def test_a_layer_type_or_optimizer_the_adapter_lacks_raises_naming_it(checked):
+    """adapter_check.refusals: the IR and the adapter contract made to accept a layer type and an
+    optimizer named 'novel'; the adapter must refuse each by name, not build another in its place."""
+    refused = checked["refusals"]
+    assert "layer type 'novel'" in (refused["layer"] or ""), refused["layer"]
+    assert "optimizer 'novel'" in (refused["optimizer"] or ""), refused["optimizer"]
 
 
 RECURRENT = {case["workload"] for case in CASES
@@ -134,6 +147,6 @@ def test_theano_reports_the_scan_it_ran(checked):
     3.10), else its Python loop; the adapter reports which one its compiled functions ran."""
     major, minor = map(int, envs.require("theano").info()["python_version"].split(".")[:2])
     expected = "c" if (major, minor) < (3, 11) else "python"
-    for workload, result in checked.items():
+    for workload, result in case_rows(checked).items():
         architecture = workload.split(" on ")[0]  # a stand-in case is named "<workload> on <dataset>"
         assert result["versions"]["theano-scan"] == (expected if architecture in RECURRENT else "none"), workload

@@ -17,6 +17,19 @@ PAD_ID = 0  # the label the masked loss and its accuracy leave out
 OPTIMIZERS = ("sgd", "adam", "adadelta")
 
 
+def not_built(what: str, name: str) -> NotImplementedError:
+    """The error for a layer type the IR declares, or an optimizer OPTIMIZERS names, that an adapter
+    has no code for: raised, so that no other layer or optimizer ever stands in for it."""
+    return NotImplementedError("%s %r: this adapter does not build it" % (what, name))
+
+
+def lookup(table: dict, what: str, name: str):
+    """table[name], else not_built's error naming it."""
+    if name not in table:
+        raise not_built(what, name)
+    return table[name]
+
+
 def thread_budget() -> int:
     """The cell's thread count, for frameworks that fix theirs when they load: DLBENCH_THREADS, which
     the harness sets for every worker; the machine's cores where it is unset or not a positive integer."""

@@ -46,7 +46,7 @@ import numpy as np
 import threadpoolctl
 from chainer import optimizer_hooks
 
-from dlbench.frameworks.base import PAD_ID, BaseAdapter, Split, batch_slices, finish_metrics
+from dlbench.frameworks.base import PAD_ID, BaseAdapter, Split, batch_slices, finish_metrics, not_built
 from dlbench.models.ir import infer_shapes, same_padding
 
 ZERO = chainer.initializers.Zero()  # every weight is set from the canonical ones before use
@@ -161,7 +161,9 @@ class Model(chainer.Chain):
             return LSTM(in_shape[-1], layer["units"])
         if kind == "seq2seq":
             return Seq2Seq(layer)
-        return None
+        if kind in ("maxpool2d", "activation", "dropout", "flatten"):
+            return None  # no weights: applied by functions
+        raise not_built("layer type", kind)
 
     def forward(self, x):
         channels_first = False
@@ -288,6 +290,8 @@ def make_optimizer(config: dict) -> chainer.Optimizer:
         return chainer.optimizers.MomentumSGD(lr=config["lr"], momentum=config.get("momentum", 0.0))
     if name == "adam":
         return TorchAdam(config["lr"], config["beta1"], config["beta2"], config["epsilon"])
+    if name != "adadelta":
+        raise not_built("optimizer", name)
     if config["lr"] != 1.0:
         raise ValueError("chainer adapter: Chainer's AdaDelta has no learning rate; lr %r is not 1" % config["lr"])
     return chainer.optimizers.AdaDelta(rho=config["rho"], eps=config["epsilon"])

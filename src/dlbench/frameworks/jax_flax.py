@@ -49,7 +49,14 @@ import jaxlib  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
-from dlbench.frameworks.base import PAD_ID, BaseAdapter, Split, batch_slices, finish_metrics  # noqa: E402
+from dlbench.frameworks.base import (  # noqa: E402
+    PAD_ID,
+    BaseAdapter,
+    Split,
+    batch_slices,
+    finish_metrics,
+    not_built,
+)
 from dlbench.models.ir import infer_shapes, param_shapes  # noqa: E402
 
 jax.config.update("jax_enable_x64", False)  # float32 everywhere, as the other adapters
@@ -235,6 +242,8 @@ class IRModel(nn.Module):
                 x = nn.Embed(layer["vocab"], layer["dim"], name=name)(x)
             elif kind == "lstm":
                 x = LSTM(layer["units"], layer["return_sequences"], name=name)(x)
+            elif kind != "seq2seq":
+                raise not_built("layer type", kind)
             else:
                 x = Seq2Seq(layer["source_len"], layer["source_vocab"], layer["target_vocab"], layer["embed_dim"],
                             layer["units"], name=name)(x)
@@ -266,7 +275,9 @@ def make_optimizer(config: dict) -> optax.GradientTransformation:
         return optax.adam(config["lr"], b1=config["beta1"], b2=config["beta2"], eps=config["epsilon"], eps_root=0.0)
     # optax's adadelta: v = rho v + (1-rho) g^2; d = sqrt(u + eps) / sqrt(v + eps) g; u = rho u + (1-rho) d^2;
     # p -= lr d: torch's formula
-    return optax.adadelta(config["lr"], rho=config["rho"], eps=config["epsilon"])
+    if name == "adadelta":
+        return optax.adadelta(config["lr"], rho=config["rho"], eps=config["epsilon"])
+    raise not_built("optimizer", name)
 
 
 def first_argmax(scores):

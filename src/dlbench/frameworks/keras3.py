@@ -47,7 +47,15 @@ from typing import Dict
 
 import numpy as np
 
-from dlbench.frameworks.base import PAD_ID, BaseAdapter, Split, batch_slices, finish_metrics, thread_budget
+from dlbench.frameworks.base import (
+    PAD_ID,
+    BaseAdapter,
+    Split,
+    batch_slices,
+    finish_metrics,
+    not_built,
+    thread_budget,
+)
 
 BACKEND = os.environ.get("KERAS_BACKEND", "tensorflow")
 
@@ -166,7 +174,7 @@ def build_model(spec: dict):
         elif kind == "lstm":
             module = L.LSTM(layer["units"], return_sequences=layer["return_sequences"], name=name)
         else:
-            raise ValueError("unknown layer type %r" % kind)
+            raise not_built("layer type", kind)
         x = module(x)
         if kind in ("conv2d", "dense"):
             variables[name + "/kernel"], variables[name + "/bias"] = module.kernel, module.bias
@@ -326,8 +334,10 @@ def make_optimizer(config: dict):
         cls, kwargs = keras.optimizers.SGD, {"momentum": config["momentum"], "nesterov": config["nesterov"]}
     elif name == "adam":
         cls, kwargs = TorchAdam, {"beta_1": config["beta1"], "beta_2": config["beta2"], "epsilon": config["epsilon"]}
-    else:
+    elif name == "adadelta":
         cls, kwargs = keras.optimizers.Adadelta, {"rho": config["rho"], "epsilon": config["epsilon"]}
+    else:
+        raise not_built("optimizer", name)
     cls = backend_class(cls, kwargs)
     decay = float(config.get("weight_decay") or 0.0)
     if decay:

@@ -63,7 +63,15 @@ import numpy as np  # noqa: E402
 from mxnet import autograd, gluon, nd  # noqa: E402
 from mxnet.gluon import nn, rnn  # noqa: E402
 
-from dlbench.frameworks.base import PAD_ID, BaseAdapter, Split, batch_slices, finish_metrics  # noqa: E402
+from dlbench.frameworks.base import (  # noqa: E402
+    PAD_ID,
+    BaseAdapter,
+    Split,
+    batch_slices,
+    finish_metrics,
+    lookup,
+    not_built,
+)
 from dlbench.models.ir import infer_shapes, same_padding  # noqa: E402
 
 # ---- blocks -------------------------------------------------------------------------------------
@@ -235,8 +243,10 @@ def build_net(spec: dict):
             made = [nn.Embedding(layer["vocab"], layer["dim"])]
         elif kind == "lstm":
             made = [LSTMLayer(in_shape[-1], layer["units"], layer["return_sequences"])]
-        else:
+        elif kind == "seq2seq":
             made = [Seq2Seq(layer)]
+        else:
+            raise not_built("layer type", kind)
         blocks += made
         if kind in WEIGHTED:
             by_name[layer["name"]] = made[-1]
@@ -412,8 +422,8 @@ class Adapter(BaseAdapter):
         # call to the next instead of planning them again at every batch
         self.objective.hybridize(static_alloc=True, static_shape=True)
         self.trainable = [p for p in self.objective.collect_params().values() if p.grad_req != "null"]
-        self.optimizer = OPTIMIZERS[recipe["optimizer"]["name"]]([p.data(self.ctx) for p in self.trainable],
-                                                                 recipe["optimizer"])
+        optimizer = lookup(OPTIMIZERS, "optimizer", recipe["optimizer"]["name"])
+        self.optimizer = optimizer([p.data(self.ctx) for p in self.trainable], recipe["optimizer"])
         self.float_inputs = model["input_dtype"].startswith("float")
         self._arrays = {}  # id of a Split -> (the split, x, y on the device): converted once
 

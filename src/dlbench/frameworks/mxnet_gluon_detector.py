@@ -35,6 +35,7 @@ import mxnet as mx
 from mxnet import autograd, gluon, nd
 
 from dlbench.detection.pipeline import SMOOTH_L1_BETA
+from dlbench.frameworks.base import lookup
 from dlbench.frameworks.detector import LOSS_NAMES, DetectorAdapter
 from dlbench.models.ir import detector_parts
 
@@ -117,8 +118,8 @@ class Detector(DetectorAdapter):
         self.objective.hybridize(static_alloc=True, static_shape=True)
         self.proposer.hybridize(static_alloc=True, static_shape=True)
         self.trainable = [p for p in self.objective.collect_params().values() if p.grad_req != "null"]
-        self.optimizer = OPTIMIZERS[recipe["optimizer"]["name"]]([p.data(self.ctx) for p in self.trainable],
-                                                                 recipe["optimizer"])
+        optimizer = lookup(OPTIMIZERS, "optimizer", recipe["optimizer"]["name"])
+        self.optimizer = optimizer([p.data(self.ctx) for p in self.trainable], recipe["optimizer"])
         self.features = None
 
     def versions(self):

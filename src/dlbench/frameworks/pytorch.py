@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dlbench.frameworks.base import PAD_ID, BaseAdapter, Split, batch_slices, finish_metrics
+from dlbench.frameworks.base import PAD_ID, BaseAdapter, Split, batch_slices, finish_metrics, not_built
 from dlbench.models.ir import infer_shapes, same_padding
 
 
@@ -122,8 +122,10 @@ def build_module(spec: dict) -> "tuple[nn.Sequential, Dict[str, nn.Module]]":
             module = nn.Embedding(layer["vocab"], layer["dim"])
         elif kind == "lstm":
             module = LSTMLayer(in_shape[-1], layer["units"], layer["return_sequences"])
-        else:
+        elif kind == "seq2seq":
             module = Seq2Seq(layer)
+        else:
+            raise not_built("layer type", kind)
         modules.append(module)
         if kind in WEIGHTED:
             by_name[layer["name"]] = module[-1] if isinstance(module, nn.Sequential) else module
@@ -175,7 +177,9 @@ def make_optimizer(params, config: dict) -> torch.optim.Optimizer:
     if name == "adam":
         return torch.optim.Adam(params, lr=config["lr"], betas=(config["beta1"], config["beta2"]),
                                 eps=config["epsilon"])
-    return torch.optim.Adadelta(params, lr=config["lr"], rho=config["rho"], eps=config["epsilon"])
+    if name == "adadelta":
+        return torch.optim.Adadelta(params, lr=config["lr"], rho=config["rho"], eps=config["epsilon"])
+    raise not_built("optimizer", name)
 
 
 def loss_terms(loss: str, logits: torch.Tensor, labels: torch.Tensor):

@@ -22,7 +22,7 @@ from typing import Dict, List
 import numpy as np
 import tensorflow as tf
 
-from dlbench.frameworks.base import PAD_ID, BaseAdapter, Split, batch_slices, finish_metrics
+from dlbench.frameworks.base import PAD_ID, BaseAdapter, Split, batch_slices, finish_metrics, lookup, not_built
 from dlbench.models.ir import infer_shapes, param_shapes
 
 # XLA (jit_compile=True) measured slower on the project's 2-core CPU machine, against plain graph
@@ -143,6 +143,8 @@ class Model(tf.Module):
         if kind == "lstm":
             hs, (h, _) = lstm_scan(x, w["kernel"], w["recurrent_kernel"], w["bias"])
             return tf.transpose(hs, [1, 0, 2]) if layer["return_sequences"] else h
+        if kind != "seq2seq":
+            raise not_built("layer type", kind)
         # seq2seq: the encoder's final (h, c) starts the decoder; teacher forcing
         source_len = layer["source_len"]
         source = tf.nn.embedding_lookup(w["source_embeddings"], x[:, :source_len])
@@ -258,7 +260,8 @@ class Adapter(BaseAdapter):
         with tf.device(self.tf_device):
             self.model = Model(model, seed)
             self.params = [self.model.weights[n] for n in self.model.trainable_names]
-            self.optimizer = OPTIMIZERS[recipe["optimizer"]["name"]](self.params, recipe["optimizer"])
+            optimizer = lookup(OPTIMIZERS, "optimizer", recipe["optimizer"]["name"])
+            self.optimizer = optimizer(self.params, recipe["optimizer"])
             self.sums = tf.Variable(tf.zeros(4, tf.float64), trainable=False)
         self._tensors = {}  # id of a Split -> (the split, x, y, scale on the device): converted once
         stored = tf.uint8 if self.float_inputs else tf.int32

@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from dlbench.detection.pipeline import SMOOTH_L1_BETA
+from dlbench.frameworks.base import lookup
 from dlbench.frameworks.detector import LOSS_NAMES, DetectorAdapter
 from dlbench.frameworks.tensorflow_nn import JIT_COMPILE, OPTIMIZERS, Model, choose_device, configure_threads
 from dlbench.models.ir import detector_parts
@@ -88,7 +89,8 @@ class Detector(DetectorAdapter):
             self.weights = {key: var for part in self.parts.values() for key, var in part.weights.items()}
             self.trainable_names = [key for part in self.parts.values() for key in part.trainable_names]
             self.params = [self.weights[key] for key in self.trainable_names]
-            self.optimizer = OPTIMIZERS[recipe["optimizer"]["name"]](self.params, recipe["optimizer"])
+            optimizer = lookup(OPTIMIZERS, "optimizer", recipe["optimizer"]["name"])
+            self.optimizer = optimizer(self.params, recipe["optimizer"])
         image = tf.TensorSpec([1, None, None, 3], tf.float32)
         targets = [tf.TensorSpec(shape, dtype) for _, dtype, shape in TARGETS]
         compiled = dict(jit_compile=JIT_COMPILE)

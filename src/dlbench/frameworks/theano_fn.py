@@ -62,6 +62,8 @@ from dlbench.frameworks.base import (
     batch_slices,
     compile_cache,
     finish_metrics,
+    lookup,
+    not_built,
     thread_budget,
 )
 from dlbench.models.ir import infer_shapes, param_shapes, same_padding
@@ -254,6 +256,8 @@ class Model(object):
         if kind == "lstm":
             hs, (h, _) = lstm_scan(x, w["kernel"], w["recurrent_kernel"], w["bias"], layer["units"])
             return hs.dimshuffle(1, 0, 2) if layer["return_sequences"] else h
+        if kind != "seq2seq":
+            raise not_built("layer type", kind)
         # seq2seq: the encoder's final (h, c) starts the decoder; teacher forcing
         source_len, units = layer["source_len"], layer["units"]
         source = embed(w["source_embeddings"], x[:, :source_len])
@@ -442,7 +446,7 @@ class Adapter(BaseAdapter):
             if kind == "gradients":  # moving statistics left alone: nothing here is a training step
                 function = theano.function([self.x, self.y], [terms[0]] + grads)
             else:
-                updates = statistics + OPTIMIZERS[self.recipe["optimizer"]["name"]](
+                updates = statistics + lookup(OPTIMIZERS, "optimizer", self.recipe["optimizer"]["name"])(
                     self.params, grads, self.recipe["optimizer"])
                 function = theano.function([self.x, self.y], batch_sums(*terms), updates=updates)
         ran = set(scans_run(function))

@@ -20,6 +20,7 @@ import scipy.sparse
 
 from dlbench.detection.nms import greedy_keep
 from dlbench.detection.pipeline import SMOOTH_L1_BETA
+from dlbench.frameworks.base import lookup
 from dlbench.frameworks.detector import LOSS_NAMES, DetectorAdapter
 from dlbench.frameworks.theano_fn import BLAS_LDFLAGS, F32, OPTIMIZERS, THREADS, Model, T, theano
 from dlbench.models.ir import detector_parts
@@ -148,7 +149,8 @@ class Detector(DetectorAdapter):
         grads = T.grad(sum(losses), params)
         if kind == "gradients":
             return theano.function(inputs, losses + grads)
-        updates = OPTIMIZERS[self.recipe["optimizer"]["name"]](params, grads, self.recipe["optimizer"])
+        optimizer = lookup(OPTIMIZERS, "optimizer", self.recipe["optimizer"]["name"])
+        updates = optimizer(params, grads, self.recipe["optimizer"])
         return theano.function(inputs, T.stack([T.cast(loss, "float64") for loss in losses] + [right]),
                                updates=updates)
 

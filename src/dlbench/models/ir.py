@@ -254,7 +254,9 @@ def output_shape(layer: dict, shape: Shape) -> Shape:
         if len(shape) != 1 or shape[0] <= layer["source_len"]:
             raise IRError("layer %s needs (source_len + target steps,) token ids, got %s" % (layer["name"], shape))
         return (shape[0] - layer["source_len"], layer["units"])
-    return tuple(shape)
+    if kind in ("batchnorm", "activation", "dropout"):
+        return tuple(shape)
+    raise IRError("layer type %r has no output shape rule" % kind)
 
 
 def infer_shapes(spec: dict) -> List[Tuple[dict, Shape, Shape]]:
