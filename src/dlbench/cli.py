@@ -14,7 +14,7 @@ from dlbench.executors import ExecutorError, local
 from dlbench.initial_weights import WeightsError
 from dlbench.models import ir
 from dlbench.runner import REFERENCE, Options
-from dlbench.store import Store, StoreError
+from dlbench.store import FILENAME, Store, StoreError
 from dlbench.suite import SuiteError
 from dlbench.workloads import WORKLOADS, WorkloadError, get_workload
 
@@ -44,7 +44,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             counts, hashes = run_on_ray(cells, options, shown, args)
         else:
             counts, hashes = local.run_plan(cells, options, shown)
-    with Store(options.results / "dlbench.sqlite") as store:
+    with Store(options.results / FILENAME) as store:
         latest = {run["cell_hash"]: run for run in store.runs()}  # runs come oldest first
     print()
     print(results.table([latest[h] for h in hashes if h in latest]))
@@ -136,7 +136,7 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def env_from_run(results_dir: Path, run_id: int) -> None:
-    path = results_dir / "dlbench.sqlite"
+    path = results_dir / FILENAME
     if not path.exists():
         raise StoreError(f"no results at {path}; pass the --results folder that holds run {run_id}")
     with Store(path) as store:
@@ -200,7 +200,7 @@ def env_prune(older_than_days: float, dry_run: bool) -> int:
 
 
 def cmd_results(args: argparse.Namespace) -> int:
-    path = Path(args.results) / "dlbench.sqlite"
+    path = Path(args.results) / FILENAME
     if not path.exists():
         raise StoreError(f"no results at {path}; run a suite first (dlbench run) or pass --results DIR")
     with Store(path) as store:
@@ -231,7 +231,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
     results_dir = Path(args.results).resolve()
     for name in args.framework or ():
         envs.get_recipe(name)  # refused before the store is opened or created
-    with Store(results_dir / "dlbench.sqlite") as store:
+    with Store(results_dir / FILENAME) as store:
         if args.show:
             print(results.certificates_table(store.certificates()))
             return 0

@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from statistics import fmean
 from typing import Any
 
+from dlbench.protocol import EPOCH, EPOCH_START, EPOCH_TRAINED, kind_of
+
 # On the 2-core AMD EPYC, 63 + 27 runs of the quick suite at 2 threads used 1.02 to 1.97 cores in their
 # steady training; every one above 1.17 but Keras-TensorFlow's lstm-imdb (1.02-1.03: its one inter-op
 # thread keeps that LSTM on one core, which the flag then says). A worker spinning one thread uses 0.99.
@@ -31,12 +33,12 @@ def _field(sample: Any, name: str) -> Any:
 def training_windows(events: Sequence[Mapping], times: Sequence[float]) -> list[tuple[float, float]]:
     """(start, end) of each steady epoch's training on the samples' clock."""
     stamped = list(zip(events, times, strict=False))  # events drained after a kill have no time
-    starts = {e.get("epoch"): t for e, t in stamped if e.get("event") == "epoch_start"}
-    ends = {e.get("epoch"): t for e, t in stamped if e.get("event") == "epoch_trained"}
+    starts = {e.get("epoch"): t for e, t in stamped if kind_of(e) == EPOCH_START}
+    ends = {e.get("epoch"): t for e, t in stamped if kind_of(e) == EPOCH_TRAINED}
     windows = {n: (starts[n], ends[n]) for n in starts if n in ends}
     if not windows:  # a worker without the boundary events: from each epoch event's times
         windows = {e["epoch"]: (t - e["eval_time_s"] - e["train_time_s"], t - e["eval_time_s"])
-                   for e, t in stamped if e.get("event") == "epoch" and "train_time_s" in e}
+                   for e, t in stamped if kind_of(e) == EPOCH and "train_time_s" in e}
     steady = [windows[n] for n in sorted(windows) if n != 1]
     return steady or list(windows.values())
 

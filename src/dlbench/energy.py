@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import Any
 
 from dlbench import nvml
+from dlbench.protocol import EPOCH_START, EPOCH_TRAINED, kind_of
 
 POWERCAP = Path("/sys/class/powercap")
 
@@ -191,10 +192,10 @@ class EpochEnergy:
         self.epochs: dict[int, dict] = {}
 
     def on_event(self, event: dict) -> None:
-        if not self.meter.available or event.get("event") not in ("epoch_start", "epoch_trained"):
+        if not self.meter.available or kind_of(event) not in (EPOCH_START, EPOCH_TRAINED):
             return
         reading = self.meter.read()
-        if event["event"] == "epoch_start":
+        if kind_of(event) == EPOCH_START:
             self.starts[event["epoch"]] = reading
         elif event["epoch"] in self.starts:
             self.epochs[event["epoch"]] = self.meter.joules(self.starts[event["epoch"]], reading)

@@ -19,6 +19,8 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from dlbench import protocol
+from dlbench.protocol import EPOCH, READY, kind_of
 from dlbench.suite import Cell
 
 Clock = Callable[[], float]
@@ -69,7 +71,7 @@ class ETA:
         self.position = index
         if kind == "start":
             self.current, self.started, self.epoch_times = cell, now, []
-        elif kind == "event" and payload.get("event") == "epoch":
+        elif kind == "event" and kind_of(payload) == EPOCH:
             self.epoch_times.append(payload["train_time_s"] + payload["eval_time_s"])
             self.last_epoch_at = now
         elif kind == "end":
@@ -125,7 +127,7 @@ def outcome(run: dict) -> str:
     return f"ok: {run['metric_name']} {run['metric_value']:.4f}, train {run['train_time_s']:.1f} s"
 
 
-PEAK = "measuring its environment's float32 GEMM peak (once per environment, threads and device)"
+MEASURING_PEAK = "measuring its environment's float32 GEMM peak (once per environment, threads and device)"
 
 
 def ready(event: dict) -> str:
@@ -168,11 +170,11 @@ class PlainProgress:
         elif kind == "end":
             left = "" if index == total else f", {self.eta.describe()}"
             self.say(f"    {outcome(payload)} ({index}/{total} done{left})")
-        elif payload.get("event") == "peak":
-            self.say(f"    {PEAK}")
-        elif payload.get("event") == "ready":
+        elif kind_of(payload) == protocol.PEAK:
+            self.say(f"    {MEASURING_PEAK}")
+        elif kind_of(payload) == READY:
             self.say(f"    {ready(payload)}")
-        elif payload.get("event") == "epoch":
+        elif kind_of(payload) == EPOCH:
             self.say(f"    {epoch(payload, cell)}")
 
 
@@ -216,11 +218,11 @@ class LiveProgress:
             self.cell = None
             style = "green" if payload["status"] == "ok" else "bold red"
             self.keep(Text(f"{head(index, total, cell)}: ") + Text(outcome(payload), style=style))
-        elif payload.get("event") == "peak":
-            self.detail = PEAK
-        elif payload.get("event") == "ready":
+        elif kind_of(payload) == protocol.PEAK:
+            self.detail = MEASURING_PEAK
+        elif kind_of(payload) == READY:
             self.detail = ready(payload)
-        elif payload.get("event") == "epoch":
+        elif kind_of(payload) == EPOCH:
             self.detail = epoch(payload, cell)
         self.live.update(self.render(), refresh=True)
 

@@ -14,6 +14,7 @@ from dlbench import cores, data, energy, envs, initial_weights, machine, peaks, 
 from dlbench.executors.process import Outcome, run_worker
 from dlbench.models import ir
 from dlbench.monitor import summarise
+from dlbench.protocol import EPOCH, KIND, PEAK, READY, START, kind_of
 from dlbench.store import Store
 from dlbench.suite import Cell
 from dlbench.workloads import Workload, get_workload
@@ -154,7 +155,7 @@ def epoch_rows(events: list[dict], metric: str, energies: dict | None = None) ->
     return [{"epoch": e["epoch"], "train_time_s": e["train_time_s"], "eval_time_s": e["eval_time_s"],
              "train_loss": e["train_loss"], "train_accuracy": e["train_accuracy"],
              "metric_value": e["metrics"].get(metric), "metrics": e["metrics"], **energies.get(e["epoch"], {})}
-            for e in events if e.get("event") == "epoch"]
+            for e in events if kind_of(e) == EPOCH]
 
 
 def timing_summary(epochs: list[dict], target: dict) -> dict:
@@ -180,8 +181,8 @@ def timing_summary(epochs: list[dict], target: dict) -> dict:
 def run_row(prepared: Prepared, outcome: Outcome, epochs: list[dict], run_dir: Path, started_at: str,
             compile_cache: str | None = None, energy_source: str | None = None) -> dict:
     cell, config = prepared.cell, prepared.config
-    start = next((e for e in outcome.events if e.get("event") == "start"), {})
-    ready = next((e for e in outcome.events if e.get("event") == "ready"), {})
+    start = next((e for e in outcome.events if kind_of(e) == START), {})
+    ready = next((e for e in outcome.events if kind_of(e) == READY), {})
     versions = ready.get("versions", {})
     recipe = envs.get_recipe(cell.framework, cell.device)
     resources = summarise(outcome.samples)
@@ -276,7 +277,7 @@ def peak_of(prepared: Prepared, options: Options, store: Store, measured: dict[t
         return None
     key = (prepared.cell.framework, prepared.env.packages_digest(), prepared.config["threads"], prepared.cell.device)
     if key not in measured:
-        on_event({"event": "peak"})
+        on_event({KIND: PEAK})
         row = measure_peak(prepared, options, prepared.config["threads"])
         measured[key] = (store.save_peak(dict(row, machine=machine_row)), row["gflops"])
     return measured[key]

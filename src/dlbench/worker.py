@@ -21,6 +21,18 @@ from dlbench.detection.pipeline import DetectionSplit
 from dlbench.frameworks.base import Split, epoch_order
 from dlbench.frameworks.detector import detector_class
 from dlbench.models.init import canonical_init
+from dlbench.protocol import (
+    DONE,
+    EPOCH,
+    EPOCH_START,
+    EPOCH_TRAINED,
+    ERROR,
+    KIND,
+    META_FILE,
+    READY,
+    START,
+    array_file,
+)
 
 STARTED = time.perf_counter()
 
@@ -32,7 +44,7 @@ class Events(object):
         sys.stdout = sys.stderr
 
     def emit(self, event: str, **fields) -> None:
-        fields["event"] = event
+        fields[KIND] = event
         fields["elapsed_s"] = time.perf_counter() - STARTED
         self.stream.write(json.dumps(fields) + "\n")
         self.stream.flush()
@@ -40,8 +52,8 @@ class Events(object):
 
 def load_split(folder: str, part: str, scale) -> Split:
     """Memory-mapped: preparing the data was the harness's job, reading it costs nothing here."""
-    x = np.load(os.path.join(folder, "x_%s.npy" % part), mmap_mode="r")
-    y = np.load(os.path.join(folder, "y_%s.npy" % part), mmap_mode="r")
+    x = np.load(os.path.join(folder, array_file("x_" + part)), mmap_mode="r")
+    y = np.load(os.path.join(folder, array_file("y_" + part)), mmap_mode="r")
     return Split(x, y, scale)
 
 
@@ -59,7 +71,7 @@ def starting_weights(cell: dict) -> dict:
 
 
 def run(cell: dict, events: Events) -> None:
-    with open(os.path.join(cell["data_path"], "meta.json")) as handle:
+    with open(os.path.join(cell["data_path"], META_FILE)) as handle:
         meta = json.load(handle)
     detector = "detector" in cell["model"]
     if detector:  # images of many sizes and their boxes, not one x and y array
@@ -77,41 +89,41 @@ def run(cell: dict, events: Events) -> None:
                             cell["seed"])
     adapter.set_weights(starting_weights(cell))
     adapter.synchronise()
-    events.emit("ready", import_s=import_s, build_s=time.perf_counter() - tic, versions=adapter.versions(),
+    events.emit(READY, import_s=import_s, build_s=time.perf_counter() - tic, versions=adapter.versions(),
                 threads=adapter.threads_used(), n_train=len(train), n_test=len(test))
 
     for epoch in range(1, cell["epochs"] + 1):
         order = epoch_order(cell["seed"], epoch, len(train))
         # epoch_start and epoch_trained bound the training, outside its clock: the harness reads the
         # energy counters when they arrive
-        events.emit("epoch_start", epoch=epoch)
+        events.emit(EPOCH_START, epoch=epoch)
         tic = time.perf_counter()
         train_metrics = adapter.train_epoch(train, order)
         adapter.synchronise()
         train_time = time.perf_counter() - tic
-        events.emit("epoch_trained", epoch=epoch, train_time_s=train_time)
+        events.emit(EPOCH_TRAINED, epoch=epoch, train_time_s=train_time)
         tic = time.perf_counter()
         metrics = adapter.evaluate(test)
         adapter.synchronise()
-        events.emit("epoch", epoch=epoch, train_time_s=train_time, eval_time_s=time.perf_counter() - tic,
+        events.emit(EPOCH, epoch=epoch, train_time_s=train_time, eval_time_s=time.perf_counter() - tic,
                     train_loss=train_metrics["loss"], train_accuracy=train_metrics["accuracy"], metrics=metrics)
-    events.emit("done")
+    events.emit(DONE)
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     events = Events()
     if len(argv) != 1:
-        events.emit("error", message="usage: python -m dlbench.worker CELL.json")
+        events.emit(ERROR, message="usage: python -m dlbench.worker CELL.json")
         return 2
-    events.emit("start", pid=os.getpid(), python=sys.version.split()[0], executable=sys.executable)
+    events.emit(START, pid=os.getpid(), python=sys.version.split()[0], executable=sys.executable)
     try:
         with open(argv[0]) as handle:
             cell = json.load(handle)
         run(cell, events)
     except Exception as error:  # the harness stores the message; the traceback goes to stderr
         traceback.print_exc()
-        events.emit("error", message="%s: %s" % (type(error).__name__, error))
+        events.emit(ERROR, message="%s: %s" % (type(error).__name__, error))
         return 1
     return 0
 

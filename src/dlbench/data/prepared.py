@@ -12,9 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-# Fixed order: the hash walks the arrays in this order, so it must never change.
-ARRAY_NAMES = ("x_train", "y_train", "x_test", "y_test")
-META_FILE = "meta.json"
+from dlbench.protocol import ARRAY_NAMES, META_FILE, array_file
+
 VOCAB_FILE = "vocab.json"
 REQUIRED_META = (
     "name", "task", "description", "source", "licence", "n_train", "n_test",
@@ -102,7 +101,7 @@ def write_prepared(built: Built, final: Path) -> None:
             (tmp / VOCAB_FILE).write_bytes(vocab_bytes(built.vocab))
         meta["hash"] = content_hash(built.arrays, meta)
         for name in array_names(meta):
-            write_array(tmp / f"{name}.npy", built.arrays[name])
+            write_array(tmp / array_file(name), built.arrays[name])
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         _rename_into_place(tmp, final)
     except BaseException:
@@ -124,7 +123,7 @@ def load_prepared(path: Path) -> PreparedDataset:
     """Open a prepared folder, checking its meta, arrays, vocabulary and hash."""
     path = Path(path)
     meta = _read_meta(path / META_FILE)
-    arrays = {name: _open_array(path / f"{name}.npy") for name in array_names(meta)}
+    arrays = {name: _open_array(path / array_file(name)) for name in array_names(meta)}
     _check_vocab(path, meta)
     # Recomputing the hash catches a truncated or edited array; the quick sets hash in milliseconds.
     if content_hash(arrays, meta) != meta["hash"]:

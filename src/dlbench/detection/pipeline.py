@@ -22,6 +22,7 @@ import numpy as np
 
 from dlbench.detection.boxes import HEAD_WEIGHTS, base_anchors, clip_boxes, decode, shifted_anchors
 from dlbench.detection.targets import roi_targets, rpn_targets
+from dlbench.protocol import array_file
 
 # Proposals (torchvision's Faster R-CNN defaults for one feature map): the top PRE_NMS by objectness,
 # NMS at 0.7, the top POST_NMS kept; boxes smaller than MIN_SIZE pixels a side are dropped.
@@ -53,7 +54,7 @@ class DetectionSplit(object):
     @classmethod
     def load(cls, folder: str, part: str) -> "DetectionSplit":
         def array(name):
-            return np.load(os.path.join(folder, "%s_%s.npy" % (name, part)), mmap_mode="r")
+            return np.load(os.path.join(folder, array_file("%s_%s" % (name, part))), mmap_mode="r")
         return cls(array("x"), array("y"), array("pixels"), array("boxes"), array("labels"), array("difficult"))
 
     def __len__(self) -> int:

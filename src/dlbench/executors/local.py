@@ -4,7 +4,7 @@ from collections.abc import Callable
 from dlbench import runner
 from dlbench.executors import environments
 from dlbench.runner import Options
-from dlbench.store import Store
+from dlbench.store import FILENAME, Store
 from dlbench.suite import Cell
 
 
@@ -19,7 +19,7 @@ def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None])
     counts = {"ok": 0, "failed": 0, "timeout": 0, "skipped": 0}
     provenance = runner.provenance()
     measured_peaks: dict[tuple, tuple[int, float | None]] = {}  # (framework, env, threads, device) -> peak id, gflops
-    with Store(options.results / "dlbench.sqlite") as store:
+    with Store(options.results / FILENAME) as store:
         completed = store.completed_hashes()
         for index, prepared in enumerate(resolved, 1):
             cell = prepared.cell

@@ -20,6 +20,7 @@ from pathlib import Path
 import psutil
 
 from dlbench.monitor import Monitor, Sample, find_gpu_library
+from dlbench.protocol import DONE, EPOCH, ERROR, GARBLED, KIND, kind_of
 
 STDERR_TAIL_CHARS = 4000
 PR_SET_PDEATHSIG = 1  # from linux/prctl.h
@@ -73,7 +74,7 @@ def _parse(line: str) -> dict:
         event = json.loads(line)
     except json.JSONDecodeError:
         event = None
-    return event if isinstance(event, dict) else {"event": "garbled", "line": line[:500]}
+    return event if isinstance(event, dict) else {KIND: GARBLED, "line": line[:500]}
 
 
 def _read_events(stream, events: "queue.Queue[dict | None]") -> None:
@@ -92,7 +93,7 @@ def _tail(path: Path) -> str:
 
 
 def _ending(returncode: int, events: list[dict], peak_rss_mb: float) -> tuple[str, str | None]:
-    error = next((e["message"] for e in events if e.get("event") == "error"), None)
+    error = next((e["message"] for e in events if kind_of(e) == ERROR), None)
     if error:
         return "failed", error
     if returncode < 0:
@@ -102,7 +103,7 @@ def _ending(returncode: int, events: list[dict], peak_rss_mb: float) -> tuple[st
         return "failed", f"worker killed by {name}{hint}"
     if returncode != 0:
         return "failed", f"worker exited with status {returncode}"
-    if not any(e.get("event") == "done" for e in events):
+    if not any(kind_of(e) == DONE for e in events):
         return "failed", "worker exited without reporting completion"
     return "ok", None
 
@@ -141,7 +142,7 @@ def run_worker(command: list[str], env: dict[str, str], run_dir: Path, timeout_s
     samples = monitor.stop()
     outcome = Outcome("ok", None, events, samples, _tail(stderr_path), time.perf_counter() - started, returncode,
                       time.process_time() - cpu_started, monitor.cpu_s, times[:len(events)])
-    epochs_done = sum(1 for e in events if e.get("event") == "epoch")
+    epochs_done = sum(1 for e in events if kind_of(e) == EPOCH)
     if timed_out:
         outcome.status, outcome.reason = "timeout", f"timed out after {timeout_s:g} s ({epochs_done} epochs done)"
     elif over_memory:

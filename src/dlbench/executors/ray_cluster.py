@@ -31,7 +31,7 @@ from dlbench.data import download as data_download
 from dlbench.executors import ExecutorError, environments
 from dlbench.executors.process import Outcome
 from dlbench.runner import Options, Prepared
-from dlbench.store import Store
+from dlbench.store import FILENAME, Store
 from dlbench.suite import Cell
 from dlbench.workloads import get_workload
 
@@ -288,7 +288,7 @@ def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None],
     except (ConnectionError, RuntimeError, ValueError) as error:
         raise ClusterError(f"cannot join the Ray cluster at {ray_options.address}: {error}") from None
     try:
-        with Store(options.results / "dlbench.sqlite") as store:
+        with Store(options.results / FILENAME) as store:
             driver = Driver(ray, cells, options, ray_options, progress, store)
             driver.run()
     finally:

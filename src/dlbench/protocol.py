@@ -1,0 +1,34 @@
+"""What the worker and the harness both name, defined once: the events of the worker's stream and the
+files of a prepared dataset. Shared by both sides: Python 3.8, the standard library alone.
+
+The worker writes one JSON object a line on its stdout, its kind under KIND: START as it starts,
+READY once the model is built, then per epoch EPOCH_START and EPOCH_TRAINED around the training (the
+harness reads energy counters when they arrive) and EPOCH with the epoch's figures; DONE at the end,
+ERROR with a message instead when it fails.
+"""
+
+KIND = "event"
+START = "start"
+READY = "ready"
+EPOCH_START = "epoch_start"
+EPOCH_TRAINED = "epoch_trained"
+EPOCH = "epoch"
+DONE = "done"
+ERROR = "error"
+# Named by the harness alone: a line of the stream that is not a JSON object, and the GEMM peak it
+# measures before a cell (for the progress display).
+GARBLED = "garbled"
+PEAK = "peak"
+
+# A prepared dataset's folder: these arrays as .npy files, in this order (its hash walks them so), and
+# its meta. A detection dataset has its own arrays (detection.pipeline).
+ARRAY_NAMES = ("x_train", "y_train", "x_test", "y_test")
+META_FILE = "meta.json"
+
+
+def array_file(name: str) -> str:
+    return name + ".npy"
+
+
+def kind_of(event: dict) -> object:
+    return event.get(KIND)
