@@ -12,14 +12,20 @@ percentile bootstrap intervals of the median at 95 % (9,999 resamples, seeded, s
 the same interval). With a handful of runs such an interval is rough; that is why verdicts also need
 the test, and why one run gets no interval at all.
 """
+from __future__ import annotations
+
 import dataclasses
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy import stats
-from statsmodels.stats.multitest import multipletests
+
+# scipy.stats and statsmodels take seconds to import: each function that computes a statistic imports
+# them, so that commands computing none (run, list, --help) start at once.
+if TYPE_CHECKING:
+    from scipy import stats
 
 CONFIDENCE = 0.95
 RESAMPLES = 9999
@@ -71,6 +77,7 @@ def _values(values: Sequence[float | None]) -> np.ndarray:
 
 
 def _bootstrap(samples: tuple[np.ndarray, ...], statistic: Callable[..., np.ndarray], seed: int) -> tuple[float, float]:
+    from scipy import stats
     result = stats.bootstrap(samples, statistic, n_resamples=RESAMPLES, vectorized=True, paired=False,
                              confidence_level=CONFIDENCE, method="percentile", rng=np.random.default_rng(seed))
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
@@ -108,12 +115,14 @@ def ratio(a: Sequence[float | None], b: Sequence[float | None], seed: int = 0) -
 
 def holm(p_values: Sequence[float]) -> list[float]:
     """Holm's step-down adjustment (statsmodels): reject where the adjusted p is below alpha."""
+    from statsmodels.stats.multitest import multipletests
     if len(p_values) == 0:
         return []
     return [float(p) for p in multipletests(list(p_values), method="holm")[1]]
 
 
 def _mwu_method(x: np.ndarray, y: np.ndarray, seed: int) -> str | stats.PermutationMethod:
+    from scipy import stats
     # scipy's "auto" is exact for small samples only without ties, and otherwise normal-approximated,
     # which can claim p-values that small samples cannot give: ties in small samples get a permutation test.
     small = min(x.size, y.size) <= SMALL
@@ -125,6 +134,7 @@ def _mwu_method(x: np.ndarray, y: np.ndarray, seed: int) -> str | stats.Permutat
 
 def mann_whitney(a: Sequence[float | None], b: Sequence[float | None], seed: int = 0) -> float | None:
     """Two-sided Mann-Whitney U p-value, None with fewer than 2 values a side."""
+    from scipy import stats
     x, y = _values(a), _values(b)
     if min(x.size, y.size) < 2:
         return None
@@ -134,6 +144,7 @@ def mann_whitney(a: Sequence[float | None], b: Sequence[float | None], seed: int
 def min_p_possible(n_a: int, n_b: int) -> float | None:
     """The smallest two-sided p Mann-Whitney gives for these sizes: that of two samples with no overlap
     (3 vs 3: 0.1, so 3 repetitions a side can never show a difference at 0.05)."""
+    from scipy import stats
     if min(n_a, n_b) < 2:
         return None
     return float(stats.mannwhitneyu(np.arange(n_a), np.arange(n_a, n_a + n_b), alternative="two-sided").pvalue)
@@ -219,6 +230,7 @@ def repetitions_needed(cv: float, effect: float = 0.10, alpha: float = 0.05, pow
     1 + effect between two lognormal samples of this coefficient of variation in a share `power` of
     SIMULATIONS simulated experiments (the same draws for every n, so power grows with n smoothly).
     Binary search over 2..MAX_REPETITIONS; ValueError when even MAX_REPETITIONS is not enough."""
+    from scipy import stats
     if cv < 0 or effect <= 0 or not 0 < alpha < 1 or not 0 < power < 1:
         raise ValueError(f"need cv >= 0, effect > 0, 0 < alpha < 1 and 0 < power < 1; got cv={cv}, "
                          f"effect={effect}, alpha={alpha}, power={power}")
