@@ -18,7 +18,7 @@ def test_the_closure_follows_the_workers_imports_and_nothing_of_the_harness() ->
                                    "dlbench.frameworks.pytorch_detector"]))
     detection = {f"detection/{name}.py" for name in ("__init__", "boxes", "nms", "pipeline", "targets", "voc_eval")}
     assert files == {"worker.py", "probe.py", "frameworks/base.py", "frameworks/detector.py", "frameworks/pytorch.py",
-                     "frameworks/pytorch_detector.py", "models/init.py", "models/ir.py", *detection}
+                     "frameworks/pytorch_detector.py", "models/init.py", "models/ir.py", "protocol.py", *detection}
 
 
 def test_imports_are_read_at_any_depth_and_from_imports_name_their_submodules() -> None:
