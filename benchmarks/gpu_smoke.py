@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from dlbench import envs
+from dlbench.harness.environments import envs
 
 
 def register(python: str, framework: str, home: Path) -> None:
@@ -79,7 +79,7 @@ def main() -> int:
     for framework in args.framework:
         register(args.python, framework, home)
     variables = dict(os.environ, DLBENCH_HOME=str(home))
-    command = [sys.executable, "-m", "dlbench.cli", "run", "quick", "--device", "gpu",
+    command = [sys.executable, "-m", "dlbench", "run", "quick", "--device", "gpu",
                "--epochs", str(args.epochs), "--results", str(args.out / "results"), "--plain",
                "--gpu-memory", args.gpu_memory]
     command += [part for name in args.workload or ["cnn-mnist"] for part in ("-w", name)]
@@ -87,7 +87,7 @@ def main() -> int:
     command += ["--data-dir", args.data_dir] if args.data_dir else []
     done = subprocess.run(command, env=variables)
     stored(args.out / "results")
-    subprocess.run([sys.executable, "-m", "dlbench.cli", "env", "list"], env=variables)  # the GPU environments
+    subprocess.run([sys.executable, "-m", "dlbench", "env", "list"], env=variables)  # the GPU environments
     return done.returncode
 
 

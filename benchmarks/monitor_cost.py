@@ -16,8 +16,8 @@ import tempfile
 from pathlib import Path
 from unittest import mock
 
-from dlbench import monitor
-from dlbench.executors import process as executor
+from dlbench.harness.measure import monitor
+from dlbench.harness.run import launch as executor
 
 # Busy threads that release the GIL: numpy's own loops do, as a framework's kernels do.
 WORKER = """

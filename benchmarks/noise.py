@@ -12,10 +12,10 @@ import sys
 
 from scipy import stats as scipy_stats
 
-from dlbench.analysis import stats
-from dlbench.analysis.load import AnalysisError, read_runs
-from dlbench.analysis.summary import TIME_FIGURES, summarise
-from dlbench.results import aligned
+from dlbench.harness.analysis import stats
+from dlbench.harness.analysis.load import AnalysisError, read_runs
+from dlbench.harness.analysis.summary import TIME_FIGURES, summarise
+from dlbench.harness.present.listing import aligned
 
 
 def needed(cv: float, effect: float) -> str:

@@ -16,12 +16,12 @@ import sys
 
 import numpy as np
 
-from dlbench.frameworks import base
-from dlbench.frameworks.base import Split, epoch_order
-from dlbench.models import ir
-from dlbench.models.init import canonical_init
-from dlbench.models.ir import input_vocab
-from dlbench.worker import load_adapter_class
+from dlbench.shared import ir
+from dlbench.shared.init import canonical_init
+from dlbench.shared.ir import input_vocab
+from dlbench.worker import base
+from dlbench.worker.base import Split, epoch_order
+from dlbench.worker.train import load_adapter_class
 
 NOVEL = "novel"  # a layer type and an optimizer that no adapter builds
 

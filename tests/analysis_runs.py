@@ -4,7 +4,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dlbench.store import Store
+from dlbench.harness.store import Store
 
 MODEL = {"layers": [{"type": "dense", "units": 10}]}
 

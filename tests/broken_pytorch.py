@@ -3,7 +3,7 @@ catch them (a check that cannot fail proves nothing)."""
 import numpy as np
 import torch
 
-from dlbench.frameworks import pytorch
+from dlbench.worker.frameworks.pytorch import adapter
 
 
 def swap_input_and_forget_gates(value: np.ndarray) -> np.ndarray:
@@ -16,7 +16,7 @@ def transpose_kernel_rows_and_columns(value: np.ndarray) -> np.ndarray:
     return value.transpose(1, 0, 2, 3)
 
 
-class SwappedGates(pytorch.Adapter):
+class SwappedGates(adapter.Adapter):
     def set_weights(self, weights):
         super().set_weights({k: swap_input_and_forget_gates(v) if k.startswith("lstm") else v
                              for k, v in weights.items()})
@@ -26,7 +26,7 @@ class SwappedGates(pytorch.Adapter):
                 for k, v in super().get_weights().items()}
 
 
-class TransposedConv(pytorch.Adapter):
+class TransposedConv(adapter.Adapter):
     def set_weights(self, weights):
         super().set_weights({k: transpose_kernel_rows_and_columns(v) if k.endswith("conv2d_1/kernel") else v
                              for k, v in weights.items()})
@@ -49,13 +49,13 @@ class _Zeroing(torch.nn.Module):
         return x * (torch.rand_like(x) >= self.rate) * self.scale
 
 
-def _replace_dropout(adapter: pytorch.Adapter, make) -> None:
+def _replace_dropout(adapter: adapter.Adapter, make) -> None:
     for index, module in enumerate(adapter.module):
         if isinstance(module, torch.nn.Dropout):
             adapter.module[index] = make(module.p)
 
 
-class DoubledDropout(pytorch.Adapter):
+class DoubledDropout(adapter.Adapter):
     """Drops twice the IR's rate (scaled for it): a rate read from the wrong place."""
 
     def __init__(self, *args):
@@ -63,7 +63,7 @@ class DoubledDropout(pytorch.Adapter):
         _replace_dropout(self, lambda p: torch.nn.Dropout(min(2 * p, 0.9)))
 
 
-class UnscaledDropout(pytorch.Adapter):
+class UnscaledDropout(adapter.Adapter):
     """Zeroes at the right rate but keeps values as they are: 'vanilla' dropout, whose inference
     output then differs from training's by the factor 1 - rate."""
 
@@ -72,7 +72,7 @@ class UnscaledDropout(pytorch.Adapter):
         _replace_dropout(self, lambda p: _Zeroing(p, 1.0))
 
 
-class ChannelDropout(pytorch.Adapter):
+class ChannelDropout(adapter.Adapter):
     """Drops whole feature maps (torch's Dropout2d) where the IR drops single values."""
 
     def __init__(self, *args):
@@ -91,7 +91,7 @@ class _ChannelsLast2d(torch.nn.Module):
         return self.inner(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
 
 
-class KerasMomentum(pytorch.Adapter):
+class KerasMomentum(adapter.Adapter):
     """Hands the IR's (Keras's) BatchNorm momentum to torch unconverted: torch weighs the new batch by
     it, so the moving statistics move 99 % of the way at each step instead of 1 %."""
 

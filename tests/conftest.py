@@ -7,7 +7,7 @@ from pathlib import Path
 import guard
 import pytest
 
-from dlbench import envs
+from dlbench.harness.environments import envs
 
 # The last hang guard, for waits inside the test process (a Ray plan, a monitor's thread): longer than any
 # test's own guard on a child process, which fires first and shows the child's output. pytest-timeout

@@ -10,10 +10,10 @@ import sys
 import numpy as np
 from adapter_check import probe_weights
 
-from dlbench.detection.pipeline import DetectionSplit
-from dlbench.frameworks.base import epoch_order
-from dlbench.frameworks.detector import detector_class
-from dlbench.models.init import canonical_init
+from dlbench.shared.detection.pipeline import DetectionSplit
+from dlbench.shared.init import canonical_init
+from dlbench.worker.base import epoch_order
+from dlbench.worker.detector import detector_class
 
 # (boxes, scores, threshold): ties in score, a box inside another, touching boxes, a zero-area box
 NMS_CASES = [

@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from dlbench.frameworks.base import BaseAdapter, Split
+from dlbench.worker.base import BaseAdapter, Split
 
 MODES = ("ok", "crash", "exit", "hang", "memory", "oomkill", "print", "child_hang", "child_setsid")
 OK_EPOCH_SLEEP_S = 0.15  # long enough for the 0.1 s monitor to take samples of a good run

@@ -18,8 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 
-from dlbench import data
-from dlbench.data.download import Source
+from dlbench.harness import data
+from dlbench.harness.data.download import Source
 
 RNG_SEED = 1234
 WORDS = ("good great fine bad awful dull film movie plot actor scene story the a is was and but very "
@@ -188,7 +188,7 @@ def skimage_files() -> dict[str, bytes]:
     pixels, available offline), grey where skimage's are grey, each 100 x 200 px."""
     from sklearn.datasets import load_sample_images
 
-    from dlbench.data.photos import PHOTOS, WHEEL
+    from dlbench.harness.data.photos import PHOTOS, WHEEL
 
     china, flower = load_sample_images().images
     members = {}
@@ -208,7 +208,7 @@ def photo_boxes_files() -> dict[str, bytes]:
     from PIL import Image
     from sklearn.datasets import load_sample_images
 
-    from dlbench.data import photo_boxes
+    from dlbench.harness.data import photo_boxes
 
     sources = load_sample_images().images
     members: dict[str, dict[str, bytes]] = {}

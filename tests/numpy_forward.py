@@ -3,7 +3,7 @@ with its moving statistics): the yardstick that tells whether an adapter honours
 
 import numpy as np
 
-from dlbench.models.ir import infer_shapes, same_padding
+from dlbench.shared.ir import infer_shapes, same_padding
 
 
 def _pad_same(x, kernel, stride, value):

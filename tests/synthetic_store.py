@@ -2,8 +2,8 @@
 import random
 from pathlib import Path
 
-from dlbench import sources
-from dlbench.store import Store
+from dlbench.harness.environments import sources
+from dlbench.harness.store import Store
 
 VERSIONS = {"pytorch": "2.13.0", "jax": "0.6.2", "tensorflow": "2.20.0"}
 METRICS = {"cnn-mnist": ("accuracy", 0.985), "lstm-ptb": ("perplexity", 200.0), "lstm-imdb": ("accuracy", 0.85)}

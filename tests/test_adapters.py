@@ -12,9 +12,9 @@ from adapter_check import probe_inputs, probe_weights
 from fixtures_data import prepared_standin
 from numpy_forward import forward
 
-from dlbench import envs
-from dlbench.runner import PACKAGE_PARENT
-from dlbench.workloads import WORKLOADS
+from dlbench.harness.environments import envs
+from dlbench.harness.plan.workloads import WORKLOADS
+from dlbench.harness.run.launch import PACKAGE_PARENT
 
 TESTS = Path(__file__).parent
 FRAMEWORKS = sorted(envs.RECIPES)

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import guard
 import pytest
 
-from dlbench import runner
-from dlbench.runner import RETAINING_MALLOC, worker_environment
-from dlbench.suite import Cell
+from dlbench.harness.plan.suite import Cell
+from dlbench.harness.run import cell_config
+from dlbench.harness.run.launch import RETAINING_MALLOC, worker_environment
 
 # Allocates a 64 MiB block, frees it, allocates one again; prints the minor page faults each took. glibc
 # serves a block that large from mmap by default (its adaptive threshold stops at 32 MiB), so the second
@@ -54,12 +54,12 @@ def test_retaining_malloc_reuses_freed_pages(tmp_path):
 
 def test_only_a_retaining_cell_adds_the_allocator_to_its_configuration(monkeypatch, tmp_path):
     """Default cells keep the hashes they had before the field existed; retaining ones get their own."""
-    monkeypatch.setattr(runner.data, "prepare", lambda name, folder: SimpleNamespace(
+    monkeypatch.setattr(cell_config.data, "prepare", lambda name, folder: SimpleNamespace(
         hash="d" * 64, meta={"input_shape": [28, 28, 1], "num_classes": 10}))
-    monkeypatch.setattr(runner.envs, "require", lambda name, device="cpu": SimpleNamespace(
+    monkeypatch.setattr(cell_config.envs, "require", lambda name, device="cpu": SimpleNamespace(
         info=lambda: {"packages": {"torch": "2.13.0"}, "python_version": "3.11.0"}))
     cell = Cell("s", "pytorch", "cnn-mnist", "digits-28", "cpu", 1, 0, 1, 32, 1, 60.0)
-    default = runner.resolve(cell, tmp_path)
-    retain = runner.resolve(Cell(**{**cell.__dict__, "allocator": "retain"}), tmp_path)
+    default = cell_config.resolve(cell, tmp_path)
+    retain = cell_config.resolve(Cell(**{**cell.__dict__, "allocator": "retain"}), tmp_path)
     assert "allocator" not in default.config and retain.config["allocator"] == "retain"
     assert default.hash != retain.hash

@@ -2,8 +2,8 @@
 inside a framework's environment imports only the standard library, numpy, its framework's own packages
 and other worker-side or shared modules; a shared module (the model IR, canonical initialisation,
 detection's maths) only the standard library, numpy and other shared modules. Imports inside functions
-count too. Every adapter a recipe names, and the detector module the worker loads beside it by name
-(frameworks/detector.py), is a worker-side module. A planted violation shows the check can fail."""
+count too. Every adapter a recipe names, and the detector and peak modules the worker side loads beside it
+by name (base.sibling_module), is a worker-side module. A planted violation shows the check can fail."""
 from __future__ import annotations
 
 import ast
@@ -14,7 +14,7 @@ import pytest
 from packaging.requirements import Requirement
 from sides import SHARED, WORKER
 
-from dlbench import envs, sources
+from dlbench.harness.environments import envs, sources
 
 PACKAGE_DIR = sources.PACKAGE_DIR
 BOUNDARY_FIXTURES = Path(__file__).parent / "boundary_fixtures"
@@ -40,18 +40,15 @@ def allowed_packages(path: Path) -> frozenset[str]:
     """The third-party packages a worker-side or shared module may import, besides numpy."""
     if path in SHARED:
         return frozenset()
-    if path.parent.name == "frameworks":
-        module = "dlbench.frameworks." + path.stem.removesuffix("_detector")
-        return framework_packages(module)
-    if path.name == "peak.py":  # measures the GEMM peak of whichever framework its environment holds
-        return frozenset().union(*(framework_packages(r.adapter.partition(":")[0]) for r in envs.RECIPES.values()))
+    if path.parent.parent.name == "frameworks":  # worker/frameworks/<name>/*.py: that framework's own room
+        return framework_packages(f"dlbench.worker.frameworks.{path.parent.name}.adapter")
     return frozenset()
 
 
 def module_name(path: Path) -> str:
     """dlbench.a.b for src/dlbench/a/b.py; a file outside the package counts as a framework module."""
     if not path.is_relative_to(PACKAGE_DIR):
-        return f"dlbench.frameworks.{path.stem}"
+        return f"dlbench.worker.frameworks.planted.{path.stem}"
     parts = ["dlbench", *path.relative_to(PACKAGE_DIR).with_suffix("").parts]
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
@@ -93,12 +90,12 @@ def violations(path: Path, may_import_worker_side: bool, packages: frozenset[str
     return found
 
 
-@pytest.mark.parametrize("path", SHARED, ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("path", SHARED, ids=lambda p: p.relative_to(PACKAGE_DIR).as_posix())
 def test_a_shared_module_imports_only_the_standard_library_numpy_and_shared_modules(path):
     assert violations(path, may_import_worker_side=False, packages=frozenset()) == []
 
 
-@pytest.mark.parametrize("path", WORKER, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", WORKER, ids=lambda p: p.relative_to(PACKAGE_DIR).as_posix())
 def test_a_worker_side_module_imports_only_its_framework_and_the_worker_side(path):
     assert violations(path, may_import_worker_side=True, packages=allowed_packages(path)) == []
 
@@ -107,11 +104,12 @@ def test_a_worker_side_module_imports_only_its_framework_and_the_worker_side(pat
 def test_every_adapter_a_recipe_names_is_a_worker_side_class(framework):
     module, _, cls = envs.RECIPES[framework].adapter.partition(":")
     path = dlbench_module_file(module)
-    assert path in WORKER and path.parent.name == "frameworks", module
+    assert path in WORKER and path.parent.parent.name == "frameworks", module
     classes = {node.name for node in ast.parse(path.read_text()).body if isinstance(node, ast.ClassDef)}
     assert cls in classes, f"{module} defines no class {cls}"
-    detector = dlbench_module_file(module + "_detector")  # loaded by name: frameworks/detector.py
-    assert detector is None or detector in WORKER
+    for name in ("detector", "peak"):  # loaded by name from the adapter's package (base.sibling_module)
+        beside = dlbench_module_file(module.rpartition(".")[0] + "." + name)
+        assert beside is None or beside in WORKER
 
 
 def test_a_planted_violation_is_caught():
@@ -120,14 +118,14 @@ def test_a_planted_violation_is_caught():
     planted = BOUNDARY_FIXTURES / "imports_the_harness.py"
     assert violations(planted, may_import_worker_side=True, packages=frozenset({"torch"})) == [
         "imports_the_harness.py:7: tensorflow (not the standard library, numpy or torch)",
-        "imports_the_harness.py:15: dlbench.analysis (a harness module)",
-        "imports_the_harness.py:16: dlbench.store (a harness module)",
+        "imports_the_harness.py:15: dlbench.harness.analysis (a harness module)",
+        "imports_the_harness.py:16: dlbench.harness.store (a harness module)",
     ]
     # the same file is fine by the rules of a module that may import both frameworks and reads no store
     assert violations(planted, True, frozenset({"torch", "tensorflow"}))[0].startswith("imports_the_harness.py:15")
 
 
 def test_a_shared_module_may_not_import_the_worker_side():
-    worker_importer = PACKAGE_DIR / "probe.py"  # imports dlbench.worker and dlbench.frameworks
+    worker_importer = PACKAGE_DIR / "worker" / "probe.py"  # imports dlbench.worker.base and .detector
     found = violations(worker_importer, may_import_worker_side=False, packages=frozenset())
     assert found and all("(a worker-side module)" in row for row in found)

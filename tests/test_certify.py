@@ -5,12 +5,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dlbench import certify, envs, runner, sources
-from dlbench.cli import main
-from dlbench.runner import PACKAGE_PARENT, REFERENCE, worker_environment
-from dlbench.store import Store
-from dlbench.suite import Cell
-from dlbench.workloads import WORKLOADS, get_workload
+from dlbench.harness import certify
+from dlbench.harness.cli import main
+from dlbench.harness.environments import envs, sources
+from dlbench.harness.environments.envs import REFERENCE
+from dlbench.harness.plan.suite import Cell
+from dlbench.harness.plan.workloads import WORKLOADS, get_workload
+from dlbench.harness.run import cell_config
+from dlbench.harness.run.launch import PACKAGE_PARENT, worker_environment
+from dlbench.harness.store import Store
 
 TESTS = Path(__file__).parent
 CANDIDATES = [name for name in sorted(envs.RECIPES) if name != REFERENCE]
@@ -236,10 +239,10 @@ def test_a_shared_suite_gives_cache_using_frameworks_one_folder_each(monkeypatch
     def cell(framework: str, cache: str) -> Cell:
         return Cell("s", framework, "cnn-mnist", "digits-28", "cpu", 1, 0, 1, 32, 1, 60.0, cache)
 
-    shared = runner.shared_compile_cache(results, cell("theano", "shared"))
+    shared = cell_config.shared_compile_cache(results, cell("theano", "shared"))
     assert shared == results / "compile-cache" / "theano"
-    assert runner.shared_compile_cache(results, cell("theano", "cold")) is None
-    assert runner.shared_compile_cache(results, cell(REFERENCE, "shared")) is None
+    assert cell_config.shared_compile_cache(results, cell("theano", "cold")) is None
+    assert cell_config.shared_compile_cache(results, cell(REFERENCE, "shared")) is None
     variables = worker_environment(tmp_path / "run", 1, {}, shared)
     assert variables["DLBENCH_COMPILE_CACHE"] == str(shared) and shared.is_dir()
     assert "DLBENCH_COMPILE_CACHE" not in worker_environment(tmp_path / "run", 1, {}, None)
@@ -248,11 +251,11 @@ def test_a_shared_suite_gives_cache_using_frameworks_one_folder_each(monkeypatch
 def test_the_cache_state_is_cold_until_the_shared_folder_holds_a_file(tmp_path):
     theano = Cell("s", "theano", "cnn-mnist", "digits-28", "cpu", 1, 0, 1, 32, 1, 60.0, "shared")
     folder = tmp_path / "compile-cache" / "theano"
-    assert runner.compile_cache_state(theano, folder) == "cold"  # absent
+    assert cell_config.compile_cache_state(theano, folder) == "cold"  # absent
     (folder / "compiledir_x" / "lock_dir").mkdir(parents=True)
-    assert runner.compile_cache_state(theano, folder) == "cold"  # folders, no compiled file yet
+    assert cell_config.compile_cache_state(theano, folder) == "cold"  # folders, no compiled file yet
     (folder / "compiledir_x" / "mod.so").write_bytes(b"\0")
-    assert runner.compile_cache_state(theano, folder) == "warm"
-    assert runner.compile_cache_state(dataclasses.replace(theano, compile_cache="cold"), None) == "cold"
+    assert cell_config.compile_cache_state(theano, folder) == "warm"
+    assert cell_config.compile_cache_state(dataclasses.replace(theano, compile_cache="cold"), None) == "cold"
     pytorch = dataclasses.replace(theano, framework=REFERENCE)
-    assert runner.compile_cache_state(pytorch, folder) is None  # the setting changes nothing for it
+    assert cell_config.compile_cache_state(pytorch, folder) is None  # the setting changes nothing for it

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from analysis_runs import build_store, noisy, run_dict
 
-from dlbench.analysis import compare, stats
-from dlbench.cli import main
+from dlbench.harness.analysis import compare, stats
+from dlbench.harness.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -186,9 +186,9 @@ def test_runs_on_different_cpu_models_are_never_matched_and_labels_say_which(tmp
 
 
 def test_summaries_and_findings_of_a_mixed_cluster_group_by_cpu_model():
-    from dlbench.analysis.findings import findings
-    from dlbench.analysis.load import device_with_hardware
-    from dlbench.analysis.summary import summarise
+    from dlbench.harness.analysis.findings import findings
+    from dlbench.harness.analysis.load import device_with_hardware
+    from dlbench.harness.analysis.summary import summarise
 
     runs = [on(model, dict(run_dict(framework, "cnn-mnist", steady, r), id=i, epochs=[]))
             for i, (model, framework, steady, r) in enumerate(

@@ -9,10 +9,10 @@ import socket
 import numpy as np
 import pytest
 
-import dlbench.data as data
-from dlbench.data import DatasetError, dataset_names, describe, load_prepared, prepare
-from dlbench.data import prepared as prepared_module
-from dlbench.data import text as text_module
+import dlbench.harness.data as data
+from dlbench.harness.data import DatasetError, dataset_names, describe, load_prepared, prepare
+from dlbench.harness.data import prepared as prepared_module
+from dlbench.harness.data import text as text_module
 
 NAMES = ["digits-28", "lee-news-lm", "pang-lee-polarity"]
 COMMON_META = [

@@ -9,9 +9,9 @@ from pathlib import Path
 import guard
 import pytest
 
-from dlbench import envs
-from dlbench.data.mnist import DEBIAN_FASHION
-from dlbench.store import Store
+from dlbench.harness.data.mnist import DEBIAN_FASHION
+from dlbench.harness.environments import envs
+from dlbench.harness.store import Store
 
 
 @pytest.mark.skipif(not Path(DEBIAN_FASHION).is_dir(),
@@ -23,7 +23,7 @@ def test_one_epoch_on_real_fashion_mnist(tmp_path):
     suite.write_text("name: fashion\nframeworks: [pytorch]\nthreads: 1\nworkloads:\n"
                      "  - {workload: cnn-mnist, dataset: fashion-mnist, epochs: 1}\n")
     done = guard.run(  # 150 s on the slowest machine seen
-        [sys.executable, "-m", "dlbench.cli", "run", str(suite), "--results", str(tmp_path / "results"),
+        [sys.executable, "-m", "dlbench", "run", str(suite), "--results", str(tmp_path / "results"),
          "--data-dir", str(tmp_path / "data")], 1200, env=dict(os.environ, DLBENCH_OFFLINE="1"))
     assert done.returncode == 0, done.stdout + done.stderr
     with Store(tmp_path / "results" / "dlbench.sqlite") as store:

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from fixtures_data import FIXTURES, Server, cifar_batch, serve, tar_bytes
 
-from dlbench import data
-from dlbench.cli import main
-from dlbench.data import prepared_dir, raw_dir
-from dlbench.data.photos import PATCHES_PER_PHOTO, PATCHES_PER_REGION, WHEEL, cells, load_photo
+from dlbench.harness import data
+from dlbench.harness.cli import main
+from dlbench.harness.data import prepared_dir, raw_dir
+from dlbench.harness.data.photos import PATCHES_PER_PHOTO, PATCHES_PER_REGION, WHEEL, cells, load_photo
 
 
 @pytest.fixture(scope="module")
@@ -274,7 +274,7 @@ def test_pickle_that_runs_code_is_refused(capsys, monkeypatch, tmp_path, server,
 def test_restricted_unpickler_reads_numpy_1_pickles():
     # numpy < 2 wrote numpy.core.multiarray._reconstruct; it must load under numpy >= 2 too.
     raw = cifar_batch(2, b"labels", 10, 0).replace(b"numpy._core.multiarray", b"numpy.core.multiarray")
-    from dlbench.data.safe import restricted_load
+    from dlbench.harness.data.safe import restricted_load
 
     batch = restricted_load(raw, "fixture")
     assert batch[b"data"].shape == (2, 3072)

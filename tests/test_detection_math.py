@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from dlbench.detection.boxes import (
+from dlbench.shared.detection.boxes import (
     BBOX_XFORM_CLIP,
     HEAD_WEIGHTS,
     base_anchors,
@@ -17,9 +17,9 @@ from dlbench.detection.boxes import (
     iou,
     shifted_anchors,
 )
-from dlbench.detection.nms import nms
-from dlbench.detection.targets import assign_anchors, roi_targets, rpn_targets, sample_labels
-from dlbench.detection.voc_eval import average_precision, voc_map
+from dlbench.shared.detection.nms import nms
+from dlbench.shared.detection.targets import assign_anchors, roi_targets, rpn_targets, sample_labels
+from dlbench.shared.detection.voc_eval import average_precision, voc_map
 
 SQUARE = [0, 0, 10, 10]  # area 100
 

@@ -6,11 +6,11 @@ import math
 import numpy as np
 import pytest
 
-from dlbench.detection import pipeline
-from dlbench.detection.nms import greedy_keep, nms
-from dlbench.models import ir
-from dlbench.models.init import canonical_init
-from dlbench.workloads import get_workload
+from dlbench.harness.plan.workloads import get_workload
+from dlbench.shared import ir
+from dlbench.shared.detection import pipeline
+from dlbench.shared.detection.nms import greedy_keep, nms
+from dlbench.shared.init import canonical_init
 
 ROI = {"op": "roi_align", "size": 7, "sampling_ratio": 2, "spatial_scale": 1 / 16, "aligned": False}
 SMALL_META = {"task": "detection", "min_side": 64, "max_side": 96, "num_classes": 20}

@@ -12,11 +12,11 @@ import pytest
 from detector_check import NMS_CASES
 from fixtures_data import prepared_standin
 
-from dlbench import envs
-from dlbench.detection.nms import nms
-from dlbench.frameworks.detector import detector_class
-from dlbench.runner import PACKAGE_PARENT
-from dlbench.workloads import get_workload
+from dlbench.harness.environments import envs
+from dlbench.harness.plan.workloads import get_workload
+from dlbench.harness.run.launch import PACKAGE_PARENT
+from dlbench.shared.detection.nms import nms
+from dlbench.worker.detector import detector_class
 
 TESTS = Path(__file__).parent
 FRAMEWORKS = sorted(envs.RECIPES)
@@ -88,4 +88,4 @@ def test_nms_keeps_what_the_reference_keeps(checked):
 
 def test_a_framework_without_a_detector_says_so():
     with pytest.raises(NotImplementedError, match="nothing has no Faster R-CNN in dlbench yet"):
-        detector_class("dlbench.frameworks.nothing:Adapter")
+        detector_class("dlbench.worker.frameworks.nothing:Adapter")

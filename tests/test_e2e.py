@@ -14,8 +14,8 @@ import psutil
 import pytest
 from fixtures_data import STANDIN_WHEELS, prepared_standin
 
-from dlbench import envs, sources
-from dlbench.store import Store
+from dlbench.harness.environments import envs, sources
+from dlbench.harness.store import Store
 
 # The other frameworks run in test_adapters. One thread a cell: the tests run on two pytest workers, and
 # a two-thread PyTorch cell beside a busy worker spins its OpenMP threads for the core it lacks (lstm-ptb's
@@ -38,7 +38,7 @@ def data_dir(tmp_path_factory) -> Path:
 
 
 def dlbench(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return guard.run([sys.executable, "-m", "dlbench.cli", *args], 1800, cwd=cwd)  # 356 s seen
+    return guard.run([sys.executable, "-m", "dlbench", *args], 1800, cwd=cwd)  # 356 s seen
 
 
 def stored_runs(results: Path) -> list[dict]:
@@ -141,7 +141,7 @@ def test_results_exports(quick_run):
 
 
 def test_sigkill_of_the_harness_loses_no_completed_run(tmp_path, data_dir):
-    command = [sys.executable, "-m", "dlbench.cli", *THREE, "--results", str(tmp_path), "--data-dir", str(data_dir)]
+    command = [sys.executable, "-m", "dlbench", *THREE, "--results", str(tmp_path), "--data-dir", str(data_dir)]
     harness = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     # the first cell is stored, the second is running
     guard.read_until(harness, lambda line: line.startswith("[2/3]"), 1200, "the harness's second cell")

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from dlbench import energy
-from dlbench.analysis import measures
+from dlbench.harness.analysis import measures
+from dlbench.harness.measure import energy
 
 MAX_RANGE = 262143328850
 

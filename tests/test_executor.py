@@ -12,10 +12,10 @@ import numpy as np
 import psutil
 import pytest
 
-from dlbench import cores
-from dlbench.executors.process import run_worker
-from dlbench.frameworks.base import epoch_order
-from dlbench.models import ir
+from dlbench.harness.measure import cores
+from dlbench.harness.run.launch import run_worker
+from dlbench.shared import ir
+from dlbench.worker.base import epoch_order
 
 REPO = Path(__file__).resolve().parent.parent
 N_TRAIN, N_TEST = 12, 5
@@ -45,7 +45,7 @@ def write_cell(tmp_path: Path, epochs: int = 2) -> tuple[list[str], Path]:
             "recipe": RECIPE, "data_path": str(data_path), "seed": 3, "epochs": epochs, "device": "cpu",
             "threads": 1}
     (run_dir / "cell.json").write_text(json.dumps(cell))
-    return [sys.executable, "-m", "dlbench.worker", str(run_dir / "cell.json")], run_dir
+    return [sys.executable, "-m", "dlbench.worker.train", str(run_dir / "cell.json")], run_dir
 
 
 def fake_env(mode: str) -> dict[str, str]:

@@ -3,9 +3,9 @@ from pathlib import Path
 
 from synthetic_store import jitter, synthetic_run
 
-from dlbench.analysis.findings import Finding, findings_of_runs
-from dlbench.analysis.summary import summarise
-from dlbench.store import Store
+from dlbench.harness.analysis.findings import Finding, findings_of_runs
+from dlbench.harness.analysis.summary import summarise
+from dlbench.harness.store import Store
 
 SAME = [1.00, 1.03, 0.97, 1.02, 0.98]  # run-to-run noise of a few percent
 SAME_SHUFFLED = [0.99, 1.02, 1.01, 0.97, 1.03]

@@ -10,16 +10,17 @@ import sys
 import guard
 import pytest
 
-from dlbench import env_disk, envs, suite
-from dlbench.executors import ExecutorError, environments
-from dlbench.suite import Cell, SuiteError
+from dlbench.harness.environments import disk, envs
+from dlbench.harness.plan import suite
+from dlbench.harness.plan.suite import Cell, SuiteError
+from dlbench.harness.run import ExecutorError, readiness
 
 WITH_CUDA = ["pytorch", "jax", "tensorflow", "keras-tensorflow", "keras-jax", "keras-torch", "mxnet"]
 WITHOUT_CUDA = {"chainer": "CuPy >=7.7,<8", "theano": "pygpu and libgpuarray"}
 
 
 def dlbench(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return guard.run([sys.executable, "-m", "dlbench.cli", *args], 1200, env=env)
+    return guard.run([sys.executable, "-m", "dlbench", *args], 1200, env=env)
 
 
 @pytest.mark.parametrize("name", WITH_CUDA)
@@ -95,16 +96,16 @@ def test_cpu_environments_are_required_and_gpu_ones_built_as_needed(monkeypatch)
     calls = []
     monkeypatch.setattr(envs, "require", lambda name, device="cpu": calls.append(("require", name, device)))
     monkeypatch.setattr(envs, "ensure", lambda name, device, log: calls.append(("ensure", name, device)))
-    monkeypatch.setattr(env_disk, "mark_used", lambda env: None)
+    monkeypatch.setattr(disk, "mark_used", lambda env: None)
     cells = [Cell("s", name, "cnn-mnist", "digits-28", device, 1, 0, 1, 32, 1, 60.0)
              for name, device in (("jax", "gpu"), ("pytorch", "cpu"), ("pytorch", "gpu"), ("jax", "gpu"))]
-    environments.prepare(cells, print)
+    readiness.prepare(cells, print)
     assert calls == [("require", "pytorch", "cpu"), ("ensure", "pytorch", "gpu"), ("ensure", "jax", "gpu")]
-    monkeypatch.setattr(environments.machine, "gpu_names", lambda: [])
+    monkeypatch.setattr(readiness.machine, "gpu_names", lambda: [])
     with pytest.raises(ExecutorError, match="3 cells ask for device gpu"):
-        environments.refuse_gpu_cells_without_a_gpu(cells)
-    monkeypatch.setattr(environments.machine, "gpu_names", lambda: ["NVIDIA H200"])
-    environments.refuse_gpu_cells_without_a_gpu(cells)  # a GPU: nothing to refuse
+        readiness.refuse_gpu_cells_without_a_gpu(cells)
+    monkeypatch.setattr(readiness.machine, "gpu_names", lambda: ["NVIDIA H200"])
+    readiness.refuse_gpu_cells_without_a_gpu(cells)  # a GPU: nothing to refuse
 
 
 def test_env_list_and_remove_tell_the_gpu_environment_apart(tmp_path):

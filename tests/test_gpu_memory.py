@@ -4,9 +4,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from dlbench import runner, suite
-from dlbench.runner import GROWING_GPU_MEMORY, worker_environment
-from dlbench.suite import Cell, SuiteError
+from dlbench.harness.plan import suite
+from dlbench.harness.plan.suite import Cell, SuiteError
+from dlbench.harness.run import cell_config
+from dlbench.harness.run.launch import GROWING_GPU_MEMORY, worker_environment
 
 
 def test_grow_sets_the_frameworks_variables_and_default_clears_inherited_ones(monkeypatch, tmp_path):
@@ -19,18 +20,18 @@ def test_grow_sets_the_frameworks_variables_and_default_clears_inherited_ones(mo
 
 
 def test_only_a_growing_gpu_cell_adds_the_policy_to_its_configuration(monkeypatch, tmp_path):
-    monkeypatch.setattr(runner.data, "prepare", lambda name, folder: SimpleNamespace(
+    monkeypatch.setattr(cell_config.data, "prepare", lambda name, folder: SimpleNamespace(
         hash="d" * 64, meta={"input_shape": [28, 28, 1], "num_classes": 10}))
-    monkeypatch.setattr(runner.envs, "require", lambda name, device="cpu": SimpleNamespace(
+    monkeypatch.setattr(cell_config.envs, "require", lambda name, device="cpu": SimpleNamespace(
         info=lambda: {"packages": {"jax": "0.10.2"}, "python_version": "3.11.0"}))
     gpu = Cell("s", "jax", "cnn-mnist", "digits-28", "gpu", 1, 0, 1, 32, 1, 60.0)
-    default, grow = (runner.resolve(Cell(**{**gpu.__dict__, "gpu_memory": policy}), tmp_path)
+    default, grow = (cell_config.resolve(Cell(**{**gpu.__dict__, "gpu_memory": policy}), tmp_path)
                      for policy in ("default", "grow"))
     assert "gpu_memory" not in default.config and grow.config["gpu_memory"] == "grow"
     assert default.hash != grow.hash
     cpu = Cell(**{**gpu.__dict__, "device": "cpu"})
-    assert runner.resolve(Cell(**{**cpu.__dict__, "gpu_memory": "grow"}), tmp_path).hash == \
-        runner.resolve(cpu, tmp_path).hash  # changes nothing on the CPU, so not part of its hash
+    assert cell_config.resolve(Cell(**{**cpu.__dict__, "gpu_memory": "grow"}), tmp_path).hash == \
+        cell_config.resolve(cpu, tmp_path).hash  # changes nothing on the CPU, so not part of its hash
 
 
 @pytest.mark.parametrize(("line", "expected"), [("", "default"), ("gpu_memory: grow\n", "grow")])

@@ -11,9 +11,10 @@ import guard
 import numpy as np
 import pytest
 
-from dlbench import data, envs
-from dlbench.data.prepared import Built, base_meta, write_prepared
-from dlbench.runner import timing_summary
+from dlbench.harness import data
+from dlbench.harness.data.prepared import Built, base_meta, write_prepared
+from dlbench.harness.environments import envs
+from dlbench.harness.run.record import timing_summary
 
 REPO = Path(__file__).resolve().parent.parent
 spec = importlib.util.spec_from_file_location("idiomatic_compare", REPO / "benchmarks" / "idiomatic" / "compare.py")

@@ -8,12 +8,13 @@ import guard
 import numpy as np
 import pytest
 
-from dlbench import initial_weights, runner, suite
-from dlbench.initial_weights import WeightsError
-from dlbench.models.init import canonical_init
-from dlbench.store import Store
-from dlbench.suite import SuiteError
-from dlbench.workloads import get_workload
+from dlbench.harness.plan import initial_weights, suite
+from dlbench.harness.plan.initial_weights import WeightsError
+from dlbench.harness.plan.suite import SuiteError
+from dlbench.harness.plan.workloads import get_workload
+from dlbench.harness.run import cell_config
+from dlbench.harness.store import Store
+from dlbench.shared.init import canonical_init
 
 MNIST_META = {"task": "classification", "input_shape": [28, 28, 1], "num_classes": 10}
 
@@ -74,15 +75,15 @@ def test_the_files_digest_enters_the_configuration_and_the_hash(tmp_path):
     saved(tmp_path, canonical_init(get_workload("cnn-mnist").model(MNIST_META), 0))
     [with_file] = suite.plan(suite.parse(suite_file(tmp_path, "weights.npz")))
     [plain] = suite.plan(suite.parse(suite_file(tmp_path, None)))
-    resolved = runner.resolve(with_file, data_dir)
+    resolved = cell_config.resolve(with_file, data_dir)
     assert resolved.config["initial_weights"] == {"file": with_file.weights,
                                                   "sha256": initial_weights.digest(tmp_path / "weights.npz")}
-    assert "initial_weights" not in runner.resolve(plain, data_dir).config
-    assert resolved.hash != runner.resolve(plain, data_dir).hash
+    assert "initial_weights" not in cell_config.resolve(plain, data_dir).config
+    assert resolved.hash != cell_config.resolve(plain, data_dir).hash
 
 
 def run(suite_path: Path, results: Path, data_dir: Path) -> dict:
-    done = guard.run([sys.executable, "-m", "dlbench.cli", "run", str(suite_path), "--results", str(results),
+    done = guard.run([sys.executable, "-m", "dlbench", "run", str(suite_path), "--results", str(results),
                       "--data-dir", str(data_dir)], 1200)
     assert done.returncode == 0, done.stdout + done.stderr
     with Store(results / "dlbench.sqlite") as store:

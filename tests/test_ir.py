@@ -1,10 +1,10 @@
 import numpy as np
 import pytest
 
-from dlbench.frameworks.base import batch_slices, epoch_order, finish_metrics, thread_budget
-from dlbench.models import ir
-from dlbench.models.init import canonical_init
-from dlbench.workloads import WORKLOADS, WorkloadError, get_workload
+from dlbench.harness.plan.workloads import WORKLOADS, WorkloadError, get_workload
+from dlbench.shared import ir
+from dlbench.shared.init import canonical_init
+from dlbench.worker.base import batch_slices, epoch_order, finish_metrics, thread_budget
 
 # Counted by hand from WORKLOADS.md (cnn-mnist's figure is stated there; cnn-cifar10 and lstm-imdb
 # are the Keras examples' well-known totals).

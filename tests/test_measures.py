@@ -6,11 +6,15 @@ from pathlib import Path
 import pytest
 from analysis_runs import build_store, run_dict
 
-from dlbench import cores, env_disk, envs, peaks, report, results, runner, suite
-from dlbench.analysis import measures
-from dlbench.executors.local import run_plan
-from dlbench.runner import Options, Prepared
-from dlbench.store import Store
+from dlbench.harness.analysis import measures
+from dlbench.harness.environments import disk, envs
+from dlbench.harness.measure import cores, peaks
+from dlbench.harness.plan import suite
+from dlbench.harness.present import listing, report
+from dlbench.harness.run import cell_config, gemm_peak, launch, one_cell, record
+from dlbench.harness.run.cell_config import Options, Prepared
+from dlbench.harness.run.local import run_plan
+from dlbench.harness.store import Store
 
 
 def test_achieved_gflops_and_mfu_arithmetic():
@@ -83,7 +87,7 @@ def test_results_table_shows_gflops_mfu_cores_and_energy():
                                {"epoch": 2, "metric_value": 0.6, "train_time_s": 1.0, "energy_cpu_j": 20.0}],
                        energy_source="cpu: RAPL package-0 (no dram zone); gpu: device cpu"),
             stored_run(framework="old")]
-    lines = results.table(runs).splitlines()
+    lines = listing.table(runs).splitlines()
     heading = lines[0].split()
     for name in ("GFLOP/s", "MFU", "cores", "energy/sample"):
         assert name in heading
@@ -96,8 +100,8 @@ def test_results_table_shows_gflops_mfu_cores_and_energy():
 @pytest.fixture
 def fake_plan(tmp_path, monkeypatch):
     """run_plan with the worker replaced by a run row and the peak by `peaks` (framework -> gflops or an error)."""
-    monkeypatch.setattr(runner.envs, "require", lambda framework, device="cpu": None)
-    monkeypatch.setattr(env_disk, "mark_used", lambda env: None)  # no environment to stamp
+    monkeypatch.setattr(cell_config.envs, "require", lambda framework, device="cpu": None)
+    monkeypatch.setattr(disk, "mark_used", lambda env: None)  # no environment to stamp
     peaks: dict[str, float | None] = {}
     measured: list[tuple] = []
 
@@ -110,10 +114,10 @@ def fake_plan(tmp_path, monkeypatch):
                   "repetition": cell.repetition, "threads": 2}
         return Prepared(cell, None, None, env, config)
 
-    def run_cell(prepared: Prepared, options: Options, on_event) -> tuple:
+    def run_cell(prepared: Prepared, options: Options, on_event) -> record.Ran:
         cell = prepared.cell
-        return ({"cell_hash": prepared.hash, "framework": cell.framework, "workload": cell.workload,
-                 "repetition": cell.repetition, "status": "ok", "achieved_gflops": 30.0}, [], [])
+        return record.Ran({"cell_hash": prepared.hash, "framework": cell.framework, "workload": cell.workload,
+                           "repetition": cell.repetition, "status": "ok", "achieved_gflops": 30.0})
 
     def measure_peak(prepared: Prepared, options: Options, threads: int) -> dict:
         measured.append((prepared.cell.framework, threads))
@@ -121,10 +125,10 @@ def fake_plan(tmp_path, monkeypatch):
         return {"framework": prepared.cell.framework, "threads": threads, "device": prepared.cell.device,
                 "gflops": gflops, "reason": None if gflops else "peak not measured: RuntimeError: no GEMM"}
 
-    monkeypatch.setattr(runner, "resolve", resolve)
-    monkeypatch.setattr(runner, "run_cell", run_cell)
-    monkeypatch.setattr(runner, "measure_peak", measure_peak)
-    monkeypatch.setattr(runner, "certificate_status", lambda store, prepared: "none")
+    monkeypatch.setattr(cell_config, "resolve", resolve)
+    monkeypatch.setattr(one_cell, "run_cell", run_cell)
+    monkeypatch.setattr(gemm_peak, "measure_peak", measure_peak)
+    monkeypatch.setattr(record, "certificate_status", lambda store, prepared: "none")
     return peaks, measured
 
 
@@ -152,15 +156,15 @@ def test_peak_of_the_pytorch_environment(tmp_path):
     """A small product (the default, 2048, saturates the CPUs) through the harness's own call."""
     env = envs.require("pytorch")
     recipe = envs.get_recipe("pytorch")
-    command = [str(env.python), "-m", "dlbench.peak", recipe.adapter, "--threads", "1", "--size", "256",
+    command = [str(env.python), "-m", "dlbench.worker.peak", recipe.adapter, "--threads", "1", "--size", "256",
                "--repeats", "3"]
-    found = peaks.run(command, runner.worker_environment(tmp_path, 1, recipe.worker_env), tmp_path)
+    found = peaks.run(command, launch.worker_environment(tmp_path, 1, recipe.worker_env), tmp_path)
     assert found["method"] == "torch.matmul" and found["gflops"] > 0
     assert found["others_busy_cores"] >= 0  # what the rest of the machine ran meanwhile
 
 
 def test_results_lists_the_peaks_with_the_reason_of_a_failed_one(tmp_path, capsys):
-    from dlbench import cli
+    from dlbench.harness import cli
     with Store(tmp_path / "dlbench.sqlite") as store:
         store.save_run(saved(stored_run(cell_hash="h", peak_id=1, achieved_gflops=30.0, mfu=0.5)), [], [])
         store.save_peak({"framework": "pytorch", "framework_version": "2.13.0", "threads": 2, "device": "cpu",
@@ -176,8 +180,9 @@ def test_results_lists_the_peaks_with_the_reason_of_a_failed_one(tmp_path, capsy
 
 def test_a_peak_that_cannot_be_measured_is_null_with_its_reason(tmp_path):
     env = envs.require("pytorch")
-    command = [str(env.python), "-m", "dlbench.peak", "dlbench.frameworks.no_such_framework:Adapter", "--size", "64"]
-    found = peaks.run(command, runner.worker_environment(tmp_path, 1, {}), tmp_path)
+    command = [str(env.python), "-m", "dlbench.worker.peak", "dlbench.worker.frameworks.no_such_framework:Adapter",
+               "--size", "64"]
+    found = peaks.run(command, launch.worker_environment(tmp_path, 1, {}), tmp_path)
     assert found["gflops"] is None and found["reason"].startswith("peak not measured: ModuleNotFoundError")
     missing = peaks.run([str(tmp_path / "no-python")], {}, tmp_path)
     assert missing["gflops"] is None and "No such file" in missing["reason"]

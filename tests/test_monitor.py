@@ -9,7 +9,7 @@ import guard
 import psutil
 import pytest
 
-from dlbench.monitor import Monitor, Sample, _ProcessTree, summarise
+from dlbench.harness.measure.monitor import Monitor, Sample, _ProcessTree, summarise
 
 # Both children report their phases as CLOCK_MONOTONIC readings, which are shared across processes,
 # so the test can place each phase on the monitor's own time axis. The busy phase burns a known amount

@@ -5,10 +5,10 @@ workload per optimiser: SGD with BatchNorm, Adadelta with stacked LSTMs, Adam wi
 seq2seq loss."""
 import pytest
 
-from dlbench import certify
-from dlbench.models.init import canonical_init
-from dlbench.runner import REFERENCE
-from dlbench.workloads import get_workload
+from dlbench.harness import certify
+from dlbench.harness.environments.envs import REFERENCE
+from dlbench.harness.plan.workloads import get_workload
+from dlbench.shared.init import canonical_init
 
 NAMES = ["cnn-svhn", "lstm-ptb", "seq2seq-manythings"]
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from fixtures_data import photo_boxes_files, prepared_standin
 
-from dlbench import data
-from dlbench.data import DatasetError, photo_boxes, voc
+from dlbench.harness import data
+from dlbench.harness.data import DatasetError, photo_boxes, voc
 
 # (width, height) of each photograph as scikit-image's and matplotlib's notes give it
 PHOTO_SIZES = {"astronaut": (512, 512), "chelsea": (451, 300), "camera": (512, 512), "motorcycle_left": (741, 500),

@@ -6,9 +6,9 @@ import re
 import pytest
 from rich.console import Console
 
-from dlbench import progress
-from dlbench.progress import ETA, LiveProgress, PlainProgress, duration
-from dlbench.suite import Cell
+from dlbench.harness.plan.suite import Cell
+from dlbench.harness.present import progress
+from dlbench.harness.present.progress import ETA, LiveProgress, PlainProgress, duration
 
 
 def cell(framework: str, workload: str, epochs: int = 4) -> Cell:

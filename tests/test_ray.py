@@ -23,11 +23,13 @@ import numpy as np
 import psutil
 import pytest
 
-from dlbench import data, envs, suite
-from dlbench.data.prepared import Built, write_prepared
-from dlbench.executors import local
-from dlbench.runner import Options
-from dlbench.store import Store
+from dlbench.harness import data
+from dlbench.harness.data.prepared import Built, write_prepared
+from dlbench.harness.environments import envs
+from dlbench.harness.plan import suite
+from dlbench.harness.run import local
+from dlbench.harness.run.cell_config import Options
+from dlbench.harness.store import Store
 
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402  (after the skip: Ray is a dev extra)
@@ -63,7 +65,7 @@ def cluster():
 
 
 def ray_plan(cluster, cells_, options: Options, **ray_options):
-    from dlbench.executors import ray_cluster
+    from dlbench.harness.run import ray_cluster
     return ray_cluster.run_plan(cells_, options, quiet, ray_cluster.RayOptions(cluster.address, **ray_options))
 
 
@@ -127,7 +129,7 @@ def test_a_node_whose_dataset_differs_fails_the_cell_with_the_reason(cluster, da
 
 
 def test_the_driver_killed_mid_plan_loses_nothing_and_a_rerun_completes_it(cluster, data_dir, tmp_path):
-    command = [sys.executable, "-m", "dlbench.cli", "run", "quick", "-f", "pytorch", "--epochs", "1", "--repeat", "4",
+    command = [sys.executable, "-m", "dlbench", "run", "quick", "-f", "pytorch", "--epochs", "1", "--repeat", "4",
                "-w", WORKLOAD, "--executor", "ray", "--address", cluster.address,
                "--results", str(tmp_path), "--data-dir", str(data_dir), "--plain"]
     log = tmp_path.parent / f"{tmp_path.name}-driver.log"
@@ -175,7 +177,7 @@ def test_a_node_killed_mid_cell_is_retried_on_the_other_one(cluster, data_dir, t
         while time.monotonic() < deadline and not killed:
             for process in psutil.process_iter(["cmdline"]):
                 cmdline = process.info["cmdline"] or []
-                if "dlbench.worker" in cmdline and any(str(tmp_path) in part for part in cmdline):
+                if "dlbench.worker.train" in cmdline and any(str(tmp_path) in part for part in cmdline):
                     node = raylet_of(process.pid, list(cluster.worker_nodes))
                     if node is not None:
                         time.sleep(1.0)  # into the cell's training
@@ -208,7 +210,7 @@ def adopt_as_gpu_environment(home: Path, framework: str) -> None:
 
 
 def test_a_gpu_cell_runs_only_on_a_node_with_a_gpu(cluster, data_dir, tmp_path, monkeypatch):
-    from dlbench.executors.ray_cluster import ClusterError
+    from dlbench.harness.run.ray_cluster import ClusterError
 
     adopt_as_gpu_environment(tmp_path / "home", "pytorch")
     monkeypatch.setenv("DLBENCH_HOME", str(tmp_path / "home"))  # before the GPU node starts: it inherits it

@@ -12,9 +12,9 @@ import guard
 import pytest
 from synthetic_store import study_store, synthetic_run
 
-from dlbench import cli, report
-from dlbench.report import html
-from dlbench.store import Store
+from dlbench.harness import cli
+from dlbench.harness.present import html, report
+from dlbench.harness.store import Store
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 BROWSER_GUARD_S = 300
@@ -222,7 +222,7 @@ def test_filters_hide_what_does_not_match(page: Path, tmp_path: Path) -> None:
 
 
 def test_gpu_samples_get_their_own_panels() -> None:
-    from dlbench.report import charts
+    from dlbench.harness.present import charts
 
     samples = [{"t_s": i / 10, "cpu_percent": 100.0, "system_cpu_percent": 110.0, "rss_mb": 500.0,
                 "gpu_util_percent": 90.0, "gpu_mem_mb": 2048.0} for i in range(50)]
@@ -250,7 +250,7 @@ def test_failed_runs_and_missing_fields_still_make_a_report(tmp_path: Path) -> N
 
 
 def test_convergence_draws_the_workloads_target() -> None:
-    from dlbench.report import charts
+    from dlbench.harness.present import charts
 
     series = {"pytorch": [[(1.0, 0.5), (2.0, 0.8), (3.0, 0.95)]]}
     palette = charts.colours(["pytorch"])
@@ -259,7 +259,7 @@ def test_convergence_draws_the_workloads_target() -> None:
 
 
 def test_both_panels_of_the_epoch_time_bars_have_their_axis_label() -> None:
-    from dlbench.report import charts
+    from dlbench.harness.present import charts
 
     rows = [("a", (1.0, 0.9, 1.1), (3.0, 2.5, 3.5)), ("b", (2.0, 1.8, 2.2), (4.0, 3.9, 4.1))]
     svg = charts.epoch_time_bars(rows, charts.colours(["a", "b"]), "bars", warm=["b"])
@@ -287,11 +287,11 @@ def test_first_epochs_of_warm_compile_caches_are_labelled(tmp_path: Path) -> Non
 
 
 def test_results_show_the_compile_cache_state(tmp_path: Path) -> None:
-    from dlbench import results
+    from dlbench.harness.present import listing
 
     run, epochs, samples = synthetic_run("theano", "cnn-mnist", 1, 1.0, 0.99)
-    table = results.table([{**run, "compile_cache": "warm", "epochs": epochs}])
+    table = listing.table([{**run, "compile_cache": "warm", "epochs": epochs}])
     heading, _, row = table.splitlines()
     assert "cache" in heading.split() and "warm" in row.split()
-    assert '"compile_cache": "warm"' in results.to_json([{**run, "compile_cache": "warm"}])
-    assert "compile_cache" in results.to_csv([{**run, "compile_cache": "warm"}]).splitlines()[0].split(",")
+    assert '"compile_cache": "warm"' in listing.to_json([{**run, "compile_cache": "warm"}])
+    assert "compile_cache" in listing.to_csv([{**run, "compile_cache": "warm"}]).splitlines()[0].split(",")

@@ -7,10 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from dlbench import env_disk, envs, machine, runner, sources, suite
-from dlbench.executors.local import run_plan
-from dlbench.runner import Options, Prepared
-from dlbench.store import Store
+from dlbench.harness.environments import disk, envs, sources
+from dlbench.harness.measure import machine
+from dlbench.harness.plan import suite
+from dlbench.harness.run import cell_config, one_cell, record
+from dlbench.harness.run.cell_config import Options, Prepared
+from dlbench.harness.run.local import run_plan
+from dlbench.harness.store import Store
 
 SUITE = """
 name: ordered
@@ -62,8 +65,8 @@ def test_the_same_seed_gives_the_same_order_and_another_seed_another(tmp_path, t
 def test_run_plan_records_position_machine_and_version(tmp_path, two_frameworks, monkeypatch):
     """The plan's run order reaches the store. Only the worker is replaced, by a run row of its cell."""
     cells = suite.plan(load(tmp_path, 5))
-    monkeypatch.setattr(runner.envs, "require", lambda framework, device="cpu": None)
-    monkeypatch.setattr(env_disk, "mark_used", lambda env: None)  # no environment to stamp
+    monkeypatch.setattr(cell_config.envs, "require", lambda framework, device="cpu": None)
+    monkeypatch.setattr(disk, "mark_used", lambda env: None)  # no environment to stamp
 
     env = envs.Environment("pytorch", tmp_path / "env")
     env.path.mkdir()
@@ -74,15 +77,15 @@ def test_run_plan_records_position_machine_and_version(tmp_path, two_frameworks,
                   "repetition": cell.repetition}
         return Prepared(cell, None, None, env, config)
 
-    def run_cell(prepared: Prepared, options: Options, on_event) -> tuple:
+    def run_cell(prepared: Prepared, options: Options, on_event) -> record.Ran:
         cell = prepared.cell
         row = {"cell_hash": prepared.hash, "framework": cell.framework, "workload": cell.workload,
                "repetition": cell.repetition, "status": "ok", "config": prepared.config}
-        return row, [], []
+        return record.Ran(row)
 
-    monkeypatch.setattr(runner, "resolve", resolve)
-    monkeypatch.setattr(runner, "run_cell", run_cell)
-    monkeypatch.setattr(runner, "certificate_status", lambda store, prepared: "none")
+    monkeypatch.setattr(cell_config, "resolve", resolve)
+    monkeypatch.setattr(one_cell, "run_cell", run_cell)
+    monkeypatch.setattr(record, "certificate_status", lambda store, prepared: "none")
     run_plan(cells, Options(tmp_path / "results", tmp_path / "data", peak_size=0), lambda *args: None)
     with Store(tmp_path / "results" / "dlbench.sqlite") as store:
         runs = store.runs()
@@ -117,15 +120,15 @@ class _Env:
 def test_the_config_names_a_shared_compile_cache_only_where_it_changes_the_run(monkeypatch, tmp_path):
     """Cold cells keep the configuration (and hash) they had before the setting existed, so their stored
     runs still count as complete; a shared cache enters it only for a framework that compiles into one."""
-    monkeypatch.setattr(runner.data, "prepare", lambda name, folder: _Dataset())
-    monkeypatch.setattr(runner.envs, "require", lambda framework, device="cpu": _Env())
+    monkeypatch.setattr(cell_config.data, "prepare", lambda name, folder: _Dataset())
+    monkeypatch.setattr(cell_config.envs, "require", lambda framework, device="cpu": _Env())
     # the keys of every configuration stored before the setting; worker_source came later (schema 5)
     before = {"framework", "workload", "dataset", "dataset_hash", "device", "threads", "seed", "repetition", "model",
               "recipe", "env_packages", "python", "worker_source"}
 
     def prepared(framework: str, cache: str) -> Prepared:
         cell = suite.Cell("s", framework, "cnn-mnist", "digits-28", "cpu", 1, 0, 1, 32, 1, 60.0, cache)
-        return runner.resolve(cell, tmp_path)
+        return cell_config.resolve(cell, tmp_path)
 
     for framework in ("theano", "pytorch"):
         assert set(prepared(framework, "cold").config) == before
@@ -136,16 +139,16 @@ def test_the_config_names_a_shared_compile_cache_only_where_it_changes_the_run(m
 
 def test_a_changed_adapter_changes_the_cell_hash_of_its_framework_only(monkeypatch, tmp_path):
     """A fixed adapter must run its cells again, not inherit the old runs as complete."""
-    monkeypatch.setattr(runner.data, "prepare", lambda name, folder: _Dataset())
-    monkeypatch.setattr(runner.envs, "require", lambda framework, device="cpu": _Env())
+    monkeypatch.setattr(cell_config.data, "prepare", lambda name, folder: _Dataset())
+    monkeypatch.setattr(cell_config.envs, "require", lambda framework, device="cpu": _Env())
 
     def hashes() -> dict[str, str]:
         cells = {f: suite.Cell("s", f, "cnn-mnist", "digits-28", "cpu", 1, 0, 1, 32, 1, 60.0)
                  for f in ("jax", "pytorch")}
-        return {f: runner.resolve(cell, tmp_path).hash for f, cell in cells.items()}
+        return {f: cell_config.resolve(cell, tmp_path).hash for f, cell in cells.items()}
 
     before = hashes()
-    assert runner.resolve(suite.Cell("s", "jax", "cnn-mnist", "digits-28", "cpu", 1, 0, 1, 32, 1, 60.0),
+    assert cell_config.resolve(suite.Cell("s", "jax", "cnn-mnist", "digits-28", "cpu", 1, 0, 1, 32, 1, 60.0),
                           tmp_path).config["worker_source"] == sources.framework_source("jax")
     real = sources.framework_source
     monkeypatch.setattr(sources, "framework_source", lambda f: "fixed" if f == "jax" else real(f))

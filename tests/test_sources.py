@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from dlbench import envs, sources
+from dlbench.harness.environments import envs, sources
 
-PACKAGE = Path(sources.__file__).parent
+PACKAGE = sources.PACKAGE_DIR
 
 
 def names(paths: list[Path], root: Path = PACKAGE) -> set[str]:
@@ -14,17 +14,19 @@ def names(paths: list[Path], root: Path = PACKAGE) -> set[str]:
 
 
 def test_the_closure_follows_the_workers_imports_and_nothing_of_the_harness() -> None:
-    files = names(sources.closure([*sources.ENTRY_POINTS, "dlbench.frameworks.pytorch",
-                                   "dlbench.frameworks.pytorch_detector"]))
-    detection = {f"detection/{name}.py" for name in ("__init__", "boxes", "nms", "pipeline", "targets", "voc_eval")}
-    assert files == {"worker.py", "probe.py", "frameworks/base.py", "frameworks/detector.py", "frameworks/pytorch.py",
-                     "frameworks/pytorch_detector.py", "models/init.py", "models/ir.py", "protocol.py", *detection}
+    adapter = "dlbench.worker.frameworks.pytorch.adapter"
+    files = names(sources.closure([*sources.ENTRY_POINTS, *sources.package_modules(adapter)]))
+    detection = {f"shared/detection/{name}.py" for name in ("__init__", "boxes", "nms", "pipeline", "targets",
+                                                             "voc_eval")}
+    pytorch = {f"worker/frameworks/pytorch/{name}.py" for name in ("adapter", "detector", "peak")}
+    assert files == {"worker/train.py", "worker/probe.py", "worker/peak.py", "worker/base.py", "worker/detector.py",
+                     *pytorch, "shared/init.py", "shared/ir.py", "shared/protocol.py", *detection}
 
 
 def test_imports_are_read_at_any_depth_and_from_imports_name_their_submodules() -> None:
-    source = "import os\nfrom dlbench.frameworks import base\ndef f():\n    from dlbench.models.ir import x\n"
-    assert sources.imported_modules(source) == {"os", "dlbench.frameworks", "dlbench.frameworks.base",
-                                                "dlbench.models.ir", "dlbench.models.ir.x"}
+    source = "import os\nfrom dlbench.worker import base\ndef f():\n    from dlbench.shared.ir import x\n"
+    assert sources.imported_modules(source) == {"os", "dlbench.worker", "dlbench.worker.base",
+                                                "dlbench.shared.ir", "dlbench.shared.ir.x"}
 
 
 def copy_of_the_package(folder: Path, edit: str | None = None) -> Path:
@@ -38,28 +40,28 @@ def copy_of_the_package(folder: Path, edit: str | None = None) -> Path:
 
 
 def digests(package: Path) -> dict[str, str]:
-    return {name: sources.worker_source(f"dlbench.frameworks.{name}:Adapter", package)
+    return {name: sources.worker_source(f"dlbench.worker.frameworks.{name}.adapter:Adapter", package)
             for name in ("pytorch", "jax_flax")}
 
 
 def test_an_adapters_change_changes_its_digest_only(tmp_path: Path) -> None:
     before = digests(copy_of_the_package(tmp_path / "a"))
     assert before == digests(copy_of_the_package(tmp_path / "b"))  # the same files, the same digest
-    after = digests(copy_of_the_package(tmp_path / "c", "frameworks/jax_flax.py"))
+    after = digests(copy_of_the_package(tmp_path / "c", "worker/frameworks/jax_flax/adapter.py"))
     assert after["jax_flax"] != before["jax_flax"] and after["pytorch"] == before["pytorch"]
-    detector = digests(copy_of_the_package(tmp_path / "d", "frameworks/pytorch_detector.py"))
+    detector = digests(copy_of_the_package(tmp_path / "d", "worker/frameworks/pytorch/detector.py"))
     assert detector["pytorch"] != before["pytorch"] and detector["jax_flax"] == before["jax_flax"]
 
 
 def test_a_shared_worker_module_changes_every_digest(tmp_path: Path) -> None:
     before = digests(copy_of_the_package(tmp_path / "a"))
-    after = digests(copy_of_the_package(tmp_path / "b", "frameworks/base.py"))
+    after = digests(copy_of_the_package(tmp_path / "b", "worker/base.py"))
     assert all(after[name] != before[name] for name in before)
 
 
 def test_harness_code_changes_no_digest(tmp_path: Path) -> None:
     before = digests(copy_of_the_package(tmp_path / "a"))
-    assert digests(copy_of_the_package(tmp_path / "b", "store.py")) == before
+    assert digests(copy_of_the_package(tmp_path / "b", "harness/store.py")) == before
 
 
 def test_code_state_of_runs_and_certificates(monkeypatch: pytest.MonkeyPatch) -> None:

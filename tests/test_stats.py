@@ -4,9 +4,9 @@ import pytest
 from analysis_runs import noisy, run_dict
 from scipy import stats as scipy_stats
 
-from dlbench.analysis import stats
-from dlbench.analysis.stats import Estimate, estimate, holm, pairwise, ratio, repetitions_needed
-from dlbench.analysis.summary import speed_ratios, summarise
+from dlbench.harness.analysis import stats
+from dlbench.harness.analysis.stats import Estimate, estimate, holm, pairwise, ratio, repetitions_needed
+from dlbench.harness.analysis.summary import speed_ratios, summarise
 
 
 def test_estimate_of_one_value_has_no_interval_and_equal_values_a_point():

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dlbench.monitor import Sample
-from dlbench.store import SCHEMA_VERSION, Store, StoreError
+from dlbench.harness.measure.monitor import Sample
+from dlbench.harness.store import SCHEMA_VERSION, Store, StoreError
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = REPO / ".venv" / "bin" / "python"
@@ -305,7 +305,7 @@ def test_a_file_that_is_not_a_database_is_reported(tmp_path: Path) -> None:
 WRITER = f"""
 import sys
 from pathlib import Path
-from dlbench.store import Store
+from dlbench.harness.store import Store
 store = Store(Path(sys.argv[1]))
 print("ready", flush=True)
 run = {{"cell_hash": "h", "framework": "f", "workload": "w", "status": "ok", "config": {{"x": 1}}}}

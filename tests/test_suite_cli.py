@@ -6,9 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from dlbench import data, envs, runner, suite
-from dlbench.cli import main
-from dlbench.suite import SuiteError
+from dlbench.harness import data
+from dlbench.harness.cli import main
+from dlbench.harness.environments import envs
+from dlbench.harness.plan import suite
+from dlbench.harness.plan.suite import SuiteError
+from dlbench.harness.run import cell_config
 
 KNOWN = ", ".join(envs.RECIPES) + " (optionally name@version)"
 
@@ -326,9 +329,9 @@ def test_plan_overrides(tmp_path, two_frameworks):
 def test_a_cell_without_threads_gets_the_cores_of_the_machine_that_runs_it(tmp_path):
     [cell] = suite.plan(suite.load("quick"), ["pytorch"], ["cnn-mnist"])
     assert cell.threads is None
-    assert runner.resolve(cell, tmp_path).config["threads"] == os.cpu_count()
-    assert runner.resolve(cell, tmp_path, cores=5).config["threads"] == 5  # a Ray node's
-    assert runner.resolve(dataclasses.replace(cell, threads=1), tmp_path, cores=5).config["threads"] == 1
+    assert cell_config.resolve(cell, tmp_path).config["threads"] == os.cpu_count()
+    assert cell_config.resolve(cell, tmp_path, cores=5).config["threads"] == 5  # a Ray node's
+    assert cell_config.resolve(dataclasses.replace(cell, threads=1), tmp_path, cores=5).config["threads"] == 1
 
 
 def test_quick_suite_plan():
@@ -350,6 +353,7 @@ def test_recipe_digest_covers_set_fields_but_not_defaults():
     assert dataclasses.replace(base, packages=("numpy<2",)).digest() != base.digest()
     # whether the adapter compiles into a cache is not what the environment is built from
     assert dataclasses.replace(base, uses_compile_cache=True).digest() == base.digest()
+    assert dataclasses.replace(base, adapter="elsewhere:Adapter").digest() == base.digest()  # code, not a build
 
 
 def test_the_executor_field_and_its_errors(capsys, tmp_path):

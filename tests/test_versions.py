@@ -13,15 +13,15 @@ from pathlib import Path
 import guard
 import pytest
 
-from dlbench import env_disk, envs
-from dlbench.envs import EnvError, Recipe
-from dlbench.store import Store
+from dlbench.harness.environments import disk, envs
+from dlbench.harness.environments.envs import EnvError, Recipe
+from dlbench.harness.store import Store
 
 OLDER_JAX = "jax@0.6.2"  # the one older version the tests build: jaxlib's wheel, about 80 MB from PyPI
 
 
 def dlbench(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return guard.run([sys.executable, "-m", "dlbench.cli", *args], 1800, env=env)
+    return guard.run([sys.executable, "-m", "dlbench", *args], 1800, env=env)
 
 
 @pytest.mark.parametrize("spec, message", [
@@ -146,8 +146,8 @@ def fake_environment(root: Path, folder: str, used_days_ago: float | None, built
     info.write_text(json.dumps({"framework": folder.partition("@")[0], "packages": {"jax": "0.6.2"}}))
     os.utime(info, (time.time() - built_days_ago * 86400,) * 2)
     if used_days_ago is not None:
-        (path / env_disk.USED_STAMP).touch()
-        os.utime(path / env_disk.USED_STAMP, (time.time() - used_days_ago * 86400,) * 2)
+        (path / disk.USED_STAMP).touch()
+        os.utime(path / disk.USED_STAMP, (time.time() - used_days_ago * 86400,) * 2)
     return path
 
 
@@ -180,7 +180,7 @@ def test_disk_usage_counts_hard_linked_files_apart(tmp_path):
     (tmp_path / "b").write_bytes(b"y" * 300)
     os.link(tmp_path / "a", tmp_path.parent / f"{tmp_path.name}-link")  # shared, as with uv's cache
     try:
-        assert env_disk.disk_usage(tmp_path) == (1300, 300)
+        assert disk.disk_usage(tmp_path) == (1300, 300)
     finally:
         (tmp_path.parent / f"{tmp_path.name}-link").unlink()
 

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from sides import SHARED, WORKER
 
-from dlbench import envs
-from dlbench.frameworks.base import epoch_order
-from dlbench.models.init import canonical_init
-from dlbench.runner import PACKAGE_PARENT
-from dlbench.workloads import WORKLOADS
+from dlbench.harness.environments import envs
+from dlbench.harness.plan.workloads import WORKLOADS
+from dlbench.harness.run.launch import PACKAGE_PARENT
+from dlbench.shared.init import canonical_init
+from dlbench.worker.base import epoch_order
 
 WORKER_SIDE = [*WORKER, *SHARED]
 OLD_NUMPY = "numpy==1.17.5"  # the 1.17 line is the oldest with Python 3.8 wheels; legacy envs pin < 1.24
@@ -24,9 +24,9 @@ SMALL_META = {"lstm-imdb": {"vocab_size": 300, "seq_len": 20}, "lstm-ptb": {"voc
 DRAW = """
 import json, sys
 import numpy as np
-import dlbench.worker
-from dlbench.frameworks.base import epoch_order
-from dlbench.models.init import canonical_init
+import dlbench.worker.train
+from dlbench.worker.base import epoch_order
+from dlbench.shared.init import canonical_init
 models = json.load(sys.stdin)
 out = {}
 for name, model in models.items():
@@ -74,11 +74,11 @@ def test_python_3_8_and_old_numpy_draw_identical_weights_and_order(python38, tmp
 DETECTION = """
 import sys
 import numpy as np
-from dlbench.detection.boxes import shifted_anchors
-from dlbench.detection.nms import nms
-from dlbench.detection.pipeline import roi_align_plan
-from dlbench.detection.targets import roi_targets, rpn_targets
-from dlbench.detection.voc_eval import voc_map
+from dlbench.shared.detection.boxes import shifted_anchors
+from dlbench.shared.detection.nms import nms
+from dlbench.shared.detection.pipeline import roi_align_plan
+from dlbench.shared.detection.targets import roi_targets, rpn_targets
+from dlbench.shared.detection.voc_eval import voc_map
 gt = np.array([[100, 100, 300, 400], [400, 50, 700, 250], [30, 420, 90, 590]], np.float32)
 rng = np.random.RandomState(11)
 corners = rng.uniform(0, 500, (300, 2))
@@ -120,11 +120,16 @@ def test_python_3_8_and_old_numpy_compute_identical_detection_targets(python38, 
 
 
 IMPORT_WORKER = """
-import sys
+import importlib, sys
 import numpy
-import dlbench.probe
-import dlbench.worker
-print("%d.%d.%d" % sys.version_info[:3], numpy.__version__, dlbench.worker.load_adapter_class(sys.argv[1]).name)
+import dlbench.worker.peak
+import dlbench.worker.probe
+import dlbench.worker.train
+from dlbench.worker.base import sibling_module
+name = dlbench.worker.train.load_adapter_class(sys.argv[1]).name
+for module in ("detector", "peak"):  # loaded by name beside the adapter
+    importlib.import_module(sibling_module(sys.argv[1], module))
+print("%d.%d.%d" % sys.version_info[:3], numpy.__version__, name)
 """
 
 

@@ -7,7 +7,7 @@ their steady epoch times says whether an adapter is as fast as the framework's u
 Run with the harness's Python (dlbench importable). For each pair it runs dlbench's cell as `dlbench run`
 does (runner.resolve and runner.run_cell: the worker through the executor, in a throwaway results
 folder), then the program in the same framework environment's Python with the worker's variables
-(runner.worker_environment: threads, HOME and caches in its own run folder), on the same prepared
+(launch.worker_environment: threads, HOME and caches in its own run folder), on the same prepared
 arrays for the same epochs and batch size. The contract a program follows is in README.md here.
 """
 from __future__ import annotations
@@ -26,11 +26,14 @@ from pathlib import Path
 
 import numpy as np
 
-from dlbench import data, envs
-from dlbench.data.prepared import VOCAB_FILE, Built, load_prepared, write_prepared
-from dlbench.runner import Options, resolve, run_cell, worker_environment
-from dlbench.suite import ALLOCATORS, Cell
-from dlbench.workloads import get_workload
+from dlbench.harness import data
+from dlbench.harness.data.prepared import VOCAB_FILE, Built, load_prepared, write_prepared
+from dlbench.harness.environments import envs
+from dlbench.harness.plan.suite import ALLOCATORS, Cell
+from dlbench.harness.plan.workloads import get_workload
+from dlbench.harness.run.cell_config import Options, resolve
+from dlbench.harness.run.launch import worker_environment
+from dlbench.harness.run.one_cell import run_cell
 
 HERE = Path(__file__).resolve().parent
 WORKLOADS = ("cnn-mnist", "lstm-ptb")
@@ -189,7 +192,8 @@ def run_dlbench(framework: str, workload: str, dataset: str, data_dir: Path, res
     cell = Cell(suite="idiomatic", framework=framework, workload=workload, dataset=dataset, device="cpu",
                 repetition=1, seed=seed, epochs=epochs, batch_size=recipe["batch_size"], threads=threads,
                 timeout_s=PROGRAM_TIMEOUT_S, allocator=allocator)
-    run, epoch_rows, _ = run_cell(resolve(cell, data_dir), Options(results, data_dir))
+    ran = run_cell(resolve(cell, data_dir), Options(results, data_dir))
+    run, epoch_rows = ran.run, ran.epochs
     if run["status"] != "ok":
         raise RuntimeError(f"dlbench's {framework} {workload} cell {run['status']}: {run['reason']}\n"
                            f"{run.get('stderr_tail') or ''}")

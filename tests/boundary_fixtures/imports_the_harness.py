@@ -7,11 +7,11 @@ import numpy as np
 import tensorflow
 import torch
 
-from dlbench.frameworks.base import BaseAdapter
+from dlbench.worker.base import BaseAdapter
 
 
 class Adapter(BaseAdapter):
     def evaluate(self, data):
-        from dlbench.analysis import stats
-        from dlbench.store import Store
+        from dlbench.harness.analysis import stats
+        from dlbench.harness.store import Store
         return {"loss": float(np.mean(data.y)), "tools": [Store, stats, json, torch, tensorflow]}

@@ -1,0 +1,3 @@
+"""Everything that runs in dlbench's own environment and never imports a framework: planning (plan),
+framework environments (environments), data, running a plan's cells (run) and measuring them (measure),
+the store, certificates, analysis (read-only) and presentation (present). The command line is cli."""

@@ -1,0 +1,312 @@
+"""Findings in words: per workload x dataset x device, the fastest and the most accurate framework, how
+large the gap is and whether it is shown, and the caveats that apply. Pure functions over cell summaries
+(analysis.summary); nothing here reads a store or a clock.
+
+A framework is ranked above another only when the pairwise test shows the difference (analysis.stats);
+otherwise the sentence says "no difference shown" and names them together.
+"""
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from dlbench.harness.analysis.stats import (
+    NO_DIFFERENCE,
+    TOO_FEW,
+    Family,
+    PairTest,
+    all_pairs,
+    family_tests,
+    repetitions_needed,
+)
+from dlbench.harness.analysis.summary import CellSummary, summarise
+from dlbench.harness.plan.workloads import WORKLOADS
+
+COMPILATION_FACTOR = 3.0  # a first epoch this many times the steady one is mostly compilation or warm-up
+UNCERTIFIED = ("failed", "none")
+
+Key = tuple[str, str | None, str | None]  # workload, dataset, device
+
+
+@dataclass(frozen=True)
+class Finding:
+    workload: str
+    dataset: str | None
+    device: str | None
+    speed: str
+    accuracy: str
+    caveats: tuple[str, ...]
+
+    @property
+    def title(self) -> str:
+        return title(self.workload, self.dataset, self.device)
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """What is ranked, and how its values and gaps read in a sentence."""
+    figure: str  # a CellSummary figure: steady_epoch_s, metric_value
+    what: str  # "steady epoch time"
+    best: str  # "fastest"
+    lower_is_better: bool
+    fmt: Callable[[float], str]
+    gap: Callable[[str, float, float], str]  # (other, best value, other value) -> words
+
+
+def title(workload: str, dataset: str | None, device: str | None) -> str:
+    return f"{workload} on {dataset or '?'} ({device or '?'})"
+
+
+def group(cells: Sequence[CellSummary]) -> dict[Key, list[CellSummary]]:
+    """Cells by workload x dataset x device, in the order they come."""
+    groups: dict[Key, list[CellSummary]] = {}
+    for cell in cells:
+        groups.setdefault(cell.group, []).append(cell)
+    return groups
+
+
+def label(cell: CellSummary, cells: Sequence[CellSummary]) -> str:
+    """The framework's name; with its version where the group holds several versions of it."""
+    versions = {c.framework_version for c in cells if c.framework == cell.framework}
+    return cell.framework if len(versions) == 1 else cell.label
+
+
+def samples(cells: Sequence[CellSummary], figure: str) -> dict[str, list[float]]:
+    """Label -> the figure's values, one per successful run."""
+    return {label(cell, cells): list(cell.samples.get(figure, ())) for cell in cells}
+
+
+def seconds(value: float) -> str:
+    return f"{value:#.3g} s" if value < 100 else f"{value:,.0f} s"
+
+
+def metric_format(metric: str | None) -> Callable[[float], str]:
+    if metric == "accuracy":
+        return lambda value: f"{value * 100:.1f}%"
+    return lambda value: f"{value:.4g}"
+
+
+def higher_is_better(workload: str) -> bool:
+    known = WORKLOADS.get(workload)
+    return known.target["higher_is_better"] if known else True
+
+
+def speed_quantity() -> Quantity:
+    def gap(other: str, best: float, value: float) -> str:
+        return f"{other}, at {seconds(value)}, takes {value / best:.2f}x as long"
+    return Quantity("steady_epoch_s", "steady epoch time", "fastest", True, seconds, gap)
+
+
+def metric_quantity(metric: str | None, higher: bool) -> Quantity:
+    fmt = metric_format(metric)
+
+    def gap(other: str, best: float, value: float) -> str:
+        diff = abs(best - value)
+        if diff == 0:
+            return f"{other}, at {fmt(value)}, is level"
+        size = f"{diff * 100:.1f} points" if metric == "accuracy" else f"{diff:.4g}"
+        return f"{other}, at {fmt(value)}, is {size} {'lower' if higher else 'higher'}"
+    return Quantity("metric_value", f"final {metric or 'metric'}", "most accurate", not higher, fmt, gap)
+
+
+def _test_between(tests: Sequence[PairTest], a: str, b: str) -> PairTest | None:
+    return next((t for t in tests if {t.a, t.b} == {a, b}), None)
+
+
+def _ci(test: PairTest, best: str) -> str:
+    """The ratio other/best's CI, whichever way round the test holds the pair."""
+    r = test.ratio
+    if r.low is None or r.high is None or not r.low > 0:
+        return ""
+    if test.a == best:  # the test's ratio is best/other: invert its interval
+        return f"95% CI of the ratio {1 / r.high:.3g}-{1 / r.low:.3g}; "
+    return f"95% CI of the ratio {r.low:.3g}-{r.high:.3g}; "
+
+
+def ranking(values: Mapping[str, Sequence[float]], quantity: Quantity, tests: Sequence[PairTest]) -> str:
+    """One or two sentences naming the best framework by this quantity, or saying no difference is shown.
+    values: label -> one value per successful run; tests: stats.pairwise over the same values."""
+    present = {name: list(v) for name, v in values.items() if v}
+    if not present:
+        return f"No {quantity.what}: no successful run recorded one."
+    medians = {name: statistics.median(v) for name, v in present.items()}
+    order = sorted(present, key=medians.__getitem__, reverse=not quantity.lower_is_better)
+    best = order[0]
+    if len(order) == 1:
+        return f"Only {best} completed: {quantity.what} {quantity.fmt(medians[best])}; nothing to compare."
+    if all(len(v) == 1 for v in present.values()):
+        others = "; ".join(quantity.gap(o, medians[best], medians[o]) for o in order[1:])
+        return (f"Single runs, {quantity.what}: {best} {quantity.fmt(medians[best])}; {others}. One run each: "
+                f"no interval or test, so no framework is ranked.")
+    pair = {o: _test_between(tests, best, o) for o in order[1:]}
+    behind = [o for o in order[1:] if pair[o] is not None and pair[o].shown]
+    level = [o for o in order[1:] if o not in behind]
+    if not level:
+        runner, test = order[1], pair[order[1]]
+        return (f"{best} is the {quantity.best}: {quantity.what} {quantity.fmt(medians[best])}. "
+                f"The next, {quantity.gap(runner, medians[best], medians[runner])} "
+                f"({_ci(test, best)}shown, Holm-adjusted p = {test.p_adjusted:.2g}).")
+    verdicts = {pair[o].verdict if pair[o] is not None else "not tested" for o in level}
+    if verdicts == {TOO_FEW} and not behind:
+        listed = ", ".join(f"{o} {quantity.fmt(medians[o])}" for o in order)
+        return (f"Too few repetitions to show any difference in {quantity.what}, so no framework is ranked; "
+                f"the medians: {listed}.")
+    reasons = sorted(verdicts - {NO_DIFFERENCE})
+    tied = ", ".join(f"{o} ({quantity.fmt(medians[o])})" for o in level)
+    why = f" ({'; '.join(reasons)})" if reasons else ""
+    sentence = (f"No difference shown in {quantity.what} between {best} ({quantity.fmt(medians[best])}) and "
+                f"{tied}{why}: none of them is ranked above the others.")
+    if behind:
+        sentence += f" Shown behind {best}: {', '.join(f'{o} ({quantity.fmt(medians[o])})' for o in behind)}."
+    return sentence
+
+
+def caveats(cells: Sequence[CellSummary], tests: Sequence[PairTest], comparisons: int | None = None) -> list[str]:
+    """What limits one group's findings: single runs, too few repetitions, stand-in data, uncertified
+    pairs, failed or stopped runs, first epochs dominated by compilation. tests: the speed tests;
+    comparisons: how many Holm's correction covered (default: these tests)."""
+    notes = []
+    single = [label(c, cells) for c in cells if c.n_ok == 1]
+    if single:
+        notes.append(f"Single runs for {', '.join(single)}: their figures are one measurement each, "
+                     f"with no confidence interval or test.")
+    few = [t for t in tests if t.verdict == TOO_FEW]
+    if few:
+        notes.append(_too_few(few, comparisons or len(tests), samples(cells, "steady_epoch_s")))
+    notes += _stand_in_notes(cells[0])
+    notes += _certificate_notes(cells)
+    notes += _failure_notes(cells)
+    notes += _compilation_notes(cells)
+    notes += _cores_notes(cells)
+    return notes
+
+
+def _cores_notes(cells: Sequence[CellSummary]) -> list[str]:
+    """Runs whose steady training kept far fewer or more cores busy than the threads they were given."""
+    flagged = [f"{label(c, cells)} rep {run.repetition} {run.cores_flag}" for c in cells for run in c.runs
+               if run.cores_flag]
+    if not flagged:
+        return []
+    return [f"Threads not used as asked: {'; '.join(flagged)} in the steady epochs' training; their times do not "
+            f"measure the threads the suite set."]
+
+
+def _too_few(few: Sequence[PairTest], comparisons: int, steady: Mapping[str, Sequence[float]]) -> str:
+    smallest = min((t.min_p_possible for t in few if t.min_p_possible is not None), default=None)
+    note = "Too few repetitions to show any difference"
+    if smallest is not None:
+        note += f": the smallest p-value these sample sizes allow is {smallest:.2g}"
+        if comparisons > 1:
+            note += f", before Holm's correction over the {comparisons} comparisons of this report"
+    cvs = [statistics.stdev(v) / statistics.mean(v) for v in steady.values() if len(v) > 1 and statistics.mean(v)]
+    if cvs:
+        cv = statistics.median(cvs)
+        try:
+            needed = f"about {repetitions_needed(cv)}"
+        except ValueError:  # beyond the search's range: the noise swamps a 10% difference
+            needed = "more than a thousand"
+        note += (f". At this run-to-run noise (CV {cv * 100:.1f}% of the steady epoch time), showing a 10% "
+                 f"difference takes {needed} repetitions per framework for one comparison (more where many are "
+                 f"corrected together)")
+    return note + "."
+
+
+def _stand_in_notes(cell: CellSummary) -> list[str]:
+    workload = WORKLOADS.get(cell.workload)
+    if workload is None or not cell.dataset or cell.dataset == workload.study_dataset:
+        return []
+    return [f"{cell.dataset} is not {workload.study_dataset}, the study's dataset for {workload.name}: its "
+            f"{workload.target['metric']} is not comparable with the study's."]
+
+
+def _certificate_notes(cells: Sequence[CellSummary]) -> list[str]:
+    """One note per reason (a failed certificate, none stored), naming the frameworks it applies to."""
+    failed = [label(c, cells) for c in cells if "failed" in c.certificates]
+    missing = [label(c, cells) for c in cells
+               if any(status in UNCERTIFIED for status in c.certificates) and "failed" not in c.certificates]
+    workload = cells[0].workload
+    notes = []
+    for names, why in ((failed, "its certificate failed"),
+                       (missing, "no certificate was stored: run dlbench certify into this results folder")):
+        if names:
+            notes.append(f"{', '.join(names)} held no passing equivalence certificate for {workload} ({why}): "
+                         f"{'it' if len(names) == 1 else 'they'} may not train the same model as the reference, "
+                         f"so {'its' if len(names) == 1 else 'their'} figures are not a like-for-like comparison.")
+    return notes
+
+
+def _failure_notes(cells: Sequence[CellSummary]) -> list[str]:
+    notes = []
+    for cell in cells:
+        for run in cell.runs:
+            if run.status == "ok":
+                continue
+            done = run.epochs_completed
+            stopped = (" before its first epoch" if not done else
+                       f" after {done} of {cell.epochs_planned or '?'} epochs")
+            what = "timed out" if run.status == "timeout" else "failed"
+            runs = f"{len(cell.runs)} run{'s' if len(cell.runs) > 1 else ''}"
+            notes.append(f"{label(cell, cells)}, repetition {run.repetition} (of {runs}): "
+                         f"{what}{stopped}: {run.reason or 'no reason recorded'}.")
+    return notes
+
+
+def _compilation_notes(cells: Sequence[CellSummary]) -> list[str]:
+    notes = []
+    for cell in cells:
+        first, steady = cell.first_epoch_s.median, cell.steady_epoch_s.median
+        if first is not None and steady and first / steady > COMPILATION_FACTOR:
+            notes.append(f"{label(cell, cells)}'s first epoch ({seconds(first)}) takes {first / steady:.1f}x its "
+                         f"steady epoch: compilation or warm-up, which its training time includes.")
+        notes += _compile_cache_notes(cell, cells)
+    return notes
+
+
+def _compile_cache_notes(cell: CellSummary, cells: Sequence[CellSummary]) -> list[str]:
+    """Which first epochs started from a warm compile cache: they are never pooled with cold ones."""
+    if cell.warm:
+        return [f"{label(cell, cells)}'s first epoch with a warm compile cache: compilation done by earlier runs "
+                f"is not included in its first epoch, training time or time to target, which are therefore not "
+                f"comparable with cold ones."]
+    if cell.warm_runs_left_out:
+        left = cell.warm_runs_left_out
+        return [f"{label(cell, cells)}: {left} run{'s' if left > 1 else ''} with a warm compile cache "
+                f"{'are' if left > 1 else 'is'} left out of its first epoch, training time and time to target, "
+                f"which its cold runs give."]
+    return []
+
+
+def _families(cells: Sequence[CellSummary]) -> tuple[Family, Family]:
+    """The speed and the metric comparisons of one workload x dataset x device group."""
+    higher = higher_is_better(cells[0].workload)
+    steady = {k: v for k, v in samples(cells, "steady_epoch_s").items() if v}
+    final = {k: v for k, v in samples(cells, "metric_value").items() if v}
+    return (Family(all_pairs(steady)),
+            Family(all_pairs(final), lower_is_better=not higher, better="more accurate", worse="less accurate"))
+
+
+def group_finding(cells: Sequence[CellSummary], speed_tests: Sequence[PairTest], metric_tests: Sequence[PairTest],
+                  comparisons: int) -> Finding:
+    """The finding of one workload x dataset x device (its cells all share that group), from its tests;
+    comparisons: how many the report corrected together."""
+    first = cells[0]
+    speed, metric = speed_quantity(), metric_quantity(first.metric_name, higher_is_better(first.workload))
+    steady, final = samples(cells, speed.figure), samples(cells, metric.figure)
+    return Finding(first.workload, first.dataset, first.device, ranking(steady, speed, speed_tests),
+                   ranking(final, metric, metric_tests), tuple(caveats(cells, speed_tests, comparisons)))
+
+
+def findings(cells: Sequence[CellSummary], seed: int = 0) -> list[Finding]:
+    """One finding per workload x dataset x device of the summaries. Every comparison that the findings
+    make, of speed and of the metric in every group, is one family for Holm's correction: a claim
+    holds at 5 % over the whole report, not over each sentence."""
+    groups = list(group(cells).values())
+    families = [family for group_cells in groups for family in _families(group_cells)]
+    tests = family_tests(families, seed=seed)
+    comparisons = sum(len(family.pairs) for family in families)
+    return [group_finding(group_cells, tests[2 * i], tests[2 * i + 1], comparisons)
+            for i, group_cells in enumerate(groups)]
+
+
+def findings_of_runs(runs: list[dict], seed: int = 0) -> list[Finding]:
+    """findings() of the runs as Store.runs() returns them."""
+    return findings(summarise(runs, seed), seed)

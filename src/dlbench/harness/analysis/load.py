@@ -1,0 +1,48 @@
+"""Reading the runs of a results folder or store file, with errors that name the path."""
+from pathlib import Path
+
+from dlbench.harness.store import FILENAME, Store
+
+
+class AnalysisError(ValueError):
+    """Bad input to an analysis: the message names the value and what is accepted."""
+
+
+def store_path(path: Path | str) -> Path:
+    """The store of a results folder (its dlbench.sqlite) or a store file itself; never creates one."""
+    path = Path(path)
+    if path.is_dir():
+        if not (path / FILENAME).is_file():
+            raise AnalysisError(f"no results store in {path} (expected {path / FILENAME}); give a results folder "
+                                "or a dlbench.sqlite file")
+        return path / FILENAME
+    if not path.is_file():
+        raise AnalysisError(f"{path} does not exist; give a results folder or a dlbench.sqlite file")
+    return path
+
+
+def read_runs(path: Path | str) -> list[dict]:
+    """Every run of the store, as Store.runs() gives them (an older store is migrated on opening)."""
+    with Store(store_path(path)) as store:
+        return store.runs()
+
+
+def hardware(run: dict) -> str | None:
+    """The model of what a run computed on: its machine's CPU model, or its GPUs' names for a GPU run;
+    None for runs stored before machines were recorded."""
+    machine = run.get("machine")
+    if not isinstance(machine, dict):
+        return None
+    if run.get("device") == "gpu":
+        return ", ".join(machine.get("gpus") or []) or None
+    return machine.get("cpu_model")
+
+
+def device_with_hardware(runs: list[dict]) -> list[dict]:
+    """The runs as given when they all ran on one hardware model. When they span several (a Ray cluster
+    of mixed nodes, or stores from two machines), each run's device names its model, "cpu: AMD EPYC
+    7B13": summaries, statistics, findings, the report and compare group by device, so runs on different
+    hardware are never pooled, ranked or matched together, and every title and label says which it is."""
+    if len({hardware(run) for run in runs} - {None}) <= 1:  # runs stored before machines were recorded do not count
+        return runs
+    return [dict(run, device=f"{run.get('device') or '?'}: {hardware(run) or 'not recorded'}") for run in runs]

@@ -1,0 +1,185 @@
+"""Stored runs grouped into cells (framework, framework_version, workload, dataset, device), each with the
+estimates of its figures over its successful runs, and speed ratios within each workload x dataset x device.
+
+Statistics use the successful runs only (status ok), one value per run (see stats); failed and
+timed-out runs are kept as what they are: RunBrief rows with status, reason and the epochs they completed.
+The figures that hold the first epoch (FIRST_EPOCH_FIGURES) never pool a run that started from a warm
+compile cache with cold ones: they come from the cell's cold runs when it has any, else from its warm
+runs, and the summary says which (compile_cache).
+"""
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlbench.harness.analysis.stats import Estimate, estimate, ratio
+from dlbench.harness.environments.envs import REFERENCE
+
+FIGURES = ("steady_epoch_s", "train_time_s", "first_epoch_s", "metric_value", "peak_rss_mb", "mean_cpu_percent",
+           "time_to_target_s",  # time_to_target_s: the runs that reached the target only
+           "achieved_gflops", "mfu")  # of the steady epochs; mfu against the GEMM peak measured for the run
+CELL_KEYS = ("framework", "framework_version", "workload", "dataset", "device")
+GROUP_KEYS = ("workload", "dataset", "device")
+TIME_FIGURES = ("steady_epoch_s", "train_time_s", "first_epoch_s")  # lower is better; speed_ratios' metrics
+# the figures that include the first epoch, hence the compilation a warm compile cache leaves out
+FIRST_EPOCH_FIGURES = ("first_epoch_s", "train_time_s", "time_to_target_s")
+NO_ESTIMATE = Estimate(0, None, None, None)
+WARM = "warm"  # a run's compile_cache when it started from a shared cache that already held compiled code
+
+
+@dataclass(frozen=True)
+class RunBrief:
+    """One stored run of a cell, whatever its status."""
+    id: int
+    repetition: int | None
+    plan_position: int | None
+    status: str
+    reason: str | None
+    epochs_completed: int
+    metric_value: float | None  # at the last completed epoch (a timed-out run's too)
+    cores_flag: str | None = None  # "used 0.9 of 2 cores" (measure.cores) when far from the threads asked
+
+
+@dataclass(frozen=True)
+class CellSummary:
+    framework: str
+    framework_version: str | None
+    workload: str
+    dataset: str | None
+    device: str | None
+    metric_name: str | None
+    n_ok: int
+    failures: tuple[tuple[str, str | None], ...]  # (status, reason) of each failed or timed-out run
+    steady_epoch_s: Estimate
+    train_time_s: Estimate
+    first_epoch_s: Estimate
+    metric_value: Estimate
+    peak_rss_mb: Estimate
+    mean_cpu_percent: Estimate
+    time_to_target_s: Estimate  # n: the successful runs that reached the workload's target
+    certificates: tuple[str, ...]  # the distinct certificate statuses of its runs, in run order
+    epochs_completed: tuple[int, ...]  # of each run, in store order (any status)
+    epochs_planned: int | None  # run["config"]["recipe"]["epochs"]
+    runs: tuple[RunBrief, ...]
+    # FIRST_EPOCH_FIGURES come from runs that started from this compile cache: "warm" (every successful run
+    # found compiled code), "cold", or None (not recorded: a framework that compiles into no cache)
+    compile_cache: str | None = None
+    warm_runs_left_out: int = 0  # warm runs kept out of FIRST_EPOCH_FIGURES because cold ones are there
+    achieved_gflops: Estimate = NO_ESTIMATE  # FLOP/s of the steady epochs (peaks.achieved_gflops), in GFLOP/s
+    mfu: Estimate = NO_ESTIMATE  # achieved over the measured GEMM peak; runs without a peak left out
+    # figure -> the successful runs' values, one per run (None left out), for ratios and tests
+    samples: dict[str, tuple[float, ...]] = field(compare=False, default_factory=dict)
+
+    @property
+    def warm(self) -> bool:
+        """Its first epoch, training time and time to target leave out compilation done by earlier runs."""
+        return self.compile_cache == WARM
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in CELL_KEYS)
+
+    @property
+    def group(self) -> tuple[Any, ...]:
+        """workload, dataset, device: the cells whose speeds are compared with each other."""
+        return tuple(getattr(self, name) for name in GROUP_KEYS)
+
+    @property
+    def label(self) -> str:
+        return f"{self.framework} {self.framework_version}" if self.framework_version else self.framework
+
+
+@dataclass(frozen=True)
+class SpeedRatio:
+    """One cell's figure relative to the fastest cell and to the reference in its group."""
+    cell: CellSummary
+    metric: str
+    fastest: CellSummary  # the lowest median of the metric in the group
+    to_fastest: Estimate  # cell / fastest; exactly 1 (and its interval) for the fastest itself
+    reference: CellSummary | None  # REFERENCE in the group, None when it is not there or has no value
+    to_reference: Estimate | None
+
+
+def _sort_key(values: Iterable[Any]) -> tuple[str, ...]:
+    return tuple("" if v is None else str(v) for v in values)
+
+
+def summarise(runs: list[dict], seed: int = 0) -> list[CellSummary]:
+    """Runs as Store.runs() returns them (with "epochs"), grouped by cell; sorted by workload, dataset,
+    device, framework, version."""
+    cells: dict[tuple[Any, ...], list[dict]] = {}
+    for run in runs:
+        cells.setdefault(tuple(run.get(name) for name in CELL_KEYS), []).append(run)
+    summaries = [_summary(key, group, seed) for key, group in cells.items()]
+    return sorted(summaries, key=lambda s: _sort_key((*s.group, s.framework, s.framework_version)))
+
+
+def first_epoch_runs(ok: list[dict]) -> tuple[list[dict], str | None]:
+    """The successful runs whose first epochs one figure may pool, and their compile cache state: the
+    cold (or unrecorded) ones when there are any, else the warm ones."""
+    cold = [run for run in ok if run.get("compile_cache") != WARM]
+    chosen = cold or ok
+    states = {run.get("compile_cache") for run in chosen} - {None}
+    return chosen, (WARM if not cold and ok else "cold" if states else None)
+
+
+def _summary(key: tuple[Any, ...], runs: list[dict], seed: int) -> CellSummary:
+    ok = [run for run in runs if run["status"] == "ok"]
+    pooled, cache = first_epoch_runs(ok)
+    samples = {name: tuple(float(run[name]) for run in (pooled if name in FIRST_EPOCH_FIGURES else ok)
+                           if run.get(name) is not None) for name in FIGURES}
+    planned = {((run.get("config") or {}).get("recipe") or {}).get("epochs") for run in runs} - {None}
+    return CellSummary(
+        **dict(zip(CELL_KEYS, key, strict=True)),
+        metric_name=next((run["metric_name"] for run in runs if run.get("metric_name")), None),
+        n_ok=len(ok),
+        failures=tuple((run["status"], run.get("reason")) for run in runs if run["status"] != "ok"),
+        **{name: estimate(values, seed) for name, values in samples.items()},
+        certificates=tuple(dict.fromkeys(run["certificate"] for run in runs if run.get("certificate"))),
+        epochs_completed=tuple(len(run.get("epochs", ())) for run in runs),
+        epochs_planned=max(planned) if planned else None,
+        runs=tuple(_brief(run) for run in runs),
+        compile_cache=cache, warm_runs_left_out=len(ok) - len(pooled),
+        samples=samples,
+    )
+
+
+def _brief(run: dict) -> RunBrief:
+    return RunBrief(run["id"], run.get("repetition"), run.get("plan_position"), run["status"], run.get("reason"),
+                    len(run.get("epochs", ())), run.get("metric_value"), run.get("cores_flag"))
+
+
+def speed_ratios(summaries_or_runs: Sequence[CellSummary] | Sequence[dict], metric: str = "steady_epoch_s",
+                 reference: str = REFERENCE, seed: int = 0) -> list[SpeedRatio]:
+    """For every cell with a value of `metric` (a time: lower is faster), its ratio to the fastest cell
+    of its workload x dataset x device group (lowest median) and to the reference framework there, each
+    a median ratio with a bootstrap CI resampling both sides' runs. A ratio above 1 is slower. When the
+    reference appears in several versions in one group, the first in sort order (by version text) is it.
+    Whether a gap is shown is a test's business: stats.pairwise over the group's samples."""
+    if metric not in TIME_FIGURES:
+        raise ValueError(f"speed ratios are for times; metric {metric!r} is not one of: {', '.join(TIME_FIGURES)}")
+    summaries = [s for s in _as_summaries(summaries_or_runs, seed) if getattr(s, metric).median is not None]
+    groups: dict[tuple[Any, ...], list[CellSummary]] = {}
+    for summary in summaries:
+        groups.setdefault(summary.group, []).append(summary)
+    result = []
+    for group in groups.values():
+        fastest = min(group, key=lambda s: getattr(s, metric).median)
+        ref = next((s for s in group if s.framework == reference), None)
+        for cell in group:
+            result.append(SpeedRatio(
+                cell, metric, fastest, _ratio_to(cell, fastest, metric, seed), ref,
+                None if ref is None else _ratio_to(cell, ref, metric, seed)))
+    return result
+
+
+def _ratio_to(cell: CellSummary, other: CellSummary, metric: str, seed: int) -> Estimate:
+    if cell is other:  # a cell against itself is 1 by definition, not a bootstrap of two resamplings
+        n = len(cell.samples[metric])
+        return Estimate(n, 1.0, 1.0 if n > 1 else None, 1.0 if n > 1 else None)
+    return ratio(cell.samples[metric], other.samples[metric], seed)
+
+
+def _as_summaries(items: Sequence[CellSummary] | Sequence[dict], seed: int) -> list[CellSummary]:
+    if all(isinstance(item, CellSummary) for item in items):
+        return list(items)  # type: ignore[arg-type]
+    return summarise(list(items), seed)  # type: ignore[arg-type]

@@ -1,0 +1,346 @@
+"""Equivalence certificates: a framework trains the same model as the reference, or dlbench says so.
+
+For a workload, both frameworks load the same canonical weights with dropout off, and on one fixed
+batch their outputs, loss, the gradient of every weight, and every weight after a few optimiser
+steps are compared in canonical layout. A tensor passes when its largest absolute deviation,
+relative to the scale of what it measures, is within the float32 tolerance of its kind. The scale of
+an output is its largest magnitude. A gradient's is the largest gradient of its layer: a bias feeding
+a BatchNorm has a true gradient of zero, so its own magnitude is rounding noise. Weights after the
+steps are measured against the steps themselves (the layer's largest change from the start), not
+against the weights, which would hide a wrong update in the weights' size. BatchNorm's moving
+statistics are among the weights after the steps.
+
+Dropout, off in those comparisons, is checked on its own: each dropout layer's rate, scaling and
+independence of masks, from the framework's output of that layer alone in training mode
+(dropout_requests, dropout_rows).
+"""
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from dlbench.harness.environments import envs, sources
+from dlbench.harness.plan.workloads import Workload
+from dlbench.harness.run.launch import worker_environment
+from dlbench.harness.store import Store
+from dlbench.shared import ir
+from dlbench.shared.detection import pipeline
+from dlbench.shared.init import canonical_init
+from dlbench.shared.ir import input_vocab
+
+BATCH = 16  # BatchNorm over fewer values (cnn-svhn ends at 2x2) turns rounding noise into chaos
+STEPS = 3
+SEED = 0
+# Largest deviation allowed, relative to the reference tensor's largest magnitude, by kind of tensor.
+TOLERANCES = {"output": 1e-4, "loss": 1e-4, "grad": 1e-3, "after": 1e-3}
+# Dropout (dropout_rows): each dropout layer's rate, on this many elements of ones in training mode. The
+# share of zeros has a binomial standard deviation of at most 0.001 there; it may stray DROPOUT_Z of them
+# (a correct layer fails one check in about 1.7 million), and a rate off by a tenth of itself fails.
+DROPOUT_ELEMENTS = 2 ** 18
+DROPOUT_Z = 5.0
+DROPOUT_SCALE_TOLERANCE = 1e-5  # kept values 1/(1-rate), up to float32 rounding of the scale
+DROPOUT_SHAPES = {1: (128,), 2: (8, 32), 3: (4, 4, 16)}  # an input of each rank the workloads drop out
+ABSOLUTE_FLOOR = 1e-7  # a deviation this small passes whatever the tensor's scale (tensors near zero)
+NOISE_FACTOR = 3.0  # beyond tolerance, a tensor still passes within this many times the reference's own error
+# A detector is certified on one image of this short and long side, with this many fixed proposals, and
+# this many anchors and RoIs sampled: small enough for every framework's CI test, big enough for
+# positive anchors and foreground RoIs of both boxes.
+DETECTOR_SIDES = (64, 96)
+DETECTOR_PROPOSALS = 48
+DETECTOR_ANCHORS = 64
+DETECTOR_ROIS = 32
+
+
+class CertifyError(RuntimeError):
+    pass
+
+
+def without_dropout(model: dict) -> dict:
+    return dict(model, layers=[dict(layer, rate=0.0) if layer["type"] == "dropout" else layer
+                               for layer in model["layers"]])
+
+
+def fixed_batch(model: dict, meta: dict, count: int = BATCH) -> tuple[np.ndarray, np.ndarray]:
+    """Inputs and labels from a fixed seed: pixels, token ids, and labels of the workload's task."""
+    rng = np.random.RandomState(SEED)
+    shape = [count, *model["input_shape"]]
+    if model["input_dtype"].startswith("float"):
+        x = rng.randint(0, 256, size=shape).astype(np.uint8)
+    else:
+        x = rng.randint(0, input_vocab(model), size=shape).astype(np.int32)
+    task = meta["task"]
+    if task == "classification":
+        y = rng.randint(0, meta["num_classes"], size=count)
+    elif task == "binary":
+        y = rng.randint(0, 2, size=count)
+    elif task == "language_model":
+        y = rng.randint(0, meta["vocab_size"], size=x.shape)
+    else:  # translation: the last target positions are padding, as in a real padded batch
+        y = rng.randint(1, meta["target_vocab_size"], size=(count, meta["target_len"]))
+        y[:, -2:] = 0
+    return x, y.astype(np.int32)
+
+
+def certified_model(workload: Workload) -> dict:
+    """The model a workload is certified on: its own, dropout off; a detector's on a small canvas
+    (DETECTOR_SIDES), which changes no weight's shape: RoI Align fixes the head's input."""
+    if workload.study_meta["task"] == "detection":
+        short, long = DETECTOR_SIDES
+        return workload.model(dict(workload.study_meta, min_side=short, max_side=long))
+    return without_dropout(workload.model())
+
+
+def detector_request(workload: Workload, folder: Path, exact: bool) -> dict:
+    """A detector's probe: one image of seeded pixels with two boxes, and fixed proposals (seeded boxes
+    inside the image), so that the RPN's anchors and the head's RoIs are sampled once, here, and every
+    framework computes the four losses on the same sample."""
+    name = f"{workload.name}{'-float64' if exact else ''}"
+    model = certified_model(workload)
+    rng = np.random.RandomState(SEED)
+    height, width = model["input_shape"][:2]
+    pixels = rng.randint(0, 256, size=(height, width, 3)).astype(np.uint8)
+    image = pipeline.Image(pipeline.padded(pixels, model, 255.0), height, width,
+                           np.array([[4, 6, 40, 50], [30, 10, 90, 60]], np.float32), np.array([14, 7], np.int32))
+    corners = rng.uniform(0, [width, height], size=(DETECTOR_PROPOSALS, 2))
+    sizes = rng.uniform(8, 48, size=(DETECTOR_PROPOSALS, 2))
+    proposals = pipeline.clip_boxes(np.concatenate([corners, corners + sizes], axis=1), height, width)
+    config = dict(pipeline.SETTINGS, rpn_batch=DETECTOR_ANCHORS, roi_batch=DETECTOR_ROIS)
+    targets = pipeline.train_targets(model, image, proposals.astype(np.float32), rng, config)
+    np.save(folder / f"{name}-x.npy", image.x)
+    np.savez(folder / f"{name}-targets.npz", **targets)
+    out = folder / f"{name}.npz"
+    for stale in (out, out.with_name(out.name + ".error")):
+        stale.unlink(missing_ok=True)
+    return {"kind": "detector", "name": f"{workload.name}{' (float64)' if exact else ''}", "model": model,
+            "recipe": dict(workload.recipe, **({"dtype": "float64"} if exact else {})), "task": "detection",
+            "x": str(folder / f"{name}-x.npy"), "targets": str(folder / f"{name}-targets.npz"), "seed": SEED,
+            "steps": STEPS, "out": str(out)}
+
+
+def _request(workload: Workload, folder: Path, exact: bool) -> dict:
+    """One probe's request: the fixed batch written next to it, the recipe at the batch's size."""
+    if workload.study_meta["task"] == "detection":
+        return detector_request(workload, folder, exact)
+    name = f"{workload.name}{'-float64' if exact else ''}"
+    model = without_dropout(workload.model())
+    x, y = fixed_batch(model, workload.study_meta)
+    np.save(folder / f"{name}-x.npy", x)
+    np.save(folder / f"{name}-y.npy", y)
+    out = folder / f"{name}.npz"
+    for stale in (out, out.with_name(out.name + ".error")):
+        stale.unlink(missing_ok=True)
+    training = dict(workload.recipe, batch_size=len(x), **({"dtype": "float64"} if exact else {}))
+    return {"name": f"{workload.name}{' (float64)' if exact else ''}", "model": model, "recipe": training,
+            "task": workload.study_meta["task"], "x": str(folder / f"{name}-x.npy"),
+            "y": str(folder / f"{name}-y.npy"), "seed": SEED, "steps": STEPS, "out": str(out)}
+
+
+def dropout_model(rate: float, shape: tuple[int, ...]) -> dict:
+    """One dropout layer on an input of `shape`, then a dense layer that the identity passes through
+    (an image is flattened first): the model's output in training mode is the dropout layer's."""
+    layers = [ir.dropout(rate), *([ir.flatten()] if len(shape) == 3 else []), ir.dense(_dropout_units(shape))]
+    return ir.model(shape, "float32", layers)
+
+
+def _dropout_units(shape: tuple[int, ...]) -> int:
+    return int(np.prod(shape)) if len(shape) == 3 else shape[-1]
+
+
+def dropout_requests(workload: Workload, folder: Path) -> list[dict]:
+    """A dropout probe for each dropout layer of the workload: its rate, on an input of its rank."""
+    requests = []
+    for layer, in_shape, _ in ir.infer_shapes(workload.model()):
+        if layer["type"] != "dropout" or layer["rate"] == 0:
+            continue
+        shape = DROPOUT_SHAPES[len(in_shape)]
+        units, count = _dropout_units(shape), DROPOUT_ELEMENTS // int(np.prod(shape))
+        name = f"{workload.name}-{layer['name']}-dropout"
+        x, weights, out = folder / f"{name}-x.npy", folder / f"{name}-weights.npz", folder / f"{name}.npz"
+        np.save(x, np.ones((count, *shape), np.float32))
+        np.savez(weights, **{"dense_1/kernel": np.eye(units, dtype=np.float32),
+                             "dense_1/bias": np.zeros(units, np.float32)})
+        for stale in (out, out.with_name(out.name + ".error")):
+            stale.unlink(missing_ok=True)
+        requests.append({
+            "kind": "dropout", "name": f"{workload.name} {layer['name']} (dropout)", "layer": layer["name"],
+            "rate": layer["rate"], "shape": list(shape), "model": dropout_model(layer["rate"], shape),
+            "recipe": dict(workload.recipe, batch_size=count), "task": workload.study_meta["task"], "x": str(x),
+            "weights": str(weights), "seed": SEED, "out": str(out)})
+    return requests
+
+
+def dropout_rows(request: dict, output: np.ndarray) -> list[dict]:
+    """The dropout layer's output on ones, judged: the share of zeros is its rate within DROPOUT_Z
+    binomial standard deviations; every kept value is 1/(1-rate); no line along any axis is dropped
+    whole more often than independent masks would drop it (channel-wise or time-shared masks would)."""
+    rate, shape = request["rate"], tuple(request["shape"])
+    values = np.asarray(output, np.float64).reshape(-1, *shape)
+    dropped = values == 0
+    prefix = f"dropout/{request['layer']}/"
+    share = float(dropped.mean())
+    allowed = DROPOUT_Z * np.sqrt(rate * (1 - rate) / dropped.size)
+    rows = [_dropout_row(prefix + "zeros", abs(share - rate), rate, allowed)]
+    scale = 1 / (1 - rate)
+    kept = values[~dropped]
+    rows.append(_dropout_row(prefix + "scale", float(np.max(np.abs(kept - scale), initial=0.0)), scale,
+                             DROPOUT_SCALE_TOLERANCE * scale))
+    # For each axis, the share of lines along it that are all zeros, over what independent masks allow;
+    # the row shows the axis that comes closest to failing.
+    lines = []
+    for axis in range(1, values.ndim):
+        whole = dropped.all(axis=axis)
+        expected = rate ** shape[axis - 1]
+        lines.append((float(whole.mean()) - expected, DROPOUT_Z * np.sqrt(expected * (1 - expected) / whole.size)))
+    excess, allowed = max(lines, key=lambda line: line[0] - line[1])
+    rows.append(_dropout_row(prefix + "independence", max(excess, 0.0), rate, allowed))
+    return rows
+
+
+def _dropout_row(tensor: str, deviation: float, scale: float, allowed: float) -> dict:
+    allowed = max(allowed, ABSOLUTE_FLOOR * scale)  # independent masks all but never drop a long line whole
+    return {"tensor": tensor, "kind": "dropout", "tolerance": allowed / scale, "max_abs": deviation,
+            "max_rel": deviation / scale, "passed": bool(deviation <= allowed)}
+
+
+def probe_many(framework: str, probes: list[tuple[Workload, bool]], workdir: Path) -> list[dict[str, np.ndarray]]:
+    """Runs dlbench.worker.probe once in the framework's environment for every (workload, exact) probe, in
+    order; `exact` asks for float64 (the reference can)."""
+    folder = probe_folder(framework, workdir)
+    return run_probes(framework, [_request(workload, folder, exact) for workload, exact in probes], workdir)
+
+
+def probe_folder(framework: str, workdir: Path) -> Path:
+    folder = workdir / framework
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def run_probes(framework: str, requests: list[dict], workdir: Path) -> list[dict[str, np.ndarray]]:
+    """Runs dlbench.worker.probe once in the framework's environment for every request, in order. Compiled
+    code is shared by every probe of one workdir (its compile cache): certification times nothing, so
+    a warm cache changes no verdict."""
+    env = envs.require(framework)
+    recipe = envs.get_recipe(framework)
+    folder = probe_folder(framework, workdir)
+    requests = [dict(request, adapter=recipe.adapter) for request in requests]
+    (folder / "requests.json").write_text(json.dumps(requests))
+    variables = dict(recipe.worker_env, DLBENCH_COMPILE_CACHE=str(workdir / "compile-cache"))
+    done = subprocess.run([str(env.python), "-m", "dlbench.worker.probe", str(folder / "requests.json")],
+                          capture_output=True, text=True, cwd=folder, timeout=1800 * len(requests),
+                          env=worker_environment(folder, 1, variables))
+    arrays = []
+    for request in requests:
+        out, error = Path(request["out"]), Path(request["out"] + ".error")
+        if not out.is_file():
+            detail = error.read_text() if error.is_file() else done.stderr
+            raise CertifyError(f"{framework} {request['name']}: the probe failed (exit {done.returncode}):\n"
+                               f"{detail[-3000:]}")
+        with np.load(out) as loaded:
+            arrays.append(dict(loaded))
+    return arrays
+
+
+def reference_probes(workloads: list[Workload], workdir: Path) -> dict[str, tuple[dict, dict]]:
+    """The reference's probes of each workload, in float32 and float64, from one process."""
+    arrays = probe_many(envs.REFERENCE, [(w, exact) for w in workloads for exact in (False, True)], workdir)
+    return {w.name: (arrays[2 * i], arrays[2 * i + 1]) for i, w in enumerate(workloads)}
+
+
+def scales(reference: dict[str, np.ndarray], start: dict[str, np.ndarray] | None) -> dict[str, float]:
+    """What each tensor's deviation is measured against (see the module's docstring)."""
+    def measured(name: str) -> np.ndarray:
+        if name.startswith("after/") and start:
+            return reference[name] - start[name[len("after/"):]]
+        return reference[name]
+
+    own = {name: float(np.max(np.abs(measured(name)), initial=0.0)) for name in reference}
+    layer = {}  # "grad/conv2d_1" -> the largest of that layer's tensors
+    for name, value in own.items():
+        if name.count("/") == 2:
+            key = name.rsplit("/", 1)[0]
+            layer[key] = max(layer.get(key, 0.0), value)
+    return {name: layer.get(name.rsplit("/", 1)[0], value) if name.count("/") == 2 else value
+            for name, value in own.items()}
+
+
+def _max_abs(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.max(np.abs(a.astype(np.float64) - b), initial=0.0))
+
+
+def compare(reference: dict[str, np.ndarray], candidate: dict[str, np.ndarray],
+            start: dict[str, np.ndarray] | None = None, exact: dict[str, np.ndarray] | None = None) -> list[dict]:
+    """One row per reference tensor; a tensor the candidate lacks or shapes differently fails.
+    `start` holds the canonical weights the steps began from; `exact`, the reference in float64."""
+    rows = []
+    scale_of = scales(reference, start)
+    for name, expected in reference.items():
+        kind = name.split("/")[0]
+        row = {"tensor": name, "kind": kind, "tolerance": TOLERANCES[kind], "max_abs": None, "max_rel": None}
+        got = candidate.get(name)
+        if got is None or got.shape != expected.shape:
+            row.update(passed=False, problem="missing" if got is None else f"shape {got.shape} != {expected.shape}")
+        else:
+            deviation = _max_abs(got, expected)
+            scale = scale_of[name]
+            relative = deviation / scale if scale > 0 else (0.0 if deviation == 0 else float("inf"))
+            row.update(max_abs=deviation, max_rel=relative,
+                       passed=bool(deviation <= ABSOLUTE_FLOOR or relative <= TOLERANCES[kind]))
+            if exact is not None and not row["passed"]:
+                # Where float32 itself is unstable (BatchNorm of near-constant channels, near-ties in
+                # pooling), judge by the exact result: no further from it than the reference is.
+                noise, off = _max_abs(expected, exact[name]), _max_abs(got, exact[name])
+                row.update(reference_error=noise, error=off, passed=bool(off <= NOISE_FACTOR * noise))
+        rows.append(row)
+    return rows
+
+
+def _share_of_tolerance(row: dict) -> float:
+    if row["max_abs"] is None:
+        return float("inf")
+    return 0.0 if row["max_abs"] <= ABSOLUTE_FLOOR else row["max_rel"] / row["tolerance"]
+
+
+def certificate(framework: str, workload: Workload, rows: list[dict]) -> dict:
+    worst = max(rows, key=lambda row: (not row["passed"], _share_of_tolerance(row)))
+    env, reference_env = envs.require(framework), envs.require(envs.REFERENCE)
+    return {
+        "framework": envs.framework_name(framework), "framework_version": env.version(),
+        "framework_env": env.packages_digest(),
+        "reference": envs.REFERENCE, "reference_version": reference_env.version(), "workload": workload.name,
+        "passed": all(r["passed"] for r in rows), "worst_tensor": worst["tensor"],
+        "worst_scaled_deviation": worst["max_rel"], "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "deviations": rows, "worker_source": sources.framework_source(framework),
+        "reference_source": sources.framework_source(envs.REFERENCE),
+    }
+
+
+def certify(frameworks: list[str], workloads: list[Workload], store: Store, workdir: Path,
+            progress: Callable[[dict], None], reference: dict[str, tuple[dict, dict]] | None = None) -> list[dict]:
+    """Certifies every framework x workload pair against the reference and stores each certificate.
+    One probe process per framework serves all the workloads. `reference`, the reference's probes
+    (reference_probes) of these workloads, when already at hand."""
+    for framework in [envs.REFERENCE, *frameworks]:
+        envs.require(framework)
+    if reference is None:
+        reference = reference_probes(workloads, workdir)
+    results = []
+    for framework in frameworks:
+        folder = probe_folder(framework, workdir)
+        dropout = {workload.name: dropout_requests(workload, folder) for workload in workloads}
+        weight_probes = [_request(workload, folder, False) for workload in workloads]
+        arrays = run_probes(framework, weight_probes + [r for w in workloads for r in dropout[w.name]], workdir)
+        dropout_outputs = iter(arrays[len(workloads):])
+        for workload, candidate in zip(workloads, arrays[:len(workloads)], strict=True):
+            float32, exact = reference[workload.name]
+            start = canonical_init(certified_model(workload), SEED)
+            rows = compare(float32, candidate, start, exact)
+            for request in dropout[workload.name]:
+                rows += dropout_rows(request, next(dropout_outputs)["output"])
+            cert = certificate(framework, workload, rows)
+            store.save_certificate(cert)
+            progress(cert)
+            results.append(cert)
+    return results

@@ -1,0 +1,433 @@
+"""dlbench's command line: thin wrappers over the modules that do the work."""
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from dlbench.harness import certify, data
+from dlbench.harness.analysis import compare
+from dlbench.harness.analysis.load import AnalysisError
+from dlbench.harness.data import DatasetError
+from dlbench.harness.environments import disk, envs
+from dlbench.harness.environments.envs import EnvError
+from dlbench.harness.plan import suite
+from dlbench.harness.plan.initial_weights import WeightsError
+from dlbench.harness.plan.suite import SuiteError
+from dlbench.harness.plan.workloads import WORKLOADS, WorkloadError, get_workload
+from dlbench.harness.present import comparison, listing, progress
+from dlbench.harness.run import ExecutorError, local
+from dlbench.harness.run.cell_config import Options
+from dlbench.harness.store import FILENAME, Store, StoreError
+from dlbench.shared import ir
+
+DEFAULT_RESULTS = Path("dlbench-results")
+USER_ERRORS = (SuiteError, WorkloadError, EnvError, DatasetError, StoreError, certify.CertifyError, AnalysisError,
+               ExecutorError, WeightsError)
+
+
+def data_dir(args: argparse.Namespace) -> Path:
+    if getattr(args, "data_dir", None):
+        return Path(args.data_dir)
+    return Path(os.environ.get("DLBENCH_DATA") or envs.dlbench_home() / "data")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    chosen = suite.load(args.suite)
+    cells = suite.plan(chosen, args.framework, args.workload, args.device, args.repeat, args.epochs,
+                       args.compile_cache, args.allocator, args.gpu_memory, args.threads)
+    # absolute: workers run inside their run folders
+    options = Options(Path(args.results).resolve(), data_dir(args).resolve(), args.force, args.timeout,
+                      args.memory_limit_mb)
+    executor = args.executor or chosen.executor
+    where = f" on the Ray cluster at {args.address or 'a new local Ray'}" if executor == "ray" else ""
+    print(f"suite {chosen.name}: {len(cells)} cells{where}; results in {options.results}")
+    with progress.display(cells, args.plain) as shown:
+        if executor == "ray":
+            counts, hashes = run_on_ray(cells, options, shown, args)
+        else:
+            counts, hashes = local.run_plan(cells, options, shown)
+    with Store(options.results / FILENAME) as store:
+        latest = {run["cell_hash"]: run for run in store.runs()}  # runs come oldest first
+    print()
+    print(listing.table([latest[h] for h in hashes if h in latest]))
+    print()
+    print(", ".join(f"{n} {k}" for k, n in counts.items() if n))
+    print(f"results: {options.results / 'dlbench.sqlite'} (dlbench results --results {args.results})")
+    return 0 if counts["failed"] == counts["timeout"] == 0 else 1
+
+
+def run_on_ray(cells: list, options: Options, shown, args: argparse.Namespace) -> tuple[dict[str, int], list[str]]:
+    try:
+        from dlbench.harness.run import ray_cluster
+    except ImportError as error:  # pragma: no cover - depends on what is installed
+        raise SuiteError(f"--executor ray needs Ray in dlbench's environment (pip install 'dlbench[ray]'): "
+                         f"{error}") from None
+    node_data = Path(args.node_data_dir).resolve() if args.node_data_dir else None
+    ray_options = ray_cluster.RayOptions(args.address, args.cells_per_node, args.retries, node_data)
+    return ray_cluster.run_plan(cells, options, shown, ray_options)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    rows: list[list[str]] = []
+    if args.what == "workloads":
+        rows.append(["workload", "study dataset", "params", "train GFLOP/sample", "epochs", "batch", "optimizer",
+                     "target", "model"])
+        for w in WORKLOADS.values():
+            model = w.model()
+            target = f"{w.target['metric']} {'>=' if w.target['higher_is_better'] else '<='} {w.target['value']:g}"
+            rows.append([w.name, w.study_dataset, f"{ir.count_params(model):,}", f"{ir.train_flops(model) / 1e9:.3f}",
+                         str(w.recipe["epochs"]), str(w.recipe["batch_size"]), w.recipe["optimizer"]["name"], target,
+                         w.description])
+    elif args.what == "frameworks":
+        rows.append(["framework", "default version", "other versions (name@version)", "CUDA build (--device gpu)",
+                     "environment"])
+        for name, recipe in envs.RECIPES.items():
+            env = envs.environment(name)
+            where = str(env.path) if env.exists() else f"missing: {envs.create_command(name)}"
+            cuda = " ".join(recipe.cuda_packages) or f"none ({envs.create_command(name, 'gpu')} says why)"
+            rows.append([name, f"{recipe.version_package} {recipe.default_version}", recipe.supported or "-", cuda,
+                         where])
+    elif args.what == "datasets":
+        rows.append(["dataset", "task", "status", "source"])
+        for name in data.dataset_names():
+            info = data.describe(name)
+            prepared = (data_dir(args) / "prepared" / name / "meta.json").exists()
+            rows.append([name, info["task"], "prepared" if prepared else "not prepared", info["source"]])
+    else:
+        rows.append(["suite", "description"])
+        rows += [[name, suite.load(name).description] for name in suite.builtin_suites()]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(text.ljust(width) for text, width in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    if args.action == "list":
+        print(env_table())
+        return 0
+    if args.action == "prune":
+        return env_prune(args.older_than, args.dry_run)
+    if args.from_run is not None:
+        if args.action != "create" or args.names or args.all or args.dry_run:
+            raise EnvError("--from-run RUN_ID goes with 'env create' alone (no names, no --all, no --dry-run)")
+        env_from_run(Path(args.results), args.from_run)
+        return 0
+    names = args.names
+    if args.all:  # on a GPU, every framework that has a CUDA build; the others say why not
+        names = [name for name in envs.RECIPES if args.device == "cpu" or envs.RECIPES[name].cuda_packages]
+        for name in sorted(set(envs.RECIPES) - set(names)):
+            print(f"{name}: skipped, no GPU environment: {envs.RECIPES[name].no_cuda}")
+    if not names:
+        raise EnvError(f"name the frameworks (name or name@version), or give --all; known: {', '.join(envs.RECIPES)}")
+    for name in names:  # every name checked before anything is built or removed
+        if args.action == "remove":
+            envs.split_spec(name)  # a version no longer supported can still be removed
+        else:
+            envs.get_recipe(name, args.device)
+    for name in names:
+        if args.action == "create" and args.dry_run:
+            print(f"{envs.folder_name(name, args.device)}: would install")
+            print("".join(f"  {line}\n" for line in envs.resolve(name, args.device)), end="")
+        elif args.action == "create":
+            envs.create(name, args.device)
+        else:
+            folder = disk.remove_folder(name, args.device)
+            print(f"{name}: {f'removed {folder}' if folder else 'no environment to remove'}")
+    return 0
+
+
+def env_from_run(results_dir: Path, run_id: int) -> None:
+    path = results_dir / FILENAME
+    if not path.exists():
+        raise StoreError(f"no results at {path}; pass the --results folder that holds run {run_id}")
+    with Store(path) as store:
+        runs = {run["id"]: run for run in store.runs()}
+        if run_id not in runs:
+            known = f"{min(runs)} to {max(runs)}" if runs else "none"
+            raise StoreError(f"no run {run_id} in {path} (its runs: {known})")
+        run = runs[run_id]
+        # the environment's freeze as the run resolved it: the run's own package list also holds what the
+        # adapter reported importing, by module name ("tensorflow" for the tensorflow-cpu distribution)
+        packages = run["config"]["env_packages"]
+        recorded = store.environment(envs.digest_of(packages)) or {}
+    origin = {"store": str(path.resolve()), "run_id": run_id, "cell_hash": run["cell_hash"],
+              "started_at": run["started_at"]}
+    hashes = recorded.get("hashes")
+    env = envs.create_from_run(run["framework"], run["python"].split()[0], packages, origin,
+                               run["config"]["device"], hashes)
+    checked = env.info()["from_run"]["packages_checked_by_hash"]
+    how = (f"{checked} of them checked against the registry's hashes recorded at its build" if hashes
+           else "pinned by version only: the store recorded no hashes of that environment")
+    print(f"{env.path.name}: rebuilt with run {run_id}'s {len(packages)} packages at {env.path}; {how}")
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:,.0f} MiB"
+
+
+def _days_ago(when: float | None) -> str:
+    if when is None:
+        return "never"
+    hours = (time.time() - when) / 3600
+    return f"{hours:.0f} h ago" if hours < 48 else f"{hours / 24:.0f} days ago"
+
+
+def env_table() -> str:
+    rows = [["environment", "framework", "version", "device", "size", "own", "built", "last run", "status"]]
+    for built in disk.built():
+        size, own = disk.disk_usage(built.folder)
+        rows.append([built.folder.name, built.framework, built.version or "?", built.device, _mib(size), _mib(own),
+                     built.created[:10], _days_ago(built.last_used), built.status])
+    present = {row[0] for row in rows}
+    rows += [[name, name, envs.RECIPES[name].default_version, "-", "-", "-", "-", "-",
+              f"missing: dlbench env create {name}"] for name in envs.RECIPES if name not in present]
+    return listing.aligned(rows) + (f"\nin {envs.env_root()}; own: what removing it frees (the rest is hard-linked "
+                                    "from uv's cache or another environment)")
+
+
+def env_prune(older_than_days: float, dry_run: bool) -> int:
+    if older_than_days < 0:
+        raise EnvError(f"--older-than {older_than_days:g}: expected a number of days >= 0")
+    chosen = disk.stale(older_than_days)
+    for built in chosen:
+        own = disk.disk_usage(built.folder)[1]
+        if not dry_run:
+            disk.delete(built)
+        print(f"{built.folder.name}: {'would remove' if dry_run else 'removed'} ({_mib(own)} freed; "
+              f"last run {_days_ago(built.last_used)})")
+    if not chosen:
+        print(f"no environment unused for {older_than_days:g} days")
+    return 0
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    path = Path(args.results) / FILENAME
+    if not path.exists():
+        raise StoreError(f"no results at {path}; run a suite first (dlbench run) or pass --results DIR")
+    with Store(path) as store:
+        runs, certificates, peaks = store.runs(), store.certificates(), store.peaks()
+    render = {"table": listing.table, "csv": listing.to_csv, "json": listing.to_json}[args.format]
+    print(render(runs))
+    if args.format == "table" and peaks:
+        print()
+        print(listing.peaks_table(peaks))
+    if args.format == "table" and certificates:
+        print()
+        print(listing.certificates_table(certificates))
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Prints the comparison; 1 when a cell breaks --fail-above, else 0."""
+    limit = None if args.fail_above is None else compare.parse_fail_above(args.fail_above)
+    result = compare.compare(args.results, args.versions, args.metric, limit)
+    print(comparison.render(result, limit))
+    return 1 if compare.fails(result) else 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from dlbench.harness.present import report  # matplotlib loads only for this command
+
+    print(report.write(Path(args.results), args.format, Path(args.output) if args.output else None))
+    return 0
+
+
+def cmd_certify(args: argparse.Namespace) -> int:
+    results_dir = Path(args.results).resolve()
+    for name in args.framework or ():
+        envs.get_recipe(name)  # refused before the store is opened or created
+    with Store(results_dir / FILENAME) as store:
+        if args.show:
+            print(listing.certificates_table(store.certificates()))
+            return 0
+        frameworks = args.framework or [name for name in envs.RECIPES if name != envs.REFERENCE]
+        workloads = [get_workload(name) for name in args.workload] if args.workload else list(WORKLOADS.values())
+        workdir = results_dir / "certify" / time.strftime("%Y%m%d-%H%M%S")
+
+        def progress(cert: dict) -> None:
+            verdict = "pass" if cert["passed"] else "FAIL"
+            print(f"{cert['framework']} {cert['workload']}: {verdict} (worst {cert['worst_tensor']}, "
+                  f"relative deviation {cert['worst_scaled_deviation']})", flush=True)
+
+        certificates = certify.certify(frameworks, workloads, store, workdir, progress)
+    print()
+    print(listing.certificates_table(certificates))
+    return 0 if all(cert["passed"] for cert in certificates) else 1
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    from dlbench.harness.data import download, manage
+
+    folder = data_dir(args)
+    if args.action == "list":
+        rows = [["dataset", "task", "status", "size", "source", "licence"]]
+        for name in data.dataset_names():
+            info = data.describe(name)
+            status, size = manage.status(name, folder)
+            rows.append([name, info["task"], status, f"{size / 1e6:,.3f} MB", info["source"], info["licence"]])
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        for row in rows:
+            print("  ".join(text.ljust(width) for text, width in zip(row, widths, strict=True)).rstrip())
+        return 0
+    if args.suite is not None:
+        if args.action not in ("fetch", "verify"):
+            raise DatasetError(f"--suite goes with data fetch or data verify, not data {args.action}")
+        # the suite's datasets, in its order, after any named ones
+        named = list(args.names) + [entry.dataset for entry in suite.load(args.suite).entries]
+        args.names = list(dict.fromkeys(named))
+    if not args.names or (args.action == "path" and len(args.names) != 1):
+        raise DatasetError(f"data {args.action} needs {'one dataset' if args.action == 'path' else 'dataset names'}; "
+                           f"known: {', '.join(data.dataset_names())}")
+    offline = args.offline or download.offline_from_env()
+    for name in args.names:
+        if args.action == "path":
+            print(manage.location(name, folder))
+        elif args.action == "fetch":
+            print("\n".join(manage.fetch(name, folder, offline)), flush=True)
+        else:
+            print("\n".join(manage.verify(name, folder)), flush=True)
+    return 0
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text}")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="dlbench", description=__doc__)
+    commands = top.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="run a suite of benchmark cells")
+    run.add_argument("suite", nargs="?", default="quick", help="built-in suite name or suite file (default: quick)")
+    run.add_argument("-f", "--framework", action="append", help="only these frameworks (repeatable)")
+    run.add_argument("-w", "--workload", action="append", help="only these workloads of the suite (repeatable)")
+    run.add_argument("--device", choices=suite.DEVICES)
+    run.add_argument("--repeat", type=positive_int, help="repetitions per cell")
+    run.add_argument("--epochs", type=positive_int, help="epochs per cell, overriding the suite")
+    run.add_argument("--results", default=str(DEFAULT_RESULTS), help="results folder (default: ./dlbench-results)")
+    run.add_argument("--data-dir", help="data folder (default: $DLBENCH_DATA or ~/.cache/dlbench/data)")
+    run.add_argument("--threads", type=positive_int,
+                     help="threads per cell, overriding the suite (default: the suite's, else the cores of the "
+                          "machine or Ray node that runs the cell)")
+    run.add_argument("--timeout", type=positive_float, help="seconds per cell, overriding the suite")
+    run.add_argument("--memory-limit-mb", type=positive_float,
+                     help="kill a worker whose process tree exceeds this RSS")
+    run.add_argument("--compile-cache", choices=suite.COMPILE_CACHES,
+                     help="cold: every run compiles into its own empty folder; shared: the runs of the results "
+                          "folder share one per framework, each recorded as warm or cold (default: the suite's)")
+    run.add_argument("--allocator", choices=suite.ALLOCATORS,
+                     help="default: glibc's malloc as it comes; retain: it keeps freed memory, so epochs stop "
+                          "paying page faults that vary from run to run (default: the suite's)")
+    run.add_argument("--gpu-memory", choices=suite.GPU_MEMORY,
+                     help="default: each framework's own GPU memory policy; grow: TensorFlow and JAX allocate as they "
+                          "go instead of taking most of the card at start (default: the suite's)")
+    run.add_argument("--executor", choices=suite.EXECUTORS,
+                     help="local: the cells one after another on this machine; ray: spread over a Ray cluster's "
+                          "nodes (default: the suite's, else local)")
+    run.add_argument("--address", help="with --executor ray: the cluster to join (auto, HOST:PORT, ray://HOST:PORT; "
+                                       "default: start a Ray on this machine)")
+    run.add_argument("--cells-per-node", type=positive_int, default=1,
+                     help="with --executor ray: cells measured at once on one node (default 1: a node to itself; "
+                          "more and they measure each other)")
+    run.add_argument("--retries", type=non_negative_int, default=2,
+                     help="with --executor ray: dispatches again of a cell whose node died under it (default 2)")
+    run.add_argument("--node-data-dir",
+                     help="with --executor ray: a data folder every node sees (default: each node's own)")
+    run.add_argument("--force", action="store_true", help="rerun cells that are already complete")
+    run.add_argument("--plain", action="store_true",
+                     help="print progress as plain lines even on a terminal (they always are in a pipe or a log)")
+    run.set_defaults(func=cmd_run)
+
+    listing = commands.add_parser("list", help="list workloads, frameworks, datasets or suites")
+    listing.add_argument("what", choices=("workloads", "frameworks", "datasets", "suites"))
+    listing.add_argument("--data-dir")
+    listing.set_defaults(func=cmd_list)
+
+    env = commands.add_parser("env", help="create, list, remove or prune framework environments")
+    env.add_argument("action", choices=("create", "list", "remove", "prune"))
+    env.add_argument("names", nargs="*", metavar="NAME", help="a framework, or name@version for another version")
+    env.add_argument("--all", action="store_true", help="every known framework at its default version")
+    env.add_argument("--older-than", type=float, default=30, metavar="DAYS",
+                     help="prune: remove environments no run used for this many days (default 30)")
+    env.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                     help="create, remove: the CPU build (default) or the CUDA build of the framework")
+    env.add_argument("--dry-run", action="store_true",
+                     help="create: resolve and list what would be installed, install nothing; "
+                          "prune: list what would be removed, remove nothing")
+    env.add_argument("--from-run", type=int, metavar="RUN_ID",
+                     help="create: rebuild the environment of a stored run with exactly its packages")
+    env.add_argument("--results", default=str(DEFAULT_RESULTS), help="--from-run: results folder holding the run")
+    env.set_defaults(func=cmd_env)
+
+    cert = commands.add_parser("certify", help=f"certify frameworks against the reference ({envs.REFERENCE})")
+    cert.add_argument("-f", "--framework", action="append", help="only these frameworks (default: all others)")
+    cert.add_argument("-w", "--workload", action="append", help="only these workloads (default: all)")
+    cert.add_argument("--results", default=str(DEFAULT_RESULTS), help="results folder holding the store")
+    cert.add_argument("--show", action="store_true", help="show the stored certificates and run nothing")
+    cert.set_defaults(func=cmd_certify)
+
+    dat = commands.add_parser("data", help="list, fetch, verify or locate datasets")
+    dat.add_argument("action", choices=("list", "fetch", "verify", "path"))
+    dat.add_argument("names", nargs="*", metavar="NAME")
+    dat.add_argument("--data-dir", help="data folder (default: $DLBENCH_DATA or ~/.cache/dlbench/data)")
+    dat.add_argument("--suite", metavar="SUITE|FILE", help="also every dataset of this suite (fetch, verify)")
+    dat.add_argument("--offline", action="store_true",
+                     help="never use the network (also DLBENCH_OFFLINE=1); say which files are missing and where")
+    dat.set_defaults(func=cmd_data)
+
+    res = commands.add_parser("results", help="show stored runs")
+    res.add_argument("--results", default=str(DEFAULT_RESULTS))
+    res.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    res.set_defaults(func=cmd_results)
+
+    cmp = commands.add_parser("compare", help="compare two results folders, or two framework versions in one, "
+                              "cell by cell")
+    cmp.add_argument("results", nargs="+", metavar="RESULTS",
+                     help="results folders or dlbench.sqlite files: A B (A before, B after); one with --versions")
+    cmp.add_argument("--versions", nargs=2, metavar=("FRAMEWORK@VERSION_A", "FRAMEWORK@VERSION_B"),
+                     help="compare two framework versions inside one store, e.g. pytorch@2.8.0 pytorch@2.13.0")
+    cmp.add_argument("--metric", default="steady_epoch_s",
+                     help=f"the time compared (default steady_epoch_s); one of: {', '.join(compare.METRICS)}")
+    cmp.add_argument("--fail-above", metavar="PERCENT",
+                     help="exit 1 when a cell of B is slower than A by more than this, e.g. 5%%")
+    cmp.set_defaults(func=cmd_compare)
+
+    rep = commands.add_parser("report", help="write the report of the stored runs: findings, tables, figures")
+    rep.add_argument("--results", default=str(DEFAULT_RESULTS), help="results folder holding the store")
+    rep.add_argument("--format", choices=("html", "md"), default="html",
+                     help="html: one self-contained page (default); md: findings and tables as Markdown")
+    rep.add_argument("--output", help="file to write (default: <results>/report.html or report.md)")
+    rep.set_defaults(func=cmd_report)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except USER_ERRORS as error:
+        print(f"dlbench: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

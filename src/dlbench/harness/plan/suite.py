@@ -1,0 +1,281 @@
+"""Suite files: parsing, validation with file:line messages, and the plan of cells they describe."""
+import random
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dlbench.harness import data
+from dlbench.harness.environments.envs import RECIPES, EnvError, get_recipe
+from dlbench.harness.plan.workloads import WORKLOADS
+
+DEVICES = ("cpu", "gpu")
+# cold: every run compiles into its own empty folder; shared: the runs of one results folder share one
+# compile folder per framework, and each run records whether it found it warm or cold (harness/run/one_cell.py)
+COMPILE_CACHES = ("cold", "shared")
+# default: glibc's malloc as every framework's users run it; retain: it keeps freed memory for reuse
+# (launch.RETAINING_MALLOC), so steps stop faulting their buffers in again, a cost that varies from run to run
+ALLOCATORS = ("default", "retain")
+# default: each framework's own GPU memory policy (TensorFlow and JAX take most of the card at start,
+# PyTorch and MXNet grow as they allocate); grow: every framework allocates as it goes (launch.GROWING_GPU_MEMORY)
+GPU_MEMORY = ("default", "grow")
+EXECUTORS = ("local", "ray")  # where the cells run: this machine, or a Ray cluster's nodes (dlbench.harness.run)
+SUITE_FIELDS = ("name", "description", "frameworks", "device", "repeat", "seed", "threads", "timeout_s",
+                "compile_cache", "allocator", "gpu_memory", "executor", "workloads")
+ENTRY_FIELDS = ("workload", "dataset", "epochs", "batch_size", "weights")
+
+
+class SuiteError(ValueError):
+    pass
+
+
+class _Mapping(dict):
+    """A YAML mapping that remembers the line of each key, for error messages."""
+    line = 0
+    lines: dict[str, int] = {}
+
+
+class _LineLoader(yaml.SafeLoader):
+    pass
+
+
+def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> _Mapping:
+    mapping = _Mapping(loader.construct_mapping(node, deep=True))
+    mapping.line = node.start_mark.line + 1
+    mapping.lines = {key.value: key.start_mark.line + 1 for key, _ in node.value}
+    return mapping
+
+
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+@dataclass(frozen=True)
+class Entry:
+    workload: str
+    dataset: str
+    epochs: int | None
+    batch_size: int | None
+    weights: str | None = None  # an .npz of starting weights (initial_weights.py), absolute
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    description: str
+    frameworks: tuple[str, ...]
+    device: str
+    repeat: int
+    seed: int
+    threads: int | None
+    timeout_s: float
+    entries: tuple[Entry, ...]
+    compile_cache: str = "cold"
+    executor: str = "local"  # one of EXECUTORS; `dlbench run --executor` overrides it
+    allocator: str = "default"  # one of ALLOCATORS; `dlbench run --allocator` overrides it
+    gpu_memory: str = "default"  # one of GPU_MEMORY; `dlbench run --gpu-memory` overrides it
+    # `frameworks: all`: on a GPU, every framework that has a CUDA build (the others have no GPU environment)
+    all_frameworks: bool = False
+
+
+@dataclass(frozen=True)
+class Cell:
+    suite: str
+    framework: str
+    workload: str
+    dataset: str
+    device: str
+    repetition: int
+    seed: int
+    epochs: int
+    batch_size: int
+    threads: int | None
+    timeout_s: float
+    compile_cache: str = "cold"  # one of COMPILE_CACHES
+    allocator: str = "default"  # one of ALLOCATORS
+    gpu_memory: str = "default"  # one of GPU_MEMORY
+    weights: str | None = None  # starting weights (initial_weights.py) instead of the canonical ones
+
+
+def builtin_suites() -> list[str]:
+    folder = resources.files("dlbench.harness.plan") / "suites"
+    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def locate(name_or_path: str) -> Path:
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise SuiteError(f"suite file {path} does not exist")
+        return path
+    if name_or_path not in builtin_suites():
+        raise SuiteError(f"unknown suite {name_or_path!r}; built-in suites: {', '.join(builtin_suites())}; "
+                         "or give the path of a suite file (.yaml)")
+    return Path(str(resources.files("dlbench.harness.plan") / "suites" / f"{name_or_path}.yaml"))
+
+
+class _Checker:
+    def __init__(self, path: Path):
+        self.path = path
+
+    def fail(self, mapping: _Mapping, key: str | None, message: str) -> SuiteError:
+        line = mapping.lines.get(key, mapping.line) if key else mapping.line
+        where = f"field {key!r}: " if key else ""
+        return SuiteError(f"{self.path}:{line}: {where}{message}")
+
+    def known_keys(self, mapping: _Mapping, accepted: tuple[str, ...]) -> None:
+        for key in mapping:
+            if key not in accepted:
+                raise self.fail(mapping, key, f"unknown field; accepted: {', '.join(accepted)}")
+
+    def integer(self, mapping: _Mapping, key: str, default: Any, minimum: int = 1) -> Any:
+        value = mapping.get(key, default)
+        if value is None and default is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.fail(mapping, key, f"expected an integer >= {minimum}, got {value!r}")
+        return value
+
+    def choice(self, mapping: _Mapping, key: str, accepted, default: Any = None) -> Any:
+        value = mapping.get(key, default)
+        if value not in accepted:
+            raise self.fail(mapping, key, f"{value!r} is not one of: {', '.join(accepted)}")
+        return value
+
+
+def parse(path: Path) -> Suite:
+    try:
+        document = yaml.load(path.read_text(), Loader=_LineLoader)
+    except yaml.YAMLError as error:
+        raise SuiteError(f"{path}: not valid YAML: {error}") from None
+    check = _Checker(path)
+    if not isinstance(document, _Mapping):
+        raise SuiteError(f"{path}:1: a suite is a mapping with the fields {', '.join(SUITE_FIELDS)}")
+    check.known_keys(document, SUITE_FIELDS)
+    device = check.choice(document, "device", DEVICES, "cpu")
+    frameworks = document.get("frameworks")
+    all_frameworks = frameworks == "all"
+    if all_frameworks:
+        frameworks = frameworks_for(device)
+    if not isinstance(frameworks, list) or not frameworks:
+        raise check.fail(document, "frameworks", f"expected 'all' or a list of frameworks from: {', '.join(RECIPES)} "
+                         "(optionally name@version)")
+    for framework in frameworks:
+        try:
+            get_recipe(str(framework), device)
+        except EnvError as error:
+            raise check.fail(document, "frameworks", str(error)) from None
+    timeout = document.get("timeout_s", 3600)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        raise check.fail(document, "timeout_s", f"expected a number of seconds > 0, got {timeout!r}")
+    entries = document.get("workloads")
+    if not isinstance(entries, list) or not entries:
+        raise check.fail(document, "workloads", f"expected a non-empty list of mappings with {', '.join(ENTRY_FIELDS)}")
+    return Suite(
+        name=str(document.get("name", path.stem)), description=str(document.get("description", "")),
+        frameworks=tuple(frameworks), device=device,
+        repeat=check.integer(document, "repeat", 1), seed=check.integer(document, "seed", 0, minimum=0),
+        threads=check.integer(document, "threads", None), timeout_s=float(timeout),
+        entries=tuple(_entry(check, document, item) for item in entries),
+        compile_cache=check.choice(document, "compile_cache", COMPILE_CACHES, "cold"),
+        executor=check.choice(document, "executor", EXECUTORS, "local"),
+        allocator=check.choice(document, "allocator", ALLOCATORS, "default"),
+        gpu_memory=check.choice(document, "gpu_memory", GPU_MEMORY, "default"), all_frameworks=all_frameworks,
+    )
+
+
+def frameworks_for(device: str) -> list[str]:
+    """What `frameworks: all` means on the device: every framework, or on a GPU those with a CUDA build."""
+    return [name for name, recipe in RECIPES.items() if device == "cpu" or recipe.cuda_packages]
+
+
+def _entry(check: _Checker, document: _Mapping, item: Any) -> Entry:
+    if not isinstance(item, _Mapping):
+        raise check.fail(document, "workloads", f"each entry is a mapping with the fields {', '.join(ENTRY_FIELDS)}")
+    check.known_keys(item, ENTRY_FIELDS)
+    workload = check.choice(item, "workload", tuple(WORKLOADS))
+    dataset = check.choice(item, "dataset", tuple(data.dataset_names()))
+    task = data.describe(dataset)["task"]
+    if task not in WORKLOADS[workload].tasks:
+        raise check.fail(item, "dataset", f"{dataset!r} is a {task} dataset; {workload} needs "
+                         f"{' or '.join(WORKLOADS[workload].tasks)}")
+    return Entry(workload, dataset, check.integer(item, "epochs", None), check.integer(item, "batch_size", None),
+                 _weights_path(check, item))
+
+
+def _weights_path(check: _Checker, item: _Mapping) -> str | None:
+    """An entry's `weights`, relative to the suite file's folder, or None; the file must exist (what it
+    holds is checked against the model when the plan is resolved)."""
+    if "weights" not in item:
+        return None
+    if not isinstance(item["weights"], str) or not item["weights"]:
+        raise check.fail(item, "weights", "expected the path of an .npz of canonical weights")
+    path = (check.path.parent / item["weights"]).resolve()
+    if not path.is_file():
+        raise check.fail(item, "weights", f"no file {path}")
+    return str(path)
+
+
+def load(name_or_path: str) -> Suite:
+    return parse(locate(name_or_path))
+
+
+def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str] | None = None,
+         device: str | None = None, repeat: int | None = None, epochs: int | None = None,
+         compile_cache: str | None = None, allocator: str | None = None,
+         gpu_memory: str | None = None, threads: int | None = None) -> list[Cell]:
+    """Cells in run order: repetitions outermost, so a slow drift of the machine touches every
+    framework alike rather than all repetitions of one; within a repetition the cells are shuffled
+    (`shuffled`), so no framework always runs first or right after the same neighbour."""
+    if compile_cache is not None and compile_cache not in COMPILE_CACHES:
+        raise SuiteError(f"compile cache {compile_cache!r} is not one of: {', '.join(COMPILE_CACHES)}")
+    if allocator is not None and allocator not in ALLOCATORS:
+        raise SuiteError(f"allocator {allocator!r} is not one of: {', '.join(ALLOCATORS)}")
+    if gpu_memory is not None and gpu_memory not in GPU_MEMORY:
+        raise SuiteError(f"gpu memory policy {gpu_memory!r} is not one of: {', '.join(GPU_MEMORY)}")
+    device = device or suite.device
+    if not frameworks and suite.all_frameworks:
+        frameworks = frameworks_for(device)
+    for name in frameworks or suite.frameworks:
+        try:
+            get_recipe(name, device)
+        except EnvError as error:
+            raise SuiteError(str(error)) from None
+    entries = list(suite.entries)
+    if workloads:
+        present = [e.workload for e in entries]
+        for name in workloads:
+            if name not in WORKLOADS:
+                raise SuiteError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}")
+            if name not in present:
+                raise SuiteError(f"workload {name!r} is not in suite {suite.name!r}; its workloads: "
+                                 f"{', '.join(present)}")
+        entries = [e for e in entries if e.workload in workloads]
+    cells = []
+    for repetition in range(1, (repeat or suite.repeat) + 1):
+        repetition_cells = []
+        for entry in entries:
+            recipe = WORKLOADS[entry.workload].recipe
+            for framework in frameworks or suite.frameworks:
+                repetition_cells.append(Cell(
+                    suite=suite.name, framework=framework, workload=entry.workload, dataset=entry.dataset,
+                    device=device, repetition=repetition, seed=suite.seed + repetition - 1,
+                    epochs=epochs or entry.epochs or recipe["epochs"],
+                    batch_size=entry.batch_size or recipe["batch_size"], threads=threads or suite.threads,
+                    timeout_s=suite.timeout_s, compile_cache=compile_cache or suite.compile_cache,
+                    allocator=allocator or suite.allocator, gpu_memory=gpu_memory or suite.gpu_memory,
+                    weights=entry.weights,
+                ))
+        cells += shuffled(repetition_cells, suite.seed, repetition)
+    return cells
+
+
+def shuffled(cells: list[Cell], seed: int, repetition: int) -> list[Cell]:
+    """The cells of one repetition in the order they run: listed order (workloads, then frameworks)
+    shuffled by random.Random(f"{seed}-{repetition}"). A string seed is hashed with SHA-512, not
+    hash(), so the order is the same in every process; each repetition gets its own order, and every
+    run records its place in it (plan_position)."""
+    order = list(cells)
+    random.Random(f"{seed}-{repetition}").shuffle(order)
+    return order

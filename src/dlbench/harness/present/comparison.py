@@ -1,0 +1,55 @@
+"""dlbench compare's output: the comparison of two sets of runs (dlbench.harness.analysis.compare) as an
+aligned text table, in the manner of asv compare."""
+from dlbench.harness.analysis import stats
+from dlbench.harness.analysis.compare import Comparison
+from dlbench.harness.analysis.stats import Estimate
+from dlbench.harness.present.listing import aligned
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def _percent(fraction: float) -> str:
+    return f"{fraction * 100:g}%"
+
+
+def _interval(estimate: Estimate) -> str:
+    return "-" if estimate.low is None else f"[{estimate.low:.3f}, {estimate.high:.3f}]"
+
+
+def render(comparison: Comparison, fail_above: float | None = None) -> str:
+    """An aligned text table in the manner of asv compare: + where B is shown slower, - where faster."""
+    metric = comparison.metric
+    lines = [f"A: {comparison.a_name}", f"B: {comparison.b_name}",
+             f"{metric} per cell: median of each side's runs, ratio B/A with its bootstrap 95 % CI, two-sided "
+             f"Mann-Whitney p, Holm-adjusted over the {len(comparison.cells)} matched cells", ""]
+    if comparison.cells:
+        rows = [["", f"A {metric}", f"B {metric}", "ratio B/A", "95% CI", "p (Holm)", "runs A/B", "metric B-A",
+                 "verdict", "cell"]]
+        for cell in comparison.cells:
+            test = cell.test
+            mark = {stats.SLOWER: "+", stats.FASTER: "-"}.get(test.verdict, "")
+            delta = "-" if cell.metric_delta is None else f"{cell.metric_delta:+.4g} {cell.metric_name or ''}".strip()
+            verdict = test.verdict
+            if cell.exceeds is not None:
+                verdict += f"; FAILS --fail-above {_percent(cell.exceeds)}"
+            rows.append([mark, _number(cell.a.median), _number(cell.b.median), _number(test.ratio.median),
+                         _interval(test.ratio), _number(test.p_adjusted), f"{cell.a.n}/{cell.b.n}", delta, verdict,
+                         cell.label])
+        lines.append(aligned(rows))
+    else:
+        lines.append("no cell has runs on both sides")
+    if any(cell.on_medians_alone for cell in comparison.cells):
+        lines.append(f"\n{stats.SINGLE} / {stats.TOO_FEW}: no test can show a difference with these runs; "
+                     "--fail-above compares their medians (single values) alone")
+    if any(cell.test.verdict == stats.NO_RUNS for cell in comparison.cells):
+        lines.append(f"{stats.NO_RUNS}: one side's runs of the cell all failed or timed out")
+    for side, labels in (("A", comparison.only_a), ("B", comparison.only_b)):
+        if labels:
+            lines.append(f"\nonly in {side}:\n" + "\n".join(f"  {label}" for label in labels))
+    if fail_above is not None:
+        failing = [cell for cell in comparison.cells if cell.exceeds is not None]
+        lines.append(f"\n--fail-above {_percent(fail_above)}: " + (
+            f"{len(failing)} cell(s) slower by more than that" if failing else "no cell slower by more than that"))
+    return "\n".join(lines)

@@ -1,0 +1,38 @@
+"""What a report shows, read once from the store: the runs, certificates and samples, the analysis's
+summaries and findings, and the tables built from them. Every renderer (html, markdown) reads this."""
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from dlbench.harness.analysis.findings import Finding, findings
+from dlbench.harness.analysis.load import device_with_hardware
+from dlbench.harness.analysis.summary import CellSummary, summarise
+from dlbench.harness.present import manifest, tables
+from dlbench.harness.store import Store
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything a renderer needs, read once from the store."""
+    source: str
+    created_at: str
+    runs: list[dict]
+    certificates: list[dict]
+    samples: dict[int, list[dict]]
+    summaries: list[CellSummary]
+    findings: list[Finding]
+    study_tables: list[tables.Table]
+    certificate_grid: tables.Table
+    manifest: list[tables.Table]
+    dlbench_version: str
+
+
+def load(store_path: Path) -> Report:
+    with Store(store_path) as store:
+        # runs from several CPU (or GPU) models are grouped apart: their device names the model
+        runs, certificates = device_with_hardware(store.runs()), store.certificates()
+        samples = {run["id"]: store.samples(run["id"]) for run in runs}
+    summaries = summarise(runs)
+    return Report(str(store_path), datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), runs, certificates,
+                  samples, summaries, findings(summaries), tables.study_tables(summaries),
+                  tables.certificate_grid(certificates, runs), manifest.manifest(runs), manifest.dlbench_version())

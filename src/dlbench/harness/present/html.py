@@ -1,0 +1,305 @@
+"""The report as one HTML file: styles, script and SVG charts inline, nothing fetched, opened from disk.
+
+Every value from the store passes through html.escape (the charts' text through matplotlib's SVG
+writer, which escapes it). The inline script only filters, sorts, and records how many charts it
+rendered and any script error into #render-status, which the browser test reads.
+"""
+from collections.abc import Iterable, Mapping, Sequence
+from html import escape
+
+from dlbench.harness.analysis.findings import Finding, group, label
+from dlbench.harness.analysis.stats import Estimate
+from dlbench.harness.analysis.summary import WARM, CellSummary
+from dlbench.harness.present import charts
+from dlbench.harness.present.contents import Report
+from dlbench.harness.present.tables import Table
+
+STYLE = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
+main{max-width:1180px;margin:0 auto;padding:0 24px 48px}
+header{background:#1d2330;color:#fff;padding:20px 24px}
+header h1{margin:0 auto;max-width:1180px;font-size:24px}
+header p{margin:6px auto 0;max-width:1180px;color:#c9d1e0}
+nav{position:sticky;top:0;background:#fff;border-bottom:1px solid #dde1e8;padding:8px 24px;z-index:2}
+nav div{max-width:1180px;margin:0 auto;display:flex;gap:18px;align-items:center;flex-wrap:wrap}
+nav a{color:#2456a6;text-decoration:none}
+nav label{font-size:14px;color:#444}
+h2{margin-top:36px;border-bottom:2px solid #1d2330;padding-bottom:4px}
+.card{background:#fff;border:1px solid #dde1e8;border-radius:8px;padding:14px 18px;margin:14px 0}
+.card h3{margin:0 0 8px;font-size:17px}
+.finding{margin:6px 0;line-height:1.45}
+.finding b{display:inline-block;min-width:84px;color:#555;font-weight:600}
+.caveats{background:#fff8e6;border-left:4px solid #e0a400;margin:10px 0 0;padding:6px 12px 6px 28px;font-size:14px}
+.caveats li{margin:3px 0}
+table{border-collapse:collapse;background:#fff;font-size:13.5px;margin:8px 0}
+th,td{border:1px solid #dde1e8;padding:5px 8px;text-align:left;vertical-align:top}
+th{background:#eef1f6}
+.ci{color:#667;font-size:12px}
+.wide{overflow-x:auto}
+table.sortable th{cursor:pointer}
+.note{color:#555;font-size:13px;margin:2px 0 12px}
+figure.chart{background:#fff;border:1px solid #dde1e8;border-radius:8px;margin:10px 0;padding:8px;overflow-x:auto}
+figure.chart svg{max-width:100%;height:auto}
+figcaption{font-size:13px;color:#444;margin-bottom:4px}
+details{margin:8px 0}
+.timelines{display:grid;grid-template-columns:1fr 1fr;gap:0 12px}
+summary{cursor:pointer;color:#2456a6}
+.pass{color:#176b2c}.fail{color:#b3261e;font-weight:600}
+#js-errors{color:#b3261e;white-space:pre-wrap}
+"""
+
+SCRIPT = """
+(function () {
+  var errors = [];
+  function record(text) {
+    errors.push(text);
+    var box = document.getElementById('js-errors');
+    if (box) { box.textContent = errors.join('\\n'); box.hidden = false; }
+    status();
+  }
+  window.onerror = function (message, source, line) { record(message + ' (line ' + line + ')'); };
+  window.addEventListener('unhandledrejection', function (e) { record('unhandled rejection: ' + e.reason); });
+  function status() {
+    var el = document.getElementById('render-status');
+    if (!el) { return; }
+    var svgs = document.querySelectorAll('figure.chart > svg');
+    var parsed = 0, shown = 0;
+    svgs.forEach(function (svg) {
+      if (svg instanceof SVGSVGElement && svg.querySelector('path')) { parsed += 1; }
+      var box = svg.getBoundingClientRect();
+      if (box.width > 0 && box.height > 0) { shown += 1; }
+    });
+    el.setAttribute('data-charts', String(parsed));
+    el.setAttribute('data-charts-shown', String(shown));
+    el.setAttribute('data-errors', String(errors.length));
+    el.textContent = parsed + ' charts rendered, ' + errors.length + ' script errors';
+  }
+  function filter() {
+    var chosen = {};
+    document.querySelectorAll('nav select').forEach(function (s) { chosen[s.name] = s.value; });
+    document.querySelectorAll('[data-device],[data-workload],[data-framework]').forEach(function (el) {
+      var hide = Object.keys(chosen).some(function (key) {
+        var values = el.getAttribute('data-' + key);
+        return chosen[key] && values !== null && values.split(' ').indexOf(chosen[key]) < 0;
+      });
+      el.hidden = hide;
+    });
+  }
+  function sortBy(table, column) {
+    var body = table.tBodies[0], rows = Array.prototype.slice.call(body.rows);
+    var up = table.getAttribute('data-sorted') !== String(column);
+    rows.sort(function (a, b) {
+      var x = a.cells[column].textContent, y = b.cells[column].textContent;
+      var nx = parseFloat(x), ny = parseFloat(y);
+      var order = (!isNaN(nx) && !isNaN(ny)) ? nx - ny : x.localeCompare(y);
+      return up ? order : -order;
+    });
+    rows.forEach(function (row) { body.appendChild(row); });
+    table.setAttribute('data-sorted', up ? String(column) : '');
+  }
+  document.addEventListener('DOMContentLoaded', function () {
+    // #expand opens the folded timelines; #framework=jax&device=cpu preselects filters (a link can carry them)
+    location.hash.slice(1).split('&').forEach(function (part) {
+      var pair = part.split('=');
+      var select = document.querySelector('nav select[name="' + pair[0] + '"]');
+      if (part === 'expand') {
+        document.querySelectorAll('details').forEach(function (d) { d.open = true; });
+      } else if (select && pair.length === 2) {
+        select.value = decodeURIComponent(pair[1]);
+      }
+    });
+    document.querySelectorAll('nav select').forEach(function (s) { s.addEventListener('change', filter); });
+    filter();
+    document.querySelectorAll('table.sortable').forEach(function (table) {
+      Array.prototype.forEach.call(table.tHead.rows[0].cells, function (th, i) {
+        th.title = 'sort';
+        th.addEventListener('click', function () { sortBy(table, i); });
+      });
+    });
+    status();
+  });
+})();
+"""
+
+
+def run_groups(runs: Sequence[Mapping]) -> dict[tuple, list[Mapping]]:
+    """Runs by workload x dataset x device, keyed as CellSummary.group, in the summaries' order."""
+    groups: dict[tuple, list[Mapping]] = {}
+    for run in runs:
+        groups.setdefault((run["workload"], run.get("dataset"), run.get("device")), []).append(run)
+    return dict(sorted(groups.items(), key=lambda item: tuple("" if v is None else str(v) for v in item[0])))
+
+
+def run_labels(runs: Sequence[Mapping]) -> dict[int, str]:
+    """Run id -> framework name, with the version where these runs hold several versions of it."""
+    versions: dict[str, set] = {}
+    for run in runs:
+        versions.setdefault(run["framework"], set()).add(run.get("framework_version"))
+    return {run["id"]: run["framework"] if len(versions[run["framework"]]) == 1
+            else f"{run['framework']} {run.get('framework_version')}" for run in runs}
+
+
+def attrs(**values: str | None) -> str:
+    """HTML attributes, escaped; data_x becomes data-x; None values are left out."""
+    return "".join(f' {k.replace("_", "-")}="{escape(v)}"' for k, v in values.items() if v is not None)
+
+
+def table_html(table: Table, sortable: bool = False) -> str:
+    cls = ' class="sortable"' if sortable else ""
+    columns = table.frameworks or [""] * len(table.header)
+    head = "".join(f"<th{attrs(data_framework=f or None)}>{escape(h)}</th>"
+                   for h, f in zip(table.header, columns, strict=True))
+    body = []
+    for i, row in enumerate(table.rows):
+        keys = table.row_keys[i] if table.row_keys else {}
+        cells = "".join(f"<td{attrs(data_framework=f or None, **{'class': _verdict_class(c)})}>{_cell(c)}</td>"
+                        for c, f in zip(row, columns, strict=True))
+        body.append(f"<tr{_data(keys)}>{cells}</tr>")
+    note = f'<p class="note">{escape(table.note)}</p>' if table.note else ""
+    return (f'<div{_data(table.keys)}><h3>{escape(table.title)}</h3><div class="wide"><table{cls}><thead><tr>{head}'
+            f"</tr></thead><tbody>{''.join(body)}</tbody></table></div>{note}</div>")
+
+
+def _data(keys: Mapping[str, str]) -> str:
+    return attrs(**{f"data_{k}": v for k, v in keys.items()})
+
+
+def _cell(text: str) -> str:
+    """A table cell; a median's interval "[low-high]" goes on its own, quieter line."""
+    median, bracket, rest = text.partition(" [")
+    interval, closing, after = rest.partition("]")
+    if not bracket or not closing:
+        return escape(text)
+    return f'{escape(median)}<br><span class="ci">[{escape(interval)}]</span>{escape(after)}'
+
+
+def _verdict_class(text: str) -> str | None:
+    return "fail" if text.startswith("FAIL") else "pass" if text.startswith("pass") else None
+
+
+def finding_html(finding: Finding, frameworks: Iterable[str]) -> str:
+    caveats = "".join(f"<li>{escape(c)}</li>" for c in finding.caveats)
+    return (f'<section class="card"{_keys(finding.workload, finding.device, frameworks)}>'
+            f"<h3>{escape(finding.title)}</h3>"
+            f'<p class="finding"><b>Speed</b> {escape(finding.speed)}</p>'
+            f'<p class="finding"><b>Accuracy</b> {escape(finding.accuracy)}</p>'
+            + (f'<ul class="caveats">{caveats}</ul>' if caveats else "") + "</section>")
+
+
+def _keys(workload: str, device: str | None, frameworks: Iterable[str]) -> str:
+    return attrs(data_workload=workload, data_device=device or "?", data_framework=" ".join(frameworks))
+
+
+def figure(svg: str, caption: str, keys: str) -> str:
+    return f'<figure class="chart"{keys}><figcaption>{escape(caption)}</figcaption>{svg}</figure>'
+
+
+def group_figures(runs: Sequence[Mapping], cells: Sequence[CellSummary], samples: Mapping[int, list],
+                  palette: Mapping, index: int) -> str:
+    """A workload's figures: epoch-time bars (from the group's summaries, whose intervals the tables
+    show too), convergence, and one resource timeline per sampled run."""
+    first = runs[0]
+    names = run_labels(runs)
+    frameworks = sorted(set(names.values()))
+    keys = _keys(first["workload"], first.get("device"), {r["framework"] for r in runs})
+    by_label = {label(cell, cells): cell for cell in cells}
+    rows = [(name, _interval(by_label[name].steady_epoch_s), _interval(by_label[name].first_epoch_s))
+            for name in frameworks]
+    # a warm run's curve against time is not drawn where its cell's cold runs give the times (summary.py)
+    series = {name: [_curve(r) for r in runs if names[r["id"]] == name and r.get("epochs")
+                     and not (r.get("compile_cache") == WARM and not by_label[name].warm)] for name in frameworks}
+    series = {name: curves for name, curves in series.items() if curves}
+    metric = first.get("metric_name") or "metric"
+    warm = [name for name in frameworks if by_label[name].warm]
+    parts = [figure(charts.epoch_time_bars(rows, palette, f"bars-{index}", warm),
+                    "Epoch time per framework: steady epochs (median of each run's later epochs, median over runs, "
+                    "95% CI whiskers) and the first epoch apart"
+                    + ("; warm compile cache: a first epoch without the compilation earlier runs did" if warm else ""),
+                    keys)]
+    if series:
+        target = first.get("target_value")
+        parts.append(figure(charts.convergence(series, palette, metric, f"convergence-{index}", target),
+                            f"{metric} against epoch and against cumulative training time: median over repetitions, "
+                            "band from the lowest to the highest"
+                            + ("" if target is None else f"; dashed: the workload's target ({target:g})"), keys))
+    timelines = [figure(charts.timeline(samples[r["id"]], f"timeline-{r['id']}"),
+                        f"{names[r['id']]}, repetition {r.get('repetition')} ({r['status']}): resource use over time",
+                        attrs(data_framework=r["framework"]))
+                 for r in runs if samples.get(r["id"])]
+    if timelines:
+        parts.append(f"<details><summary>Resource timelines of the {len(timelines)} runs: CPU %, RSS"
+                     f"{', GPU' if _has_gpu(runs, samples) else ''}</summary>"
+                     f'<div class="timelines">{"".join(timelines)}</div></details>')
+    title = f"{first['workload']} on {first.get('dataset') or '?'} ({first.get('device') or '?'})"
+    return f"<section{keys}><h3>{escape(title)}</h3>{''.join(parts)}</section>"
+
+
+def _interval(value: Estimate) -> tuple[float | None, float | None, float | None]:
+    return value.median, value.low, value.high
+
+
+def _curve(run: Mapping) -> list[tuple[float, float]]:
+    elapsed, points = 0.0, []
+    for epoch in run["epochs"]:
+        elapsed += epoch.get("train_time_s") or 0.0
+        points.append((elapsed, epoch.get("metric_value")))
+    return points
+
+
+def _has_gpu(runs: Sequence[Mapping], samples: Mapping[int, list]) -> bool:
+    return any(s.get("gpu_util_percent") is not None for r in runs for s in samples.get(r["id"], ()))
+
+
+def expected_charts(report: Report) -> int:
+    """How many charts render() draws: two per workload group (one when no run has epochs), one per sampled run."""
+    groups = run_groups(report.runs).values()
+    return (len(groups) + sum(1 for g in groups if any(r.get("epochs") for r in g))
+            + sum(1 for r in report.runs if report.samples.get(r["id"])))
+
+
+def _select(name: str, values: Iterable[str]) -> str:
+    options = "".join(f"<option{attrs(value=v)}>{escape(v)}</option>" for v in sorted(set(values)))
+    return f'<label>{escape(name)} <select{attrs(name=name)}><option value="">all</option>{options}</select></label>'
+
+
+def _summary(report: Report) -> str:
+    runs = report.runs
+    ok = sum(1 for r in runs if r["status"] == "ok")
+    reps = max(r.get("repetition") or 1 for r in runs)
+    return (f"{len(runs)} runs ({ok} ok, {len(runs) - ok} failed or stopped) of "
+            f"{len({r['framework'] for r in runs})} frameworks on {len(run_groups(runs))} workload settings, "
+            f"{reps} repetition{'s' if reps > 1 else ''} at most. "
+            f"Built {report.created_at} from {report.source} by dlbench {report.dlbench_version}.")
+
+
+def render(report: Report) -> str:
+    runs = report.runs
+    groups = run_groups(runs)
+    # labels as each group names them (with versions only where a group holds several)
+    palette = charts.colours(sorted({name for g in groups.values() for name in run_labels(g).values()}))
+    findings = "".join(finding_html(f, {r["framework"] for r in groups[(f.workload, f.dataset, f.device)]})
+                       for f in report.findings)
+    cells = group(report.summaries)
+    figures = "".join(group_figures(runs_of_group, cells[key], report.samples, palette, i)
+                      for i, (key, runs_of_group) in enumerate(groups.items()))
+    nav = ("".join(f'<a href="#{s}">{s.capitalize()}</a>' for s in ("findings", "tables", "figures", "certificates",
+                                                                     "manifest"))
+           + _select("device", (r.get("device") or "?" for r in runs))
+           + _select("workload", (r["workload"] for r in runs))
+           + _select("framework", (r["framework"] for r in runs)))
+    body = (
+        f"<header><h1>dlbench report</h1><p>{escape(_summary(report))}</p></header>"
+        f"<nav><div>{nav}</div></nav><main>"
+        f'<h2 id="findings">Findings</h2>{findings}'
+        f'<h2 id="tables">Tables</h2>{"".join(table_html(t) for t in report.study_tables)}'
+        f'<h2 id="figures">Figures</h2>{figures}'
+        f'<h2 id="certificates">Certificates</h2>{table_html(report.certificate_grid)}'
+        f'<h2 id="manifest">Manifest</h2>{"".join(table_html(t, sortable=True) for t in report.manifest)}'
+        f'<p class="note">Report built by dlbench {escape(report.dlbench_version)}.</p>'
+        f'<p id="render-status" class="note"{attrs(data_expected=str(expected_charts(report)))}>'
+        f"charts not rendered: the page's script did not run</p><pre id=\"js-errors\" hidden></pre></main>"
+    )
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>dlbench report</title><style>{STYLE}</style><script>{SCRIPT}</script></head>"
+            f"<body>{body}</body></html>\n")

@@ -1,0 +1,248 @@
+"""What `dlbench run` shows while it runs: plain lines, or one live display on a terminal.
+
+Both displays are callables with the signature `run_plan` calls its progress with:
+`(kind, index, total, cell, payload)`, kind one of "skip", "start", "event" (payload: a worker event)
+and "end" (payload: the run row). They run in the harness process and change only on the events the
+worker emits between epochs, so they add nothing to a timed region: the live display does not even
+refresh on a timer (no thread wakes up while a worker trains).
+"""
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import TextIO
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from dlbench.harness.plan.suite import Cell
+from dlbench.shared import protocol
+from dlbench.shared.protocol import EPOCH, READY, kind_of
+
+Clock = Callable[[], float]
+
+
+def duration(seconds: float) -> str:
+    """45 s, 4 min 05 s, 1 h 07 min: an estimate needs no more digits."""
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60:02d} s"
+    return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
+
+
+class ETA:
+    """A rough estimate of the time left in a plan, from the cells and epochs already timed.
+
+    - The current cell: once it has timed an epoch, its epochs left times its latest epoch's time
+      (training plus evaluation), since the first epoch holds compilation and warm-up and the later
+      ones are alike. Before its first epoch: the estimate of a cell like it (below) less the time it
+      has run so far, at least 0.
+    - Each cell after it: its epochs times a wall time per epoch: the mean, over the cells that ended
+      ok, of their wall time (start to end, worker start-up included) divided by their epochs, taken
+      from the cells of the same framework and workload, else of the same workload, else of any cell;
+      before any cell has ended ok, the current cell's own wall time per epoch timed so far.
+    - None (not known yet) while nothing has been timed.
+    It is computed at each event, so on a screen it stands still while an epoch runs.
+
+    It is rough: the first epochs hold compilation (Theano's C code, XLA), which a later cell of
+    another framework may not pay or may pay many times over; frameworks differ several-fold on one
+    workload; and cells that a resumed run will skip count as cells to run until they are reached.
+    Failed and timed-out cells count as cells done but give no time per epoch.
+    """
+
+    def __init__(self, cells: Sequence[Cell], clock: Clock = time.monotonic) -> None:
+        self.cells = cells
+        self.clock = clock
+        self.position = 0  # 1-based index of the current or last cell reached
+        self.current: Cell | None = None
+        self.started = 0.0
+        self.epoch_times: list[float] = []  # the current cell's, training plus evaluation
+        self.last_epoch_at = 0.0
+        self.per_epoch: list[tuple[Cell, float]] = []  # cells ended ok: wall time per epoch
+
+    def feed(self, kind: str, index: int, cell: Cell, payload: dict | None = None) -> None:
+        now = self.clock()
+        self.position = index
+        if kind == "start":
+            self.current, self.started, self.epoch_times = cell, now, []
+        elif kind == "event" and kind_of(payload) == EPOCH:
+            self.epoch_times.append(payload["train_time_s"] + payload["eval_time_s"])
+            self.last_epoch_at = now
+        elif kind == "end":
+            if payload["status"] == "ok":
+                self.per_epoch.append((cell, (now - self.started) / cell.epochs))
+            self.current = None
+        elif kind == "skip":
+            self.current = None
+
+    def rate(self, cell: Cell) -> float | None:
+        """Wall seconds per epoch expected of `cell`."""
+        for alike in ((lambda c: (c.framework, c.workload) == (cell.framework, cell.workload)),
+                      (lambda c: c.workload == cell.workload), (lambda c: True)):
+            rates = [rate for done, rate in self.per_epoch if alike(done)]
+            if rates:
+                return statistics.fmean(rates)
+        if self.current and self.epoch_times:
+            return (self.last_epoch_at - self.started) / len(self.epoch_times)
+        return None
+
+    def current_left(self) -> float | None:
+        cell = self.current
+        if cell is None:
+            return 0.0
+        if self.epoch_times:
+            return (cell.epochs - len(self.epoch_times)) * self.epoch_times[-1]
+        rate = self.rate(cell)
+        return None if rate is None else max(0.0, rate * cell.epochs - (self.clock() - self.started))
+
+    def seconds_left(self) -> float | None:
+        """Seconds until the plan's last cell ends, or None while nothing has been timed."""
+        later = self.cells[self.position:]
+        rates = [self.rate(cell) for cell in later]
+        current = self.current_left()
+        if current is None or None in rates:
+            return None
+        return current + sum(rate * cell.epochs for rate, cell in zip(rates, later, strict=True))
+
+    def describe(self) -> str:
+        left = self.seconds_left()
+        return "time left not known yet" if left is None else f"about {duration(left)} left"
+
+
+def head(index: int, total: int, cell: Cell) -> str:
+    return (f"[{index}/{total}] {cell.framework} {cell.workload} on {cell.dataset} "
+            f"({cell.device}, rep {cell.repetition})")
+
+
+def outcome(run: dict) -> str:
+    """A finished cell in a few words: its status, and its metric and training time or why it failed."""
+    if run["status"] != "ok":
+        return f"{run['status']}: {run['reason']}"
+    return f"ok: {run['metric_name']} {run['metric_value']:.4f}, train {run['train_time_s']:.1f} s"
+
+
+MEASURING_PEAK = "measuring its environment's float32 GEMM peak (once per environment, threads and device)"
+
+
+def ready(event: dict) -> str:
+    versions = ", ".join(f"{k} {v}" for k, v in event["versions"].items())
+    return f"ready after {event['elapsed_s']:.1f} s ({versions}; {event['threads']} threads)"
+
+
+def epoch(event: dict, cell: Cell) -> str:
+    metrics = ", ".join(f"{k} {v:.4f}" for k, v in event["metrics"].items())
+    return (f"epoch {event['epoch']}/{cell.epochs}: {metrics}; train {event['train_time_s']:.2f} s, "
+            f"eval {event['eval_time_s']:.2f} s")
+
+
+SKIPPED = "already complete, skipped (--force reruns it)"
+
+
+class PlainProgress:
+    """One line per cell start, worker start-up, epoch and cell end, printed as they happen: for logs,
+    CI and pipes (no escape codes, no carriage returns). Each end line adds the cells done and the ETA."""
+
+    def __init__(self, cells: Sequence[Cell], clock: Clock = time.monotonic, file: TextIO | None = None) -> None:
+        self.eta = ETA(cells, clock)
+        self.file = file
+
+    def __enter__(self) -> "PlainProgress":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def say(self, line: str) -> None:
+        print(line, file=self.file or sys.stdout, flush=True)  # sys.stdout at call time: tests capture it
+
+    def __call__(self, kind: str, index: int, total: int, cell: Cell, payload: dict | None = None) -> None:
+        self.eta.feed(kind, index, cell, payload)
+        if kind == "skip":
+            self.say(f"{head(index, total, cell)}: {SKIPPED}")
+        elif kind == "start":
+            self.say(f"{head(index, total, cell)}: {cell.epochs} epochs")
+        elif kind == "end":
+            left = "" if index == total else f", {self.eta.describe()}"
+            self.say(f"    {outcome(payload)} ({index}/{total} done{left})")
+        elif kind_of(payload) == protocol.PEAK:
+            self.say(f"    {MEASURING_PEAK}")
+        elif kind_of(payload) == READY:
+            self.say(f"    {ready(payload)}")
+        elif kind_of(payload) == EPOCH:
+            self.say(f"    {epoch(payload, cell)}")
+
+
+class LiveProgress:
+    """One live area at the bottom of a terminal: a bar of the cells, the count of each ending, the
+    ETA, the current cell, its epoch, latest metrics and epoch time. Each finished or skipped cell's
+    line (a failure with its reason) is printed above it for good, so the scrollback holds the whole
+    run; the area is removed when the plan ends. Use it as a context manager."""
+
+    def __init__(self, cells: Sequence[Cell], clock: Clock = time.monotonic, console: Console | None = None) -> None:
+        self.eta = ETA(cells, clock)
+        self.total = len(cells)
+        self.counts = {"ok": 0, "failed": 0, "timeout": 0, "skipped": 0}
+        self.index = 0
+        self.cell: Cell | None = None
+        self.detail = ""  # the current cell's latest news: starting, ready, its last epoch
+        # refreshed by hand on each event, never by a timer thread; removed at the end (transient)
+        self.live = Live(self.render(), console=console or Console(), auto_refresh=False, transient=True)
+
+    def __enter__(self) -> "LiveProgress":
+        self.live.start(refresh=True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.live.stop()
+
+    def keep(self, line: Text) -> None:
+        """Printed above the live area for good; the terminal wraps it, so a copied line stays whole."""
+        self.live.console.print(line, soft_wrap=True)
+
+    def __call__(self, kind: str, index: int, total: int, cell: Cell, payload: dict | None = None) -> None:
+        self.eta.feed(kind, index, cell, payload)
+        self.index = index
+        if kind == "skip":
+            self.counts["skipped"] += 1
+            self.keep(Text(f"{head(index, total, cell)}: {SKIPPED}", style="dim"))
+        elif kind == "start":
+            self.cell, self.detail = cell, "starting its worker"
+        elif kind == "end":
+            self.counts[payload["status"]] += 1
+            self.cell = None
+            style = "green" if payload["status"] == "ok" else "bold red"
+            self.keep(Text(f"{head(index, total, cell)}: ") + Text(outcome(payload), style=style))
+        elif kind_of(payload) == protocol.PEAK:
+            self.detail = MEASURING_PEAK
+        elif kind_of(payload) == READY:
+            self.detail = ready(payload)
+        elif kind_of(payload) == EPOCH:
+            self.detail = epoch(payload, cell)
+        self.live.update(self.render(), refresh=True)
+
+    def summary(self) -> str:
+        ended = ", ".join(f"{n} {kind}" for kind, n in self.counts.items() if n or kind == "ok")
+        return f"cell {self.index}/{self.total}: {ended}; {self.eta.describe()}"
+
+    def render(self) -> RenderableType:
+        done = sum(self.counts.values())
+        top = Table.grid(padding=(0, 1))
+        top.add_row(ProgressBar(total=max(self.total, 1), completed=done, width=30), Text(self.summary()))
+        if self.cell is None:
+            return top
+        cell = self.cell
+        current = Text(f"{cell.framework} {cell.workload} on {cell.dataset} ({cell.device}, rep {cell.repetition})",
+                       style="bold")
+        return Group(top, current, Text(f"  {self.detail}"))
+
+
+def display(cells: Sequence[Cell], plain: bool) -> PlainProgress | LiveProgress:
+    """The live display on an interactive terminal, plain lines elsewhere or when asked for."""
+    interactive = sys.stdout.isatty() and os.environ.get("TERM") not in ("dumb", "unknown")
+    return LiveProgress(cells) if interactive and not plain else PlainProgress(cells)

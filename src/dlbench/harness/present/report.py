@@ -1,0 +1,33 @@
+"""`dlbench report`: the stored runs as one self-contained HTML page (or Markdown), built from the store alone.
+
+Imports the store and dlbench.harness.analysis only, never dlbench.harness.run. What it shows is read
+once (contents.load); html and markdown render it.
+"""
+from pathlib import Path
+
+from dlbench.harness.present.contents import Report, load
+from dlbench.harness.store import FILENAME, StoreError
+
+FORMATS = {"html": "report.html", "md": "report.md"}
+
+
+def render(report: Report, fmt: str) -> str:
+    if fmt == "md":
+        from dlbench.harness.present import markdown
+        return markdown.render(report)
+    from dlbench.harness.present import html  # matplotlib is imported only for the page that draws charts
+    return html.render(report)
+
+
+def write(results: Path, fmt: str = "html", output: Path | None = None) -> Path:
+    """Write the report of the store in `results`; returns the file written."""
+    store_path = Path(results) / FILENAME
+    if not store_path.exists():
+        raise StoreError(f"no results at {store_path}; run a suite first (dlbench run) or pass --results DIR")
+    report = load(store_path)
+    if not report.runs:
+        raise StoreError(f"{store_path} holds no runs yet; run a suite first (dlbench run)")
+    path = Path(output) if output else Path(results) / FORMATS[fmt]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(report, fmt), encoding="utf-8")
+    return path

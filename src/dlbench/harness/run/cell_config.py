@@ -1,0 +1,94 @@
+"""A cell resolved to what it runs: its workload, prepared dataset, framework environment and the
+configuration whose hash identifies its runs in the store, with the compile-cache policy it asks for."""
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlbench.harness import data
+from dlbench.harness.environments import envs, sources
+from dlbench.harness.measure import energy, peaks
+from dlbench.harness.plan import initial_weights
+from dlbench.harness.plan.suite import Cell
+from dlbench.harness.plan.workloads import Workload, get_workload
+
+
+@dataclass(frozen=True)
+class Options:
+    results: Path
+    data_dir: Path
+    force: bool = False
+    timeout_s: float | None = None  # overrides the suite's
+    memory_limit_mb: float | None = None
+    peak_size: int = peaks.PEAK_SIZE  # n of the n x n float32 GEMM whose FLOP/s is the peak; 0: no peak measured
+    powercap: Path = energy.POWERCAP
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything a cell resolves to before it runs."""
+    cell: Cell
+    workload: Workload
+    dataset: data.PreparedDataset
+    env: envs.Environment
+    config: dict
+
+    @property
+    def hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.config, sort_keys=True).encode()).hexdigest()
+
+
+def resolve(cell: Cell, data_dir: Path, cores: int | None = None) -> Prepared:
+    """The cell's configuration; a cell without threads gets `cores` (the cores of the machine it will
+    run on: a Ray node's), by default this machine's."""
+    workload = get_workload(cell.workload)
+    dataset = data.prepare(cell.dataset, data_dir)
+    env = envs.require(cell.framework, cell.device)
+    built = env.info()
+    recipe = dict(workload.recipe, epochs=cell.epochs, batch_size=cell.batch_size)
+    config = {
+        "framework": cell.framework, "workload": cell.workload, "dataset": cell.dataset,
+        "dataset_hash": dataset.hash, "device": cell.device, "threads": cell.threads or cores or os.cpu_count(),
+        "seed": cell.seed, "repetition": cell.repetition, "model": workload.model(dataset.meta),
+        "recipe": recipe, "env_packages": built["packages"], "python": built["python_version"],
+        # the worker's own code: a fixed adapter runs its cells again (dlbench.harness.environments.sources)
+        "worker_source": sources.framework_source(cell.framework),
+    }
+    if "from_run" in built:  # an environment rebuilt from a stored run's packages says so
+        config["environment_from_run"] = built["from_run"]
+    if cell.allocator != "default":  # only then, as for the compile cache: default cells keep their hashes
+        config["allocator"] = cell.allocator
+    if cell.gpu_memory != "default" and cell.device == "gpu":  # it changes nothing on the CPU
+        config["gpu_memory"] = cell.gpu_memory
+    if cell.weights:  # only then: the hashes of canonically initialised cells stay as they were
+        sha256 = initial_weights.check(Path(cell.weights), config["model"], cell.workload)
+        config["initial_weights"] = {"file": cell.weights, "sha256": sha256}
+    if shares_compile_cache(cell):
+        # only then: the hashes of cold cells, and of frameworks the setting does not touch, stay as they were
+        config["compile_cache"] = "shared"
+    return Prepared(cell, workload, dataset, env, config)
+
+
+def shares_compile_cache(cell: Cell) -> bool:
+    """The cell asks for a shared compile cache and its framework compiles into one."""
+    return cell.compile_cache == "shared" and envs.get_recipe(cell.framework).uses_compile_cache
+
+
+def shared_compile_cache(results: Path, cell: Cell) -> Path | None:
+    """The compile folder the runs of this results folder share for the cell's framework, or None when
+    the cell compiles cold in its own run folder. One folder per framework environment: its compiled
+    code is only valid for that framework's compiler, flags and Python."""
+    return results / "compile-cache" / cell.framework if shares_compile_cache(cell) else None
+
+
+def compile_cache_state(cell: Cell, shared: Path | None) -> str | None:
+    """What the run starts from, recorded on it: "warm" when the shared folder already holds a file
+    (compiled before: the first epoch then leaves out some compilation), else "cold"; None for
+    frameworks that compile into no cache, where the setting changes nothing."""
+    if not envs.get_recipe(cell.framework).uses_compile_cache:
+        return None
+    if shared is None:
+        return "cold"  # its own folder under the new run folder's HOME, empty when the worker starts
+    # any file at all, found by a walk that stops at the first one: cheap however big the cache grows
+    return "warm" if any(files for _, _, files in os.walk(shared)) else "cold"

@@ -1,0 +1,247 @@
+"""Launches one worker process, for a cell's run, a peak or a certificate's probe: its environment
+variables (worker_environment: caches, threads, allocator and GPU memory policy), then run_worker, which
+spawns it in its own session, reads its JSON-lines events, samples its resources, enforces the time and
+memory limits, and says how it ended.
+
+A crash, a non-zero exit, a signal, a memory kill and a timeout each end as a failed outcome with a
+reason and the tail of stderr; nothing a worker does can raise out of here.
+"""
+import ctypes
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from dlbench.harness.environments.sources import PACKAGE_DIR
+from dlbench.harness.measure.monitor import Monitor, Sample, find_gpu_library
+from dlbench.shared.protocol import DONE, EPOCH, ERROR, GARBLED, KIND, kind_of
+
+STDERR_TAIL_CHARS = 4000
+PR_SET_PDEATHSIG = 1  # from linux/prctl.h
+PACKAGE_PARENT = PACKAGE_DIR.parent  # put on the worker's PYTHONPATH
+
+
+# allocator: retain. glibc's malloc serves blocks above a threshold from mmap and trims freed memory at
+# the heap's top back to the system; both thresholds adapt as the process runs, so how often a training
+# step faults its buffers in again (zeroed, page by page) depends on the process's history. Fixed this
+# high, freed memory is kept and reused: keras-torch cnn-mnist's steady epoch went from 3.6-4.2 s to
+# 2.9 s on a 2-core EPYC (docs/fairness.md, "Page faults").
+RETAINING_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "1073741824", "MALLOC_TRIM_THRESHOLD_": "4294967295"}
+
+# gpu_memory: grow. TensorFlow (and Keras on it) and JAX (and Keras on it) take most of a GPU's memory
+# when they start (JAX 75 %; the study found TF, Keras and Theano holding the whole card); these make
+# them allocate as they go, as PyTorch's caching allocator and MXNet's pool do by default.
+GROWING_GPU_MEMORY = {"TF_FORCE_GPU_ALLOW_GROWTH": "true", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+
+
+def worker_environment(run_dir: Path, threads: int, extra: dict[str, str],
+                       compile_cache: Path | None = None, allocator: str = "default",
+                       gpu_memory: str = "default") -> dict[str, str]:
+    """The worker's variables: every cache and temp file of the framework lands in the run's folder,
+    except compiled code when a shared compile_cache folder is given (suite field compile_cache: shared);
+    glibc's malloc as it comes, or retaining freed memory (suite field allocator: retain); each framework's
+    own GPU memory policy, or growing allocations (suite field gpu_memory: grow)."""
+    env = dict(os.environ)
+    for name, sub in (("HOME", "home"), ("TMPDIR", "tmp"), ("XDG_CACHE_HOME", "cache"),
+                      ("TORCH_HOME", "cache/torch"), ("KERAS_HOME", "cache/keras"), ("MPLCONFIGDIR", "cache/mpl")):
+        (run_dir / sub).mkdir(parents=True, exist_ok=True)
+        env[name] = str(run_dir / sub)
+    env.update({
+        "PYTHONPATH": str(PACKAGE_PARENT), "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "1",
+        "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+        "DLBENCH_THREADS": str(threads),  # for frameworks that take their thread count at import
+    })
+    env.pop("DLBENCH_COMPILE_CACHE", None)  # a measured run compiles cold unless its caller says otherwise
+    for name in RETAINING_MALLOC:  # the suite decides the allocator, not the harness's own environment
+        env.pop(name, None)
+    if allocator == "retain":
+        env.update(RETAINING_MALLOC)
+    for name in GROWING_GPU_MEMORY:  # likewise the GPU memory policy
+        env.pop(name, None)
+    if gpu_memory == "grow":
+        env.update(GROWING_GPU_MEMORY)
+    if compile_cache is not None:
+        compile_cache.mkdir(parents=True, exist_ok=True)
+        env["DLBENCH_COMPILE_CACHE"] = str(compile_cache)
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Outcome:
+    status: str  # ok | failed | timeout
+    reason: str | None
+    events: list[dict] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    stderr_tail: str = ""
+    wall_time_s: float = 0.0
+    returncode: int | None = None
+    # CPU seconds the harness process itself used while the worker ran (sampling its tree, reading its
+    # events, drawing progress): what the measurement took from the machine the framework runs on
+    harness_cpu_s: float | None = None
+    monitor_cpu_s: float | None = None  # the part of harness_cpu_s its sampling thread used
+    # per event, when the harness received it: seconds on the samples' clock (Sample.t_s), so the
+    # samples taken while the worker trained can be told apart (record: cores used)
+    event_times: list[float] = field(default_factory=list)
+
+
+def _worker_preexec() -> None:
+    """In the child before exec: its own session (so the whole group can be killed), and death when
+    the harness dies, so an orphaned worker never trains on beside the next run's measurements."""
+    os.setsid()
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def kill_tree(process: subprocess.Popen) -> None:
+    """SIGKILL the worker's whole session, and any descendant that left it."""
+    try:
+        descendants = psutil.Process(process.pid).children(recursive=True)
+    except psutil.Error:
+        descendants = []
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for child in descendants:
+        try:
+            child.kill()
+        except psutil.Error:
+            pass
+
+
+def _parse(line: str) -> dict:
+    try:
+        event = json.loads(line)
+    except json.JSONDecodeError:
+        event = None
+    return event if isinstance(event, dict) else {KIND: GARBLED, "line": line[:500]}
+
+
+def _read_events(stream, events: "queue.Queue[dict | None]") -> None:
+    """Puts each line's event on the queue, then None when the worker's stdout closes."""
+    for line in stream:
+        events.put(_parse(line))
+    events.put(None)
+
+
+def _tail(path: Path) -> str:
+    if not path.exists():
+        return ""
+    with open(path, "rb") as handle:
+        handle.seek(max(path.stat().st_size - STDERR_TAIL_CHARS, 0))
+        return handle.read().decode("utf-8", "replace")
+
+
+def _ending(returncode: int, events: list[dict], peak_rss_mb: float) -> tuple[str, str | None]:
+    error = next((e["message"] for e in events if kind_of(e) == ERROR), None)
+    if error:
+        return "failed", error
+    if returncode < 0:
+        name = signal.Signals(-returncode).name
+        hint = (f" (the kernel's out-of-memory killer sends it; peak RSS {peak_rss_mb:.0f} MiB)"
+                if returncode == -signal.SIGKILL else "")
+        return "failed", f"worker killed by {name}{hint}"
+    if returncode != 0:
+        return "failed", f"worker exited with status {returncode}"
+    if not any(kind_of(e) == DONE for e in events):
+        return "failed", "worker exited without reporting completion"
+    return "ok", None
+
+
+def run_worker(command: list[str], env: dict[str, str], run_dir: Path, timeout_s: float,
+               memory_limit_mb: float | None = None, on_event: Callable[[dict], None] | None = None) -> Outcome:
+    stderr_path = run_dir / "stderr.log"
+    find_gpu_library()
+    started, cpu_started = time.perf_counter(), time.process_time()
+    try:
+        with open(stderr_path, "wb") as stderr:
+            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL,
+                                       env=env, cwd=run_dir, preexec_fn=_worker_preexec, text=True)
+    except OSError as error:
+        return Outcome("failed", f"cannot start the worker {command[0]}: {error}")
+    over_memory: list[float] = []
+
+    def check_memory(sample: Sample) -> None:
+        if memory_limit_mb and sample.rss_mb > memory_limit_mb and not over_memory:
+            over_memory.append(sample.rss_mb)
+            kill_tree(process)
+
+    monitor = Monitor(process.pid, on_sample=check_memory)
+    monitor.start()
+    t0 = time.monotonic()  # the samples' t_s count from the monitor's start, microseconds before this
+    pending: queue.Queue[dict | None] = queue.Queue()
+    threading.Thread(target=_read_events, args=(process.stdout, pending), daemon=True).start()
+    deadline = started + timeout_s
+    times: list[float] = []
+    events, timed_out = _collect(pending, process, deadline, on_event, lambda: times.append(time.monotonic() - t0))
+    try:  # stdout can close before the process ends
+        returncode = process.wait(timeout=max(deadline - time.perf_counter(), 0.0))
+    except subprocess.TimeoutExpired:
+        kill_tree(process)
+        returncode, timed_out = process.wait(), True
+    samples = monitor.stop()
+    outcome = Outcome("ok", None, events, samples, _tail(stderr_path), time.perf_counter() - started, returncode,
+                      time.process_time() - cpu_started, monitor.cpu_s, times[:len(events)])
+    epochs_done = sum(1 for e in events if kind_of(e) == EPOCH)
+    if timed_out:
+        outcome.status, outcome.reason = "timeout", f"timed out after {timeout_s:g} s ({epochs_done} epochs done)"
+    elif over_memory:
+        outcome.status = "failed"
+        outcome.reason = (f"out of memory: RSS reached {over_memory[0]:.0f} MiB, "
+                          f"over the limit of {memory_limit_mb:g} MiB")
+    else:
+        peak = max((s.rss_mb for s in samples), default=0.0)
+        outcome.status, outcome.reason = _ending(returncode, events, peak)
+    return outcome
+
+
+def _collect(pending: "queue.Queue[dict | None]", process: subprocess.Popen, deadline: float,
+             on_event: Callable[[dict], None] | None,
+             stamp: Callable[[], None] = lambda: None) -> tuple[list[dict], bool]:
+    """Events until the worker's stdout closes; kills the worker at the deadline. A descendant that
+    inherited stdout can hold it open after the worker exits: a grace second later it is killed."""
+    events: list[dict] = []
+    exited_at = None
+    while True:
+        now = time.perf_counter()
+        if now >= deadline:
+            kill_tree(process)
+            _drain(pending, events)
+            return events, True
+        try:
+            event = pending.get(timeout=min(0.2, deadline - now))
+        except queue.Empty:
+            if process.poll() is not None:
+                exited_at = exited_at or now
+                if now - exited_at > 1.0:
+                    kill_tree(process)
+                    _drain(pending, events)
+                    return events, False
+            continue
+        if event is None:
+            return events, False
+        stamp()
+        events.append(event)
+        if on_event:
+            on_event(event)
+
+
+def _drain(pending: "queue.Queue[dict | None]", events: list[dict]) -> None:
+    while True:
+        try:
+            event = pending.get(timeout=5)
+        except queue.Empty:
+            return
+        if event is None:
+            return
+        events.append(event)

@@ -1,0 +1,40 @@
+"""The local executor: a plan's cells one after another on this machine, each stored as it ends."""
+from collections.abc import Callable
+
+from dlbench.harness.plan.suite import Cell
+from dlbench.harness.run import cell_config, gemm_peak, one_cell, readiness, record
+from dlbench.harness.run.cell_config import Options
+from dlbench.harness.store import FILENAME, Store
+
+
+def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None]) -> tuple[dict[str, int], list[str]]:
+    """Runs every cell not yet complete, in the order given; a failed cell is stored and the plan goes on.
+    Each run records its 1-based position in `cells`, the machine and the dlbench version.
+    Returns the count of each ending and the plan's cell hashes, in order."""
+    # before any data is prepared or any file written
+    readiness.refuse_gpu_cells_without_a_gpu(cells)
+    readiness.prepare(cells, print)
+    resolved = [cell_config.resolve(cell, options.data_dir) for cell in cells]
+    counts = {"ok": 0, "failed": 0, "timeout": 0, "skipped": 0}
+    provenance = record.provenance()
+    measured_peaks: dict[tuple, tuple[int, float | None]] = {}  # (framework, env, threads, device) -> peak id, gflops
+    with Store(options.results / FILENAME) as store:
+        completed = store.completed_hashes()
+        for index, prepared in enumerate(resolved, 1):
+            cell = prepared.cell
+            if prepared.hash in completed and not options.force:
+                counts["skipped"] += 1
+                progress("skip", index, len(cells), cell)
+                continue
+            progress("start", index, len(cells), cell)
+
+            def on_event(event: dict, index: int = index, cell: Cell = cell) -> None:
+                progress("event", index, len(cells), cell, event)
+
+            peak = gemm_peak.peak_of(prepared, options, store, measured_peaks, provenance["machine"], on_event)
+            ran = one_cell.run_cell(prepared, options, on_event)
+            run = record.finish_run(store, prepared, ran, peak,
+                                    dict(provenance, plan_position=index, executor="local"))
+            counts[run["status"]] += 1
+            progress("end", index, len(cells), cell, run)
+    return counts, [prepared.hash for prepared in resolved]

@@ -1,0 +1,49 @@
+"""One cell's run: the worker's cell file, its environment and the worker launched, its energy read per
+epoch, and what it left as a typed record (record.Ran). The plan's loop over cells is an executor's
+(local, ray_cluster); the configuration is cell_config's, the run row record's."""
+import json
+import time
+from collections.abc import Callable
+
+from dlbench.harness.environments import envs
+from dlbench.harness.measure import energy
+from dlbench.harness.run.cell_config import Options, Prepared, compile_cache_state, shared_compile_cache
+from dlbench.harness.run.launch import run_worker, worker_environment
+from dlbench.harness.run.record import Ran, epoch_rows, run_row
+
+
+def run_cell(prepared: Prepared, options: Options, on_event: Callable[[dict], None] | None = None) -> Ran:
+    """Runs one prepared cell; returns its run row, epoch rows and samples for the store."""
+    cell, config = prepared.cell, prepared.config
+    started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    run_dir = options.results / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{prepared.hash[:12]}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    recipe = envs.get_recipe(cell.framework, cell.device)
+    worker_cell = {"adapter": recipe.adapter, "model": config["model"], "recipe": config["recipe"],
+                   "data_path": str(prepared.dataset.path), "seed": cell.seed, "epochs": cell.epochs,
+                   "device": cell.device, "threads": config["threads"]}
+    if "initial_weights" in config:
+        worker_cell["weights"] = config["initial_weights"]["file"]
+    (run_dir / "cell.json").write_text(json.dumps(worker_cell, indent=1))
+    command = [str(prepared.env.python), "-m", "dlbench.worker.train", str(run_dir / "cell.json")]
+    shared = shared_compile_cache(options.results, cell)
+    cache_state = compile_cache_state(cell, shared)  # before the worker adds to it
+    variables = worker_environment(run_dir, config["threads"], envs.worker_variables(recipe, prepared.env.path), shared,
+                                   config.get("allocator", "default"), config.get("gpu_memory", "default"))
+    meter = energy.EnergyMeter(cell.device, options.powercap)
+    epoch_energy = energy.EpochEnergy(meter)
+
+    def events(event: dict) -> None:
+        epoch_energy.on_event(event)  # first: the counters are read as close to the event as can be
+        if on_event is not None:
+            on_event(event)
+
+    try:
+        outcome = run_worker(command, variables, run_dir, options.timeout_s or cell.timeout_s,
+                             options.memory_limit_mb, events)
+    finally:
+        meter.close()
+    (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in outcome.events))
+    epochs = epoch_rows(outcome.events, prepared.workload.target["metric"], epoch_energy.epochs)
+    row = run_row(prepared, outcome, epochs, run_dir, started_at, cache_state, meter.source)
+    return Ran(row, epochs, outcome.samples)

@@ -1,0 +1,418 @@
+"""SQLite results store, one file per results folder; each run is saved atomically with its children."""
+
+import dataclasses
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+SCHEMA_VERSION = 8
+FILENAME = "dlbench.sqlite"
+
+# Column name -> SQL declaration; the single source for the DDL, inserts and key validation.
+RUN_COLUMNS: dict[str, str] = {
+    "cell_hash": "TEXT NOT NULL",
+    "suite": "TEXT",
+    "framework": "TEXT NOT NULL",
+    "framework_version": "TEXT",
+    "workload": "TEXT NOT NULL",
+    "dataset": "TEXT",
+    "dataset_hash": "TEXT",
+    "device": "TEXT",
+    "repetition": "INTEGER",
+    "status": "TEXT NOT NULL CHECK(status IN ('ok','failed','timeout'))",
+    "reason": "TEXT",
+    "stderr_tail": "TEXT",
+    "started_at": "TEXT",
+    "wall_time_s": "REAL",
+    "startup_s": "REAL",  # spawn to the worker's ready event: interpreter, data, framework import, build
+    "train_time_s": "REAL",
+    "first_epoch_s": "REAL",
+    "steady_epoch_s": "REAL",
+    "eval_time_s": "REAL",
+    "metric_name": "TEXT",
+    "metric_value": "REAL",
+    "target_value": "REAL",
+    "time_to_target_s": "REAL",
+    "params": "INTEGER",
+    "flops_per_sample": "INTEGER",
+    "peak_rss_mb": "REAL",
+    "mean_rss_mb": "REAL",
+    "mean_cpu_percent": "REAL",
+    "peak_cpu_percent": "REAL",
+    "mean_system_cpu_percent": "REAL",
+    "peak_threads": "INTEGER",
+    "mean_gpu_util_percent": "REAL",
+    "peak_gpu_mem_mb": "REAL",
+    "threads": "INTEGER",
+    "python": "TEXT",
+    "packages": "TEXT",
+    "config": "TEXT",
+    "run_dir": "TEXT",
+    # the framework's equivalence certificate for this workload when the run was stored:
+    # reference (the reference framework itself), passed, failed, or none
+    "certificate": "TEXT",
+    # added in schema version 2 (NULL in runs stored before):
+    "plan_position": "INTEGER",  # 1-based place in the run order of the plan that ran it
+    "machine": "TEXT",  # hostname, cpu_model, logical_cores, memory_mib, gpus, os, python (measure.machine)
+    "dlbench_version": "TEXT",  # version, commit, dirty (dlbench.harness.measure.machine.dlbench_version)
+    # added in schema version 3: the compile cache the run started from, "cold" or "warm" (a shared cache
+    # that already held compiled code); NULL for frameworks that compile into no cache, and for runs
+    # stored before version 3 by any framework but theano (see MIGRATIONS)
+    "compile_cache": "TEXT",
+    # added in schema version 4: CPU seconds (user + system) of the harness process while the worker ran
+    # (executor.run_worker); NULL for runs stored before
+    "harness_cpu_s": "REAL",
+    # added in schema version 5 (NULL in runs stored before): the CPU seconds of the monitor's sampling
+    # thread alone, part of harness_cpu_s; and the digest of the dlbench code the worker ran
+    # (dlbench.harness.environments.sources.worker_source), also part of the cell hash
+    "monitor_cpu_s": "REAL",
+    "worker_source": "TEXT",
+    # added in schema version 6 (NULL in runs stored before): training samples per epoch (the worker's
+    # ready event); achieved FLOP/s of the steady epochs and its share of the measured peak (peaks table)
+    "n_train": "INTEGER",
+    "achieved_gflops": "REAL",  # flops_per_sample * n_train / steady_epoch_s / 1e9
+    "peak_id": "INTEGER",  # the peaks row the run's mfu is measured against
+    "mfu": "REAL",  # achieved_gflops / that peak's gflops; NULL when the peak could not be measured
+    # cores the worker's tree kept busy in its steady epochs' training (mean CPU % / 100,
+    # dlbench.harness.measure.cores), and the flag when that is far from the threads it was given
+    # ("used 0.9 of 2 cores"), else NULL
+    "cores_used": "REAL",
+    "cores_flag": "TEXT",
+    # where the epochs' energy came from, or why there is none (dlbench.harness.measure.energy): "cpu: ...; gpu: ..."
+    "energy_source": "TEXT",
+    # added in schema version 7: the executor that ran the cell ("local" or "ray"; NULL before: local); on
+    # Ray, the node (ray_node_id, address; the node's own machine is in the machine column), how many of
+    # the plan's cells ran on that node at once including this one, and the attempt that completed it
+    # (1 unless a node died under an earlier one)
+    "executor": "TEXT",
+    "node": "TEXT",
+    "cells_on_node": "INTEGER",
+    "attempt": "INTEGER",
+}
+EPOCH_COLUMNS: dict[str, str] = {
+    "epoch": "INTEGER",
+    "train_time_s": "REAL",
+    "eval_time_s": "REAL",
+    "train_loss": "REAL",
+    "train_accuracy": "REAL",
+    "metric_value": "REAL",
+    "metrics": "TEXT",
+    # added in schema version 6: energy of the epoch's training (between the worker's epoch_start and
+    # epoch_trained events), joules; NULL where not exposed (runs.energy_source says why)
+    "energy_cpu_j": "REAL",  # RAPL package zones, summed: the whole socket(s), not the worker alone
+    "energy_dram_j": "REAL",  # RAPL dram subzones, where present
+    "energy_gpu_j": "REAL",  # NVML's total energy counter of the GPU the run computes on
+}
+SAMPLE_COLUMNS: dict[str, str] = {
+    "t_s": "REAL",
+    "cpu_percent": "REAL",
+    "rss_mb": "REAL",
+    "threads": "INTEGER",
+    "system_cpu_percent": "REAL",
+    "gpu_util_percent": "REAL",
+    "gpu_mem_mb": "REAL",
+}
+CERTIFICATE_COLUMNS: dict[str, str] = {
+    "framework": "TEXT NOT NULL",
+    "framework_version": "TEXT",
+    "framework_env": "TEXT NOT NULL",  # digest of the environment's packages: what the certificate is for
+    "reference": "TEXT NOT NULL",
+    "reference_version": "TEXT",
+    "workload": "TEXT NOT NULL",
+    "passed": "INTEGER NOT NULL",
+    "worst_tensor": "TEXT",
+    "worst_scaled_deviation": "REAL",
+    "created_at": "TEXT",
+    "deviations": "TEXT",  # per tensor: kind, max_abs, max_rel, tolerance, passed
+    # added in schema version 5: the digests of the dlbench code the framework's and the reference's
+    # probes ran (dlbench.harness.environments.sources.worker_source); a certificate holds for that code
+    # only. NULL before.
+    "worker_source": "TEXT",
+    "reference_source": "TEXT",
+}
+# added in schema version 6: the float32 GEMM peak measured in a framework's own environment (dlbench.worker.peak),
+# once per (environment, threads, device) and suite invocation; runs link to it by peak_id
+PEAK_COLUMNS: dict[str, str] = {
+    "framework": "TEXT NOT NULL",
+    "framework_version": "TEXT",
+    "framework_env": "TEXT",  # digest of the environment's packages (envs.Environment.packages_digest)
+    "threads": "INTEGER",
+    "device": "TEXT",
+    "machine": "TEXT",  # dlbench.harness.measure.machine.describe()
+    "suite": "TEXT",
+    "measured_at": "TEXT",
+    "method": "TEXT",  # the call timed, e.g. torch.matmul
+    "matrix_size": "INTEGER",  # n of the n x n by n x n float32 product
+    "repeats": "INTEGER",
+    "gflops": "REAL",  # best of the repeats: 2 n^3 / seconds / 1e9; NULL when it could not be measured
+    "reason": "TEXT",  # why gflops is NULL
+    # cores the rest of the machine kept busy meanwhile (its busy CPU time less the measurement's, over
+    # the wall time): a peak measured beside other jobs is low
+    "others_busy_cores": "REAL",
+}
+# One row per exact framework environment the store's runs used, keyed as runs and certificates know it
+# (Environment.packages_digest of the run configuration's env_packages): what `env create --from-run`
+# rebuilds, with the registry's hashes recorded when the environment was built.
+ENVIRONMENT_COLUMNS: dict[str, str] = {
+    "packages_digest": "TEXT PRIMARY KEY",
+    "framework": "TEXT NOT NULL",  # as the cells name it: jax, jax@0.6.2
+    "device": "TEXT",
+    "python_version": "TEXT",
+    "packages": "TEXT",  # JSON: name -> version, the environment's freeze
+    "hashes": "TEXT",  # JSON: name -> ["sha256:..."]; NULL for an environment built before dlbench recorded them
+}
+JSON_COLUMNS = frozenset({"packages", "config", "metrics", "deviations", "machine", "dlbench_version", "node",
+                          "hashes"})
+
+
+def _columns_sql(columns: Mapping[str, str]) -> str:
+    return ", ".join(f"{name} {decl}" for name, decl in columns.items())
+
+
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS runs (id INTEGER PRIMARY KEY, {_columns_sql(RUN_COLUMNS)});
+CREATE INDEX IF NOT EXISTS runs_cell_hash ON runs(cell_hash);
+CREATE TABLE IF NOT EXISTS epochs (
+    run_id INTEGER REFERENCES runs(id), {_columns_sql(EPOCH_COLUMNS)}, PRIMARY KEY (run_id, epoch)
+);
+CREATE TABLE IF NOT EXISTS samples (run_id INTEGER REFERENCES runs(id), {_columns_sql(SAMPLE_COLUMNS)});
+CREATE INDEX IF NOT EXISTS samples_run_id ON samples(run_id);
+CREATE TABLE IF NOT EXISTS certificates (id INTEGER PRIMARY KEY, {_columns_sql(CERTIFICATE_COLUMNS)});
+CREATE TABLE IF NOT EXISTS peaks (id INTEGER PRIMARY KEY, {_columns_sql(PEAK_COLUMNS)});
+CREATE TABLE IF NOT EXISTS environments ({_columns_sql(ENVIRONMENT_COLUMNS)});
+"""
+
+
+# Schema version -> the statements that bring a store of the version before it there. A new store gets
+# SCHEMA (the latest) at once; an older one runs each later step in order, in one transaction.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    2: tuple(f"ALTER TABLE runs ADD COLUMN {name} {RUN_COLUMNS[name]}"
+             for name in ("plan_position", "machine", "dlbench_version")),
+    3: (f"ALTER TABLE runs ADD COLUMN compile_cache {RUN_COLUMNS['compile_cache']}",
+        # Before version 3 every measured run compiled into its own empty folder (launch.worker_environment
+        # removed DLBENCH_COMPILE_CACHE), and theano is the one framework that compiles into one: its old
+        # runs were cold. Other frameworks' runs stay NULL, as new ones are.
+        "UPDATE runs SET compile_cache = 'cold' WHERE framework = 'theano'"),
+    4: (f"ALTER TABLE runs ADD COLUMN harness_cpu_s {RUN_COLUMNS['harness_cpu_s']}",),
+    5: (*(f"ALTER TABLE runs ADD COLUMN {name} {RUN_COLUMNS[name]}" for name in ("monitor_cpu_s", "worker_source")),
+        *(f"ALTER TABLE certificates ADD COLUMN {name} {CERTIFICATE_COLUMNS[name]}"
+          for name in ("worker_source", "reference_source"))),
+    6: (*(f"ALTER TABLE runs ADD COLUMN {name} {RUN_COLUMNS[name]}"
+          for name in ("n_train", "achieved_gflops", "peak_id", "mfu", "cores_used", "cores_flag", "energy_source")),
+        *(f"ALTER TABLE epochs ADD COLUMN {name} {EPOCH_COLUMNS[name]}"
+          for name in ("energy_cpu_j", "energy_dram_j", "energy_gpu_j")),
+        f"CREATE TABLE IF NOT EXISTS peaks (id INTEGER PRIMARY KEY, {_columns_sql(PEAK_COLUMNS)})"),
+    7: tuple(f"ALTER TABLE runs ADD COLUMN {name} {RUN_COLUMNS[name]}"
+             for name in ("executor", "node", "cells_on_node", "attempt")),
+    8: (f"CREATE TABLE IF NOT EXISTS environments ({_columns_sql(ENVIRONMENT_COLUMNS)})",),
+}
+
+
+class StoreError(Exception):
+    pass
+
+
+class Store:
+    """Results of all runs in one SQLite file (WAL, so reports can read while the executor writes)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Autocommit mode: transactions are explicit, so their extent is exactly what save_run says.
+        self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
+        try:
+            self._open()
+        except sqlite3.DatabaseError as exc:
+            self._conn.close()
+            raise StoreError(f"{self.path}: cannot open results store: {exc}") from exc
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _open(self) -> None:
+        self._check_version()
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA foreign_keys=ON")
+        # NORMAL in WAL mode may lose the last commits on power loss, never consistency.
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        with _transaction(self._conn):
+            # Checked again under the write lock: another process may have created or migrated it meanwhile.
+            version = self._check_version()
+            if version == 0:
+                statements = [statement for statement in SCHEMA.split(";") if statement.strip()]
+            else:
+                statements = [s for target in range(version + 1, SCHEMA_VERSION + 1) for s in MIGRATIONS[target]]
+            for statement in statements:
+                self._conn.execute(statement)
+            if version < SCHEMA_VERSION:
+                self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def _check_version(self) -> int:
+        version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path}: schema version {version} is newer than this dlbench supports "
+                f"(version {SCHEMA_VERSION}); use a newer dlbench or another results folder"
+            )
+        return version
+
+    def save_run(
+        self, run: Mapping[str, Any], epochs: Iterable[Mapping[str, Any]], samples: Iterable[Any]
+    ) -> int:
+        """Insert a run with its epochs and samples in one transaction; returns the run id."""
+        run_row = _row(run, RUN_COLUMNS, "run")
+        epoch_rows = [_row(epoch, EPOCH_COLUMNS, "epoch") for epoch in epochs]
+        sample_rows = [_row(_sample_dict(s), SAMPLE_COLUMNS, "sample") for s in samples]
+        try:
+            with _transaction(self._conn):
+                cursor = self._conn.execute(_insert_sql("runs", list(run_row)), list(run_row.values()))
+                run_id = cursor.lastrowid
+                assert run_id is not None  # always set after a successful INSERT
+                self._insert_children("epochs", EPOCH_COLUMNS, run_id, epoch_rows)
+                self._insert_children("samples", SAMPLE_COLUMNS, run_id, sample_rows)
+        except sqlite3.IntegrityError as exc:
+            raise StoreError(f"{self.path}: run not saved: {exc}") from exc
+        return run_id
+
+    def _insert_children(
+        self, table: str, columns: Mapping[str, str], run_id: int, rows: list[dict[str, Any]]
+    ) -> None:
+        # Every row gets every column (missing ones NULL) so a single executemany fits all rows.
+        names = list(columns)
+        self._conn.executemany(
+            _insert_sql(table, ["run_id", *names]), [[run_id, *(row.get(n) for n in names)] for row in rows]
+        )
+
+    def save_certificate(self, certificate: Mapping[str, Any]) -> int:
+        row = _row(certificate, CERTIFICATE_COLUMNS, "certificate")
+        with _transaction(self._conn):
+            return self._conn.execute(_insert_sql("certificates", list(row)), list(row.values())).lastrowid
+
+    def save_peak(self, peak: Mapping[str, Any]) -> int:
+        row = _row(peak, PEAK_COLUMNS, "peak")
+        with _transaction(self._conn):
+            return self._conn.execute(_insert_sql("peaks", list(row)), list(row.values())).lastrowid
+
+    def save_environment(self, environment: Mapping[str, Any]) -> None:
+        """Records an environment once; hashes found later fill a row recorded without them."""
+        row = _row(environment, ENVIRONMENT_COLUMNS, "environment")
+        with _transaction(self._conn):
+            self._conn.execute(_insert_sql("environments", list(row)) + " ON CONFLICT(packages_digest) DO UPDATE "
+                               "SET hashes = excluded.hashes WHERE environments.hashes IS NULL", list(row.values()))
+
+    def environment(self, packages_digest: str) -> dict[str, Any] | None:
+        """The recorded environment of this packages digest, or None."""
+        rows = self._select(f"SELECT {', '.join(ENVIRONMENT_COLUMNS)} FROM environments WHERE packages_digest = ?",
+                            (packages_digest,))
+        return rows[0] if rows else None
+
+    def peaks(self) -> list[dict[str, Any]]:
+        """All measured peaks, oldest first (gflops NULL with its reason where the measurement failed)."""
+        return self._select(f"SELECT id, {', '.join(PEAK_COLUMNS)} FROM peaks ORDER BY id")
+
+    def certificates(self) -> list[dict[str, Any]]:
+        """All certificates, oldest first."""
+        return self._select(f"SELECT id, {', '.join(CERTIFICATE_COLUMNS)} FROM certificates ORDER BY id")
+
+    def certificate_status(self, framework: str, framework_env: str, workload: str, worker_source: str,
+                           reference_source: str) -> str:
+        """passed or failed by the newest certificate of this environment and this code (the framework's
+        and the reference's worker sources) for this workload, else none."""
+        row = self._conn.execute(
+            "SELECT passed FROM certificates WHERE framework = ? AND framework_env = ? AND workload = ? "
+            "AND worker_source = ? AND reference_source = ? ORDER BY id DESC LIMIT 1",
+            (framework, framework_env, workload, worker_source, reference_source)).fetchone()
+        return "none" if row is None else ("passed" if row[0] else "failed")
+
+    def completed_hashes(self) -> set[str]:
+        """Cell hashes having at least one successful run."""
+        rows = self._conn.execute("SELECT DISTINCT cell_hash FROM runs WHERE status = 'ok'")
+        return {cell_hash for (cell_hash,) in rows}
+
+    def runs(self) -> list[dict[str, Any]]:
+        """All runs by id, JSON columns decoded, each with its "epochs" ordered by epoch."""
+        # One read transaction: a run committed by another process between the two queries
+        # would otherwise show up without its epochs.
+        with _transaction(self._conn, "DEFERRED"):
+            runs = self._select(f"SELECT id, {', '.join(RUN_COLUMNS)} FROM runs ORDER BY id")
+            epoch_rows = self._select(
+                f"SELECT run_id, {', '.join(EPOCH_COLUMNS)} FROM epochs ORDER BY run_id, epoch"
+            )
+        epochs: dict[int, list[dict[str, Any]]] = {}
+        for row in epoch_rows:
+            epochs.setdefault(row.pop("run_id"), []).append(row)
+        for run in runs:
+            run["epochs"] = epochs.get(run["id"], [])
+        return runs
+
+    def samples(self, run_id: int) -> list[dict[str, Any]]:
+        """A run's resource samples in the order they were taken."""
+        sql = f"SELECT {', '.join(SAMPLE_COLUMNS)} FROM samples WHERE run_id = ? ORDER BY rowid"
+        return self._select(sql, (run_id,))
+
+    def _select(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        cursor = self._conn.execute(sql, params)
+        names = [d[0] for d in cursor.description]
+        return [_decode(dict(zip(names, values, strict=True))) for values in cursor]
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+@contextmanager
+def _transaction(conn: sqlite3.Connection, mode: str = "IMMEDIATE") -> Iterator[None]:
+    """BEGIN ... COMMIT, rolled back on any exception (a SIGKILL leaves it uncommitted).
+
+    Writers use IMMEDIATE, which takes the write lock up front, so a concurrent writer waits out
+    the busy timeout instead of failing when its read transaction would need upgrading.
+    """
+    conn.execute(f"BEGIN {mode}")
+    try:
+        yield
+    except BaseException:
+        # SQLite already rolls back by itself after some errors (e.g. disk full).
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _sample_dict(sample: Any) -> Mapping[str, Any]:
+    if dataclasses.is_dataclass(sample) and not isinstance(sample, type):
+        return dataclasses.asdict(sample)
+    return sample
+
+
+def _row(values: Mapping[str, Any], columns: Mapping[str, str], kind: str) -> dict[str, Any]:
+    unknown = sorted(set(values) - set(columns))
+    if unknown:
+        raise StoreError(
+            f"unknown {kind} key(s) {', '.join(map(repr, unknown))}; accepted: {', '.join(columns)}"
+        )
+    return {
+        k: json.dumps(v, sort_keys=True) if k in JSON_COLUMNS and v is not None else v
+        for k, v in values.items()
+    }
+
+
+def _decode(row: dict[str, Any]) -> dict[str, Any]:
+    for key in JSON_COLUMNS.intersection(row):
+        if row[key] is not None:
+            row[key] = json.loads(row[key])
+    return row
+
+
+def _insert_sql(table: str, names: list[str]) -> str:
+    return f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"

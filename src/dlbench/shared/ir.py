@@ -1,0 +1,358 @@
+"""The framework-neutral model IR: a model is declared once and every adapter builds it.
+
+Worker side: imports under Python 3.8 with numpy alone (no framework, no newer syntax).
+
+A model is a plain JSON-able dict: {"input_shape": [...], "input_dtype": "...", "layers": [...]},
+each layer a dict with a "type", a unique "name" and its settings. Activations are per-sample
+shapes (no batch axis), NHWC for images, (time, features) for sequences.
+
+Canonical weight layout (what adapters import and export), by layer type:
+  conv2d     kernel (kh, kw, in, out)  "HWIO", bias (out,)
+  dense      kernel (in, out), bias (out,)
+  batchnorm  gamma, beta, moving_mean, moving_var (channels,)
+  embedding  embeddings (vocab, dim)
+  lstm       kernel (in, 4u), recurrent_kernel (u, 4u), bias (4u,); gates in the order i, f, g, o
+             (input, forget, cell candidate, output), one bias per gate
+  seq2seq    source_embeddings (Vs, E), target_embeddings (Vt, E), then encoder_ and decoder_ kernel,
+             recurrent_kernel and bias laid out as an lstm's
+Flatten flattens NHWC activations in C order (height, then width, then channels).
+
+A detector (Faster R-CNN, `detector`) adds a "detector" dict: its settings and six more parts, each a
+list of layers as above, applied in this order: the backbone ("layers") maps an (H, W, 3) image to a
+stride-16 feature map; "rpn" (a 3x3 conv and ReLU) feeds "rpn_cls" (a 1x1 conv, one objectness logit
+per anchor) and "rpn_box" (a 1x1 conv, 4 deltas per anchor: channel 4a + k is coordinate k of anchor
+a); RoI Align pools each RoI of the feature map to (size, size, channels); "head" (flatten, dense
+layers) feeds "cls" (class logits, 0 = background) and "box" (4 deltas per class: unit 4c + k). Layer
+names carry their part's prefix ("rpn_conv2d_1", "head_dense_1", "cls_dense_1"), so canonical weights
+stay one flat dict. `detector_parts` gives each part as a model of its own, for the adapters' builders.
+"""
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from typing import List, Tuple
+
+Shape = Tuple[int, ...]
+
+LAYER_SETTINGS = {
+    "conv2d": ("filters", "kernel", "stride", "padding"),
+    "maxpool2d": ("pool", "stride", "padding"),
+    "batchnorm": ("momentum", "epsilon"),
+    "activation": ("fn",),
+    "dropout": ("rate",),
+    "flatten": (),
+    "dense": ("units",),
+    "embedding": ("vocab", "dim"),
+    "lstm": ("units", "return_sequences"),
+    "seq2seq": ("source_len", "source_vocab", "target_vocab", "embed_dim", "units"),
+}
+ACTIVATIONS = ("relu", "sigmoid", "tanh")
+PADDINGS = ("valid", "same")
+
+
+class IRError(ValueError):
+    pass
+
+
+# ---- layer constructors: the only way workloads declare layers ------------------------------
+
+def conv2d(filters: int, kernel: int = 3, padding: str = "valid", stride: int = 1) -> dict:
+    return {"type": "conv2d", "filters": filters, "kernel": kernel, "stride": stride, "padding": padding}
+
+
+def maxpool2d(pool: int = 2, stride: int = 0, padding: str = "valid") -> dict:
+    """stride 0 means stride = pool, as in every framework's default."""
+    return {"type": "maxpool2d", "pool": pool, "stride": stride or pool, "padding": padding}
+
+
+def batchnorm(momentum: float = 0.99, epsilon: float = 1e-3) -> dict:
+    """momentum as Keras states it: moving = momentum * moving + (1 - momentum) * batch."""
+    return {"type": "batchnorm", "momentum": momentum, "epsilon": epsilon}
+
+
+def activation(fn: str) -> dict:
+    return {"type": "activation", "fn": fn}
+
+
+def relu() -> dict:
+    return activation("relu")
+
+
+def dropout(rate: float) -> dict:
+    return {"type": "dropout", "rate": rate}
+
+
+def flatten() -> dict:
+    return {"type": "flatten"}
+
+
+def dense(units: int) -> dict:
+    """Applies to the last axis, so on a sequence it is a per-timestep dense layer."""
+    return {"type": "dense", "units": units}
+
+
+def embedding(vocab: int, dim: int) -> dict:
+    return {"type": "embedding", "vocab": vocab, "dim": dim}
+
+
+def lstm(units: int, return_sequences: bool = False) -> dict:
+    return {"type": "lstm", "units": units, "return_sequences": return_sequences}
+
+
+def seq2seq(source_len: int, source_vocab: int, target_vocab: int, embed_dim: int, units: int) -> dict:
+    """An encoder-decoder block with teacher forcing. Its input is one row of token ids per sample:
+    the source (source_len ids), then the decoder's inputs (<start> and the target but its last token).
+    The encoder LSTM reads the embedded source from a zero state; its final (h, c) starts the decoder
+    LSTM, whose outputs at every step are the block's output: (target steps, units)."""
+    return {"type": "seq2seq", "source_len": source_len, "source_vocab": source_vocab,
+            "target_vocab": target_vocab, "embed_dim": embed_dim, "units": units}
+
+
+def _named(layers: List[dict], prefix: str = "") -> List[dict]:
+    counts = {}  # type: Dict[str, int]
+    named = []
+    for layer in layers:
+        counts[layer["type"]] = counts.get(layer["type"], 0) + 1
+        named.append(dict(layer, name="%s%s_%d" % (prefix, layer["type"], counts[layer["type"]])))
+    return named
+
+
+def model(input_shape, input_dtype: str, layers: List[dict]) -> dict:
+    """Names the layers (conv2d_1, conv2d_2, dense_1, ...) and checks every shape."""
+    spec = {"input_shape": list(input_shape), "input_dtype": input_dtype, "layers": _named(layers)}
+    infer_shapes(spec)
+    return spec
+
+
+DETECTOR_PARTS = ("rpn", "rpn_cls", "rpn_box", "head", "cls", "box")
+
+
+def detector(canvas, backbone: List[dict], rpn_channels: int, head_units: List[int], num_classes: int,
+             anchor_scales, anchor_ratios=(0.5, 1.0, 2.0), roi_size: int = 7, sampling_ratio: int = 2) -> dict:
+    """A Faster R-CNN (Ren et al. 2015) on a stride-16 backbone.
+
+    `canvas` (H, W) is the landscape image size every image is padded into, both multiples of 16 (a
+    portrait image goes into the transposed canvas); `num_classes` counts background. Anchors: for
+    each ratio (height / width) and scale, py-faster-rcnn's base_size-16 anchor times the scale
+    (shared/detection/boxes.base_anchors), ratio-major, A = ratios x scales per feature-map position. RoI
+    Align as torchvision's roi_align with aligned=False: `roi_size` bins a side, `sampling_ratio`^2
+    bilinear samples averaged per bin, spatial scale 1/16."""
+    if canvas[0] % FEATURE_STRIDE or canvas[1] % FEATURE_STRIDE:
+        raise IRError("canvas %s: both sides must be multiples of %d" % (list(canvas), FEATURE_STRIDE))
+    spec = model([canvas[0], canvas[1], 3], "float32", backbone)
+    feature = infer_shapes(spec)[-1][2]
+    if (feature[0] * FEATURE_STRIDE, feature[1] * FEATURE_STRIDE) != tuple(canvas):
+        raise IRError("the backbone maps %s to %s: not stride %d" % (list(canvas), list(feature), FEATURE_STRIDE))
+    anchors = len(anchor_scales) * len(anchor_ratios)
+    head = [flatten()]
+    for units in head_units:
+        head += [dense(units), relu()]
+    spec["detector"] = {
+        "num_classes": num_classes, "feature_stride": FEATURE_STRIDE,
+        "anchor_scales": [float(s) for s in anchor_scales],
+        "anchor_ratios": [float(r) for r in anchor_ratios], "anchors": anchors,
+        "roi": {"op": "roi_align", "size": roi_size, "sampling_ratio": sampling_ratio,
+                "spatial_scale": 1.0 / FEATURE_STRIDE, "aligned": False},
+        "rpn": _named([conv2d(rpn_channels, 3, "same"), relu()], "rpn_"),
+        "rpn_cls": _named([conv2d(anchors, 1)], "rpn_cls_"),
+        "rpn_box": _named([conv2d(4 * anchors, 1)], "rpn_box_"),
+        "head": _named(head, "head_"),
+        "cls": _named([dense(num_classes)], "cls_"),
+        "box": _named([dense(4 * num_classes)], "box_"),
+    }
+    detector_parts(spec)  # checks every part's shapes
+    return spec
+
+
+FEATURE_STRIDE = 16
+
+
+def detector_parts(spec: dict) -> "OrderedDict[str, dict]":
+    """Every part of a detector as a model of its own ({"input_shape", "input_dtype", "layers"}), in
+    order: "backbone", then DETECTOR_PARTS. Spatial sizes are those of the landscape canvas."""
+    config = spec["detector"]
+    feature = infer_shapes(spec)[-1][2]
+    size = config["roi"]["size"]
+    parts = OrderedDict([("backbone", {"input_shape": list(spec["input_shape"]), "input_dtype": "float32",
+                                       "layers": spec["layers"]})])
+    for name in DETECTOR_PARTS:
+        if name in ("rpn_cls", "rpn_box"):
+            shape = infer_shapes(parts["rpn"])[-1][2]
+        elif name == "head":
+            shape = (size, size, feature[-1])
+        elif name in ("cls", "box"):
+            shape = infer_shapes(parts["head"])[-1][2]
+        else:  # rpn
+            shape = feature
+        parts[name] = {"input_shape": list(shape), "input_dtype": "float32", "layers": config[name]}
+        infer_shapes(parts[name])
+    return parts
+
+
+def all_shapes(spec: dict) -> List[Tuple[dict, Shape, Shape]]:
+    """infer_shapes of a model, or of every part of a detector, in order."""
+    if "detector" not in spec:
+        return infer_shapes(spec)
+    result = []
+    for part in detector_parts(spec).values():
+        result += infer_shapes(part)
+    return result
+
+
+# ---- shapes, parameters, FLOPs --------------------------------------------------------------
+
+def same_padding(size: int, kernel: int, stride: int) -> Tuple[int, int]:
+    """Padding (before, after) that TensorFlow's 'same' uses: output = ceil(size / stride),
+    the odd pixel going after. Adapters of frameworks with symmetric padding use this."""
+    out = -(-size // stride)
+    total = max((out - 1) * stride + kernel - size, 0)
+    return total // 2, total - total // 2
+
+
+def _spatial_out(size: int, kernel: int, stride: int, padding: str) -> int:
+    if padding == "same":
+        return -(-size // stride)
+    return (size - kernel) // stride + 1
+
+
+def _check(layer: dict) -> None:
+    kind = layer.get("type")
+    if kind not in LAYER_SETTINGS:
+        raise IRError("unknown layer type %r; known: %s" % (kind, ", ".join(LAYER_SETTINGS)))
+    for key in LAYER_SETTINGS[kind]:
+        if key not in layer:
+            raise IRError("layer %s lacks %r" % (layer.get("name", kind), key))
+    if kind in ("conv2d", "maxpool2d") and layer["padding"] not in PADDINGS:
+        raise IRError("layer %s: padding %r; accepted: %s" % (layer["name"], layer["padding"], PADDINGS))
+    if kind == "activation" and layer["fn"] not in ACTIVATIONS:
+        raise IRError("layer %s: activation %r; accepted: %s" % (layer["name"], layer["fn"], ACTIVATIONS))
+
+
+def output_shape(layer: dict, shape: Shape) -> Shape:
+    _check(layer)
+    kind = layer["type"]
+    if kind in ("conv2d", "maxpool2d"):
+        if len(shape) != 3:
+            raise IRError("layer %s needs an (H, W, C) input, got %s" % (layer["name"], shape))
+        k = layer["kernel"] if kind == "conv2d" else layer["pool"]
+        h = _spatial_out(shape[0], k, layer["stride"], layer["padding"])
+        w = _spatial_out(shape[1], k, layer["stride"], layer["padding"])
+        if h < 1 or w < 1:
+            raise IRError("layer %s shrinks %s to nothing" % (layer["name"], shape))
+        return (h, w, layer["filters"] if kind == "conv2d" else shape[2])
+    if kind == "flatten":
+        return (int(math.prod(shape)),)
+    if kind == "dense":
+        return tuple(shape[:-1]) + (layer["units"],)
+    if kind == "embedding":
+        return tuple(shape) + (layer["dim"],)
+    if kind == "lstm":
+        if len(shape) != 2:
+            raise IRError("layer %s needs a (time, features) input, got %s" % (layer["name"], shape))
+        return (shape[0], layer["units"]) if layer["return_sequences"] else (layer["units"],)
+    if kind == "seq2seq":
+        if len(shape) != 1 or shape[0] <= layer["source_len"]:
+            raise IRError("layer %s needs (source_len + target steps,) token ids, got %s" % (layer["name"], shape))
+        return (shape[0] - layer["source_len"], layer["units"])
+    if kind in ("batchnorm", "activation", "dropout"):
+        return tuple(shape)
+    raise IRError("layer type %r has no output shape rule" % kind)
+
+
+def infer_shapes(spec: dict) -> List[Tuple[dict, Shape, Shape]]:
+    """(layer, input shape, output shape) for every layer, in order."""
+    shape = tuple(spec["input_shape"])
+    result = []
+    for layer in spec["layers"]:
+        out = output_shape(layer, shape)
+        result.append((layer, shape, out))
+        shape = out
+    return result
+
+
+def param_shapes(layer: dict, in_shape: Shape) -> "OrderedDict[str, Shape]":
+    """Canonical parameter shapes of one layer, in canonical order."""
+    kind = layer["type"]
+    shapes = OrderedDict()  # type: OrderedDict[str, Shape]
+    if kind == "conv2d":
+        shapes["kernel"] = (layer["kernel"], layer["kernel"], in_shape[-1], layer["filters"])
+        shapes["bias"] = (layer["filters"],)
+    elif kind == "dense":
+        shapes["kernel"] = (in_shape[-1], layer["units"])
+        shapes["bias"] = (layer["units"],)
+    elif kind == "batchnorm":
+        for key in ("gamma", "beta", "moving_mean", "moving_var"):
+            shapes[key] = (in_shape[-1],)
+    elif kind == "embedding":
+        shapes["embeddings"] = (layer["vocab"], layer["dim"])
+    elif kind == "lstm":
+        shapes.update(_lstm_shapes("", in_shape[-1], layer["units"]))
+    elif kind == "seq2seq":
+        shapes["source_embeddings"] = (layer["source_vocab"], layer["embed_dim"])
+        shapes["target_embeddings"] = (layer["target_vocab"], layer["embed_dim"])
+        shapes.update(_lstm_shapes("encoder_", layer["embed_dim"], layer["units"]))
+        shapes.update(_lstm_shapes("decoder_", layer["embed_dim"], layer["units"]))
+    return shapes
+
+
+def _lstm_shapes(prefix: str, features: int, units: int) -> "OrderedDict[str, Shape]":
+    return OrderedDict([(prefix + "kernel", (features, 4 * units)), (prefix + "recurrent_kernel", (units, 4 * units)),
+                        (prefix + "bias", (4 * units,))])
+
+
+def weight_shapes(spec: dict) -> "OrderedDict[str, Shape]":
+    """Every canonical weight of the model as "layer_name/param" -> shape."""
+    shapes = OrderedDict()  # type: OrderedDict[str, Shape]
+    for layer, in_shape, _ in all_shapes(spec):
+        for key, shape in param_shapes(layer, in_shape).items():
+            shapes[layer["name"] + "/" + key] = shape
+    return shapes
+
+
+def input_vocab(spec: dict) -> int:
+    """How many token ids a token model's input may hold (both languages' for a seq2seq block)."""
+    first = spec["layers"][0]
+    return first["vocab"] if first["type"] == "embedding" else min(first["source_vocab"], first["target_vocab"])
+
+
+def count_params(spec: dict) -> int:
+    """All parameters, BatchNorm's moving statistics included (as Keras's "Total params")."""
+    return sum(int(math.prod(shape)) for shape in weight_shapes(spec).values())
+
+
+def forward_flops(spec: dict) -> int:
+    """FLOPs of one sample's forward pass: 2 per multiply-add of conv, dense and LSTM layers,
+    plus their bias additions. Element-wise layers (activations, pooling, BatchNorm) are not counted.
+    A detector's sample is one landscape image with DETECTOR_ROIS RoIs through its head, as in a
+    training step; RoI Align, proposals and NMS are not counted."""
+    if "detector" in spec:
+        parts = detector_parts(spec)
+        image = sum(forward_flops(parts[name]) for name in ("backbone", "rpn", "rpn_cls", "rpn_box"))
+        return image + DETECTOR_ROIS * sum(forward_flops(parts[name]) for name in ("head", "cls", "box"))
+    total = 0
+    for layer, in_shape, out_shape in infer_shapes(spec):
+        kind = layer["type"]
+        if kind == "conv2d":
+            fan_in = layer["kernel"] * layer["kernel"] * in_shape[-1]
+            total += int(math.prod(out_shape)) * (2 * fan_in + 1)
+        elif kind == "dense":
+            positions = int(math.prod(in_shape[:-1]))
+            total += positions * layer["units"] * (2 * in_shape[-1] + 1)
+        elif kind == "lstm":
+            total += _lstm_flops(in_shape[0], in_shape[-1], layer["units"])
+        elif kind == "seq2seq":
+            steps = in_shape[0]  # source steps in the encoder, the rest in the decoder
+            total += _lstm_flops(steps, layer["embed_dim"], layer["units"])
+    return total
+
+
+DETECTOR_ROIS = 128  # the RoIs a training step samples per image (py-faster-rcnn's and torchvision's)
+
+
+def _lstm_flops(steps: int, features: int, units: int) -> int:
+    return steps * 4 * units * (2 * (features + units) + 1)
+
+
+def train_flops(spec: dict) -> int:
+    """FLOPs of one training sample: forward plus backward, taken as 3x forward (the usual estimate)."""
+    return 3 * forward_flops(spec)

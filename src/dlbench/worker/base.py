@@ -1,0 +1,151 @@
+"""The contract every framework adapter implements, and the pieces they all share.
+
+Worker side: Python 3.8, numpy alone. An adapter module defines `Adapter`, a subclass of
+`BaseAdapter`, and imports its framework; nothing here does.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Dict, Iterator
+
+import numpy as np
+
+LOSSES = ("softmax_cross_entropy", "sigmoid_cross_entropy", "sequence_softmax_cross_entropy",
+          "masked_sequence_softmax_cross_entropy", "faster_rcnn")
+PAD_ID = 0  # the label the masked loss and its accuracy leave out
+OPTIMIZERS = ("sgd", "adam", "adadelta")
+
+
+def not_built(what: str, name: str) -> NotImplementedError:
+    """The error for a layer type the IR declares, or an optimizer OPTIMIZERS names, that an adapter
+    has no code for: raised, so that no other layer or optimizer ever stands in for it."""
+    return NotImplementedError("%s %r: this adapter does not build it" % (what, name))
+
+
+def lookup(table: dict, what: str, name: str):
+    """table[name], else not_built's error naming it."""
+    if name not in table:
+        raise not_built(what, name)
+    return table[name]
+
+
+def sibling_module(adapter_path: str, name: str) -> str:
+    """The module `name` in the package of the adapter `adapter_path` ("package.adapter:Adapter" ->
+    "package.name"): each framework's detector and GEMM peak live beside its adapter."""
+    return "%s.%s" % (adapter_path.partition(":")[0].rpartition(".")[0], name)
+
+
+def thread_budget() -> int:
+    """The cell's thread count, for frameworks that fix theirs when they load: DLBENCH_THREADS, which
+    the harness sets for every worker; the machine's cores where it is unset or not a positive integer."""
+    try:
+        threads = int(os.environ.get("DLBENCH_THREADS") or 0)
+    except ValueError:
+        threads = 0
+    return threads if threads > 0 else (os.cpu_count() or 1)
+
+
+def compile_cache(default):
+    """Where a framework keeps the code it compiles: DLBENCH_COMPILE_CACHE, which the harness sets for
+    processes that time nothing (certification probes, tests) so that they compile once, and for the
+    measured runs of a suite with compile_cache: shared (each run records whether it found it warm); else
+    `default`, inside the run's own folder, cold in every measured run."""
+    return os.environ.get("DLBENCH_COMPILE_CACHE") or default
+
+
+class Split(object):
+    """One split of a prepared dataset: inputs as stored (uint8 pixels or int token ids) and labels."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, input_scale=None):
+        self.x = x
+        self.y = y
+        self.input_scale = input_scale  # divide inputs by this to get floats (pixels: 255 -> [0, 1])
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+
+def batch_slices(count: int, batch_size: int) -> Iterator[slice]:
+    """Consecutive batches over an epoch's order; the last one may be smaller (nothing is dropped)."""
+    for start in range(0, count, batch_size):
+        yield slice(start, min(start + batch_size, count))
+
+
+def epoch_order(seed: int, epoch: int, count: int) -> np.ndarray:
+    """The sample order of one epoch: the same for every framework, from the seed alone (legacy
+    RandomState: its stream is frozen across numpy versions, so old environments agree)."""
+    return np.random.RandomState([seed, epoch]).permutation(count).astype(np.int64)
+
+
+def finish_metrics(loss: str, loss_sum: float, weight: float, correct: float, predictions: float) -> Dict[str, float]:
+    """Metrics from sums an adapter accumulates over batches: loss_sum adds each batch's mean loss
+    times its weight (samples; unmasked tokens for the masked loss), and correct counts right
+    predictions out of `predictions` (samples, tokens, or unmasked tokens)."""
+    mean_loss = loss_sum / weight
+    metrics = {"loss": mean_loss, "accuracy": correct / predictions}
+    if loss.endswith("sequence_softmax_cross_entropy"):
+        metrics["perplexity"] = math.exp(min(mean_loss, 700.0))  # exp overflows past ~709
+    return metrics
+
+
+class BaseAdapter(object):
+    """Builds a framework's native model from the IR and trains it by the recipe.
+
+    Subclasses implement every method below; the worker drives them and reads all clocks itself,
+    after calling synchronise()."""
+
+    name = ""
+
+    def __init__(self, model: dict, recipe: dict, task: str, device: str, threads: int, seed: int):
+        if recipe["loss"] not in LOSSES:
+            raise ValueError("unknown loss %r; known: %s" % (recipe["loss"], ", ".join(LOSSES)))
+        if recipe["optimizer"]["name"] not in OPTIMIZERS:
+            raise ValueError("unknown optimizer %r; known: %s" % (recipe["optimizer"]["name"], ", ".join(OPTIMIZERS)))
+        self.model_ir = model
+        self.recipe = recipe
+        self.task = task
+        self.device = device
+        self.threads = threads
+        self.seed = seed
+
+    def versions(self) -> Dict[str, str]:
+        """Package name -> version of what the adapter really imported."""
+        raise NotImplementedError
+
+    def threads_used(self) -> int:
+        raise NotImplementedError
+
+    def set_weights(self, weights: Dict[str, np.ndarray]) -> None:
+        raise NotImplementedError
+
+    def get_weights(self) -> Dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def train_epoch(self, data: Split, order: np.ndarray) -> Dict[str, float]:
+        """One pass over data in `order`, in batches of the recipe's size; returns loss and accuracy."""
+        raise NotImplementedError
+
+    def loss_and_gradients(self, data: Split) -> "tuple[float, Dict[str, np.ndarray]]":
+        """The training-mode loss of `data` as one batch, and its gradient for every trainable canonical
+        weight (moving statistics excluded), in canonical layout. No optimiser step is taken; a
+        training-mode forward may update moving statistics, and a caller that cares restores them."""
+        raise NotImplementedError
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """The model's raw outputs (logits) for a batch of float inputs or token ids, dropout off."""
+        raise NotImplementedError
+
+    def training_outputs(self, x: np.ndarray) -> np.ndarray:
+        """The model's raw outputs for a batch of float inputs in training mode: dropout on, fresh masks
+        from the adapter's seeded generator. No optimiser step. Certification's dropout check calls it
+        on models of one dropout layer and a dense layer, which have no moving statistics to update."""
+        raise NotImplementedError
+
+    def evaluate(self, data: Split) -> Dict[str, float]:
+        """Batched, dropout off, no weight change; returns finish_metrics()."""
+        raise NotImplementedError
+
+    def synchronise(self) -> None:
+        """Block until queued device work is done, so a clock read after it is true."""
+        raise NotImplementedError

@@ -1,0 +1,536 @@
+"""Keras 3 adapter, one module for the three backends (KERAS_BACKEND = tensorflow, jax or torch, chosen
+by the environment's recipe before Keras is imported).
+
+The IR becomes a functional keras.Model of Keras layers, channels_last throughout, whose weights are
+the canonical ones as they stand: HWIO conv kernels, (in, out) dense kernels, and LSTM kernels
+(in, 4u) / (u, 4u) with one bias and Keras's gate order i, f, c, o (= i, f, g, o).
+An activation that directly follows a Conv2D or Dense becomes that layer's `activation` argument, as
+Keras programs write it: one layer call fewer per activation. On keras-torch (2 cores, epochs of
+1,536 images alternating with the idiomatic program in one process, glibc's allocator kept from
+returning memory so that page faults do not blur the figure) cnn-mnist went from 95.6-98.3 % of the
+program's speed to 99.3-99.5 %.
+
+Training is model.fit over the epoch's order, the Keras way:
+
+    model.fit(x[order], y[order], batch_size=bs, shuffle=False, epochs=1, verbose=0)
+
+With shuffle=False, Keras's ArrayDataAdapter (keras/src/trainers/data_adapters/array_data_adapter.py:
+_get_iterator for jax/numpy, a SequentialSampler BatchSampler with drop_last=False for torch, the
+index batches plus the partial batch for tf.data) yields the slices [i*bs, min((i+1)*bs, n)) in
+order, the last one smaller: exactly base.batch_slices(n, bs). fit_matches_batch_slices() below
+checks it against a train_on_batch loop over batch_slices (45 samples in batches of 8, SGD + L2 CNN
+with BatchNorm and an Adam masked-loss LSTM; max weight difference with keras 3.15.1: 0.0 on jax
+and torch, 2e-7 on tensorflow, i.e. the same batches in the same order).
+
+Pixels stay uint8 until a batch: a small trainer model wraps the float model and divides by the
+split's input scale on the device. The epoch's metric sums (batch mean loss x batch weight, weight,
+right, made) are accumulated in a Keras Metric updated from compute_loss, so nothing leaves the
+device before the epoch ends; fit's own loss tracker weighs batches by samples, which is right for
+every loss but the masked one (weight = unmasked tokens).
+
+Where Keras differs from the reference (PyTorch) semantics, it is corrected here:
+- SGD: Keras m = momentum*m - lr*g; p += m equals torch's v = momentum*v + g; p -= lr*v for a constant
+  lr (m = -lr*v), so keras.optimizers.SGD is used as it is. Keras's weight_decay is decoupled, so the
+  coupled L2 (g + wd*p, before momentum) is added to the gradient in update_step (CoupledL2): the
+  reported loss stays the data loss, as torch's.
+- Adam: Keras adds epsilon to sqrt(v) before v's bias correction (p -= lr*sqrt(1-b2^t)/(1-b1^t) * m /
+  (sqrt(v) + eps)); torch after it (p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)). TorchAdam
+  applies torch's formula.
+- Adadelta: Keras's formula is torch's (checked in keras 3.15 source, generic and torch-parallel).
+- BatchNormalization: Keras updates the moving variance with the biased batch variance; BatchNorm
+  below updates it with the unbiased one (n/(n-1)), as torch does, and normalises with the biased one.
+"""
+from __future__ import annotations
+
+import os
+from typing import Dict
+
+import numpy as np
+
+from dlbench.worker.base import (
+    PAD_ID,
+    BaseAdapter,
+    Split,
+    batch_slices,
+    finish_metrics,
+    not_built,
+    thread_budget,
+)
+
+BACKEND = os.environ.get("KERAS_BACKEND", "tensorflow")
+
+# Thread knobs that must be set before the backend starts.
+_SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+if BACKEND == "jax" and thread_budget() == 1:
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _SINGLE_THREAD_XLA).strip()
+
+if BACKEND == "tensorflow":
+    import tensorflow as tf
+
+    def _configure_tf_threads(threads: int) -> None:
+        """Intra-op = the budget, inter-op = 1 (a training step is a chain of dependent ops); settable only
+        before TensorFlow's runtime starts, so first at import (DLBENCH_THREADS), then checked."""
+        config = tf.config.threading
+        try:
+            config.set_intra_op_parallelism_threads(threads)
+            config.set_inter_op_parallelism_threads(1)
+        except RuntimeError:
+            raise RuntimeError("TensorFlow's runtime already runs with %d intra-op threads; %d cannot be set "
+                               "in the same process" % (config.get_intra_op_parallelism_threads(), threads)) from None
+
+    _configure_tf_threads(thread_budget())
+elif BACKEND == "jax":
+    import jax
+    import jaxlib
+elif BACKEND == "torch":
+    import torch
+else:
+    raise RuntimeError("KERAS_BACKEND=%r: this adapter supports tensorflow, jax and torch" % BACKEND)
+
+import keras  # noqa: E402  (after the backend's thread settings)
+from keras import ops  # noqa: E402
+
+if keras.backend.backend() != BACKEND:
+    raise RuntimeError("Keras runs the %r backend, KERAS_BACKEND asks for %r" % (keras.backend.backend(), BACKEND))
+
+
+# ---- layers -----------------------------------------------------------------------------------
+
+class BatchNorm(keras.layers.BatchNormalization):
+    """Keras's BatchNormalization, except that in training the moving variance takes the UNBIASED batch
+    variance (x n/(n-1), n = elements per channel) as torch's does; normalisation uses the biased one."""
+
+    def call(self, inputs, training=None, mask=None):
+        # renorm: Keras 3.13 added batch renormalisation (Keras 3.12 has no such attribute); never asked for here
+        if not (training and self.trainable) or mask is not None or getattr(self, "renorm", False):
+            return super().call(inputs, training=training, mask=mask)
+        inputs = ops.cast(inputs, "float32")
+        mean, variance = self._moments(inputs, mask)
+        count = ops.cast(ops.size(inputs), "float32") / float(inputs.shape[-1])
+        unbiased = variance * (count / (count - 1.0))
+        momentum = self.momentum
+        self.moving_mean.assign(self.moving_mean * momentum + mean * (1.0 - momentum))
+        self.moving_variance.assign(self.moving_variance * momentum + unbiased * (1.0 - momentum))
+        outputs = ops.batch_normalization(inputs, mean, variance, axis=self.axis, offset=self.beta,
+                                          scale=self.gamma, epsilon=self.epsilon)
+        return ops.cast(outputs, self.compute_dtype)
+
+
+def _lstm_vars(prefix: str, layer) -> Dict[str, object]:
+    cell = layer.cell
+    return {prefix + "kernel": cell.kernel, prefix + "recurrent_kernel": cell.recurrent_kernel,
+            prefix + "bias": cell.bias}
+
+
+def folded_activation(layers, index: int):
+    """The activation that directly follows layer `index` (a Conv2D or Dense), which takes it as its
+    `activation` argument, as Keras programs write it; None when no activation follows."""
+    following = layers[index + 1] if index + 1 < len(layers) else None
+    return following["fn"] if following is not None and following["type"] == "activation" else None
+
+
+def build_model(spec: dict):
+    """The functional model (float pixels or int ids -> logits) and every canonical weight's variable."""
+    float_inputs = spec["input_dtype"].startswith("float")
+    inputs = keras.Input(shape=tuple(spec["input_shape"]), dtype="float32" if float_inputs else "int32")
+    x = inputs
+    variables = {}  # "layer/param" -> keras Variable, in canonical order
+    L = keras.layers
+    layers = spec["layers"]
+    for index, layer in enumerate(layers):
+        kind, name = layer["type"], layer["name"]
+        if kind == "activation" and index and layers[index - 1]["type"] in ("conv2d", "dense"):
+            continue  # taken by the layer before it (see folded_activation)
+        if kind == "seq2seq":
+            source_len = layer["source_len"]
+            source_embedding = L.Embedding(layer["source_vocab"], layer["embed_dim"], name=name + "_source_embedding")
+            target_embedding = L.Embedding(layer["target_vocab"], layer["embed_dim"], name=name + "_target_embedding")
+            encoder = L.LSTM(layer["units"], return_state=True, name=name + "_encoder")
+            decoder = L.LSTM(layer["units"], return_sequences=True, name=name + "_decoder")
+            _, h, c = encoder(source_embedding(x[:, :source_len]))
+            x = decoder(target_embedding(x[:, source_len:]), initial_state=[h, c])
+            variables[name + "/source_embeddings"] = source_embedding.embeddings
+            variables[name + "/target_embeddings"] = target_embedding.embeddings
+            for prefix, lstm in (("encoder_", encoder), ("decoder_", decoder)):
+                variables.update((name + "/" + k, v) for k, v in _lstm_vars(prefix, lstm).items())
+            continue
+        if kind == "conv2d":
+            module = L.Conv2D(layer["filters"], layer["kernel"], strides=layer["stride"], padding=layer["padding"],
+                              activation=folded_activation(layers, index), name=name)
+        elif kind == "maxpool2d":
+            module = L.MaxPooling2D(layer["pool"], strides=layer["stride"], padding=layer["padding"], name=name)
+        elif kind == "batchnorm":
+            module = BatchNorm(momentum=layer["momentum"], epsilon=layer["epsilon"], name=name)
+        elif kind == "activation":
+            module = L.Activation(layer["fn"], name=name)
+        elif kind == "dropout":
+            module = L.Dropout(layer["rate"], name=name)
+        elif kind == "flatten":
+            module = L.Flatten(name=name)
+        elif kind == "dense":
+            module = L.Dense(layer["units"], activation=folded_activation(layers, index), name=name)
+        elif kind == "embedding":
+            module = L.Embedding(layer["vocab"], layer["dim"], name=name)
+        elif kind == "lstm":
+            module = L.LSTM(layer["units"], return_sequences=layer["return_sequences"], name=name)
+        else:
+            raise not_built("layer type", kind)
+        x = module(x)
+        if kind in ("conv2d", "dense"):
+            variables[name + "/kernel"], variables[name + "/bias"] = module.kernel, module.bias
+        elif kind == "batchnorm":
+            variables.update([(name + "/gamma", module.gamma), (name + "/beta", module.beta),
+                              (name + "/moving_mean", module.moving_mean),
+                              (name + "/moving_var", module.moving_variance)])
+        elif kind == "embedding":
+            variables[name + "/embeddings"] = module.embeddings
+        elif kind == "lstm":
+            variables.update((name + "/" + k, v) for k, v in _lstm_vars("", module).items())
+    return keras.Model(inputs, x, name="dlbench"), variables
+
+
+# ---- losses and metric sums -------------------------------------------------------------------
+
+def masked_sequence_loss(y_true, y_pred):
+    """Mean cross-entropy over the tokens whose label is not PAD_ID (torch's ignore_index mean)."""
+    per_token = ops.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True)
+    kept = ops.cast(ops.not_equal(y_true, PAD_ID), per_token.dtype)
+    return ops.sum(per_token * kept) / ops.sum(kept)
+
+
+def make_loss(name: str):
+    if name == "sigmoid_cross_entropy":
+        return keras.losses.BinaryCrossentropy(from_logits=True)  # on the squeezed (batch,) logits
+    if name == "masked_sequence_softmax_cross_entropy":
+        return masked_sequence_loss  # a scalar: Keras's reduction leaves it as it is
+    # over every label position: samples, or samples x steps for the language model
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def batch_terms(name: str, y_true, y_pred):
+    """(weight, right, made) of one batch as finish_metrics sums them (see pytorch.loss_terms)."""
+    labels = ops.cast(y_true, "int32")
+    batch = ops.cast(ops.shape(labels)[0], "float32")
+    if name == "sigmoid_cross_entropy":
+        right = ops.sum(ops.cast(ops.equal(ops.greater(y_pred, 0.0), ops.equal(labels, 1)), "float32"))
+        return batch, right, batch
+    hits = ops.equal(ops.cast(ops.argmax(y_pred, axis=-1), "int32"), labels)
+    if name == "masked_sequence_softmax_cross_entropy":
+        kept = ops.not_equal(labels, PAD_ID)
+        count = ops.sum(ops.cast(kept, "float32"))
+        return count, ops.sum(ops.cast(ops.logical_and(hits, kept), "float32")), count
+    return batch, ops.sum(ops.cast(hits, "float32")), ops.cast(ops.size(labels), "float32")
+
+
+class EpochSums(keras.metrics.Metric):
+    """loss x weight, weight, right and made, summed over the batches since the last reset."""
+
+    def __init__(self, name="epoch_sums", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.sums = self.add_variable(shape=(4,), initializer="zeros", name="sums")
+
+    def update_state(self, loss, weight, right, made):
+        loss = ops.stop_gradient(ops.cast(loss, "float32"))
+        self.sums.assign_add(ops.stack([loss * weight, weight, right, made]))
+
+    def result(self):
+        return self.sums[0] / self.sums[1]
+
+
+class Trainer(keras.Model):
+    """What fit and evaluate run: the float model behind the input scaling (uint8 pixels -> [0, 1] on the
+    device), the sigmoid loss's logits squeezed to (batch,), and the epoch sums taken in compute_loss."""
+
+    def __init__(self, core, scale, loss_name: str, **kwargs):
+        super().__init__(**kwargs)
+        self.core = core
+        self.scale = scale
+        self.loss_name = loss_name
+        self.epoch_sums = EpochSums()
+
+    def call(self, x, training=False):
+        if self.scale:
+            x = ops.divide(ops.cast(x, "float32"), float(self.scale))
+        out = self.core(x, training=training)
+        return ops.squeeze(out, -1) if self.loss_name == "sigmoid_cross_entropy" else out
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        loss = super().compute_loss(x, y, y_pred, sample_weight, training=training)
+        self.epoch_sums.update_state(loss, *batch_terms(self.loss_name, y, y_pred))
+        return loss
+
+
+# ---- optimisers -------------------------------------------------------------------------------
+
+def dense_gradient(gradient):
+    """TensorFlow hands embedding gradients over as IndexedSlices with one row per token occurrence,
+    repeats included; Keras's element-wise ops (ops.square among them) then act on each occurrence
+    before the rows are summed, so Adam's v took the sum of squares where the reference squares the
+    sum. Densified, every optimiser sees the one summed gradient, as in the reference.
+    (keras.ops.convert_to_tensor returns IndexedSlices unchanged.)"""
+    if BACKEND == "tensorflow" and isinstance(gradient, tf.IndexedSlices):
+        return tf.convert_to_tensor(gradient)
+    return gradient
+
+
+class DenseGradients(object):
+    """Mixin: every update step takes a dense gradient (see dense_gradient)."""
+
+    def update_step(self, gradient, variable, learning_rate):
+        return super().update_step(dense_gradient(gradient), variable, learning_rate)
+
+
+class CoupledL2(object):
+    """Mixin: coupled L2 as torch's weight_decay, g = grad + wd * p before the optimiser's own update
+    (Keras's weight_decay is decoupled). The loss stays the data loss."""
+
+    coupled_l2 = 0.0
+
+    def update_step(self, gradient, variable, learning_rate):
+        gradient = ops.add(gradient, ops.multiply(ops.cast(variable, gradient.dtype), self.coupled_l2))
+        return super().update_step(gradient, variable, learning_rate)
+
+
+class TorchAdam(keras.optimizers.Adam):
+    """Adam with torch's epsilon placement: p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)."""
+
+    def update_step(self, gradient, variable, learning_rate):
+        dtype = variable.dtype
+        lr = ops.cast(learning_rate, dtype)
+        gradient = ops.cast(gradient, dtype)
+        step = ops.cast(self.iterations + 1, dtype)
+        correction1 = 1.0 - ops.power(ops.cast(self.beta_1, dtype), step)
+        correction2 = 1.0 - ops.power(ops.cast(self.beta_2, dtype), step)
+        index = self._get_variable_index(variable)
+        m, v = self._momentums[index], self._velocities[index]
+        self.assign_add(m, ops.multiply(ops.subtract(gradient, m), 1.0 - self.beta_1))  # torch's lerp
+        self.assign(v, ops.add(ops.multiply(v, self.beta_2), ops.multiply(ops.square(gradient), 1.0 - self.beta_2)))
+        denominator = ops.add(ops.divide(ops.sqrt(v), ops.sqrt(correction2)), self.epsilon)
+        self.assign_sub(variable, ops.multiply(ops.divide(lr, correction1), ops.divide(m, denominator)))
+
+
+class CoupledL2Parallel(object):
+    """Mixin: CoupledL2 for Keras's torch optimisers, which update all variables at once in
+    _parallel_update_step (torch._foreach_* ops) and never call update_step."""
+
+    coupled_l2 = 0.0
+
+    def _parallel_update_step(self, grads, variables, learning_rate):
+        grads = torch._foreach_add(grads, [variable.value for variable in variables], alpha=self.coupled_l2)
+        return super()._parallel_update_step(grads, variables, learning_rate)
+
+
+def backend_class(cls, kwargs: dict):
+    """The class Keras builds for `cls` on this backend. On torch, keras.optimizers.SGD and Adadelta
+    build their "parallel" versions (a few multi-tensor torch ops per step, where the generic update_step
+    runs several ops per variable from Python), but a subclass of them is built as itself: deriving from
+    the class Keras picks keeps that fast path, as an idiomatic Keras program gets it."""
+    return type(cls(learning_rate=1.0, **kwargs))
+
+
+def make_optimizer(config: dict):
+    name = config["name"]
+    if name == "sgd":
+        cls, kwargs = keras.optimizers.SGD, {"momentum": config["momentum"], "nesterov": config["nesterov"]}
+    elif name == "adam":
+        cls, kwargs = TorchAdam, {"beta_1": config["beta1"], "beta_2": config["beta2"], "epsilon": config["epsilon"]}
+    elif name == "adadelta":
+        cls, kwargs = keras.optimizers.Adadelta, {"rho": config["rho"], "epsilon": config["epsilon"]}
+    else:
+        raise not_built("optimizer", name)
+    cls = backend_class(cls, kwargs)
+    decay = float(config.get("weight_decay") or 0.0)
+    if decay:
+        mixin = CoupledL2Parallel if hasattr(cls, "_parallel_update_step") else CoupledL2
+        cls = type("CoupledL2" + cls.__name__, (mixin, cls), {"coupled_l2": decay})
+    cls = type("Dense" + cls.__name__, (DenseGradients, cls), {})
+    return cls(learning_rate=config["lr"], **kwargs)
+
+
+# ---- the adapter ------------------------------------------------------------------------------
+
+def _check_device(device: str) -> str:
+    """The keras.device name for the cell; a clear error when a GPU is asked for and none is seen."""
+    if device != "gpu":
+        if BACKEND == "tensorflow" and tf.config.list_physical_devices("GPU"):
+            try:  # keep TensorFlow from claiming GPU memory for a CPU cell
+                tf.config.set_visible_devices([], "GPU")
+            except RuntimeError:
+                pass  # runtime already started; keras.device("cpu:0") still pins the work
+        return "cpu" if BACKEND == "torch" else "cpu:0"  # torch: "cpu:0" would copy every Parameter
+    if BACKEND == "tensorflow":
+        found = bool(tf.config.list_physical_devices("GPU"))
+        what = "TensorFlow %s (built with CUDA: %s)" % (tf.__version__, tf.test.is_built_with_cuda())
+    elif BACKEND == "jax":
+        try:
+            found = bool(jax.devices("gpu"))
+        except RuntimeError:
+            found = False
+        what = "JAX %s (devices: %s)" % (jax.__version__, jax.devices())
+    else:
+        found = torch.cuda.is_available()
+        what = "torch %s (CUDA build: %s)" % (torch.__version__, torch.version.cuda)
+    if not found:
+        raise RuntimeError("device gpu requested, but %s sees no GPU" % what)
+    return "cuda" if BACKEND == "torch" else "gpu:0"
+
+
+class Adapter(BaseAdapter):
+    name = "keras"
+
+    def __init__(self, model, recipe, task, device, threads, seed):
+        super().__init__(model, recipe, task, device, threads, seed)
+        if BACKEND == "tensorflow":
+            _configure_tf_threads(threads)
+        elif BACKEND == "torch":
+            torch.set_num_threads(threads)
+        self.device_name = _check_device(device)
+        keras.utils.set_random_seed(seed)  # Python, numpy and backend seeds: the dropout layers' seeds
+        self.loss_name = recipe["loss"]
+        self.loss = make_loss(self.loss_name)
+        self.float_inputs = model["input_dtype"].startswith("float")
+        with keras.device(self.device_name):
+            self.core, self.variables = build_model(model)
+        self.trainable = [key for key in self.variables if "/moving_" not in key]
+        self.optimizer = make_optimizer(recipe["optimizer"])
+        self._trainers = {}  # input scale -> compiled Trainer (the weights and optimizer are shared)
+        self._arrays = {}  # id of a Split -> (the split, x, y in memory)
+
+    # ---- facts ----
+
+    def versions(self):
+        out = {"keras": keras.__version__, "numpy": np.__version__}
+        if BACKEND == "tensorflow":
+            out["tensorflow"] = tf.__version__
+        elif BACKEND == "jax":
+            out.update(jax=jax.__version__, jaxlib=jaxlib.__version__)
+        else:
+            out["torch"] = torch.__version__
+        return out
+
+    def threads_used(self):
+        if BACKEND == "tensorflow":
+            return tf.config.threading.get_intra_op_parallelism_threads()
+        if BACKEND == "torch":
+            return torch.get_num_threads()
+        # XLA's CPU client: one thread with the single-thread flags, else a pool over the schedulable CPUs
+        if _SINGLE_THREAD_XLA in os.environ.get("XLA_FLAGS", ""):
+            return 1
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+    # ---- weights ----
+
+    def set_weights(self, weights):
+        for key, variable in self.variables.items():
+            variable.assign(np.asarray(weights[key], dtype=np.float32))
+
+    def get_weights(self):
+        return {key: np.array(ops.convert_to_numpy(variable)) for key, variable in self.variables.items()}
+
+    # ---- training ----
+
+    def _trainer(self, scale) -> Trainer:
+        scale = float(scale) if (self.float_inputs and scale) else None
+        if scale not in self._trainers:
+            with keras.device(self.device_name):
+                trainer = Trainer(self.core, scale, self.loss_name)
+                trainer.compile(optimizer=self.optimizer, loss=self.loss)
+            self._trainers[scale] = trainer
+        return self._trainers[scale]
+
+    def _arrays_of(self, data: Split):
+        """Inputs and labels in memory, read once per split (pixels stay uint8)."""
+        key = id(data)
+        if key not in self._arrays:  # holding the split keeps its id from being reused
+            x = np.array(data.x)
+            if not self.float_inputs:
+                x = x.astype(np.int32, copy=False)
+            self._arrays[key] = (data, x, np.array(data.y).astype(np.int32, copy=False))
+        return self._arrays[key][1:]
+
+    def _sums(self, trainer: Trainer) -> Dict[str, float]:
+        return finish_metrics(self.loss_name, *np.asarray(ops.convert_to_numpy(trainer.epoch_sums.sums), np.float64))
+
+    def train_epoch(self, data, order):
+        x, y = self._arrays_of(data)
+        trainer = self._trainer(data.input_scale)
+        with keras.device(self.device_name):
+            trainer.fit(x[order], y[order], batch_size=self.recipe["batch_size"], shuffle=False, epochs=1,
+                        verbose=0)
+        return self._sums(trainer)
+
+    def evaluate(self, data):
+        x, y = self._arrays_of(data)
+        trainer = self._trainer(data.input_scale)
+        with keras.device(self.device_name):
+            trainer.evaluate(x, y, batch_size=self.recipe["batch_size"], verbose=0)
+        return self._sums(trainer)
+
+    def predict(self, x):
+        x = np.ascontiguousarray(x, dtype=np.float32 if self.float_inputs else np.int32)
+        with keras.device(self.device_name):
+            return np.asarray(self.core.predict(x, batch_size=self.recipe["batch_size"], verbose=0))
+
+    def training_outputs(self, x):
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        with keras.device(self.device_name):
+            return np.array(ops.convert_to_numpy(self.core(x, training=True)))
+
+    def loss_and_gradients(self, data):
+        x, y = self._arrays_of(data)
+        trainer = self._trainer(data.input_scale)
+        keys = self.trainable
+        with keras.device(self.device_name):
+            if BACKEND == "tensorflow":
+                with tf.GradientTape() as tape:
+                    loss = self.loss(y, trainer(x, training=True))
+                grads = tape.gradient(loss, [self.variables[k].value for k in keys])
+                grads = [tf.convert_to_tensor(g).numpy() for g in grads]  # IndexedSlices densified
+            elif BACKEND == "jax":
+                if not trainer.built:  # stateless_call wants a built model: one inference call builds it
+                    trainer(x[:1])
+                trainable = trainer.trainable_variables
+                place = {id(v): i for i, v in enumerate(trainable)}
+                frozen = [v.value for v in trainer.non_trainable_variables]
+
+                def loss_of(values):
+                    y_pred, _ = trainer.stateless_call(values, frozen, x, training=True)
+                    return self.loss(y, y_pred)
+
+                loss, all_grads = jax.value_and_grad(loss_of)([v.value for v in trainable])
+                grads = [np.asarray(all_grads[place[id(self.variables[k])]]) for k in keys]
+            else:
+                params = [self.variables[k].value for k in keys]
+                for param in params:
+                    param.grad = None
+                loss = self.loss(y, trainer(x, training=True))
+                loss.backward()
+                grads = [param.grad.detach().cpu().numpy() for param in params]
+                for param in params:
+                    param.grad = None
+        return float(ops.convert_to_numpy(loss)), {k: np.array(g) for k, g in zip(keys, grads)}
+
+    def synchronise(self):
+        if BACKEND == "jax":
+            jax.block_until_ready([v.value for v in self.variables.values()])
+        elif BACKEND == "torch":
+            if torch.cuda.is_available() and self.device_name == "cuda":
+                torch.cuda.synchronize()
+        elif self.device_name.startswith("gpu") and hasattr(tf.test.experimental, "sync_devices"):
+            tf.test.experimental.sync_devices()
+
+
+def fit_matches_batch_slices(model: dict, recipe: dict, task: str, data: Split, order: np.ndarray) -> float:
+    """Largest weight difference between an adapter's train_epoch (fit with shuffle=False over x[order])
+    and a twin adapter's train_on_batch loop over base.batch_slices, from the same weights (use a model
+    without dropout): 0.0 when fit took the same batches in the same order. A development check."""
+    by_fit, by_loop = (Adapter(model, recipe, task, "cpu", 1, 0) for _ in range(2))
+    by_loop.set_weights(by_fit.get_weights())
+    by_fit.train_epoch(data, order)
+    x, y = by_loop._arrays_of(data)
+    trainer = by_loop._trainer(data.input_scale)
+    with keras.device(by_loop.device_name):
+        for batch in batch_slices(len(order), recipe["batch_size"]):
+            trainer.train_on_batch(x[order[batch]], y[order[batch]])
+    fit_weights, loop_weights = by_fit.get_weights(), by_loop.get_weights()
+    return max(float(np.max(np.abs(fit_weights[k] - loop_weights[k]))) for k in fit_weights)

@@ -1,0 +1,344 @@
+"""PyTorch adapter: the IR as an nn.Module, trained in eager mode as PyTorch's own examples do.
+
+Images arrive NHWC (canonical); they are permuted once to NCHW before the first spatial layer and
+back to NHWC before Flatten, so dense weights keep the canonical flatten order.
+"""
+from __future__ import annotations
+
+from typing import Dict
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dlbench.shared.ir import infer_shapes, same_padding
+from dlbench.worker.base import PAD_ID, BaseAdapter, Split, batch_slices, finish_metrics, not_built
+
+
+class Permute(nn.Module):
+    def __init__(self, *dims):
+        super().__init__()
+        self.dims = dims
+
+    def forward(self, x):
+        return x.permute(*self.dims)
+
+
+class SamePad(nn.Module):
+    """TensorFlow-style 'same' padding, asymmetric when the total is odd (torch pads symmetrically)."""
+
+    def __init__(self, in_hw, kernel: int, stride: int, value: float):
+        super().__init__()
+        top, bottom = same_padding(in_hw[0], kernel, stride)
+        left, right = same_padding(in_hw[1], kernel, stride)
+        self.pads = (left, right, top, bottom)
+        self.value = value
+
+    def forward(self, x):
+        return F.pad(x, self.pads, value=self.value)
+
+
+def canonical_lstm(in_features: int, units: int) -> nn.LSTM:
+    """torch's LSTM adds two biases; the IR has one. The second stays zero and untrained: trained, it
+    would take its own optimiser step (and weight decay) beside the first, moving the canonical bias
+    twice as far as every other framework's."""
+    lstm = nn.LSTM(in_features, units, batch_first=True)
+    lstm.bias_hh_l0.requires_grad_(False)
+    return lstm
+
+
+class LSTMLayer(nn.Module):
+    def __init__(self, in_features: int, units: int, return_sequences: bool):
+        super().__init__()
+        self.lstm = canonical_lstm(in_features, units)
+        self.return_sequences = return_sequences
+
+    def forward(self, x):
+        out, _ = self.lstm(x)
+        return out if self.return_sequences else out[:, -1]
+
+
+class Seq2Seq(nn.Module):
+    def __init__(self, layer: dict):
+        super().__init__()
+        self.source_len = layer["source_len"]
+        self.source_embedding = nn.Embedding(layer["source_vocab"], layer["embed_dim"])
+        self.target_embedding = nn.Embedding(layer["target_vocab"], layer["embed_dim"])
+        self.encoder = canonical_lstm(layer["embed_dim"], layer["units"])
+        self.decoder = canonical_lstm(layer["embed_dim"], layer["units"])
+
+    def forward(self, x):
+        _, state = self.encoder(self.source_embedding(x[:, :self.source_len]))
+        out, _ = self.decoder(self.target_embedding(x[:, self.source_len:]), state)
+        return out
+
+
+WEIGHTED = ("conv2d", "batchnorm", "dense", "embedding", "lstm", "seq2seq")
+ACTIVATIONS = {"relu": nn.ReLU, "sigmoid": nn.Sigmoid, "tanh": nn.Tanh}
+
+
+def _spatial(layer: dict, in_shape) -> nn.Module:
+    kind, padding = layer["type"], layer["padding"]
+    size = layer["kernel"] if kind == "conv2d" else layer["pool"]
+    if kind == "conv2d":
+        core = nn.Conv2d(in_shape[-1], layer["filters"], size, stride=layer["stride"])
+    else:
+        core = nn.MaxPool2d(size, stride=layer["stride"])
+    if padding == "valid":
+        return core
+    pad_value = 0.0 if kind == "conv2d" else float("-inf")
+    return nn.Sequential(SamePad(in_shape[:2], size, layer["stride"], pad_value), core)
+
+
+def build_module(spec: dict) -> "tuple[nn.Sequential, Dict[str, nn.Module]]":
+    """The model, and the module that holds each weighted IR layer's parameters, by layer name."""
+    modules = []
+    by_name = {}
+    channels_first = False
+    for layer, in_shape, _ in infer_shapes(spec):
+        kind = layer["type"]
+        if kind in ("conv2d", "maxpool2d", "batchnorm") and len(in_shape) == 3 and not channels_first:
+            modules.append(Permute(0, 3, 1, 2))
+            channels_first = True
+        if kind == "flatten" and channels_first:
+            modules.append(Permute(0, 2, 3, 1))
+            channels_first = False
+        if kind in ("conv2d", "maxpool2d"):
+            module = _spatial(layer, in_shape)
+        elif kind == "batchnorm":
+            norm = nn.BatchNorm2d if len(in_shape) == 3 else nn.BatchNorm1d
+            # torch's momentum weighs the new batch; the IR's (Keras's) weighs the running value
+            module = norm(in_shape[-1], eps=layer["epsilon"], momentum=1.0 - layer["momentum"])
+        elif kind == "activation":
+            module = ACTIVATIONS[layer["fn"]]()
+        elif kind == "dropout":
+            module = nn.Dropout(layer["rate"])
+        elif kind == "flatten":
+            module = nn.Flatten()
+        elif kind == "dense":
+            module = nn.Linear(in_shape[-1], layer["units"])
+        elif kind == "embedding":
+            module = nn.Embedding(layer["vocab"], layer["dim"])
+        elif kind == "lstm":
+            module = LSTMLayer(in_shape[-1], layer["units"], layer["return_sequences"])
+        elif kind == "seq2seq":
+            module = Seq2Seq(layer)
+        else:
+            raise not_built("layer type", kind)
+        modules.append(module)
+        if kind in WEIGHTED:
+            by_name[layer["name"]] = module[-1] if isinstance(module, nn.Sequential) else module
+    if channels_first:
+        modules.append(Permute(0, 2, 3, 1))
+    return nn.Sequential(*modules), by_name
+
+
+def _torch_params(kind: str, module: nn.Module) -> Dict[str, torch.Tensor]:
+    if kind == "batchnorm":
+        return {"gamma": module.weight, "beta": module.bias,
+                "moving_mean": module.running_mean, "moving_var": module.running_var}
+    if kind == "embedding":
+        return {"embeddings": module.weight}
+    if kind == "lstm":
+        return _lstm_params("", module.lstm)
+    if kind == "seq2seq":
+        return {"source_embeddings": module.source_embedding.weight,
+                "target_embeddings": module.target_embedding.weight,
+                **_lstm_params("encoder_", module.encoder), **_lstm_params("decoder_", module.decoder)}
+    return {"kernel": module.weight, "bias": module.bias}
+
+
+def _lstm_params(prefix: str, lstm: nn.LSTM) -> Dict[str, torch.Tensor]:
+    """torch keeps two biases; the canonical one is their sum ("..._hh" marks torch's second, kept 0)."""
+    return {prefix + "kernel": lstm.weight_ih_l0, prefix + "recurrent_kernel": lstm.weight_hh_l0,
+            prefix + "bias": lstm.bias_ih_l0, prefix + "bias_hh": lstm.bias_hh_l0}
+
+
+def to_torch_layout(kind: str, key: str, value: np.ndarray) -> np.ndarray:
+    if kind == "conv2d" and key == "kernel":
+        return value.transpose(3, 2, 0, 1)  # HWIO -> OIHW
+    if key.endswith("kernel"):
+        return value.T  # (in, out) -> (out, in); LSTM gate order i, f, g, o is torch's own
+    return value
+
+
+def from_torch_layout(kind: str, key: str, value: np.ndarray) -> np.ndarray:
+    if kind == "conv2d" and key == "kernel":
+        return value.transpose(2, 3, 1, 0)  # OIHW -> HWIO
+    return to_torch_layout(kind, key, value)  # the other conversions are their own inverse
+
+
+def make_optimizer(params, config: dict) -> torch.optim.Optimizer:
+    name = config["name"]
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=config["lr"], momentum=config["momentum"],
+                               nesterov=config["nesterov"], weight_decay=config["weight_decay"])
+    if name == "adam":
+        return torch.optim.Adam(params, lr=config["lr"], betas=(config["beta1"], config["beta2"]),
+                                eps=config["epsilon"])
+    if name == "adadelta":
+        return torch.optim.Adadelta(params, lr=config["lr"], rho=config["rho"], eps=config["epsilon"])
+    raise not_built("optimizer", name)
+
+
+def loss_terms(loss: str, logits: torch.Tensor, labels: torch.Tensor):
+    """The batch's mean loss, its weight, right predictions and predictions made (tensors: no host
+    sync), as base.finish_metrics sums them."""
+    if loss == "sigmoid_cross_entropy":
+        logits = logits.squeeze(-1)
+        value = F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+        return value, len(labels), ((logits > 0) == labels.bool()).sum(), len(labels)
+    flat = logits.reshape(-1, logits.shape[-1])
+    flat_labels = labels.reshape(-1)
+    right = flat.argmax(-1) == flat_labels
+    if loss == "masked_sequence_softmax_cross_entropy":
+        kept = flat_labels != PAD_ID
+        count = kept.sum()
+        return F.cross_entropy(flat, flat_labels, ignore_index=PAD_ID), count, (right & kept).sum(), count
+    return F.cross_entropy(flat, flat_labels), len(labels), right.sum(), flat_labels.numel()
+
+
+def batch_sums(loss, weight, right, made) -> torch.Tensor:
+    """(loss x weight, weight, right, made) on the loss's device, in float64 so long epochs sum exactly."""
+    return torch.stack([torch.as_tensor(value, dtype=torch.float64, device=loss.device)
+                        for value in (loss * weight, weight, right, made)])
+
+
+def torch_device(device: str) -> torch.device:
+    """The torch device of a cell's "cpu" or "gpu", or an error saying torch sees no GPU."""
+    if device == "gpu" and not torch.cuda.is_available():
+        raise RuntimeError("device gpu requested, but torch %s sees no CUDA device (CUDA build: %s)"
+                           % (torch.__version__, torch.version.cuda))
+    return torch.device("cuda" if device == "gpu" else "cpu")
+
+
+class Adapter(BaseAdapter):
+    name = "pytorch"
+
+    def __init__(self, model, recipe, task, device, threads, seed):
+        super().__init__(model, recipe, task, device, threads, seed)
+        torch.set_num_threads(threads)
+        self.torch_device = torch_device(device)
+        torch.manual_seed(seed)  # dropout masks
+        self.module, self.by_name = build_module(model)
+        self.module.to(self.torch_device)
+        trainable = [p for p in self.module.parameters() if p.requires_grad]
+        self.optimizer = make_optimizer(trainable, recipe["optimizer"])
+        self.float_inputs = model["input_dtype"].startswith("float")
+        # float64 only for certification, which measures float32 rounding against it
+        self.dtype = torch.float64 if recipe.get("dtype") == "float64" else torch.float32
+        self.module.to(self.dtype)
+        self._tensors = {}  # id of a Split -> (the split, x, y on the device): converted once
+
+    def versions(self):
+        return {"torch": torch.__version__, "numpy": np.__version__}
+
+    def threads_used(self):
+        return torch.get_num_threads()
+
+    def set_weights(self, weights):
+        with torch.no_grad():
+            for layer in self.model_ir["layers"]:
+                if layer["name"] not in self.by_name:
+                    continue
+                params = _torch_params(layer["type"], self.by_name[layer["name"]])
+                for key, target in params.items():
+                    if key.endswith("bias_hh"):  # torch's second LSTM bias; the canonical bias is their sum
+                        target.zero_()
+                        continue
+                    value = to_torch_layout(layer["type"], key, weights[layer["name"] + "/" + key])
+                    target.copy_(torch.from_numpy(np.ascontiguousarray(value)))
+
+    def get_weights(self):
+        return self._export(gradients=False)
+
+    def _export(self, gradients: bool) -> Dict[str, np.ndarray]:
+        """Canonical weights, or the gradients of the trainable ones."""
+        out = {}
+        for layer in self.model_ir["layers"]:
+            if layer["name"] not in self.by_name:
+                continue
+            params = _torch_params(layer["type"], self.by_name[layer["name"]])
+            for key, tensor in params.items():
+                if key.endswith("bias_hh") or (gradients and key.startswith("moving_")):
+                    continue
+                if gradients:
+                    value = tensor.grad
+                else:
+                    value = tensor.detach()
+                    if key + "_hh" in params:
+                        value = value + params[key + "_hh"].detach()
+                out[layer["name"] + "/" + key] = from_torch_layout(layer["type"], key, value.cpu().numpy()).copy()
+        return out
+
+    def loss_and_gradients(self, data):
+        x_all, y_all = self._on_device(data)
+        self.module.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = loss_terms(self.recipe["loss"], self.module(self._inputs(x_all, data.input_scale)), y_all)[0]
+        loss.backward()
+        gradients = self._export(gradients=True)
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(loss), gradients
+
+    def _on_device(self, data: Split):
+        """Inputs and labels as device tensors, made once per split: pixels stay uint8 until a batch."""
+        key = id(data)
+        if key not in self._tensors:  # holding the split keeps its id from being reused
+            x = torch.from_numpy(np.array(data.x))
+            y = torch.from_numpy(np.array(data.y)).long()
+            if not self.float_inputs:
+                x = x.long()
+            self._tensors[key] = (data, x.to(self.torch_device), y.to(self.torch_device))
+        return self._tensors[key][1:]
+
+    def _inputs(self, x: torch.Tensor, scale) -> torch.Tensor:
+        if not self.float_inputs:
+            return x
+        x = x.to(self.dtype)
+        return x / scale if scale else x
+
+    def train_epoch(self, data, order):
+        x_all, y_all = self._on_device(data)
+        order_t = torch.from_numpy(order).to(self.torch_device)
+        loss_name = self.recipe["loss"]
+        self.module.train()
+        sums = torch.zeros(4, dtype=torch.float64, device=self.torch_device)
+        for batch in batch_slices(len(order), self.recipe["batch_size"]):
+            index = order_t[batch]
+            self.optimizer.zero_grad(set_to_none=True)
+            logits = self.module(self._inputs(x_all[index], data.input_scale))
+            loss, weight, right, made = loss_terms(loss_name, logits, y_all[index])
+            loss.backward()
+            self.optimizer.step()
+            sums += batch_sums(loss.detach(), weight, right, made)
+        return finish_metrics(loss_name, *sums.tolist())
+
+    def evaluate(self, data):
+        x_all, y_all = self._on_device(data)
+        loss_name = self.recipe["loss"]
+        self.module.eval()
+        sums = torch.zeros(4, dtype=torch.float64, device=self.torch_device)
+        with torch.inference_mode():
+            for batch in batch_slices(len(data), self.recipe["batch_size"]):
+                logits = self.module(self._inputs(x_all[batch], data.input_scale))
+                loss, weight, right, made = loss_terms(loss_name, logits, y_all[batch])
+                sums += batch_sums(loss, weight, right, made)
+        return finish_metrics(loss_name, *sums.tolist())
+
+    def predict(self, x):
+        self.module.eval()
+        inputs = torch.from_numpy(np.ascontiguousarray(x)).to(self.torch_device)
+        with torch.inference_mode():
+            return self.module(inputs.to(self.dtype) if self.float_inputs else inputs.long()).cpu().numpy()
+
+    def training_outputs(self, x):
+        self.module.train()
+        inputs = torch.from_numpy(np.ascontiguousarray(x)).to(self.torch_device).to(self.dtype)
+        with torch.no_grad():
+            return self.module(inputs).cpu().numpy()
+
+    def synchronise(self):
+        if self.torch_device.type == "cuda":
+            torch.cuda.synchronize()

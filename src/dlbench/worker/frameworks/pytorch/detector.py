@@ -1,0 +1,164 @@
+"""PyTorch's Faster R-CNN, the reference every other framework's detector is certified against.
+
+Each IR part is built by the classifier adapter's build_module (NHWC in and out). RoI Align and NMS
+come from torch's primitives, not torchvision.ops: torchvision's wheels on PyPI are CUDA builds that
+cannot load beside the CPU torch dlbench installs (torchvision's CPU wheels live on PyTorch's own
+index only), and one code path serves both devices. RoI Align is the shared plan
+(pipeline.roi_align_plan) applied by embedding_bag: a weighted gather-sum of feature-map rows whose
+gradient scatters back, never materialising the gathered rows.
+"""
+from __future__ import annotations
+
+from typing import Dict
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from dlbench.shared.detection.nms import greedy_keep
+from dlbench.shared.detection.pipeline import SMOOTH_L1_BETA
+from dlbench.shared.ir import detector_parts
+from dlbench.worker.detector import LOSS_NAMES, DetectorAdapter
+from dlbench.worker.frameworks.pytorch.adapter import (
+    _torch_params,
+    build_module,
+    from_torch_layout,
+    make_optimizer,
+    to_torch_layout,
+    torch_device,
+)
+
+
+def rpn_losses(objectness, deltas, labels, targets, weights):
+    sampled = labels >= 0
+    count = sampled.sum().clamp(min=1)
+    # summed over the count rather than averaged: an image with no anchor inside it samples none (0, not NaN)
+    rpn_objectness = F.binary_cross_entropy_with_logits(objectness[sampled], labels[sampled].to(objectness.dtype),
+                                                        reduction="sum") / count
+    box = F.smooth_l1_loss(deltas, targets, beta=SMOOTH_L1_BETA, reduction="none") * weights
+    return rpn_objectness, box.sum() / count
+
+
+def head_losses(logits, box_deltas, labels, targets, weights):
+    rows = torch.arange(len(labels), device=labels.device)
+    own = box_deltas.reshape(len(labels), -1, 4)[rows, labels]
+    box = F.smooth_l1_loss(own, targets, beta=SMOOTH_L1_BETA, reduction="none") * weights
+    head_class = F.cross_entropy(logits, labels)
+    return head_class, box.sum() / max(len(labels), 1), (logits.argmax(1) == labels).sum()
+
+
+class Detector(DetectorAdapter):
+    name = "pytorch"
+
+    def __init__(self, model, recipe, task, device, threads, seed):
+        super().__init__(model, recipe, task, device, threads, seed)
+        torch.set_num_threads(threads)
+        self.torch_device = torch_device(device)
+        self.dtype = torch.float64 if recipe.get("dtype") == "float64" else torch.float32
+        self.parts, self.by_name, self.kinds = torch.nn.ModuleDict(), {}, {}
+        for name, part in detector_parts(model).items():
+            self.parts[name], modules = build_module(part)
+            self.by_name.update(modules)
+            self.kinds.update((layer["name"], layer["type"]) for layer in part["layers"])
+        self.parts.to(self.torch_device, self.dtype)
+        self.optimizer = make_optimizer(list(self.parts.parameters()), recipe["optimizer"])
+        self.features = None
+
+    def versions(self):
+        return {"torch": torch.__version__, "numpy": np.__version__}
+
+    def threads_used(self):
+        return torch.get_num_threads()
+
+    def synchronise(self):
+        if self.torch_device.type == "cuda":
+            torch.cuda.synchronize()
+
+    # ---- weights -------------------------------------------------------------------------------
+
+    def set_weights(self, weights):
+        with torch.no_grad():
+            for layer_name, module in self.by_name.items():
+                for key, target in _torch_params(self.kinds[layer_name], module).items():
+                    value = to_torch_layout(self.kinds[layer_name], key, weights[layer_name + "/" + key])
+                    target.copy_(torch.from_numpy(np.ascontiguousarray(value)))
+
+    def get_weights(self):
+        return self._export(gradients=False)
+
+    def _export(self, gradients: bool) -> Dict[str, np.ndarray]:
+        out = {}
+        for layer_name, module in self.by_name.items():
+            for key, tensor in _torch_params(self.kinds[layer_name], module).items():
+                value = tensor.grad if gradients else tensor.detach()
+                out[layer_name + "/" + key] = from_torch_layout(self.kinds[layer_name], key, value.cpu().numpy()).copy()
+        return out
+
+    # ---- the network ---------------------------------------------------------------------------
+
+    def _tensor(self, array, dtype=None):
+        return torch.from_numpy(np.ascontiguousarray(array)).to(self.torch_device, dtype or self.dtype)
+
+    def _rpn(self, x):
+        features = self.parts["backbone"](x)
+        hidden = self.parts["rpn"](features)
+        return features, self.parts["rpn_cls"](hidden).reshape(-1), self.parts["rpn_box"](hidden).reshape(-1, 4)
+
+    def _head(self, features, plan_index, plan_weights):
+        flat = features.reshape(-1, features.shape[-1])
+        rois, bins, corners = plan_index.shape
+        pooled = F.embedding_bag(self._tensor(plan_index.reshape(-1, corners), torch.long), flat,
+                                 per_sample_weights=self._tensor(plan_weights.reshape(-1, corners)), mode="sum")
+        size = int(round(bins ** 0.5))
+        hidden = self.parts["head"](pooled.reshape(rois, size, size, -1))
+        return self.parts["cls"](hidden), self.parts["box"](hidden)
+
+    def rpn_outputs(self, x):
+        with torch.no_grad():
+            self.features, objectness, deltas = self._rpn(self._tensor(x))
+        return objectness.cpu().numpy(), deltas.cpu().numpy()
+
+    def head_outputs(self, rois, plan_index, plan_weights):
+        with torch.no_grad():
+            logits, deltas = self._head(self.features, plan_index, plan_weights)
+        return logits.cpu().numpy(), deltas.cpu().numpy()
+
+    def _losses(self, x, targets):
+        features, objectness, deltas = self._rpn(self._tensor(x))
+        rpn = rpn_losses(objectness, deltas, self._tensor(targets["rpn_labels"], torch.long),
+                         self._tensor(targets["rpn_targets"]), self._tensor(targets["rpn_weights"]))
+        logits, box_deltas = self._head(features, targets["plan_index"], targets["plan_weights"])
+        head = head_losses(logits, box_deltas, self._tensor(targets["roi_labels"], torch.long),
+                           self._tensor(targets["roi_targets"]), self._tensor(targets["roi_weights"]))
+        return rpn + head[:2], head[2]
+
+    def train_step(self, x, targets):
+        self.optimizer.zero_grad(set_to_none=True)
+        losses, right = self._losses(x, targets)
+        sum(losses).backward()
+        self.optimizer.step()
+        values = torch.stack([loss.detach().to(torch.float64) for loss in losses] + [right.to(torch.float64)])
+        return dict(zip(LOSS_NAMES + ("right",), values.tolist()))
+
+    def losses_and_gradients(self, x, targets):
+        self.optimizer.zero_grad(set_to_none=True)
+        losses, _ = self._losses(x, targets)
+        sum(losses).backward()
+        gradients = self._export(gradients=True)
+        self.optimizer.zero_grad(set_to_none=True)
+        return dict(zip(LOSS_NAMES, (float(loss) for loss in losses))), gradients
+
+    def nms(self, boxes, scores, threshold):
+        """Greedy NMS: the pairwise IoU in torch, then one pass down the scores."""
+        if len(boxes) == 0:
+            return np.zeros(0, np.int64)
+        b = torch.from_numpy(np.asarray(boxes, np.float32))
+        order = torch.from_numpy(np.argsort(-np.asarray(scores), kind="stable"))
+        b = b[order]
+        area = (b[:, 2] - b[:, 0]).clamp(min=0) * (b[:, 3] - b[:, 1]).clamp(min=0)
+        top_left = torch.maximum(b[:, None, :2], b[None, :, :2])
+        bottom_right = torch.minimum(b[:, None, 2:], b[None, :, 2:])
+        inter = (bottom_right - top_left).clamp(min=0).prod(-1)
+        union = area[:, None] + area[None, :] - inter
+        overlaps = torch.where(union > 0, inter / union.clamp(min=1e-12), torch.zeros_like(inter))
+        return order.numpy()[greedy_keep((overlaps > threshold).numpy())]

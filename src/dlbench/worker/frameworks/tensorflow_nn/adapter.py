@@ -1,0 +1,382 @@
+"""TensorFlow 2 adapter at its lowest idiomatic level: variables in a tf.Module, tf.nn ops, a
+tf.function train step with GradientTape, and optimisers written out with tf.Variable slots.
+
+No Keras layers or optimisers. TensorFlow's native layouts are the canonical ones (NHWC activations,
+HWIO conv kernels, (in, out) dense kernels, LSTM kernels (in, 4u) / (u, 4u) with gates i, f, g, o),
+so weights move in and out unchanged. The LSTM is our own cell run over time with tf.scan (a graph
+while-loop), not an unrolled Python loop.
+
+An epoch is driven from Python one compiled step per batch: the split lives on the device as tensors
+made once (pixels stay uint8 until a batch), each step gathers its batch from the epoch's order inside
+the graph, and loss and right predictions are summed into a device variable fetched once per epoch.
+The smaller last batch reuses the same graph (input signature with a free batch axis).
+
+Environment: the recipe installs tensorflow-cpu, what the project's machines can test. On a machine
+with a GPU install "tensorflow" (CUDA build) instead; device "gpu" then places everything on /GPU:0.
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, List
+
+import numpy as np
+import tensorflow as tf
+
+from dlbench.shared.ir import infer_shapes, param_shapes
+from dlbench.worker.base import PAD_ID, BaseAdapter, Split, batch_slices, finish_metrics, lookup, not_built
+
+# XLA (jit_compile=True) measured slower on the project's 2-core CPU machine, against plain graph
+# functions: cnn-mnist steady epochs ~5x, lstm-ptb ~1.3-1.6x (XLA's CPU convolutions do not use
+# oneDNN; its while-loop and embedding scatter gain nothing at these sizes). Kept off.
+JIT_COMPILE = False
+
+
+def configure_threads(threads: int) -> None:
+    """Intra-op threads = the cell's budget: one op (a conv, a matmul) may use every core. Inter-op
+    threads = the same count, TensorFlow's own default relation: the backward pass holds independent
+    small ops (weight and input gradients, the LSTM's per-step matmuls) that then overlap. Measured on
+    2 cores, inter-op 2 beat inter-op 1 (lstm-ptb steady epochs ~6 s against ~10 s, cnn-mnist equal
+    or better). Settable only before TensorFlow's runtime starts; a later adapter in the same process
+    may only ask for what is already set."""
+    config = tf.config.threading
+    try:
+        config.set_intra_op_parallelism_threads(threads)
+        config.set_inter_op_parallelism_threads(threads)
+    except RuntimeError:
+        raise RuntimeError("TensorFlow's runtime already runs with %d intra-op threads; %d cannot be set "
+                           "in the same process" % (config.get_intra_op_parallelism_threads(), threads)) from None
+
+
+def choose_device(device: str) -> str:
+    gpus = tf.config.list_physical_devices("GPU")
+    if device == "gpu":
+        if not gpus:
+            raise RuntimeError("device gpu requested, but TensorFlow %s sees no GPU (built with CUDA: %s); "
+                               "install the 'tensorflow' distribution with CUDA, not tensorflow-cpu"
+                               % (tf.__version__, tf.test.is_built_with_cuda()))
+        return "/GPU:0"
+    if gpus:
+        try:  # keep TensorFlow from claiming GPU memory for a CPU cell
+            tf.config.set_visible_devices([], "GPU")
+        except RuntimeError:
+            pass  # runtime already started; the explicit device scope still pins the work to the CPU
+    return "/CPU:0"
+
+
+# ---- the model --------------------------------------------------------------------------------
+
+def lstm_scan(x, kernel, recurrent, bias, state=None):
+    """x (batch, time, features) -> hidden states (time, batch, units) and final (h, c). The input
+    projection of every step is one matmul before the loop; the loop only adds h @ recurrent."""
+    units = recurrent.shape[0]
+    batch, steps = tf.shape(x)[0], tf.shape(x)[1]
+    projected = tf.reshape(tf.matmul(tf.reshape(x, [-1, x.shape[-1]]), kernel) + bias, [batch, steps, 4 * units])
+    if state is None:
+        zeros = tf.zeros([batch, units], dtype=x.dtype)
+        state = (zeros, zeros)
+
+    def step(carry, z_x):
+        h, c = carry
+        z = z_x + tf.matmul(h, recurrent)
+        i, f, g, o = tf.split(z, 4, axis=1)
+        c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
+        return tf.sigmoid(o) * tf.tanh(c), c
+
+    hs, cs = tf.scan(step, tf.transpose(projected, [1, 0, 2]), initializer=state)
+    return hs, (hs[-1], cs[-1])
+
+
+def dense(x, kernel, bias):
+    if len(x.shape) == 2:
+        return tf.matmul(x, kernel) + bias
+    flat = tf.matmul(tf.reshape(x, [-1, x.shape[-1]]), kernel) + bias
+    return tf.reshape(flat, tf.concat([tf.shape(x)[:-1], [kernel.shape[1]]], axis=0))
+
+
+ACTIVATIONS = {"relu": tf.nn.relu, "sigmoid": tf.sigmoid, "tanh": tf.tanh}
+
+
+class Model(tf.Module):
+    """The IR's layers over canonical variables: self.weights["layer/param"] -> tf.Variable."""
+
+    def __init__(self, spec: dict, seed: int):
+        super().__init__(name="dlbench_model")
+        self.layers = [(layer, tuple(in_shape)) for layer, in_shape, _ in infer_shapes(spec)]
+        self.weights = {}  # type: Dict[str, tf.Variable]
+        for layer, in_shape in self.layers:
+            for key, shape in param_shapes(layer, in_shape).items():
+                name = layer["name"] + "/" + key
+                self.weights[name] = tf.Variable(tf.zeros(shape, tf.float32), name=name.replace("/", "."),
+                                                 trainable=not key.startswith("moving_"))
+        self.names = list(self.weights)
+        self.trainable_names = [n for n in self.names if self.weights[n].trainable]
+        self.rng = tf.random.Generator.from_seed(seed)  # dropout masks, drawn with stateless ops
+
+    def __call__(self, x, training: bool):
+        for layer, in_shape in self.layers:
+            x = self.apply(layer, in_shape, x, training)
+        return x
+
+    def apply(self, layer, in_shape, x, training):
+        kind = layer["type"]
+        w = {key.split("/", 1)[1]: var for key, var in self.weights.items() if key.startswith(layer["name"] + "/")}
+        if kind == "conv2d":
+            y = tf.nn.conv2d(x, w["kernel"], strides=layer["stride"], padding=layer["padding"].upper())
+            return tf.nn.bias_add(y, w["bias"])
+        if kind == "maxpool2d":  # TensorFlow's 'same' leaves the padding out of the max: -inf padding
+            return tf.nn.max_pool2d(x, ksize=layer["pool"], strides=layer["stride"], padding=layer["padding"].upper())
+        if kind == "batchnorm":
+            return self.batchnorm(layer, w, x, training)
+        if kind == "activation":
+            return ACTIVATIONS[layer["fn"]](x)
+        if kind == "dropout":
+            if not training or layer["rate"] == 0:
+                return x
+            seed = self.rng.make_seeds(1)[:, 0]
+            return tf.nn.experimental.stateless_dropout(x, rate=layer["rate"], seed=seed)
+        if kind == "flatten":
+            return tf.reshape(x, [-1, int(math.prod(in_shape))])  # NHWC in C order: the canonical one
+        if kind == "dense":
+            return dense(x, w["kernel"], w["bias"])
+        if kind == "embedding":
+            return tf.nn.embedding_lookup(w["embeddings"], x)
+        if kind == "lstm":
+            hs, (h, _) = lstm_scan(x, w["kernel"], w["recurrent_kernel"], w["bias"])
+            return tf.transpose(hs, [1, 0, 2]) if layer["return_sequences"] else h
+        if kind != "seq2seq":
+            raise not_built("layer type", kind)
+        # seq2seq: the encoder's final (h, c) starts the decoder; teacher forcing
+        source_len = layer["source_len"]
+        source = tf.nn.embedding_lookup(w["source_embeddings"], x[:, :source_len])
+        target = tf.nn.embedding_lookup(w["target_embeddings"], x[:, source_len:])
+        _, state = lstm_scan(source, w["encoder_kernel"], w["encoder_recurrent_kernel"], w["encoder_bias"])
+        hs, _ = lstm_scan(target, w["decoder_kernel"], w["decoder_recurrent_kernel"], w["decoder_bias"], state)
+        return tf.transpose(hs, [1, 0, 2])
+
+    @staticmethod
+    def batchnorm(layer, w, x, training):
+        eps = layer["epsilon"]
+        if not training:
+            return tf.nn.batch_normalization(x, w["moving_mean"], w["moving_var"], w["beta"], w["gamma"], eps)
+        axes = list(range(len(x.shape) - 1))
+        mean, variance = tf.nn.moments(x, axes=axes)  # biased: what normalises the batch
+        n = tf.cast(tf.size(x) // tf.shape(x)[-1], tf.float32)
+        unbiased = variance * n / tf.maximum(n - 1.0, 1.0)  # what the moving variance follows (as torch)
+        momentum = layer["momentum"]
+        w["moving_mean"].assign(momentum * w["moving_mean"] + (1.0 - momentum) * tf.stop_gradient(mean))
+        w["moving_var"].assign(momentum * w["moving_var"] + (1.0 - momentum) * tf.stop_gradient(unbiased))
+        return tf.nn.batch_normalization(x, mean, variance, w["beta"], w["gamma"], eps)
+
+
+# ---- optimisers: the brief's (torch's) formulas, slots as tf.Variables -------------------------
+
+class SGD(object):
+    def __init__(self, params: List[tf.Variable], config: dict):
+        self.lr, self.momentum = config["lr"], config.get("momentum", 0.0)
+        self.nesterov, self.weight_decay = config.get("nesterov", False), config.get("weight_decay", 0.0)
+        self.velocity = [tf.Variable(tf.zeros_like(p), trainable=False) for p in params] if self.momentum else []
+
+    def apply(self, params, grads):
+        for k, (p, g) in enumerate(zip(params, grads)):
+            if self.weight_decay:
+                g = g + self.weight_decay * p  # coupled L2, on every trainable weight
+            if self.momentum:
+                v = self.velocity[k]
+                v.assign(self.momentum * v + g)
+                g = g + self.momentum * v if self.nesterov else v
+            p.assign_sub(self.lr * g)
+
+
+class Adam(object):
+    def __init__(self, params: List[tf.Variable], config: dict):
+        self.lr, self.b1, self.b2, self.eps = config["lr"], config["beta1"], config["beta2"], config["epsilon"]
+        self.step = tf.Variable(0.0, dtype=tf.float64, trainable=False)
+        self.m = [tf.Variable(tf.zeros_like(p), trainable=False) for p in params]
+        self.v = [tf.Variable(tf.zeros_like(p), trainable=False) for p in params]
+
+    def apply(self, params, grads):
+        t = self.step.assign_add(1.0)
+        step_size = tf.cast(self.lr / (1.0 - tf.pow(tf.constant(self.b1, tf.float64), t)), tf.float32)
+        bc2_sqrt = tf.cast(tf.sqrt(1.0 - tf.pow(tf.constant(self.b2, tf.float64), t)), tf.float32)
+        for p, g, m, v in zip(params, grads, self.m, self.v):
+            m.assign(self.b1 * m + (1.0 - self.b1) * g)
+            v.assign(self.b2 * v + (1.0 - self.b2) * tf.square(g))
+            p.assign_sub(step_size * m / (tf.sqrt(v) / bc2_sqrt + self.eps))
+
+
+class Adadelta(object):
+    def __init__(self, params: List[tf.Variable], config: dict):
+        self.lr, self.rho, self.eps = config["lr"], config["rho"], config["epsilon"]
+        self.square_avg = [tf.Variable(tf.zeros_like(p), trainable=False) for p in params]
+        self.delta_avg = [tf.Variable(tf.zeros_like(p), trainable=False) for p in params]
+
+    def apply(self, params, grads):
+        for p, g, v, u in zip(params, grads, self.square_avg, self.delta_avg):
+            v.assign(self.rho * v + (1.0 - self.rho) * tf.square(g))
+            d = tf.sqrt(u + self.eps) / tf.sqrt(v + self.eps) * g
+            u.assign(self.rho * u + (1.0 - self.rho) * tf.square(d))
+            p.assign_sub(self.lr * d)
+
+
+OPTIMIZERS = {"sgd": SGD, "adam": Adam, "adadelta": Adadelta}
+
+
+def loss_terms(loss: str, logits, labels):
+    """The batch's mean loss, its weight, right predictions and predictions made, as
+    pytorch.loss_terms defines them (the last three as float64 tensors)."""
+    batch = tf.cast(tf.shape(labels)[0], tf.float64)
+    if loss == "sigmoid_cross_entropy":
+        logits = tf.squeeze(logits, -1)
+        value = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=tf.cast(labels, logits.dtype),
+                                                                      logits=logits))
+        right = tf.reduce_sum(tf.cast(tf.equal(logits > 0, labels != 0), tf.float64))
+        return value, batch, right, batch
+    per_token = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+    right = tf.equal(tf.argmax(logits, axis=-1, output_type=labels.dtype), labels)
+    if loss == "masked_sequence_softmax_cross_entropy":
+        kept = tf.not_equal(labels, PAD_ID)
+        count = tf.reduce_sum(tf.cast(kept, tf.float32))
+        value = tf.math.divide_no_nan(tf.reduce_sum(per_token * tf.cast(kept, tf.float32)), count)
+        count = tf.cast(count, tf.float64)
+        return value, count, tf.reduce_sum(tf.cast(right & kept, tf.float64)), count
+    made = tf.cast(tf.size(labels), tf.float64)
+    return tf.reduce_mean(per_token), batch, tf.reduce_sum(tf.cast(right, tf.float64)), made
+
+
+def dense_gradient(gradient):
+    """Embedding lookups give IndexedSlices; the optimisers update whole tables, as torch's dense
+    embedding gradients do (Adam moves rows with zero gradient through its moments)."""
+    return tf.convert_to_tensor(gradient) if isinstance(gradient, tf.IndexedSlices) else gradient
+
+
+class Adapter(BaseAdapter):
+    name = "tensorflow"
+
+    def __init__(self, model, recipe, task, device, threads, seed):
+        super().__init__(model, recipe, task, device, threads, seed)
+        configure_threads(threads)
+        self.tf_device = choose_device(device)
+        self.float_inputs = model["input_dtype"].startswith("float")
+        with tf.device(self.tf_device):
+            self.model = Model(model, seed)
+            self.params = [self.model.weights[n] for n in self.model.trainable_names]
+            optimizer = lookup(OPTIMIZERS, "optimizer", recipe["optimizer"]["name"])
+            self.optimizer = optimizer(self.params, recipe["optimizer"])
+            self.sums = tf.Variable(tf.zeros(4, tf.float64), trainable=False)
+        self._tensors = {}  # id of a Split -> (the split, x, y, scale on the device): converted once
+        stored = tf.uint8 if self.float_inputs else tf.int32
+        x_spec = tf.TensorSpec([None] + list(model["input_shape"]), stored)
+        y_spec = tf.TensorSpec(None, tf.int32)
+        index = tf.TensorSpec([None], tf.int64)
+        scale = tf.TensorSpec([], tf.float32)
+        compiled = dict(jit_compile=JIT_COMPILE)
+        self._train_step = tf.function(self._train_step_fn, input_signature=[x_spec, y_spec, index, scale], **compiled)
+        self._eval_step = tf.function(self._eval_step_fn, input_signature=[x_spec, y_spec, index, scale], **compiled)
+        self._gradients = tf.function(self._gradients_fn, input_signature=[x_spec, y_spec, scale])
+        self._predict = tf.function(self._predict_fn, input_signature=[
+            tf.TensorSpec([None] + list(model["input_shape"]), tf.float32 if self.float_inputs else tf.int32)])
+
+    def versions(self):
+        return {"tensorflow": tf.__version__, "numpy": np.__version__}
+
+    def threads_used(self):
+        return tf.config.threading.get_intra_op_parallelism_threads()
+
+    # ---- weights ----
+
+    def set_weights(self, weights):
+        with tf.device(self.tf_device):
+            for name, var in self.model.weights.items():
+                var.assign(np.asarray(weights[name], dtype=np.float32))
+
+    def get_weights(self):
+        return {name: var.numpy().copy() for name, var in self.model.weights.items()}
+
+    # ---- compiled bodies ----
+
+    def _inputs(self, x, scale):
+        if not self.float_inputs:
+            return x
+        return tf.cast(x, tf.float32) / scale
+
+    def _loss(self, x, y, training):
+        logits = self.model(x, training=training)
+        return loss_terms(self.recipe["loss"], logits, y)
+
+    def _train_step_fn(self, x_all, y_all, index, scale):
+        x = self._inputs(tf.gather(x_all, index), scale)
+        y = tf.gather(y_all, index)
+        with tf.GradientTape() as tape:
+            loss, weight, right, made = self._loss(x, y, training=True)
+        grads = [dense_gradient(g) for g in tape.gradient(loss, self.params)]
+        self.optimizer.apply(self.params, grads)
+        self.sums.assign_add(tf.stack([tf.cast(loss, tf.float64) * weight, weight, right, made]))
+
+    def _eval_step_fn(self, x_all, y_all, index, scale):
+        x = self._inputs(tf.gather(x_all, index), scale)
+        loss, weight, right, made = self._loss(x, tf.gather(y_all, index), training=False)
+        self.sums.assign_add(tf.stack([tf.cast(loss, tf.float64) * weight, weight, right, made]))
+
+    def _gradients_fn(self, x_all, y_all, scale):
+        with tf.GradientTape() as tape:
+            loss = self._loss(self._inputs(x_all, scale), y_all, training=True)[0]
+        return loss, [dense_gradient(g) for g in tape.gradient(loss, self.params)]
+
+    def _predict_fn(self, x):
+        return self.model(x, training=False)
+
+    # ---- the contract ----
+
+    def _on_device(self, data: Split):
+        key = id(data)
+        if key not in self._tensors:  # holding the split keeps its id from being reused
+            with tf.device(self.tf_device):
+                x = np.asarray(data.x)
+                x = tf.constant(x if self.float_inputs else x.astype(np.int32))
+                y = tf.constant(np.asarray(data.y).astype(np.int32))
+                scale = tf.constant(float(data.input_scale or 1.0), tf.float32)
+            self._tensors[key] = (data, x, y, scale)
+        return self._tensors[key][1:]
+
+    def _batches(self, order: np.ndarray) -> List[tf.Tensor]:
+        """The epoch's order on the device, split into its batches by one op."""
+        sizes = [s.stop - s.start for s in batch_slices(len(order), self.recipe["batch_size"])]
+        with tf.device(self.tf_device):
+            return tf.split(tf.constant(order, tf.int64), sizes) if sizes else []
+
+    def _run(self, step, data: Split, order: np.ndarray) -> Dict[str, float]:
+        x_all, y_all, scale = self._on_device(data)
+        self.sums.assign(tf.zeros(4, tf.float64))
+        with tf.device(self.tf_device):
+            for index in self._batches(order):
+                step(x_all, y_all, index, scale)
+        return finish_metrics(self.recipe["loss"], *self.sums.numpy().tolist())  # the epoch's one fetch
+
+    def train_epoch(self, data, order):
+        return self._run(self._train_step, data, np.asarray(order, dtype=np.int64))
+
+    def evaluate(self, data):
+        return self._run(self._eval_step, data, np.arange(len(data), dtype=np.int64))
+
+    def loss_and_gradients(self, data):
+        x_all, y_all, scale = self._on_device(data)
+        with tf.device(self.tf_device):
+            loss, grads = self._gradients(x_all, y_all, scale)
+        return float(loss), {name: g.numpy() for name, g in zip(self.model.trainable_names, grads)}
+
+    def predict(self, x):
+        x = np.ascontiguousarray(x, dtype=np.float32 if self.float_inputs else np.int32)
+        with tf.device(self.tf_device):
+            return self._predict(tf.constant(x)).numpy()
+
+    def training_outputs(self, x):
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        with tf.device(self.tf_device):
+            return self.model(tf.constant(x), training=True).numpy()
+
+    def synchronise(self):
+        if self.tf_device.startswith("/GPU"):
+            if hasattr(tf.test.experimental, "sync_devices"):
+                tf.test.experimental.sync_devices()
+            else:
+                self.sums.numpy()  # a fetch waits for the queued work before it
