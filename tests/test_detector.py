@@ -88,4 +88,4 @@ def test_nms_keeps_what_the_reference_keeps(checked):
 
 def test_a_framework_without_a_detector_says_so():
     with pytest.raises(NotImplementedError, match="nothing has no Faster R-CNN in dlbench yet"):
-        detector_class("dlbench.worker.frameworks.nothing:Adapter")
+        detector_class("dlbench.worker.frameworks.nothing.adapter:Adapter")
