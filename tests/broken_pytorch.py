@@ -100,3 +100,38 @@ class KerasMomentum(adapter.Adapter):
         momentum = {layer["name"]: layer["momentum"] for layer in model["layers"] if layer["type"] == "batchnorm"}
         for name, value in momentum.items():
             self.by_name[name].momentum = value
+
+
+class _OptimizerBug(adapter.Adapter):
+    """An optimiser setting read wrongly: the recipe's optimiser is built with one value changed."""
+
+    @staticmethod
+    def changed(config: dict) -> dict:
+        raise NotImplementedError
+
+    def __init__(self, model, recipe, *args):
+        super().__init__(model, dict(recipe, optimizer=self.changed(dict(recipe["optimizer"]))), *args)
+
+
+class HundredfoldDecay(_OptimizerBug):
+    @staticmethod
+    def changed(config):
+        return dict(config, weight_decay=100 * config["weight_decay"])
+
+
+class NesterovDropped(_OptimizerBug):
+    @staticmethod
+    def changed(config):
+        return dict(config, nesterov=False)
+
+
+class TenfoldEpsilon(_OptimizerBug):
+    @staticmethod
+    def changed(config):
+        return dict(config, epsilon=10 * config["epsilon"])
+
+
+class ChangedRho(_OptimizerBug):
+    @staticmethod
+    def changed(config):
+        return dict(config, rho=0.9)

@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dlbench.harness import certify
+from dlbench.harness import certify, optimizer_certificate
 from dlbench.harness.cli import main
 from dlbench.harness.environments import envs, sources
 from dlbench.harness.environments.envs import REFERENCE
@@ -38,7 +38,10 @@ def broken(monkeypatch):
     for name, adapter in (("pytorch-swapped-gates", "SwappedGates"), ("pytorch-transposed-conv", "TransposedConv"),
                           ("pytorch-doubled-dropout", "DoubledDropout"),
                           ("pytorch-unscaled-dropout", "UnscaledDropout"),
-                          ("pytorch-channel-dropout", "ChannelDropout"), ("pytorch-keras-momentum", "KerasMomentum")):
+                          ("pytorch-channel-dropout", "ChannelDropout"), ("pytorch-keras-momentum", "KerasMomentum"),
+                          ("pytorch-hundredfold-decay", "HundredfoldDecay"),
+                          ("pytorch-nesterov-dropped", "NesterovDropped"),
+                          ("pytorch-tenfold-epsilon", "TenfoldEpsilon"), ("pytorch-changed-rho", "ChangedRho")):
         monkeypatch.setitem(envs.RECIPES, name, dataclasses.replace(
             reference, framework=name, adapter=f"broken_pytorch:{adapter}",
             worker_env={"PYTHONPATH": f"{PACKAGE_PARENT}:{TESTS}"}))
@@ -81,6 +84,33 @@ def test_a_broken_dropout_fails_certification(broken, store, tmp_path, framework
     assert cert["worst_tensor"].startswith("dropout/")
     if framework == "pytorch-channel-dropout":  # only the image's dropout layer drops whole channels
         assert {name.split("/")[1] for name in failed} == {"dropout_1"}
+
+
+def test_a_hundredfold_weight_decay_fails_the_certificate(broken, store, tmp_path):
+    """The CNN recipes' coupled L2 of 1e-6 moves a weight by 1e-8 of itself a step: invisible to the
+    few steps on one batch, seen by the optimiser certificate's zero-gradient check."""
+    [cert] = certify.certify(["pytorch-hundredfold-decay"], [get_workload("cnn-mnist")], store, tmp_path, quiet)
+    failed = {row["tensor"] for row in cert["deviations"] if not row["passed"]}
+    assert not cert["passed"] and failed and all(name.startswith("optimizer/decay/") for name in failed)
+
+
+SGD_NESTEROV = {"name": "sgd", "lr": 0.01, "momentum": 0.9, "nesterov": True, "weight_decay": 1e-4}
+
+
+@pytest.mark.parametrize("framework, config, culprits", [
+    ("pytorch-nesterov-dropped", SGD_NESTEROV, {"sequence"}),
+    ("pytorch-tenfold-epsilon", get_workload("lstm-imdb").recipe["optimizer"], {"epsilon"}),
+    ("pytorch-changed-rho", get_workload("lstm-ptb").recipe["optimizer"], {"epsilon", "sequence"}),
+])
+def test_a_broken_optimiser_term_fails_its_check(broken, tmp_path, framework, config, culprits):
+    made = optimizer_certificate.requests("probe", config, certify.probe_folder(framework, tmp_path))
+    arrays = certify.run_probes(framework, [request for _, request in made], tmp_path)
+    failed = {check.name for (check, _), out in zip(made, arrays, strict=True)
+              if not all(row["passed"] for row in optimizer_certificate.rows(check, out))}
+    assert culprits <= failed
+    reference = certify.run_probes(REFERENCE, [request for _, request in made], tmp_path / "reference")
+    assert all(row["passed"] for (check, _), out in zip(made, reference, strict=True)
+               for row in optimizer_certificate.rows(check, out))
 
 
 def test_the_dropout_check_passes_the_reference_and_names_each_layer(store, tmp_path):
@@ -259,3 +289,27 @@ def test_the_cache_state_is_cold_until_the_shared_folder_holds_a_file(tmp_path):
     assert cell_config.compile_cache_state(dataclasses.replace(theano, compile_cache="cold"), None) == "cold"
     pytorch = dataclasses.replace(theano, framework=REFERENCE)
     assert cell_config.compile_cache_state(pytorch, folder) is None  # the setting changes nothing for it
+
+
+def test_the_optimiser_rule_refuses_what_it_has_no_formula_for():
+    with pytest.raises(optimizer_certificate.OptimizerError, match="optimizer 'adamw': no rule for it; known: sgd"):
+        optimizer_certificate.checks({"name": "adamw", "lr": 1e-3})
+    with pytest.raises(optimizer_certificate.OptimizerError, match="unknown setting.*amsgrad.*accepted: lr, beta1"):
+        optimizer_certificate.checks(dict(get_workload("lstm-imdb").recipe["optimizer"], amsgrad=True))
+    with pytest.raises(optimizer_certificate.OptimizerError, match="optimizer sgd: missing nesterov"):
+        optimizer_certificate.checks({"name": "sgd", "lr": 0.1, "momentum": 0.0, "weight_decay": 0.0})
+
+
+def test_each_check_makes_its_terms_dominate():
+    """Zero gradients where L2 is declared (SGD's step raised to DECAY_STEP of the weights), gradients of
+    epsilon's scale where epsilon is, and a long sequence for every optimiser."""
+    cnn = optimizer_certificate.checks(get_workload("cnn-mnist").recipe["optimizer"])
+    assert [check.name for check in cnn] == ["decay", "sequence"]
+    decay = cnn[0]
+    assert decay.config["lr"] * decay.config["weight_decay"] == pytest.approx(optimizer_certificate.DECAY_STEP)
+    assert all(not value.any() for value in decay.gradients.values())
+    adam = optimizer_certificate.checks(get_workload("lstm-imdb").recipe["optimizer"])
+    assert [check.name for check in adam] == ["epsilon", "sequence"]
+    epsilon = adam[0].gradients["dense_1/kernel"]
+    assert 0.5e-7 <= np.abs(epsilon).min() and np.abs(epsilon).max() <= 2e-7
+    assert len(adam[1].gradients["dense_1/bias"]) == optimizer_certificate.SEQUENCE_STEPS

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dlbench.harness import optimizer_certificate
 from dlbench.harness.environments import envs, sources
 from dlbench.harness.plan.workloads import Workload
 from dlbench.harness.run.launch import worker_environment
@@ -205,6 +206,11 @@ def _dropout_row(tensor: str, deviation: float, scale: float, allowed: float) ->
             "max_rel": deviation / scale, "passed": bool(deviation <= allowed)}
 
 
+def optimizer_requests(workload: Workload, folder: Path) -> list[tuple[optimizer_certificate.Check, dict]]:
+    """The optimiser certificate's probes of the workload's recipe (optimizer_certificate)."""
+    return optimizer_certificate.requests(workload.name, workload.recipe["optimizer"], folder)
+
+
 def probe_many(framework: str, probes: list[tuple[Workload, bool]], workdir: Path) -> list[dict[str, np.ndarray]]:
     """Runs dlbench.worker.probe once in the framework's environment for every (workload, exact) probe, in
     order; `exact` asks for float64 (the reference can)."""
@@ -330,15 +336,20 @@ def certify(frameworks: list[str], workloads: list[Workload], store: Store, work
     for framework in frameworks:
         folder = probe_folder(framework, workdir)
         dropout = {workload.name: dropout_requests(workload, folder) for workload in workloads}
+        optimizer = {workload.name: optimizer_requests(workload, folder) for workload in workloads}
         weight_probes = [_request(workload, folder, False) for workload in workloads]
-        arrays = run_probes(framework, weight_probes + [r for w in workloads for r in dropout[w.name]], workdir)
-        dropout_outputs = iter(arrays[len(workloads):])
-        for workload, candidate in zip(workloads, arrays[:len(workloads)], strict=True):
+        arrays = run_probes(framework, weight_probes + [r for w in workloads for r in dropout[w.name]]
+                            + [r for w in workloads for _, r in optimizer[w.name]], workdir)
+        outputs = iter(arrays[len(workloads):])
+        dropout_outputs = [[next(outputs) for _ in dropout[w.name]] for w in workloads]
+        for workload, candidate, dropped in zip(workloads, arrays[:len(workloads)], dropout_outputs, strict=True):
             float32, exact = reference[workload.name]
             start = canonical_init(certified_model(workload), SEED)
             rows = compare(float32, candidate, start, exact)
-            for request in dropout[workload.name]:
-                rows += dropout_rows(request, next(dropout_outputs)["output"])
+            for request, output in zip(dropout[workload.name], dropped, strict=True):
+                rows += dropout_rows(request, output["output"])
+            for check, _ in optimizer[workload.name]:
+                rows += optimizer_certificate.rows(check, next(outputs))
             cert = certificate(framework, workload, rows)
             store.save_certificate(cert)
             progress(cert)

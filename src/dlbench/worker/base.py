@@ -132,6 +132,13 @@ class BaseAdapter(object):
         training-mode forward may update moving statistics, and a caller that cares restores them."""
         raise NotImplementedError
 
+    def apply_gradients(self, gradients: Dict[str, np.ndarray]) -> None:
+        """One optimiser step with these gradients in place of a loss's: every trainable canonical weight's
+        (moving statistics excluded), in canonical layout, through the optimiser object and update code
+        that train_epoch steps with (the recipe's coupled L2 included). Certification checks each
+        optimiser's rule with it on synthetic gradients (optimizer_probe)."""
+        raise NotImplementedError
+
     def predict(self, x: np.ndarray) -> np.ndarray:
         """The model's raw outputs (logits) for a batch of float inputs or token ids, dropout off."""
         raise NotImplementedError

@@ -7,9 +7,11 @@ imported once and compiled code (Theano's modules, under the compile cache the h
 shared between workloads. From the canonical weights of the seed a request records the outputs, the
 loss and its gradients, then the weights after a few optimiser steps on the same batch, all in
 canonical layout, for the harness to compare with the reference's. A dropout request (kind "dropout")
-records a dropout layer's output in training mode instead (dropout_probe). A request that fails
-leaves its traceback in OUT.error instead, and the others still run. A detector's request (kind
-"detector") carries its image and sampled targets instead of a batch (detector_probe).
+records a dropout layer's output in training mode instead (dropout_probe); an optimiser request (kind
+"optimizer"), the weights of a small model after the adapter's optimiser applied a synthetic
+gradient sequence (optimizer_probe). A detector's request (kind "detector") carries its image and
+sampled targets instead of a batch (detector_probe). A request that fails leaves its traceback in
+OUT.error instead, and the others still run.
 """
 from __future__ import annotations
 
@@ -77,6 +79,24 @@ def dropout_probe(request: dict) -> dict:
     return {"output": adapter.training_outputs(np.load(request["x"]))}
 
 
+def optimizer_probe(request: dict) -> dict:
+    """The adapter's optimiser on a synthetic gradient sequence: from the request's weights, one
+    apply_gradients per step; the weights after each step the request records ("after/STEP/NAME")."""
+    adapter = load_adapter_class(request["adapter"])(request["model"], request["recipe"], request["task"], "cpu", 1,
+                                                     request["seed"])
+    with np.load(request["weights"]) as weights:
+        adapter.set_weights(dict(weights))
+    with np.load(request["gradients"]) as loaded:
+        sequence = dict(loaded)  # weight name -> (steps, *shape)
+    steps = len(next(iter(sequence.values())))
+    arrays = {}
+    for step in range(1, steps + 1):
+        adapter.apply_gradients({name: value[step - 1] for name, value in sequence.items()})
+        if step in request["record"]:
+            arrays.update(("after/%d/%s" % (step, name), value) for name, value in adapter.get_weights().items())
+    return arrays
+
+
 def main() -> int:
     with open(sys.argv[1]) as handle:
         requests = json.load(handle)
@@ -84,7 +104,8 @@ def main() -> int:
     for request in requests:
         try:
             kind = request.get("kind")
-            arrays = {"dropout": dropout_probe, "detector": detector_probe}.get(kind, probe)(request)
+            arrays = {"dropout": dropout_probe, "detector": detector_probe,
+                      "optimizer": optimizer_probe}.get(kind, probe)(request)
         except Exception:  # one workload's failure must not hide the others' results
             failed += 1
             with open(request["out"] + ".error", "w") as handle:

@@ -431,6 +431,15 @@ class Adapter(BaseAdapter):
         self.model.cleargrads()
         return float(loss.array), gradients
 
+    def apply_gradients(self, gradients):
+        self.model.cleargrads()
+        for layer, key, target in self._native():
+            if isinstance(target, chainer.Variable):  # moving statistics are plain arrays
+                target.grad = np.ascontiguousarray(
+                    to_chainer_layout(layer["type"], key, gradients[layer["name"] + "/" + key]), dtype=np.float32)
+        self.optimizer.update()
+        self.model.cleargrads()
+
     def predict(self, x):
         inputs = np.ascontiguousarray(x, dtype=np.float32 if self.float_inputs else np.int32)
         with chainer.using_config("train", False), chainer.no_backprop_mode():

@@ -446,6 +446,14 @@ class Adapter(BaseAdapter):
             trees[collection][layer][key] = np.array(value)
         self.params, self.stats = self._put(params), self._put(stats)
 
+    def apply_gradients(self, gradients):
+        grads = jax.device_get(self.params)
+        for name, (collection, layer, key) in self.locations.items():
+            if collection == "params":
+                grads[layer][key] = np.asarray(gradients[name], dtype=np.float32)
+        updates, self.opt_state = self.tx.update(self._put(grads), self.opt_state, self.params)
+        self.params = optax.apply_updates(self.params, updates)
+
     def get_weights(self):
         trees = jax.device_get({"params": self.params, "batch_stats": self.stats})
         return {name: np.array(trees[collection][layer][key])

@@ -466,6 +466,11 @@ class Adapter(BaseAdapter):
             trainer.evaluate(x, y, batch_size=self.recipe["batch_size"], verbose=0)
         return self._sums(trainer)
 
+    def apply_gradients(self, gradients):
+        with keras.device(self.device_name):
+            grads = [ops.convert_to_tensor(np.asarray(gradients[key], np.float32)) for key in self.trainable]
+            self.optimizer.apply(grads, [self.variables[key] for key in self.trainable])
+
     def predict(self, x):
         x = np.ascontiguousarray(x, dtype=np.float32 if self.float_inputs else np.int32)
         with keras.device(self.device_name):

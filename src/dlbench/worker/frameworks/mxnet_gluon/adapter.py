@@ -452,6 +452,18 @@ class Adapter(BaseAdapter):
     def get_weights(self):
         return self._export(gradients=False)
 
+    def apply_gradients(self, gradients):
+        native = {}  # Gluon's parameter name -> its gradient in Gluon's layout
+        for layer, params in self._layer_params():
+            for key, param in params.items():
+                if key.startswith("moving_"):
+                    continue
+                # Gluon's second LSTM bias gets the canonical bias's gradient, as in training
+                canonical = key[:-len("_hh")] if key.endswith("bias_hh") else key
+                value = to_gluon_layout(layer["type"], canonical, gradients[layer["name"] + "/" + canonical])
+                native[param.name] = nd.array(np.ascontiguousarray(value), ctx=self.ctx, dtype=self.dtype)
+        self.optimizer.step([p.data(self.ctx) for p in self.trainable], [native[p.name] for p in self.trainable])
+
     def _export(self, gradients: bool) -> Dict[str, np.ndarray]:
         """Canonical weights, or the gradients of the trainable ones."""
         out = {}

@@ -282,6 +282,20 @@ class Adapter(BaseAdapter):
         self.optimizer.zero_grad(set_to_none=True)
         return float(loss), gradients
 
+    def apply_gradients(self, gradients):
+        for layer in self.model_ir["layers"]:
+            if layer["name"] not in self.by_name:
+                continue
+            for key, param in _torch_params(layer["type"], self.by_name[layer["name"]]).items():
+                if key.startswith("moving_"):
+                    continue
+                # torch's second LSTM bias gets the canonical bias's gradient, as in training
+                canonical = key[:-len("_hh")] if key.endswith("bias_hh") else key
+                value = to_torch_layout(layer["type"], canonical, gradients[layer["name"] + "/" + canonical])
+                param.grad = torch.from_numpy(np.ascontiguousarray(value)).to(param.device, param.dtype)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
     def _on_device(self, data: Split):
         """Inputs and labels as device tensors, made once per split: pixels stay uint8 until a batch."""
         key = id(data)

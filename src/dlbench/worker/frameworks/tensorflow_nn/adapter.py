@@ -364,6 +364,11 @@ class Adapter(BaseAdapter):
             loss, grads = self._gradients(x_all, y_all, scale)
         return float(loss), {name: g.numpy() for name, g in zip(self.model.trainable_names, grads)}
 
+    def apply_gradients(self, gradients):
+        with tf.device(self.tf_device):
+            grads = [tf.constant(np.asarray(gradients[name], np.float32)) for name in self.model.trainable_names]
+            self.optimizer.apply(self.params, grads)
+
     def predict(self, x):
         x = np.ascontiguousarray(x, dtype=np.float32 if self.float_inputs else np.int32)
         with tf.device(self.tf_device):

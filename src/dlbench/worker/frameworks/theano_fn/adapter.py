@@ -436,6 +436,12 @@ class Adapter(BaseAdapter):
         if kind in ("predict", "training_outputs"):
             logits, _ = self.model(self.x, training=kind == "training_outputs")
             function = theano.function([self.x], logits)
+        elif kind == "apply_gradients":  # the training step's update list, on gradients given as inputs
+            grads = [T.TensorType("float32", p.broadcastable)(name)
+                     for p, name in zip(self.params, self.model.trainable_names)]
+            updates = lookup(OPTIMIZERS, "optimizer", self.recipe["optimizer"]["name"])(
+                self.params, grads, self.recipe["optimizer"])
+            function = theano.function(grads, [], updates=updates)
         elif kind == "evaluate":
             logits, _ = self.model(self.x, training=False)
             function = theano.function([self.x, self.y], batch_sums(*loss_terms(loss_name, logits, self.y)))
@@ -480,6 +486,10 @@ class Adapter(BaseAdapter):
         x = self._inputs(np.asarray(data.x), data.input_scale)
         loss, *grads = self._function("gradients")(x, np.asarray(data.y, np.int32))
         return float(loss), {name: np.asarray(g) for name, g in zip(self.model.trainable_names, grads)}
+
+    def apply_gradients(self, gradients):
+        self._function("apply_gradients")(*[np.asarray(gradients[name], np.float32)
+                                            for name in self.model.trainable_names])
 
     def predict(self, x):
         return np.asarray(self._function("predict")(self._inputs(x, None)))
