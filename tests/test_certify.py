@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dlbench.harness import certify, optimizer_certificate
+from dlbench.harness import certify, certify_power, optimizer_certificate
 from dlbench.harness.cli import main
 from dlbench.harness.environments import envs, sources
 from dlbench.harness.environments.envs import REFERENCE
@@ -313,3 +313,35 @@ def test_each_check_makes_its_terms_dominate():
     epsilon = adam[0].gradients["dense_1/kernel"]
     assert 0.5e-7 <= np.abs(epsilon).min() and np.abs(epsilon).max() <= 2e-7
     assert len(adam[1].gradients["dense_1/bias"]) == optimizer_certificate.SEQUENCE_STEPS
+
+
+@pytest.mark.parametrize("workload", ["cnn-mnist", "lstm-imdb", "frcnn-voc"])
+def test_every_value_of_a_workload_is_seen_or_explained(certify_dir, workload):
+    """One workload of each family: every value of its model and recipe, changed, fails certification
+    against the true reference, or the table says why it cannot (certify --power runs all of them)."""
+    rows = certify_power.power(get_workload(workload), certify_dir / "power")
+    assert not [row["value"] for row in rows if row["why"] == certify_power.UNEXPLAINED]
+    optimizer = {row["value"]: row["seen"] for row in rows if row["value"].startswith("recipe.optimizer.")}
+    assert optimizer and all(optimizer.values())
+    assert {"recipe.batch_size", "recipe.epochs"} <= {row["value"] for row in rows if row["seen"] is False}
+    layers = [row for row in rows if not row["value"].startswith(("recipe.", "detector."))]
+    assert sum(row["seen"] is True for row in layers) >= 0.8 * len(layers)
+    if workload == "cnn-mnist":
+        [rate] = [row for row in rows if row["value"] == "dropout_1.rate"]
+        assert rate["seen"] and rate["by"].startswith("dropout/dropout_1/")
+        [padding] = [row for row in rows if row["value"] == "maxpool2d_1.padding"]
+        assert padding["seen"] is False and "pads nothing on a 24x24 input" in padding["why"]
+
+
+def test_changes_cover_every_kind_of_value():
+    assert certify_power.changed("momentum", 0.9) == pytest.approx(0.89)
+    assert certify_power.changed("epsilon", 1e-7) == pytest.approx(1.1e-7)
+    assert certify_power.changed("rate", 0.5) == pytest.approx(0.55)
+    assert certify_power.changed("stride", 1) == 2 and certify_power.changed("filters", 64) == 70
+    assert certify_power.changed("padding", "valid") == "same" and certify_power.changed("fn", "tanh") == "relu"
+    assert certify_power.changed("nesterov", False) is True
+    model = get_workload("cnn-mnist").model()
+    labels = {change.label for change in certify_power.changes(model, get_workload("cnn-mnist").recipe)}
+    assert {"conv2d_1.kernel", "activation_2.fn", "dropout_2.rate", "dense_2.units", "recipe.optimizer.weight_decay",
+            "recipe.batch_size"} <= labels
+    assert not any(label.endswith((".type", ".name")) for label in labels if not label.startswith("recipe."))

@@ -224,10 +224,12 @@ def probe_folder(framework: str, workdir: Path) -> Path:
     return folder
 
 
-def run_probes(framework: str, requests: list[dict], workdir: Path) -> list[dict[str, np.ndarray]]:
+def run_probes(framework: str, requests: list[dict], workdir: Path,
+               failures: dict[int, str] | None = None) -> list[dict[str, np.ndarray]]:
     """Runs dlbench.worker.probe once in the framework's environment for every request, in order. Compiled
     code is shared by every probe of one workdir (its compile cache): certification times nothing, so
-    a warm cache changes no verdict."""
+    a warm cache changes no verdict. A failed probe raises CertifyError, or, when `failures` is a dict,
+    gives empty arrays and its error's last line under its index there (certify_power's changed models)."""
     env = envs.require(framework)
     recipe = envs.get_recipe(framework)
     folder = probe_folder(framework, workdir)
@@ -238,10 +240,14 @@ def run_probes(framework: str, requests: list[dict], workdir: Path) -> list[dict
                           capture_output=True, text=True, cwd=folder, timeout=1800 * len(requests),
                           env=worker_environment(folder, 1, variables))
     arrays = []
-    for request in requests:
+    for index, request in enumerate(requests):
         out, error = Path(request["out"]), Path(request["out"] + ".error")
         if not out.is_file():
             detail = error.read_text() if error.is_file() else done.stderr
+            if failures is not None:
+                failures[index] = detail.strip().splitlines()[-1] if detail.strip() else f"exit {done.returncode}"
+                arrays.append({})
+                continue
             raise CertifyError(f"{framework} {request['name']}: the probe failed (exit {done.returncode}):\n"
                                f"{detail[-3000:]}")
         with np.load(out) as loaded:

@@ -235,6 +235,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_certify(args: argparse.Namespace) -> int:
+    if args.power:
+        return cmd_certify_power(args)
     results_dir = Path(args.results).resolve()
     for name in args.framework or ():
         envs.get_recipe(name)  # refused before the store is opened or created
@@ -255,6 +257,21 @@ def cmd_certify(args: argparse.Namespace) -> int:
     print()
     print(listing.certificates_table(certificates))
     return 0 if all(cert["passed"] for cert in certificates) else 1
+
+
+def cmd_certify_power(args: argparse.Namespace) -> int:
+    """What each workload's certificate can see: exit 1 when a change passes for no known reason."""
+    from dlbench.harness import certify_power
+
+    workloads = [get_workload(name) for name in args.workload] if args.workload else list(WORKLOADS.values())
+    workdir = Path(args.results).resolve() / "certify" / time.strftime("power-%Y%m%d-%H%M%S")
+    rows = [row for workload in workloads for row in certify_power.power(workload, workdir)]
+    print(listing.power_table(rows))
+    unexplained = [row["value"] for row in rows if row["why"] == certify_power.UNEXPLAINED]
+    print(f"\n{sum(row['seen'] is True for row in rows)} of {len(rows)} changes seen; "
+          f"{sum(row['seen'] is False for row in rows)} not, each with its reason"
+          + (f"; UNEXPLAINED: {', '.join(unexplained)}" if unexplained else ""))
+    return 1 if unexplained else 0
 
 
 def cmd_data(args: argparse.Namespace) -> int:
@@ -383,6 +400,9 @@ def parser() -> argparse.ArgumentParser:
     cert.add_argument("-w", "--workload", action="append", help="only these workloads (default: all)")
     cert.add_argument("--results", default=str(DEFAULT_RESULTS), help="results folder holding the store")
     cert.add_argument("--show", action="store_true", help="show the stored certificates and run nothing")
+    cert.add_argument("--power", action="store_true",
+                      help="change every value of each workload's model and recipe in the reference and show which "
+                           "changes its certificate sees (certifies no framework)")
     cert.set_defaults(func=cmd_certify)
 
     dat = commands.add_parser("data", help="list, fetch, verify or locate datasets")

@@ -48,6 +48,9 @@ LAYER_SETTINGS = {
 }
 ACTIVATIONS = ("relu", "sigmoid", "tanh")
 PADDINGS = ("valid", "same")
+# the losses a recipe may name (each adapter builds each of them)
+LOSSES = ("softmax_cross_entropy", "sigmoid_cross_entropy", "sequence_softmax_cross_entropy",
+          "masked_sequence_softmax_cross_entropy", "faster_rcnn")
 
 
 class IRError(ValueError):

@@ -11,8 +11,8 @@ from typing import Dict, Iterator
 
 import numpy as np
 
-LOSSES = ("softmax_cross_entropy", "sigmoid_cross_entropy", "sequence_softmax_cross_entropy",
-          "masked_sequence_softmax_cross_entropy", "faster_rcnn")
+from dlbench.shared.ir import LOSSES
+
 PAD_ID = 0  # the label the masked loss and its accuracy leave out
 OPTIMIZERS = ("sgd", "adam", "adadelta")
 

@@ -115,3 +115,22 @@ def _csv_value(value):
 
 def to_json(runs: list[dict]) -> str:
     return json.dumps(runs, indent=1, default=str)
+
+
+def _value(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    return str(value)
+
+
+def power_table(rows: list[dict]) -> str:
+    """What each certificate can see (certify_power.power): one line per value of a workload."""
+    lines = [["workload", "value", "was", "changed to", "seen", "by (worst tensor)", "x tolerance", "why not seen"]]
+    for row in rows:
+        seen = {True: "yes", False: "NO", None: "n/a"}[row["seen"]]
+        share = "-" if row["share"] is None else ("inf" if row["share"] == float("inf") else f"{row['share']:.3g}")
+        lines.append([row["workload"], row["value"], _value(row["was"]), _value(row["changed to"]), seen,
+                      row["by"] if row["seen"] is not False else "-", share, row["why"] or ""])
+    return aligned(lines)

@@ -1,0 +1,226 @@
+"""The certificate's power: what a certificate can see, found by changing every value a workload declares.
+
+A certificate proves something only if a wrong value fails it. For every value of the workload's
+model IR (every setting of every layer, and of a detector's parts) and of its recipe (the optimiser's
+settings included), the reference is run with that value changed, as an adapter that read it wrongly
+would run, and judged against the true reference exactly as a framework is (certify.compare,
+certify.dropout_rows, optimizer_certificate.rows). The change (`changed`): a number by 10 % (a rate
+of decay such as a momentum, a beta or rho by 10 % of its distance to 1, the stricter change), a whole
+number by 10 % or to the next one, a choice to the next in its list, a flag to its opposite.
+
+A change that fails certification is seen. A changed model the reference cannot run (weights of
+another shape, an input it refuses) is seen as well: a framework that built it could not load the
+canonical weights either. A change that passes is not seen; NOT_SEEN says why for each value that
+is known not to be, and anything else unseen is reported as unexplained (the tests fail on it).
+"""
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlbench.harness import certify, optimizer_certificate
+from dlbench.harness.environments import envs
+from dlbench.harness.plan.workloads import Workload
+from dlbench.shared import ir
+from dlbench.shared.init import canonical_init
+
+DECAY_RATES = ("momentum", "beta1", "beta2", "rho")  # changed by 10 % of their distance to 1
+CHOICES = {"fn": ir.ACTIVATIONS, "padding": ir.PADDINGS, "loss": ir.LOSSES,
+           "op": ("roi_align",), "name": tuple(optimizer_certificate.SETTINGS)}
+NOT_CHANGED = ("type", "name", "input_shape", "input_dtype")  # what a layer is, not a setting of it
+UNEXPLAINED = "UNEXPLAINED: no reason known why this change passes"
+_HOST = "read by the shared host pipeline (shared/detection), the same code in every framework"
+_PLAN = ("RoI Align's sampling plan is the shared host pipeline's; a framework with an RoI op of its own is "
+         "compared with the reference's outputs")
+# Values a certificate cannot see, by the last key of their path, and why.
+NOT_SEEN = {
+    "batch_size": "the certificate steps on its own fixed batch of 16 samples as one batch",
+    "epochs": "the worker's loop, the same code for every framework, counts the epochs; the probes take steps",
+}
+DETECTOR_NOT_SEEN = {
+    **NOT_SEEN,
+    "batch_size": "the detector's loop (worker/detector.py) takes one image a step",
+    "loss": "a detector's four losses are its own (worker/detector.py); the task, not the loss's name, picks them",
+    "anchor_scales": _HOST, "anchor_ratios": _HOST, "feature_stride": _HOST,
+    "anchors": f"{_HOST}; the RPN layers' filters, which the frameworks build, are seen",
+    "num_classes": "the reference reads the classes from the cls and box layers, whose units are seen; a "
+                   "framework that reads this copy is compared with the reference's outputs",
+    "sampling_ratio": _PLAN, "spatial_scale": _PLAN, "aligned": _PLAN,
+}
+
+
+@dataclass(frozen=True)
+class Change:
+    path: tuple  # keys into {"model": ..., "recipe": ...}, e.g. ("model", "layers", 0, "stride")
+    label: str  # the path as a reader names it: "conv2d_1.stride", "recipe.optimizer.momentum"
+    was: object
+    to: object
+
+
+def changed(key: str, value):
+    """The value an adapter that read `key` wrongly might use (see the module's doc)."""
+    if isinstance(value, bool):
+        return not value
+    if key in CHOICES:
+        options = CHOICES[key]
+        return options[(options.index(value) + 1) % len(options)] if value in options else None
+    if isinstance(value, int):
+        return round(value * 1.1) if round(value * 1.1) != value else value + 1
+    if isinstance(value, float):
+        return 1 - (1 - value) * 1.1 if key in DECAY_RATES else value * 1.1
+    if isinstance(value, list) and value and all(isinstance(v, float) for v in value):
+        return [v * 1.1 for v in value]
+    return None
+
+
+def _walk(node, path: tuple, label: str) -> Iterator[Change]:
+    if isinstance(node, dict):
+        name = node.get("name") if "type" in node else None
+        for key, value in node.items():
+            if key in NOT_CHANGED and name is not None or key in ("input_shape", "input_dtype"):
+                continue
+            child_label = f"{name}.{key}" if name else (f"{label}.{key}" if label else key)
+            yield from _walk(value, (*path, key), child_label)
+    elif isinstance(node, list) and node and isinstance(node[0], dict):
+        for index, item in enumerate(node):
+            yield from _walk(item, (*path, index), label)
+    else:
+        to = changed(path[-1] if isinstance(path[-1], str) else "", node)
+        if to is not None and to != node:
+            yield Change(path, label, node, to)
+
+
+def changes(model: dict, recipe: dict) -> list[Change]:
+    """Every value of the model and the recipe, each with its change."""
+    found = list(_walk(model, ("model",), ""))
+    found += list(_walk(recipe, ("recipe",), "recipe"))
+    return found
+
+
+def _applied(model: dict, recipe: dict, change: Change) -> tuple[dict, dict]:
+    spec = copy.deepcopy({"model": model, "recipe": recipe})
+    node = spec
+    for key in change.path[:-1]:
+        node = node[key]
+    node[change.path[-1]] = copy.deepcopy(change.to)
+    return spec["model"], spec["recipe"]
+
+
+def _share(rows: list[dict]) -> tuple[bool, str, float]:
+    """(any row failed, the worst row's tensor, its deviation over its tolerance)."""
+    worst = max(rows, key=lambda row: (not row["passed"], certify._share_of_tolerance(row)))
+    return (not all(row["passed"] for row in rows), worst["tensor"], certify._share_of_tolerance(worst))
+
+
+def power(workload: Workload, workdir: Path) -> list[dict]:
+    """One row per value of the workload: whether its change fails certification, by what, or why not."""
+    detector = workload.study_meta["task"] == "detection"
+    true_model = certify.certified_model(workload) if detector else workload.model()
+    float32, exact = certify.reference_probes([workload], workdir)[workload.name]
+    start = canonical_init(certify.certified_model(workload), certify.SEED)
+    folder = certify.probe_folder(envs.REFERENCE, workdir)
+    optimizer = certify.optimizer_requests(workload, folder)
+    optimizer_out = certify.run_probes(envs.REFERENCE, [request for _, request in optimizer], workdir)
+    pending: list[tuple[Change, list[dict], Callable[[list[dict]], list[dict]]]] = []
+    rows = []
+    for index, change in enumerate(changes(true_model, workload.recipe)):
+        if change.path[:2] == ("recipe", "optimizer"):
+            rows.append(_row(workload, true_model, change, _optimizer_rows(change, optimizer, optimizer_out)))
+            continue
+        model, recipe = _applied(true_model, workload.recipe, change)
+        try:
+            requests, judge = _probes(workload, model, recipe, folder, f"change-{index}", float32, start, exact)
+        except ir.IRError as error:
+            rows.append(_row(workload, true_model, change, None, f"not a valid model: {error}"))
+            continue
+        pending.append((change, requests, judge))
+    failures: dict[int, str] = {}
+    outputs = iter(certify.run_probes(envs.REFERENCE, [r for _, requests, _ in pending for r in requests], workdir,
+                                      failures))
+    position = 0
+    for change, requests, judge in pending:
+        got = [next(outputs) for _ in requests]
+        error = next((failures[i] for i in range(position, position + len(requests)) if i in failures), None)
+        position += len(requests)
+        rows.append(_row(workload, true_model, change, None if error else judge(got), error))
+    return rows
+
+
+def _optimizer_rows(change: Change, optimizer: list, outputs: list[dict]) -> list[dict]:
+    """The true optimiser's outputs against the rule with the changed value, check by check."""
+    key = change.path[-1]
+    judged = []
+    for (check, _), out in zip(optimizer, outputs, strict=True):
+        to = changed(key, check.config[key]) if key == "lr" else change.to  # the decay check's raised rate
+        try:
+            judged += optimizer_certificate.rows(check, out, dict(check.config, **{key: to}))
+        except optimizer_certificate.OptimizerError as error:
+            return [{"tensor": f"optimizer rule: {error}", "passed": False, "max_rel": None, "max_abs": None,
+                     "tolerance": optimizer_certificate.TOLERANCE}]
+    return judged
+
+
+def _probes(workload: Workload, model: dict, recipe: dict, folder: Path, name: str, float32: dict, start: dict,
+            exact: dict) -> tuple[list[dict], Callable[[list[dict]], list[dict]]]:
+    """The reference's probes of a changed model and recipe, on the true workload's batch (or image and
+    sampled targets), and how their outputs are judged."""
+    ir.all_shapes(model)  # an IRError for a change that makes no model
+    true_request = certify._request(workload, folder, False)
+    if workload.study_meta["task"] == "detection":
+        certified, training = model, recipe
+    else:
+        batch = true_request["recipe"]["batch_size"]
+        certified, training = certify.without_dropout(model), dict(recipe, batch_size=batch)
+    weights = dict(true_request, model=certified, recipe=training, name=f"{workload.name} {name}",
+                   out=str(folder / f"{workload.name}-{name}.npz"))
+    changed_workload = Workload(workload.name, workload.description, workload.study_dataset, workload.study_meta,
+                                lambda meta: model, recipe, workload.target, workload.tasks)
+    dropout_true = certify.dropout_requests(workload, folder)
+    dropout_changed = [dict(request, out=str(folder / f"{workload.name}-{name}-dropout-{i}.npz"))
+                       for i, request in enumerate(certify.dropout_requests(changed_workload, folder))]
+    if workload.study_meta["task"] != "detection" and len(dropout_changed) != len(dropout_true):
+        raise ir.IRError("the change adds or removes a dropout layer")
+
+    def judge(outputs: list[dict]) -> list[dict]:
+        judged = certify.compare(float32, outputs[0], start, exact)
+        for request, out in zip(dropout_true, outputs[1:], strict=True):
+            judged += certify.dropout_rows(request, out["output"])
+        return judged
+
+    return [weights, *dropout_changed], judge
+
+
+def _row(workload: Workload, model: dict, change: Change, rows: list[dict] | None, error: str | None = None) -> dict:
+    row = {"workload": workload.name, "value": change.label, "was": change.was, "changed to": change.to}
+    if error is not None and error.startswith("not a valid model"):
+        return dict(row, seen=None, by=error, share=None, why=None)
+    if rows is None:
+        return dict(row, seen=True, by=f"the reference cannot run it ({error[:100]})", share=None, why=None)
+    failed, tensor, share = _share(rows)
+    return dict(row, seen=failed, by=tensor, share=share, why=None if failed else _why(workload, model, change))
+
+
+def _why(workload: Workload, model: dict, change: Change) -> str:
+    """Why a change that passed cannot be seen, or UNEXPLAINED."""
+    key = change.path[-1]
+    if key == "padding":
+        return _padding_without_effect(model, change) or UNEXPLAINED
+    reasons = DETECTOR_NOT_SEEN if workload.study_meta["task"] == "detection" else NOT_SEEN
+    return reasons.get(key, UNEXPLAINED)
+
+
+def _padding_without_effect(model: dict, change: Change) -> str | None:
+    """The reason when 'same' pads nothing for the layer at the certificate's shapes, else None."""
+    name = change.label.split(".")[0]
+    for layer, in_shape, _ in ir.all_shapes(model):
+        if layer["name"] != name:
+            continue
+        window = layer["kernel"] if layer["type"] == "conv2d" else layer["pool"]
+        pads = [ir.same_padding(side, window, layer["stride"]) for side in in_shape[:2]]
+        if all(pad == (0, 0) for pad in pads):
+            return (f"no effect at the certificate's shapes: 'same' pads nothing on a {in_shape[0]}x{in_shape[1]} "
+                    f"input with a {window}x{window} window and stride {layer['stride']}")
+    return None
+
