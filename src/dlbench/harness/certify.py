@@ -44,6 +44,9 @@ DROPOUT_ELEMENTS = 2 ** 18
 DROPOUT_Z = 5.0
 DROPOUT_SCALE_TOLERANCE = 1e-5  # kept values 1/(1-rate), up to float32 rounding of the scale
 DROPOUT_SHAPES = {1: (128,), 2: (8, 32), 3: (4, 4, 16)}  # an input of each rank the workloads drop out
+# BatchNorm's epsilon is added to variances that, in the workloads, are far larger: it is checked on its own,
+# on inputs of this shape whose moving variances are of its scale (batchnorm_rows)
+BATCHNORM_SHAPE = (2, 2, 4)
 ABSOLUTE_FLOOR = 1e-7  # a deviation this small passes whatever the tensor's scale (tensors near zero)
 NOISE_FACTOR = 3.0  # beyond tolerance, a tensor still passes within this many times the reference's own error
 # A detector is certified on one image of this short and long side, with this many fixed proposals, and
@@ -53,6 +56,11 @@ DETECTOR_SIDES = (64, 96)
 DETECTOR_PROPOSALS = 48
 DETECTOR_ANCHORS = 64
 DETECTOR_ROIS = 32
+
+
+# A probe process ends after this long a request, at most MAX_PROBES_S (a bound subprocess's poll accepts)
+PROBE_S = 1800
+MAX_PROBES_S = 86400
 
 
 class CertifyError(RuntimeError):
@@ -211,6 +219,57 @@ def optimizer_requests(workload: Workload, folder: Path) -> list[tuple[optimizer
     return optimizer_certificate.requests(workload.name, workload.recipe["optimizer"], folder)
 
 
+def batchnorm_requests(workload: Workload, folder: Path) -> list[dict]:
+    """A BatchNorm probe for each BatchNorm layer of the workload: the layer alone (with its momentum and
+    epsilon), then an identity dense layer, in inference mode on BATCHNORM_SHAPE inputs, from moving
+    variances of epsilon's scale, where epsilon dominates (batchnorm_rows)."""
+    requests = []
+    for layer, _, _ in ir.infer_shapes(workload.model()):
+        if layer["type"] != "batchnorm":
+            continue
+        name = f"{workload.name}-{layer['name']}-batchnorm"
+        rng = np.random.RandomState(SEED)
+        channels, units = BATCHNORM_SHAPE[-1], int(np.prod(BATCHNORM_SHAPE))
+        weights = {"batchnorm_1/gamma": rng.uniform(0.5, 1.5, channels),
+                   "batchnorm_1/beta": rng.uniform(-0.1, 0.1, channels),
+                   "batchnorm_1/moving_mean": rng.uniform(-0.1, 0.1, channels),
+                   "batchnorm_1/moving_var": layer["epsilon"] * rng.uniform(0.5, 2.0, channels),
+                   "dense_1/kernel": np.eye(units), "dense_1/bias": np.zeros(units)}
+        x, weights_file, out = folder / f"{name}-x.npy", folder / f"{name}-weights.npz", folder / f"{name}.npz"
+        np.save(x, rng.standard_normal((BATCH, *BATCHNORM_SHAPE)).astype(np.float32))
+        np.savez(weights_file, **{key: value.astype(np.float32) for key, value in weights.items()})
+        for stale in (out, out.with_name(out.name + ".error")):
+            stale.unlink(missing_ok=True)
+        requests.append({
+            "kind": "inference", "name": f"{workload.name} {layer['name']} (batchnorm)", "layer": layer["name"],
+            "model": batchnorm_model(layer), "recipe": dict(workload.recipe, batch_size=BATCH),
+            "task": workload.study_meta["task"], "x": str(x), "weights": str(weights_file), "seed": SEED,
+            "out": str(out)})
+    return requests
+
+
+def batchnorm_model(layer: dict) -> dict:
+    """The BatchNorm check's model: a BatchNorm layer with `layer`'s settings, then an identity dense layer."""
+    return ir.model(BATCHNORM_SHAPE, "float32", [ir.batchnorm(layer["momentum"], layer["epsilon"]), ir.flatten(),
+                                                 ir.dense(int(np.prod(BATCHNORM_SHAPE)))])
+
+
+def batchnorm_rows(request: dict, output: np.ndarray) -> list[dict]:
+    """The BatchNorm layer's inference output against gamma (x - moving_mean) / sqrt(moving_var + epsilon)
+    + beta in float64, relative to its largest magnitude, at the outputs' tolerance."""
+    epsilon = request["model"]["layers"][0]["epsilon"]
+    with np.load(request["weights"]) as loaded:
+        w = {key.split("/")[1]: loaded[key].astype(np.float64) for key in loaded.files if key.startswith("batchnorm")}
+    x = np.load(request["x"]).astype(np.float64)
+    expected = w["gamma"] * (x - w["moving_mean"]) / np.sqrt(w["moving_var"] + epsilon) + w["beta"]
+    expected = expected.reshape(len(x), -1)
+    deviation = _max_abs(np.asarray(output).reshape(expected.shape), expected)
+    scale = float(np.max(np.abs(expected)))
+    return [{"tensor": f"batchnorm/{request['layer']}/inference", "kind": "output", "tolerance": TOLERANCES["output"],
+             "max_abs": deviation, "max_rel": deviation / scale,
+             "passed": bool(deviation / scale <= TOLERANCES["output"])}]
+
+
 def probe_many(framework: str, probes: list[tuple[Workload, bool]], workdir: Path) -> list[dict[str, np.ndarray]]:
     """Runs dlbench.worker.probe once in the framework's environment for every (workload, exact) probe, in
     order; `exact` asks for float64 (the reference can)."""
@@ -237,8 +296,8 @@ def run_probes(framework: str, requests: list[dict], workdir: Path,
     (folder / "requests.json").write_text(json.dumps(requests))
     variables = dict(recipe.worker_env, DLBENCH_COMPILE_CACHE=str(workdir / "compile-cache"))
     done = subprocess.run([str(env.python), "-m", "dlbench.worker.probe", str(folder / "requests.json")],
-                          capture_output=True, text=True, cwd=folder, timeout=1800 * len(requests),
-                          env=worker_environment(folder, 1, variables))
+                          capture_output=True, text=True, cwd=folder, env=worker_environment(folder, 1, variables),
+                          timeout=min(PROBE_S * len(requests), MAX_PROBES_S))
     arrays = []
     for index, request in enumerate(requests):
         out, error = Path(request["out"]), Path(request["out"] + ".error")
@@ -343,17 +402,23 @@ def certify(frameworks: list[str], workloads: list[Workload], store: Store, work
         folder = probe_folder(framework, workdir)
         dropout = {workload.name: dropout_requests(workload, folder) for workload in workloads}
         optimizer = {workload.name: optimizer_requests(workload, folder) for workload in workloads}
+        batchnorm = {workload.name: batchnorm_requests(workload, folder) for workload in workloads}
         weight_probes = [_request(workload, folder, False) for workload in workloads]
         arrays = run_probes(framework, weight_probes + [r for w in workloads for r in dropout[w.name]]
+                            + [r for w in workloads for r in batchnorm[w.name]]
                             + [r for w in workloads for _, r in optimizer[w.name]], workdir)
         outputs = iter(arrays[len(workloads):])
         dropout_outputs = [[next(outputs) for _ in dropout[w.name]] for w in workloads]
-        for workload, candidate, dropped in zip(workloads, arrays[:len(workloads)], dropout_outputs, strict=True):
+        batchnorm_outputs = [[next(outputs) for _ in batchnorm[w.name]] for w in workloads]
+        for workload, candidate, dropped, normed in zip(workloads, arrays[:len(workloads)], dropout_outputs,
+                                                         batchnorm_outputs, strict=True):
             float32, exact = reference[workload.name]
             start = canonical_init(certified_model(workload), SEED)
             rows = compare(float32, candidate, start, exact)
             for request, output in zip(dropout[workload.name], dropped, strict=True):
                 rows += dropout_rows(request, output["output"])
+            for request, output in zip(batchnorm[workload.name], normed, strict=True):
+                rows += batchnorm_rows(request, output["output"])
             for check, _ in optimizer[workload.name]:
                 rows += optimizer_certificate.rows(check, next(outputs))
             cert = certificate(framework, workload, rows)

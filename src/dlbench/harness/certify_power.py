@@ -175,21 +175,27 @@ def _probes(workload: Workload, model: dict, recipe: dict, folder: Path, name: s
         certified, training = certify.without_dropout(model), dict(recipe, batch_size=batch)
     weights = dict(true_request, model=certified, recipe=training, name=f"{workload.name} {name}",
                    out=str(folder / f"{workload.name}-{name}.npz"))
-    changed_workload = Workload(workload.name, workload.description, workload.study_dataset, workload.study_meta,
-                                lambda meta: model, recipe, workload.target, workload.tasks)
+    # the dropout and BatchNorm checks on the true inputs and weights, with the changed layer's settings
+    layers = {layer["name"]: layer for layer, _, _ in ir.all_shapes(model)}
     dropout_true = certify.dropout_requests(workload, folder)
-    dropout_changed = [dict(request, out=str(folder / f"{workload.name}-{name}-dropout-{i}.npz"))
-                       for i, request in enumerate(certify.dropout_requests(changed_workload, folder))]
-    if workload.study_meta["task"] != "detection" and len(dropout_changed) != len(dropout_true):
-        raise ir.IRError("the change adds or removes a dropout layer")
+    dropout_changed = [dict(request, rate=layers[request["layer"]]["rate"],
+                            model=certify.dropout_model(layers[request["layer"]]["rate"], tuple(request["shape"])),
+                            out=str(folder / f"{workload.name}-{name}-dropout-{i}.npz"))
+                       for i, request in enumerate(dropout_true)]
+    batchnorm_true = certify.batchnorm_requests(workload, folder)
+    batchnorm_changed = [dict(request, model=certify.batchnorm_model(layers[request["layer"]]),
+                              out=str(folder / f"{workload.name}-{name}-batchnorm-{i}.npz"))
+                         for i, request in enumerate(batchnorm_true)]
 
     def judge(outputs: list[dict]) -> list[dict]:
         judged = certify.compare(float32, outputs[0], start, exact)
-        for request, out in zip(dropout_true, outputs[1:], strict=True):
+        for request, out in zip(dropout_true, outputs[1:1 + len(dropout_true)], strict=True):
             judged += certify.dropout_rows(request, out["output"])
+        for request, out in zip(batchnorm_true, outputs[1 + len(dropout_true):], strict=True):
+            judged += certify.batchnorm_rows(request, out["output"])
         return judged
 
-    return [weights, *dropout_changed], judge
+    return [weights, *dropout_changed, *batchnorm_changed], judge
 
 
 def _row(workload: Workload, model: dict, change: Change, rows: list[dict] | None, error: str | None = None) -> dict:

@@ -7,7 +7,8 @@ imported once and compiled code (Theano's modules, under the compile cache the h
 shared between workloads. From the canonical weights of the seed a request records the outputs, the
 loss and its gradients, then the weights after a few optimiser steps on the same batch, all in
 canonical layout, for the harness to compare with the reference's. A dropout request (kind "dropout")
-records a dropout layer's output in training mode instead (dropout_probe); an optimiser request (kind
+records a dropout layer's output in training mode instead (dropout_probe); an inference request (kind
+"inference"), a small model's outputs in inference mode (inference_probe); an optimiser request (kind
 "optimizer"), the weights of a small model after the adapter's optimiser applied a synthetic
 gradient sequence (optimizer_probe). A detector's request (kind "detector") carries its image and
 sampled targets instead of a batch (detector_probe). A request that fails leaves its traceback in
@@ -79,6 +80,16 @@ def dropout_probe(request: dict) -> dict:
     return {"output": adapter.training_outputs(np.load(request["x"]))}
 
 
+def inference_probe(request: dict) -> dict:
+    """A small model's outputs in inference mode (predict) from the request's weights: certification's
+    BatchNorm check, with moving variances where epsilon dominates."""
+    adapter = load_adapter_class(request["adapter"])(request["model"], request["recipe"], request["task"], "cpu", 1,
+                                                     request["seed"])
+    with np.load(request["weights"]) as weights:
+        adapter.set_weights(dict(weights))
+    return {"output": adapter.predict(np.load(request["x"]))}
+
+
 def optimizer_probe(request: dict) -> dict:
     """The adapter's optimiser on a synthetic gradient sequence: from the request's weights, one
     apply_gradients per step; the weights after each step the request records ("after/STEP/NAME")."""
@@ -104,7 +115,7 @@ def main() -> int:
     for request in requests:
         try:
             kind = request.get("kind")
-            arrays = {"dropout": dropout_probe, "detector": detector_probe,
+            arrays = {"dropout": dropout_probe, "detector": detector_probe, "inference": inference_probe,
                       "optimizer": optimizer_probe}.get(kind, probe)(request)
         except Exception:  # one workload's failure must not hide the others' results
             failed += 1
