@@ -238,13 +238,13 @@ def test_a_failing_probe_names_its_workload_and_keeps_the_others(broken, tmp_pat
     """One probe process serves several workloads: a workload that fails is named with its traceback,
     and the workloads before and after it still ran."""
     good, bad = get_workload("lstm-imdb"), get_workload("lstm-ptb")
-    real_request = certify._request
+    real_request = certify.weights_request
 
     def request_with_a_missing_batch(workload, folder, exact):
         request = real_request(workload, folder, exact)
         return dict(request, x=str(folder / "nowhere.npy")) if workload is bad else request
 
-    monkeypatch.setattr(certify, "_request", request_with_a_missing_batch)
+    monkeypatch.setattr(certify, "weights_request", request_with_a_missing_batch)
     with pytest.raises(certify.CertifyError, match=r"pytorch lstm-ptb: the probe failed(.|\n)*nowhere\.npy"):
         certify.probe_many(REFERENCE, [(good, False), (bad, False), (good, True)], tmp_path)
     assert (tmp_path / REFERENCE / "lstm-imdb.npz").is_file()

@@ -129,7 +129,7 @@ def detector_request(workload: Workload, folder: Path, exact: bool) -> dict:
             "steps": STEPS, "out": str(out)}
 
 
-def _request(workload: Workload, folder: Path, exact: bool) -> dict:
+def weights_request(workload: Workload, folder: Path, exact: bool) -> dict:
     """One probe's request: the fixed batch written next to it, the recipe at the batch's size."""
     if workload.study_meta["task"] == "detection":
         return detector_request(workload, folder, exact)
@@ -274,7 +274,7 @@ def probe_many(framework: str, probes: list[tuple[Workload, bool]], workdir: Pat
     """Runs dlbench.worker.probe once in the framework's environment for every (workload, exact) probe, in
     order; `exact` asks for float64 (the reference can)."""
     folder = probe_folder(framework, workdir)
-    return run_probes(framework, [_request(workload, folder, exact) for workload, exact in probes], workdir)
+    return run_probes(framework, [weights_request(workload, folder, exact) for workload, exact in probes], workdir)
 
 
 def probe_folder(framework: str, workdir: Path) -> Path:
@@ -368,14 +368,14 @@ def compare(reference: dict[str, np.ndarray], candidate: dict[str, np.ndarray],
     return rows
 
 
-def _share_of_tolerance(row: dict) -> float:
+def share_of_tolerance(row: dict) -> float:
     if row["max_abs"] is None:
         return float("inf")
     return 0.0 if row["max_abs"] <= ABSOLUTE_FLOOR else row["max_rel"] / row["tolerance"]
 
 
 def certificate(framework: str, workload: Workload, rows: list[dict]) -> dict:
-    worst = max(rows, key=lambda row: (not row["passed"], _share_of_tolerance(row)))
+    worst = max(rows, key=lambda row: (not row["passed"], share_of_tolerance(row)))
     env, reference_env = envs.require(framework), envs.require(envs.REFERENCE)
     return {
         "framework": envs.framework_name(framework), "framework_version": env.version(),
@@ -403,7 +403,7 @@ def certify(frameworks: list[str], workloads: list[Workload], store: Store, work
         dropout = {workload.name: dropout_requests(workload, folder) for workload in workloads}
         optimizer = {workload.name: optimizer_requests(workload, folder) for workload in workloads}
         batchnorm = {workload.name: batchnorm_requests(workload, folder) for workload in workloads}
-        weight_probes = [_request(workload, folder, False) for workload in workloads]
+        weight_probes = [weights_request(workload, folder, False) for workload in workloads]
         arrays = run_probes(framework, weight_probes + [r for w in workloads for r in dropout[w.name]]
                             + [r for w in workloads for r in batchnorm[w.name]]
                             + [r for w in workloads for _, r in optimizer[w.name]], workdir)

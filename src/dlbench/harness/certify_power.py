@@ -110,8 +110,19 @@ def _applied(model: dict, recipe: dict, change: Change) -> tuple[dict, dict]:
 
 def _share(rows: list[dict]) -> tuple[bool, str, float]:
     """(any row failed, the worst row's tensor, its deviation over its tolerance)."""
-    worst = max(rows, key=lambda row: (not row["passed"], certify._share_of_tolerance(row)))
-    return (not all(row["passed"] for row in rows), worst["tensor"], certify._share_of_tolerance(worst))
+    worst = max(rows, key=lambda row: (not row["passed"], certify.share_of_tolerance(row)))
+    return (not all(row["passed"] for row in rows), worst["tensor"], certify.share_of_tolerance(worst))
+
+
+@dataclass(frozen=True)
+class Truth:
+    """The true workload's reference results and requests, which every changed one is judged against."""
+    float32: dict
+    exact: dict
+    start: dict  # the canonical weights the steps began from
+    weights: dict  # the weights probe's request: its batch, or image and sampled targets
+    dropout: list[dict]
+    batchnorm: list[dict]
 
 
 def power(workload: Workload, workdir: Path) -> list[dict]:
@@ -119,8 +130,10 @@ def power(workload: Workload, workdir: Path) -> list[dict]:
     detector = workload.study_meta["task"] == "detection"
     true_model = certify.certified_model(workload) if detector else workload.model()
     float32, exact = certify.reference_probes([workload], workdir)[workload.name]
-    start = canonical_init(certify.certified_model(workload), certify.SEED)
     folder = certify.probe_folder(envs.REFERENCE, workdir)
+    truth = Truth(float32, exact, canonical_init(certify.certified_model(workload), certify.SEED),
+                  certify.weights_request(workload, folder, False), certify.dropout_requests(workload, folder),
+                  certify.batchnorm_requests(workload, folder))
     optimizer = certify.optimizer_requests(workload, folder)
     optimizer_out = certify.run_probes(envs.REFERENCE, [request for _, request in optimizer], workdir)
     pending: list[tuple[Change, list[dict], Callable[[list[dict]], list[dict]]]] = []
@@ -131,7 +144,7 @@ def power(workload: Workload, workdir: Path) -> list[dict]:
             continue
         model, recipe = _applied(true_model, workload.recipe, change)
         try:
-            requests, judge = _probes(workload, model, recipe, folder, f"change-{index}", float32, start, exact)
+            requests, judge = _probes(workload, model, recipe, folder / f"change-{index}", truth)
         except ir.IRError as error:
             rows.append(_row(workload, true_model, change, None, f"not a valid model: {error}"))
             continue
@@ -162,40 +175,33 @@ def _optimizer_rows(change: Change, optimizer: list, outputs: list[dict]) -> lis
     return judged
 
 
-def _probes(workload: Workload, model: dict, recipe: dict, folder: Path, name: str, float32: dict, start: dict,
-            exact: dict) -> tuple[list[dict], Callable[[list[dict]], list[dict]]]:
-    """The reference's probes of a changed model and recipe, on the true workload's batch (or image and
-    sampled targets), and how their outputs are judged."""
-    ir.all_shapes(model)  # an IRError for a change that makes no model
-    true_request = certify._request(workload, folder, False)
+def _probes(workload: Workload, model: dict, recipe: dict, folder: Path,
+            truth: Truth) -> tuple[list[dict], Callable[[list[dict]], list[dict]]]:
+    """The reference's probes of a changed model and recipe on the true workload's inputs (outputs into
+    `folder`), and how their outputs are judged."""
+    layers = {layer["name"]: layer for layer, _, _ in ir.all_shapes(model)}  # an IRError if it makes no model
+    folder.mkdir(parents=True, exist_ok=True)
     if workload.study_meta["task"] == "detection":
         certified, training = model, recipe
     else:
-        batch = true_request["recipe"]["batch_size"]
-        certified, training = certify.without_dropout(model), dict(recipe, batch_size=batch)
-    weights = dict(true_request, model=certified, recipe=training, name=f"{workload.name} {name}",
-                   out=str(folder / f"{workload.name}-{name}.npz"))
+        certified = certify.without_dropout(model)
+        training = dict(recipe, batch_size=truth.weights["recipe"]["batch_size"])
+    weights = dict(truth.weights, model=certified, recipe=training, out=str(folder / "weights.npz"))
     # the dropout and BatchNorm checks on the true inputs and weights, with the changed layer's settings
-    layers = {layer["name"]: layer for layer, _, _ in ir.all_shapes(model)}
-    dropout_true = certify.dropout_requests(workload, folder)
-    dropout_changed = [dict(request, rate=layers[request["layer"]]["rate"],
-                            model=certify.dropout_model(layers[request["layer"]]["rate"], tuple(request["shape"])),
-                            out=str(folder / f"{workload.name}-{name}-dropout-{i}.npz"))
-                       for i, request in enumerate(dropout_true)]
-    batchnorm_true = certify.batchnorm_requests(workload, folder)
-    batchnorm_changed = [dict(request, model=certify.batchnorm_model(layers[request["layer"]]),
-                              out=str(folder / f"{workload.name}-{name}-batchnorm-{i}.npz"))
-                         for i, request in enumerate(batchnorm_true)]
+    dropout = [dict(request, model=certify.dropout_model(layers[request["layer"]]["rate"], tuple(request["shape"])),
+                    out=str(folder / f"dropout-{i}.npz")) for i, request in enumerate(truth.dropout)]
+    batchnorm = [dict(request, model=certify.batchnorm_model(layers[request["layer"]]),
+                      out=str(folder / f"batchnorm-{i}.npz")) for i, request in enumerate(truth.batchnorm)]
 
     def judge(outputs: list[dict]) -> list[dict]:
-        judged = certify.compare(float32, outputs[0], start, exact)
-        for request, out in zip(dropout_true, outputs[1:1 + len(dropout_true)], strict=True):
+        judged = certify.compare(truth.float32, outputs[0], truth.start, truth.exact)
+        for request, out in zip(truth.dropout, outputs[1:1 + len(dropout)], strict=True):
             judged += certify.dropout_rows(request, out["output"])
-        for request, out in zip(batchnorm_true, outputs[1 + len(dropout_true):], strict=True):
+        for request, out in zip(truth.batchnorm, outputs[1 + len(dropout):], strict=True):
             judged += certify.batchnorm_rows(request, out["output"])
         return judged
 
-    return [weights, *dropout_changed, *batchnorm_changed], judge
+    return [weights, *dropout, *batchnorm], judge
 
 
 def _row(workload: Workload, model: dict, change: Change, rows: list[dict] | None, error: str | None = None) -> dict:
