@@ -41,7 +41,7 @@ class Finding:
     dataset: str | None
     device: str | None
     speed: str
-    accuracy: str
+    metric: str  # the final metric's sentence: accuracy, perplexity or mAP
     caveats: tuple[str, ...]
 
     @property
@@ -152,7 +152,7 @@ def _test_between(tests: Sequence[PairTest], a: str, b: str) -> PairTest | None:
 def _ci(test: PairTest, best: str) -> str:
     """The ratio other/best's CI, whichever way round the test holds the pair."""
     r = test.ratio
-    if r.low is None or r.high is None or not r.low > 0:
+    if r.low is None or r.high is None or r.level is None or not r.low > 0:
         return ""
     level = level_text(r.level)
     if test.a == best:  # the test's ratio is best/other: invert its interval

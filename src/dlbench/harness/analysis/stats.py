@@ -12,10 +12,11 @@ Intervals are order-statistic (binomial) intervals of the median, as asv compute
 x_(n+1-k)] of the sorted values covers the true median with probability 1 - 2 P(B <= k - 1), B ~
 Binomial(n, 1/2), whatever the distribution (continuous). The largest k that reaches 95 % is used; with
 2 to 5 runs none does, and the interval is [min, max] with the level it really has (50 % at 2 runs, 75 %,
-87.5 %, 93.75 % at 5). Every Estimate carries that level, and every caption prints it. A ratio of two
-medians gets [low_a / high_b, high_a / low_b] from the two intervals: it covers the true ratio whenever
-both cover their medians, so its level is at least the product of theirs (each side aims at the square
-root of 95 %).
+87.5 %, 93.75 % at 5). Every Estimate carries that level, and the report prints it wherever it is below
+95 %. A ratio of two medians gets [low_a / high_b, high_a / low_b] from the two intervals: it covers the
+true ratio whenever both cover their medians, so its level is at least the product of theirs (each side
+aims at the square root of 95 %). That bound is conservative: simulated, the ratio's interval covers
+more often than its stated level (65 % against 25 % at 2 runs a side, 88 % against 56 % at 3).
 
 The building blocks are scipy.stats (binom, mannwhitneyu) and statsmodels (Holm).
 """
@@ -142,10 +143,8 @@ def ratio(a: Sequence[float | None], b: Sequence[float | None], seed: int = 0) -
     return Estimate(n, value, low_a / high_b, high_a / low_b, level_a * level_b)
 
 
-def level_text(level: float | None) -> str:
+def level_text(level: float) -> str:
     """"95%", "87.5%", "93.7%": the level rounded down to 0.1 %, so it never claims more than it has."""
-    if level is None:
-        return "no"
     return f"{np.floor(level * 1000 + 1e-9) / 10:g}%"
 
 

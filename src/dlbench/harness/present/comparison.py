@@ -16,7 +16,7 @@ def _percent(fraction: float) -> str:
 
 def _interval(estimate: Estimate) -> str:
     """[low, high] and the level the interval guarantees: [0.912, 1.043] 87.8%."""
-    if estimate.low is None:
+    if estimate.low is None or estimate.level is None:
         return "-"
     return f"[{estimate.low:.3f}, {estimate.high:.3f}] {stats.level_text(estimate.level)}"
 

@@ -182,7 +182,7 @@ def finding_html(finding: Finding, frameworks: Iterable[str]) -> str:
     return (f'<section class="card"{_keys(finding.workload, finding.device, frameworks)}>'
             f"<h3>{escape(finding.title)}</h3>"
             f'<p class="finding"><b>Speed</b> {escape(finding.speed)}</p>'
-            f'<p class="finding"><b>Final metric</b> {escape(finding.accuracy)}</p>'
+            f'<p class="finding"><b>Final metric</b> {escape(finding.metric)}</p>'
             + (f'<ul class="caveats">{caveats}</ul>' if caveats else "") + "</section>")
 
 

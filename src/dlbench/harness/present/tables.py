@@ -112,8 +112,7 @@ def study_tables(cells: Sequence[CellSummary], peaks: Sequence[Mapping] = ()) ->
 def throughput(cells: Sequence[CellSummary], columns: list[str], device: str, peaks: Sequence[Mapping] = ()) -> Table:
     """Achieved GFLOP/s of the steady epochs and MFU, its share of the float32 GEMM peak measured in the
     framework's own environment with the run's threads: each framework's own peak, shown beside it."""
-    busy = {p["id"]: p["others_busy_cores"] for p in peaks
-            if p.get("others_busy_cores") is not None and p["others_busy_cores"] >= BUSY_MACHINE}
+    busy = {p["id"] for p in peaks if p.get("others_busy_cores") is not None and p["others_busy_cores"] >= BUSY_MACHINE}
     rows = []
     for (workload, dataset, _), group_cells in group(cells).items():
         by_label = {label(c, group_cells): c for c in group_cells}
@@ -140,7 +139,8 @@ def throughput(cells: Sequence[CellSummary], columns: list[str], device: str, pe
                  [{"workload": w} for w, _, _ in group(cells)], {"device": device})
 
 
-def _throughput_cell(cell: CellSummary, busy: Mapping[int, float]) -> str:
+def _throughput_cell(cell: CellSummary, busy: set[int]) -> str:
+    """GFLOP/s and MFU of one cell; busy: the ids of peaks measured beside busy cores."""
     text = "GFLOP/s " + with_ci(cell.achieved_gflops, lambda v: f"{v:.3g}")
     if not cell.mfu.n:
         return text + "; MFU - (no peak)" + cores_mark(cell)
