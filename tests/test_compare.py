@@ -199,3 +199,14 @@ def test_summaries_and_findings_of_a_mixed_cluster_group_by_cpu_model():
     assert all(s.n_ok == 3 for s in summaries) and len(summaries) == 4
     titles = sorted(f.title for f in findings(summaries))
     assert titles == ["cnn-mnist on digits-28 (cpu: CPU X)", "cnn-mnist on digits-28 (cpu: CPU Y)"]
+
+
+def test_a_significant_gap_inside_the_noise_threshold_is_within_noise(capsys, tmp_path):
+    # 12 runs a side, 0.5 % slower with almost no spread: the exact test rejects, the 2 % threshold does not
+    a = [run_dict("pytorch", "cnn-mnist", 1.0 + 1e-5 * r, r) for r in range(1, 13)]
+    b = [run_dict("pytorch", "cnn-mnist", 1.005 + 1e-5 * r, r) for r in range(1, 13)]
+    code, out, _ = cli(capsys, str(build_store(tmp_path / "a", a)), str(build_store(tmp_path / "b", b)))
+    torch = row(out, "pytorch cnn-mnist digits-28 cpu")
+    assert code == 0 and "within noise" in torch and not torch.startswith("+")
+    assert "98.7%" in torch  # the ratio interval's level: 12 a side, each side's [x_(2), x_(11)] at 99.37 %, squared
+    assert f"reaches into 1 +- 2% is {stats.WITHIN_NOISE}" in out

@@ -1,21 +1,26 @@
 """Findings sentences on stores built here: a winner only where the difference is shown, and the caveats."""
+import json
 from pathlib import Path
 
+import pytest
 from synthetic_store import jitter, synthetic_run
 
-from dlbench.harness.analysis.findings import Finding, findings_of_runs
+from dlbench.harness.analysis.findings import Finding, HeldOutSet, findings_of_runs
+from dlbench.harness.analysis.load import AnalysisError, held_out_sets
 from dlbench.harness.analysis.summary import summarise
+from dlbench.harness.present.tables import study_tables
 from dlbench.harness.store import Store
 
 SAME = [1.00, 1.03, 0.97, 1.02, 0.98]  # run-to-run noise of a few percent
 SAME_SHUFFLED = [0.99, 1.02, 1.01, 0.97, 1.03]
 
 
-def store_findings(tmp_path: Path, runs: list[tuple]) -> list[Finding]:
+def store_findings(tmp_path: Path, runs: list[tuple],
+                   held_out_sets: dict[str, HeldOutSet] | None = None) -> list[Finding]:
     with Store(tmp_path / "dlbench.sqlite") as store:
         for run in runs:
             store.save_run(*run)
-        return findings_of_runs(store.runs())
+        return findings_of_runs(store.runs(), held_out_sets=held_out_sets)
 
 
 def repeated(framework: str, steadies: list[float], workload: str = "cnn-mnist", metric: float = 0.9,
@@ -44,14 +49,14 @@ def test_accuracy_ranks_by_the_workloads_direction(tmp_path: Path) -> None:
     runs = (repeated("pytorch", SAME, "lstm-ptb", metric=150.0)
             + repeated("jax", SAME_SHUFFLED, "lstm-ptb", metric=300.0))
     [finding] = store_findings(tmp_path, runs)
-    assert finding.accuracy.startswith("pytorch is the most accurate: final perplexity 15")
+    assert finding.metric.startswith("pytorch is the most accurate: final perplexity 15")
     assert "lee-news-lm is not ptb, the study's dataset for lstm-ptb" in " ".join(finding.caveats)
 
 
 def test_single_runs_get_no_interval_no_test_and_no_ranking(tmp_path: Path) -> None:
     [finding] = store_findings(tmp_path, repeated("pytorch", [1.0]) + repeated("jax", [0.5]))
-    assert finding.speed.startswith("Single runs, steady epoch time: jax 0.500 s; pytorch, at 1.00 s")
-    assert "no framework is ranked" in finding.speed
+    assert finding.speed == ("Single runs, steady epoch time: jax 0.500 s, pytorch 1.00 s. One run each: no interval "
+                             "or test, so no framework is ranked.")
     assert "CI" not in finding.speed and " p = " not in finding.speed
     assert any(c.startswith("Single runs for jax, pytorch:") for c in finding.caveats)
 
@@ -114,7 +119,7 @@ def test_level_leaders_are_named_together_and_a_clear_laggard_apart(tmp_path: Pa
             + repeated("tensorflow", [2 * v for v in SAME]))
     [finding] = store_findings(tmp_path, runs)
     assert finding.speed == ("No difference shown in steady epoch time between pytorch (1.00 s) and jax (1.01 s): "
-                             "none of them is ranked above the others. Shown behind pytorch: tensorflow (2.00 s).")
+                             "none of them is ranked above the others. Shown behind all of these: tensorflow (2.00 s).")
 
 
 def test_holm_over_many_pairs_can_leave_five_repetitions_too_few(tmp_path: Path) -> None:
@@ -146,10 +151,71 @@ def test_holm_covers_every_comparison_of_the_report(tmp_path: Path) -> None:
         assert any("over the 8 comparisons of this report" in c for c in finding.caveats)
 
 
-def test_an_equal_metric_is_called_level_not_zero_points_lower(tmp_path: Path) -> None:
+def test_an_equal_metric_names_no_leader(tmp_path: Path) -> None:
     runs = repeated("pytorch", [1.0], metric=0.525) + repeated("jax", [0.5], metric=0.525)
     [finding] = store_findings(tmp_path, runs)
-    assert "is level" in finding.accuracy and "0.0 points" not in finding.accuracy
+    assert finding.metric == "The same final accuracy in every framework, 53.0%: no framework is ranked."
+
+
+def test_equal_speeds_name_no_leader(tmp_path: Path) -> None:
+    [finding] = store_findings(tmp_path, repeated("pytorch", SAME) + repeated("jax", SAME))
+    assert finding.speed == "The same steady epoch time in every framework, 1.00 s: no framework is ranked."
+    # two level at the top, one shown behind: neither of the two is named ahead of the other
+    runs = repeated("pytorch", SAME) + repeated("jax", SAME) + repeated("tensorflow", [2 * v for v in SAME])
+    [three] = store_findings(tmp_path / "three", runs)
+    assert three.speed.startswith("No difference shown in steady epoch time between ")
+    assert three.speed.endswith("Shown behind all of these: tensorflow (2.00 s).") and "fastest" not in three.speed
+
+
+def test_the_caveat_counts_the_comparisons_holm_tested(tmp_path: Path) -> None:
+    # three frameworks, one with a single run: of 3 speed and 3 metric pairs, Holm tested only the 2 with a p
+    runs = repeated("pytorch", SAME[:3]) + repeated("jax", [0.5 * v for v in SAME[:3]]) + repeated("mxnet", [1.0])
+    [finding] = store_findings(tmp_path, runs)
+    [few] = [c for c in finding.caveats if c.startswith("Too few repetitions")]
+    assert "before Holm's correction over the 2 comparisons of this report" in few
+
+
+def test_a_significant_gap_within_the_noise_threshold_ranks_nobody(tmp_path: Path) -> None:
+    # 20 runs a side 0.5 % apart, spread 0.2 %: Mann-Whitney rejects, but the gap is below the 2 % threshold
+    base = [1.0 + 0.0001 * k for k in range(20)]
+    runs = repeated("pytorch", [1.005 * v for v in base]) + repeated("jax", base)
+    [finding] = store_findings(tmp_path, runs)
+    assert finding.speed.startswith("No difference shown in steady epoch time between jax (1.00 s) and pytorch")
+    assert "(a gap within the 2% noise threshold)" in finding.speed and "fastest" not in finding.speed
+    [clear] = store_findings(tmp_path / "clear", repeated("pytorch", [1.1 * v for v in base]) + repeated("jax", base))
+    assert clear.speed.startswith("jax is the fastest")
+
+
+def test_an_accuracy_gap_within_the_test_sets_sampling_error_ranks_nobody(tmp_path: Path) -> None:
+    # 90 % against 92 % on 359 test samples: standard errors of 1.6 and 1.4 points, 2 points is within 1.96 of the
+    # difference's; the test itself shows the gap (5 runs a side, fully apart)
+    runs = (repeated("pytorch", SAME, metric=0.90, epochs=4) + repeated("jax", SAME_SHUFFLED, metric=0.92, epochs=4))
+    sets = {"digits-28": HeldOutSet(359, 10)}
+    [finding] = store_findings(tmp_path, runs, sets)
+    assert finding.metric.startswith("No difference shown in final accuracy between jax (92.")
+    assert "and pytorch (90." in finding.metric and "(within the test set's sampling error)" in finding.metric
+    [error] = [c for c in finding.caveats if c.startswith("Accuracy is measured on 359 test samples: at 91.")]
+    assert "its standard error is 1.5 points" in error
+    [unknown] = store_findings(tmp_path / "unknown", runs)  # no test set size: the test alone decides
+    assert unknown.metric.startswith("jax is the most accurate")
+    # on 100,000 test samples the same gap is far outside the sampling error
+    [large] = store_findings(tmp_path / "large", runs, {"digits-28": HeldOutSet(100_000, 10)})
+    assert large.metric.startswith("jax is the most accurate")
+
+
+def test_accuracies_at_chance_level_are_not_ordered(tmp_path: Path) -> None:
+    runs = (repeated("pytorch", SAME, metric=0.10, epochs=4) + repeated("jax", SAME_SHUFFLED, metric=0.12, epochs=4))
+    [finding] = store_findings(tmp_path, runs, {"digits-28": HeldOutSet(359, 10)})
+    assert finding.metric.startswith("Every framework's final accuracy is at chance level (10.0%, one guess in 10)")
+    assert "no framework is ranked" in finding.metric
+
+
+def test_two_epoch_runs_say_their_steady_time_is_one_epoch(tmp_path: Path) -> None:
+    runs = repeated("pytorch", SAME, epochs=2) + repeated("jax", SAME_SHUFFLED)
+    [finding] = store_findings(tmp_path, runs)
+    assert ("pytorch ran 2 epochs: its steady epoch time is the second epoch alone, not a median over several."
+            in finding.caveats)
+    assert not any(c.startswith("jax ran") for c in finding.caveats)
 
 
 def cached(framework: str, rep: int, first: float, state: str | None, steady: float = 1.0) -> tuple:
@@ -191,3 +257,40 @@ def test_a_cell_whose_runs_were_all_warm_is_labelled_so(tmp_path: Path) -> None:
     assert ("theano's first epoch with a warm compile cache: compilation done by earlier runs is not included in "
             "its first epoch, training time or time to target, which are therefore not comparable with cold "
             "ones.") in finding.caveats
+    # its warm first epoch (3 s) is still 3x its steady one: the note says so without claiming compilation
+    assert ("theano's first epoch (3.00 s) takes 3.0x its steady epoch" not in " ".join(finding.caveats))
+
+
+def test_a_warm_first_epoch_that_is_still_slow_is_not_called_compilation(tmp_path: Path) -> None:
+    runs = [cached("theano", rep, 9.0, "warm") for rep in (1, 2)] + [cached("pytorch", rep, 1.5, None)
+                                                                     for rep in (1, 2)]
+    [finding] = store_findings(tmp_path, runs)
+    theano = [c for c in finding.caveats if c.startswith("theano's first epoch")]
+    assert theano == ["theano's first epoch (9.00 s) takes 9.0x its steady epoch: warm-up, or compilation its warm "
+                      "cache did not hold, which its training time includes.",
+                      "theano's first epoch with a warm compile cache: compilation done by earlier runs is not "
+                      "included in its first epoch, training time or time to target, which are therefore not "
+                      "comparable with cold ones."]
+
+
+def test_held_out_sets_come_from_the_prepared_dataset_the_runs_used(tmp_path: Path) -> None:
+    prepared = tmp_path / "prepared"
+    for name, digest in (("digits-28", "abc"), ("photo-boxes", "other-content")):
+        (prepared / name).mkdir(parents=True)
+        (prepared / name / "meta.json").write_text(json.dumps({"hash": digest, "n_test": 359, "num_classes": 10}))
+    runs = [{"dataset": "digits-28", "dataset_hash": "abc"}, {"dataset": "photo-boxes", "dataset_hash": "xyz"},
+            {"dataset": "rt-snippets", "dataset_hash": "def"}]  # prepared from other content; not prepared
+    assert held_out_sets(runs, tmp_path) == {"digits-28": HeldOutSet(359, 10)}
+    (prepared / "digits-28" / "meta.json").write_text("{not json")
+    with pytest.raises(AnalysisError, match="digits-28/meta.json is not readable JSON"):
+        held_out_sets(runs, tmp_path)
+
+
+def test_relative_speed_of_single_runs_calls_no_framework_fastest(tmp_path: Path) -> None:
+    with Store(tmp_path / "dlbench.sqlite") as store:
+        for run in repeated("pytorch", [1.0]) + repeated("jax", [0.5]):
+            store.save_run(*run)
+        cells = summarise(store.runs())
+    [relative] = [t for t in study_tables(cells) if t.title == "Steady epoch time relative to the lowest median, cpu"]
+    assert relative.rows == [["cnn-mnist (digits-28)", "lowest median, 0.500 s", "2.00x (1 run)"]]
+    assert not any("fastest" in text for row in relative.rows for text in row)

@@ -91,7 +91,7 @@ def test_results_table_shows_gflops_mfu_cores_and_energy():
     heading = lines[0].split()
     for name in ("GFLOP/s", "MFU", "cores", "energy/sample"):
         assert name in heading
-    assert "31.2" in lines[2] and "49.6%" in lines[2] and "1.96" in lines[2]
+    assert "31.2" in lines[2] and "49.6% of 63 GFLOP/s" in lines[2] and "1.96" in lines[2]  # 31.25 / 0.4961
     assert "n/a: no /sys/class/powercap" in lines[2]
     assert "no peak" in lines[3] and "FLAG used 1.0 of 2 cores" in lines[3] and "cpu 0.2 J" in lines[3]
     assert measures.mfu_text(runs[2]) == "-" and measures.cores_text(runs[2]) == "-"
@@ -196,16 +196,26 @@ def test_report_shows_mfu_per_cell_and_flags_runs_in_the_run_order(tmp_path):
                          "mfu": mfu, "peak_id": 1, "cores_used": 1.96 if flag is None else 0.98, "cores_flag": flag,
                          "n_train": 100, "energy_source": "cpu: no /sys/class/powercap; gpu: device cpu"})
     build_store(tmp_path, runs)
+    with Store(tmp_path / "dlbench.sqlite") as store:  # peak 1, measured beside 1.2 busy cores
+        store.save_peak({"framework": "pytorch", "threads": 2, "device": "cpu", "matrix_size": 2048, "gflops": 63.0,
+                         "method": "torch.matmul", "others_busy_cores": 1.2})
     loaded = report.load(tmp_path / "dlbench.sqlite")
     table = next(t for t in loaded.study_tables if t.title == "Achieved FLOP/s and MFU, cpu")
     by_column = dict(zip(table.header, table.rows[0], strict=True))
-    assert by_column["pytorch"] == "GFLOP/s 31.5 [31-32]; MFU 50.0% [50.0-50.0]"
-    assert by_column["mxnet"] == "GFLOP/s 11.5 [11-12]; MFU - (no peak)"
+    # 2 runs: [min-max] covers the median half the time, and says so; the MFU names its own denominator
+    assert by_column["pytorch"] == "GFLOP/s 31.5 [31-32, 50%]; MFU 50.0% [50.0-50.0, 50%] of 63 GFLOP/s ‡"
+    assert by_column["mxnet"] == "GFLOP/s 11.5 [11-12, 50%]; MFU - (no peak) †"  # its runs' cores flag
+    assert "each framework's MFU has its own denominator" in table.note and "(here 63-63 GFLOP/s)" in table.note
+    assert "‡: a peak measured while other processes kept 0.5 cores or more busy" in table.note
+    assert "†: a run of this cell used far fewer or more cores than its threads" in table.note
+    training = next(t for t in loaded.study_tables if t.title == "Training time, cpu")
+    assert training.rows[0][training.header.index("mxnet")].endswith(" †")
+    assert not training.rows[0][training.header.index("pytorch")].endswith(" †")
     order = next(t for t in loaded.manifest if t.title == "Run order")
     columns = {name: [row[i] for row in order.rows] for i, name in enumerate(order.header)}
     assert "FLAG used 1.0 of 2 cores" in columns["cores busy"] and "1.96" in columns["cores busy"]
     assert set(columns["energy/sample"]) == {"n/a: no /sys/class/powercap"}
-    assert set(columns["MFU"]) == {"50.0%", "no peak"}
+    assert set(columns["MFU"]) == {"50.0% of 62 GFLOP/s", "50.0% of 64 GFLOP/s", "no peak"}
     [finding] = loaded.findings
     assert any(c.startswith("Threads not used as asked: mxnet rep 1 used 1.0 of 2 cores; mxnet rep 2 used")
                for c in finding.caveats)

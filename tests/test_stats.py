@@ -1,4 +1,8 @@
-"""dlbench.analysis.stats and summary against known answers."""
+"""dlbench.analysis.stats and summary against known answers, intervals' coverage checked by simulation and
+Mann-Whitney's exact p-values against an enumeration."""
+import itertools
+import math
+
 import numpy as np
 import pytest
 from analysis_runs import noisy, run_dict
@@ -12,15 +16,56 @@ from dlbench.harness.analysis.summary import speed_ratios, summarise
 def test_estimate_of_one_value_has_no_interval_and_equal_values_a_point():
     assert estimate([1.5]) == Estimate(1, 1.5, None, None)
     assert estimate([]) == Estimate(0, None, None, None)
-    assert estimate([2.0, None, 2.0, 2.0]) == Estimate(3, 2.0, 2.0, 2.0)  # None: a run without the figure
+    assert estimate([2.0, None, 2.0, 2.0]) == Estimate(3, 2.0, 2.0, 2.0, 0.75)  # None: a run without the figure
 
 
-def test_estimate_interval_holds_the_median_and_is_seeded():
+def test_estimate_interval_is_the_order_statistics_binomial_choice():
     values = noisy(10.0, 9, 0.05, seed=1)
-    first = estimate(values, seed=3)
-    assert first.n == 9 and first.median == pytest.approx(np.median(values))
-    assert min(values) <= first.low < first.median < first.high <= max(values)
-    assert estimate(values, seed=3) == first
+    ordered = sorted(values)
+    first = estimate(values)
+    # 9 runs: [x_(2), x_(8)] covers with 1 - 2 P(B <= 1) = 1 - 2 * 10 / 512; [x_(3), x_(7)] only 82 %
+    assert (first.n, first.low, first.high) == (9, ordered[1], ordered[7])
+    assert first.median == pytest.approx(np.median(values)) and first.level == pytest.approx(1 - 20 / 512)
+
+
+def test_too_few_runs_for_95_percent_get_min_max_and_the_level_it_has():
+    levels = {n: stats.order_interval(n) for n in range(2, 7)}
+    assert levels == {2: (1, 0.5), 3: (1, 0.75), 4: (1, 0.875), 5: (1, 0.9375), 6: (1, pytest.approx(0.96875))}
+    assert [stats.level_text(stats.order_interval(n)[1]) for n in (2, 3, 4, 5)] == ["50%", "75%", "87.5%", "93.7%"]
+    assert estimate([3.0, 1.0, 2.0, 5.0]) == Estimate(4, 2.5, 1.0, 5.0, 0.875)
+    with pytest.raises(ValueError, match="n=1"):
+        stats.order_interval(1)
+
+
+TRIALS = 4000  # draws per sample size: a coverage short of its level by 2 points fails (3 standard errors)
+
+
+def _short_by(level: float) -> float:
+    """What simulation noise allows a true coverage of `level` to show below it: 3 standard errors."""
+    return 3 * math.sqrt(level * (1 - level) / TRIALS)
+
+
+@pytest.mark.parametrize("n", [3, 5, 9])
+def test_the_median_interval_covers_at_least_its_stated_level(n):
+    # a skewed distribution (lognormal, sigma 1) whose median is exactly 1
+    draws = np.exp(np.random.default_rng(n).normal(0.0, 1.0, (TRIALS, n)))
+    estimates = [estimate(row) for row in draws]
+    covered = np.mean([e.low <= 1.0 <= e.high for e in estimates])
+    [level] = {e.level for e in estimates}
+    assert covered >= level - _short_by(level)
+    assert level >= 0.95 if n == 9 else level == 1 - 2 ** (1 - n)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 9])
+def test_the_ratio_interval_covers_at_least_its_stated_level(n):
+    rng = np.random.default_rng(100 + n)
+    a = 2.0 * np.exp(rng.normal(0.0, 0.5, (TRIALS, n)))  # true ratio of medians: 2
+    b = np.exp(rng.normal(0.0, 1.0, (TRIALS, n)))
+    ratios = [ratio(x, y) for x, y in zip(a, b, strict=True)]
+    covered = np.mean([r.low <= 2.0 <= r.high for r in ratios])
+    [level] = {r.level for r in ratios}
+    assert covered >= level - _short_by(level)
+    assert level == pytest.approx(stats.order_interval(n, np.sqrt(0.95))[1] ** 2)
 
 
 def test_estimate_rejects_non_finite_values():
@@ -32,8 +77,11 @@ def test_ratio_of_a_known_factor():
     a, b = noisy(2.0, 8, 0.03, seed=1), noisy(1.0, 8, 0.03, seed=2)
     r = ratio(a, b)
     assert r.median == pytest.approx(np.median(a) / np.median(b))
-    assert r.low < 2.0 < r.high and r.excludes(1.0)
+    # 8 a side: each side's [min, max] (99.2 %) is the only interval reaching sqrt(95 %)
+    assert (r.low, r.high) == (pytest.approx(min(a) / max(b)), pytest.approx(max(a) / min(b)))
+    assert r.level == pytest.approx((1 - 2 / 256) ** 2) and r.low < 2.0 < r.high and r.excludes(1.0)
     assert ratio([2.0], [1.0]) == Estimate(1, 2.0, None, None)
+    assert ratio([2.0, 3.0], [1.0, 0.0]).low is None  # a side at 0 gives no bounded interval
 
 
 def test_holm_matches_a_hand_computed_case():
@@ -95,6 +143,54 @@ def test_three_against_three_is_too_few_whatever_the_gap():
 def test_ties_in_small_samples_get_an_exact_permutation_p_not_a_normal_approximation():
     p = stats.mann_whitney([1.0, 1.0, 2.0], [2.0, 3.0, 3.0])
     assert p >= stats.min_p_possible(3, 3)
+    tied = np.array([1.0, 1.0, 2.0])
+    assert isinstance(stats.mwu_method(tied, tied + 5), scipy_stats.PermutationMethod)
+
+
+def _enumerated_p(x: list[float], y: list[float]) -> float:
+    """Two-sided Mann-Whitney p by enumerating every split of the pooled ranks (no ties)."""
+    ranks = scipy_stats.rankdata(x + y)
+    n = len(x)
+    u = ranks[:n].sum() - n * (n + 1) / 2
+    splits = np.array(list(itertools.combinations(range(len(ranks)), n)))
+    null = ranks[splits].sum(axis=1) - n * (n + 1) / 2
+    return min(1.0, 2 * min(np.mean(null <= u), np.mean(null >= u)))
+
+
+def test_mann_whitney_is_exact_beyond_eight_a_side():
+    # complete separation: 2 / C(2n, n); at 9 a side smaller than at 8 (the normal approximation gave 4.1e-4)
+    apart_9 = stats.mann_whitney(list(range(9)), list(range(9, 18)))
+    assert apart_9 == pytest.approx(2 / math.comb(18, 9)) == pytest.approx(4.1135e-5, rel=1e-4)
+    assert apart_9 < stats.mann_whitney(list(range(8)), list(range(8, 16))) == pytest.approx(2 / math.comb(16, 8))
+    assert stats.mann_whitney(list(range(20)), list(range(20, 40))) == pytest.approx(2 / math.comb(40, 20))
+    for n in (8, 9, 20, stats.EXACT_MAX):
+        assert stats.min_p_possible(n, n) == pytest.approx(2 / math.comb(2 * n, n))
+    assert stats.mwu_method(np.arange(20.0), np.arange(20.0) + 0.5) == "exact"
+    big = np.arange(stats.EXACT_MAX + 1.0)
+    assert stats.mwu_method(big, big + 0.5) == "asymptotic"
+    assert stats.min_p_possible(stats.EXACT_MAX + 1, 3) == stats.mann_whitney(big, [1e9, 2e9, 3e9])
+
+
+def test_exact_p_equals_the_enumeration_and_holds_its_level_under_the_null():
+    rng = np.random.default_rng(7)
+    for _ in range(5):  # overlapping samples: p anywhere in (0, 1]
+        x, y = list(rng.normal(size=9)), list(rng.normal(size=9))
+        assert stats.mann_whitney(x, y) == pytest.approx(_enumerated_p(x, y))
+    # two samples of one distribution: the exact test rejects at 5 % in at most 5 % of draws
+    a, b = rng.lognormal(size=(TRIALS, 9)), rng.lognormal(size=(TRIALS, 9))
+    p = scipy_stats.mannwhitneyu(a, b, axis=1, method="exact").pvalue
+    assert np.mean(p < 0.05) <= 0.05 + _short_by(0.05)
+
+
+def test_a_significant_gap_inside_the_noise_threshold_is_within_noise_not_faster():
+    # 20 runs a side, 0.5 % apart with almost no spread: the test rejects, but 0.5 % is below the 2 % threshold
+    a = [1.0 + 1e-5 * i for i in range(20)]
+    b = [1.005 + 1e-5 * i for i in range(20)]
+    [test] = pairwise({"a": a, "b": b})
+    assert test.p_adjusted < 1e-9 and test.ratio.excludes(1.0)
+    assert (test.verdict, test.shown) == (stats.WITHIN_NOISE, False)
+    [wide] = pairwise({"a": a, "b": [1.1 * v for v in a]})  # 10 %: beyond the threshold
+    assert (wide.verdict, wide.shown) == ("faster", True)
 
 
 def test_repetitions_needed_grows_with_noise_and_delivers_the_power():

@@ -2,20 +2,26 @@
 large the gap is and whether it is shown, and the caveats that apply. Pure functions over cell summaries
 (analysis.summary); nothing here reads a store or a clock.
 
-A framework is ranked above another only when the pairwise test shows the difference (analysis.stats);
-otherwise the sentence says "no difference shown" and names them together.
+A framework is ranked above another only when the pairwise test shows the difference (analysis.stats),
+beyond the noise band for times and beyond the test set's sampling error for an accuracy; otherwise the
+sentence says "no difference shown" and names them together. Equal medians name no leader, and a metric
+at chance level in every framework, or the same in all, is not ordered at all.
 """
+import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from dlbench.harness.analysis.stats import (
     NO_DIFFERENCE,
+    NOISE,
     TOO_FEW,
+    WITHIN_NOISE,
     Family,
     PairTest,
     all_pairs,
     family_tests,
+    level_text,
     repetitions_needed,
 )
 from dlbench.harness.analysis.summary import CellSummary, summarise
@@ -23,6 +29,8 @@ from dlbench.harness.plan.workloads import WORKLOADS
 
 COMPILATION_FACTOR = 3.0  # a first epoch this many times the steady one is mostly compilation or warm-up
 UNCERTIFIED = ("failed", "none")
+Z = 1.96  # two accuracies closer than Z standard errors of their difference are within sampling error
+WITHIN_ERROR = "within the test set's sampling error"
 
 Key = tuple[str, str | None, str | None]  # workload, dataset, device
 
@@ -33,12 +41,20 @@ class Finding:
     dataset: str | None
     device: str | None
     speed: str
-    accuracy: str
+    metric: str  # the final metric's sentence: accuracy, perplexity or mAP
     caveats: tuple[str, ...]
 
     @property
     def title(self) -> str:
         return title(self.workload, self.dataset, self.device)
+
+
+@dataclass(frozen=True)
+class HeldOutSet:
+    """A dataset's test set as the report's accuracy needs it: its size and its classes (None where the
+    task has no classes)."""
+    n: int
+    classes: int | None
 
 
 @dataclass(frozen=True)
@@ -50,6 +66,10 @@ class Quantity:
     lower_is_better: bool
     fmt: Callable[[float], str]
     gap: Callable[[str, float, float], str]  # (other, best value, other value) -> words
+    # the smallest gap between two medians that sampling the test set does not explain; None: not known
+    margin: Callable[[float, float], float] | None = None
+    chance: float | None = None  # the value of a guess (an accuracy's 1 / classes); None: no such level
+    chance_ceiling: float | None = None  # values up to this are chance within the test set's sampling error
 
 
 def title(workload: str, dataset: str | None, device: str | None) -> str:
@@ -96,8 +116,24 @@ def speed_quantity() -> Quantity:
     return Quantity("steady_epoch_s", "steady epoch time", "fastest", True, seconds, gap)
 
 
-def metric_quantity(metric: str | None, higher: bool) -> Quantity:
+def binomial_se(accuracy: float, n: int) -> float:
+    """The standard error of an accuracy measured on n test samples: sqrt(p (1 - p) / n)."""
+    return math.sqrt(accuracy * (1 - accuracy) / n)
+
+
+def metric_quantity(metric: str | None, higher: bool, held_out: HeldOutSet | None = None) -> Quantity:
+    """The final metric. For an accuracy on a test set of known size, gaps within Z standard errors of
+    the difference (binomial_se of each) are sampling error, and 1 / classes is chance level."""
     fmt = metric_format(metric)
+    margin = chance = ceiling = None
+    if metric == "accuracy" and held_out is not None:
+        n = held_out.n
+
+        def margin(a: float, b: float) -> float:
+            return Z * math.hypot(binomial_se(a, n), binomial_se(b, n))
+        if held_out.classes:
+            chance = 1 / held_out.classes
+            ceiling = chance + Z * binomial_se(chance, n)
 
     def gap(other: str, best: float, value: float) -> str:
         diff = abs(best - value)
@@ -105,7 +141,8 @@ def metric_quantity(metric: str | None, higher: bool) -> Quantity:
             return f"{other}, at {fmt(value)}, is level"
         size = f"{diff * 100:.1f} points" if metric == "accuracy" else f"{diff:.4g}"
         return f"{other}, at {fmt(value)}, is {size} {'lower' if higher else 'higher'}"
-    return Quantity("metric_value", f"final {metric or 'metric'}", "most accurate", not higher, fmt, gap)
+    return Quantity("metric_value", f"final {metric or 'metric'}", "most accurate", not higher, fmt, gap, margin,
+                    chance, ceiling)
 
 
 def _test_between(tests: Sequence[PairTest], a: str, b: str) -> PairTest | None:
@@ -115,11 +152,12 @@ def _test_between(tests: Sequence[PairTest], a: str, b: str) -> PairTest | None:
 def _ci(test: PairTest, best: str) -> str:
     """The ratio other/best's CI, whichever way round the test holds the pair."""
     r = test.ratio
-    if r.low is None or r.high is None or not r.low > 0:
+    if r.low is None or r.high is None or r.level is None or not r.low > 0:
         return ""
+    level = level_text(r.level)
     if test.a == best:  # the test's ratio is best/other: invert its interval
-        return f"95% CI of the ratio {1 / r.high:.3g}-{1 / r.low:.3g}; "
-    return f"95% CI of the ratio {r.low:.3g}-{r.high:.3g}; "
+        return f"{level} CI of the ratio {1 / r.high:.3g}-{1 / r.low:.3g}; "
+    return f"{level} CI of the ratio {r.low:.3g}-{r.high:.3g}; "
 
 
 def ranking(values: Mapping[str, Sequence[float]], quantity: Quantity, tests: Sequence[PairTest]) -> str:
@@ -131,23 +169,29 @@ def ranking(values: Mapping[str, Sequence[float]], quantity: Quantity, tests: Se
     medians = {name: statistics.median(v) for name, v in present.items()}
     order = sorted(present, key=medians.__getitem__, reverse=not quantity.lower_is_better)
     best = order[0]
+    listed = ", ".join(f"{o} {quantity.fmt(medians[o])}" for o in order)
     if len(order) == 1:
         return f"Only {best} completed: {quantity.what} {quantity.fmt(medians[best])}; nothing to compare."
+    if len(set(medians.values())) == 1:
+        return f"The same {quantity.what} in every framework, {quantity.fmt(medians[best])}: no framework is ranked."
+    if quantity.chance_ceiling is not None and all(medians[o] <= quantity.chance_ceiling for o in order):
+        return (f"Every framework's {quantity.what} is at chance level ({quantity.fmt(quantity.chance)}, one "
+                f"guess in {round(1 / quantity.chance)}) within the test set's sampling error, so no framework is "
+                f"ranked; the medians: {listed}.")
     if all(len(v) == 1 for v in present.values()):
-        others = "; ".join(quantity.gap(o, medians[best], medians[o]) for o in order[1:])
-        return (f"Single runs, {quantity.what}: {best} {quantity.fmt(medians[best])}; {others}. One run each: "
-                f"no interval or test, so no framework is ranked.")
+        return (f"Single runs, {quantity.what}: {listed}. One run each: no interval or test, so no framework is "
+                f"ranked.")
     pair = {o: _test_between(tests, best, o) for o in order[1:]}
-    behind = [o for o in order[1:] if pair[o] is not None and pair[o].shown]
+    behind = [o for o in order[1:] if pair[o] is not None and pair[o].shown
+              and not _within_error(medians[best], medians[o], quantity)]
     level = [o for o in order[1:] if o not in behind]
     if not level:
         runner, test = order[1], pair[order[1]]
         return (f"{best} is the {quantity.best}: {quantity.what} {quantity.fmt(medians[best])}. "
                 f"The next, {quantity.gap(runner, medians[best], medians[runner])} "
                 f"({_ci(test, best)}shown, Holm-adjusted p = {test.p_adjusted:.2g}).")
-    verdicts = {pair[o].verdict if pair[o] is not None else "not tested" for o in level}
+    verdicts = {_reason(pair[o], medians[best], medians[o], quantity) for o in level}
     if verdicts == {TOO_FEW} and not behind:
-        listed = ", ".join(f"{o} {quantity.fmt(medians[o])}" for o in order)
         return (f"Too few repetitions to show any difference in {quantity.what}, so no framework is ranked; "
                 f"the medians: {listed}.")
     reasons = sorted(verdicts - {NO_DIFFERENCE})
@@ -156,8 +200,24 @@ def ranking(values: Mapping[str, Sequence[float]], quantity: Quantity, tests: Se
     sentence = (f"No difference shown in {quantity.what} between {best} ({quantity.fmt(medians[best])}) and "
                 f"{tied}{why}: none of them is ranked above the others.")
     if behind:
-        sentence += f" Shown behind {best}: {', '.join(f'{o} ({quantity.fmt(medians[o])})' for o in behind)}."
+        sentence += f" Shown behind all of these: {', '.join(f'{o} ({quantity.fmt(medians[o])})' for o in behind)}."
     return sentence
+
+
+def _within_error(best: float, other: float, quantity: Quantity) -> bool:
+    return quantity.margin is not None and abs(best - other) <= quantity.margin(best, other)
+
+
+def _reason(test: PairTest | None, best: float, other: float, quantity: Quantity) -> str:
+    """Why `other` is not shown behind the best: its test's verdict, or the sampling error that explains
+    a difference the test shows."""
+    if test is None:
+        return "not tested"
+    if test.shown:  # shown by the test, but within the test set's sampling error
+        return WITHIN_ERROR
+    if test.verdict == WITHIN_NOISE:
+        return f"a gap within the {NOISE:.0%} noise threshold"
+    return test.verdict
 
 
 def caveats(cells: Sequence[CellSummary], tests: Sequence[PairTest], comparisons: int | None = None) -> list[str]:
@@ -171,7 +231,9 @@ def caveats(cells: Sequence[CellSummary], tests: Sequence[PairTest], comparisons
                      f"with no confidence interval or test.")
     few = [t for t in tests if t.verdict == TOO_FEW]
     if few:
-        notes.append(_too_few(few, comparisons or len(tests), samples(cells, "steady_epoch_s")))
+        tested = comparisons if comparisons is not None else sum(t.p_value is not None for t in tests)
+        notes.append(_too_few(few, tested, samples(cells, "steady_epoch_s")))
+    notes += _steady_notes(cells)
     notes += _stand_in_notes(cells[0])
     notes += _certificate_notes(cells)
     notes += _failure_notes(cells)
@@ -208,6 +270,15 @@ def _too_few(few: Sequence[PairTest], comparisons: int, steady: Mapping[str, Seq
                  f"difference takes {needed} repetitions per framework for one comparison (more where many are "
                  f"corrected together)")
     return note + "."
+
+
+def _steady_notes(cells: Sequence[CellSummary]) -> list[str]:
+    """A run's steady epoch time is the median of its epochs after the first: with 2 epochs, one epoch."""
+    two = [label(c, cells) for c in cells if c.epochs_planned == 2]
+    if not two:
+        return []
+    return [f"{', '.join(two)} ran 2 epochs: {'its' if len(two) == 1 else 'their'} steady epoch time is the "
+            f"second epoch alone, not a median over several."]
 
 
 def _stand_in_notes(cell: CellSummary) -> list[str]:
@@ -255,8 +326,12 @@ def _compilation_notes(cells: Sequence[CellSummary]) -> list[str]:
     for cell in cells:
         first, steady = cell.first_epoch_s.median, cell.steady_epoch_s.median
         if first is not None and steady and first / steady > COMPILATION_FACTOR:
+            # from a warm compile cache the first epoch holds no compilation earlier runs did: only what
+            # the cache lacked, and warm-up
+            what = ("warm-up, or compilation its warm cache did not hold" if cell.warm
+                    else "compilation or warm-up")
             notes.append(f"{label(cell, cells)}'s first epoch ({seconds(first)}) takes {first / steady:.1f}x its "
-                         f"steady epoch: compilation or warm-up, which its training time includes.")
+                         f"steady epoch: {what}, which its training time includes.")
         notes += _compile_cache_notes(cell, cells)
     return notes
 
@@ -281,32 +356,54 @@ def _families(cells: Sequence[CellSummary]) -> tuple[Family, Family]:
     steady = {k: v for k, v in samples(cells, "steady_epoch_s").items() if v}
     final = {k: v for k, v in samples(cells, "metric_value").items() if v}
     return (Family(all_pairs(steady)),
-            Family(all_pairs(final), lower_is_better=not higher, better="more accurate", worse="less accurate"))
+            # a metric's noise is the test set's sampling error, which ranking judges (Quantity.margin)
+            Family(all_pairs(final), lower_is_better=not higher, better="more accurate", worse="less accurate",
+                   noise=0.0))
 
 
 def group_finding(cells: Sequence[CellSummary], speed_tests: Sequence[PairTest], metric_tests: Sequence[PairTest],
-                  comparisons: int) -> Finding:
+                  comparisons: int, held_out: HeldOutSet | None = None) -> Finding:
     """The finding of one workload x dataset x device (its cells all share that group), from its tests;
-    comparisons: how many the report corrected together."""
+    comparisons: how many Holm's correction tested (pairs with a p-value) over the report; held_out: the
+    dataset's, where known (an accuracy's sampling error and chance level)."""
     first = cells[0]
-    speed, metric = speed_quantity(), metric_quantity(first.metric_name, higher_is_better(first.workload))
+    speed = speed_quantity()
+    metric = metric_quantity(first.metric_name, higher_is_better(first.workload), held_out)
     steady, final = samples(cells, speed.figure), samples(cells, metric.figure)
+    notes = caveats(cells, speed_tests, comparisons) + (_sampling_notes(final, held_out) if metric.margin else [])
     return Finding(first.workload, first.dataset, first.device, ranking(steady, speed, speed_tests),
-                   ranking(final, metric, metric_tests), tuple(caveats(cells, speed_tests, comparisons)))
+                   ranking(final, metric, metric_tests), tuple(notes))
 
 
-def findings(cells: Sequence[CellSummary], seed: int = 0) -> list[Finding]:
+def _sampling_notes(final: Mapping[str, Sequence[float]], held_out: HeldOutSet | None) -> list[str]:
+    """An accuracy's standard error from its test set's size, at the group's median accuracy."""
+    values = [v for runs in final.values() for v in runs]
+    if held_out is None or not values:
+        return []
+    accuracy = statistics.median(values)
+    return [f"Accuracy is measured on {held_out.n} test samples: at {accuracy * 100:.1f}% its standard error "
+            f"is {binomial_se(accuracy, held_out.n) * 100:.1f} points, and a gap within {Z} standard errors of "
+            f"the difference ranks nobody."]
+
+
+def findings(cells: Sequence[CellSummary], seed: int = 0,
+             held_out_sets: Mapping[str, HeldOutSet] | None = None) -> list[Finding]:
     """One finding per workload x dataset x device of the summaries. Every comparison that the findings
     make, of speed and of the metric in every group, is one family for Holm's correction: a claim
-    holds at 5 % over the whole report, not over each sentence."""
+    holds at 5 % over the whole report, not over each sentence. held_out_sets: dataset name -> its test set,
+    where known."""
     groups = list(group(cells).values())
     families = [family for group_cells in groups for family in _families(group_cells)]
     tests = family_tests(families, seed=seed)
-    comparisons = sum(len(family.pairs) for family in families)
-    return [group_finding(group_cells, tests[2 * i], tests[2 * i + 1], comparisons)
+    # Holm's family is the pairs it adjusted: those with a p-value (a side with one run has none)
+    comparisons = sum(1 for family_results in tests for test in family_results if test.p_value is not None)
+    sets = held_out_sets or {}
+    return [group_finding(group_cells, tests[2 * i], tests[2 * i + 1], comparisons,
+                          sets.get(group_cells[0].dataset or ""))
             for i, group_cells in enumerate(groups)]
 
 
-def findings_of_runs(runs: list[dict], seed: int = 0) -> list[Finding]:
+def findings_of_runs(runs: list[dict], seed: int = 0,
+                     held_out_sets: Mapping[str, HeldOutSet] | None = None) -> list[Finding]:
     """findings() of the runs as Store.runs() returns them."""
-    return findings(summarise(runs, seed), seed)
+    return findings(summarise(runs, seed), seed, held_out_sets)

@@ -1,7 +1,11 @@
-"""Reading the runs of a results folder or store file, with errors that name the path."""
+"""Reading the runs of a results folder or store file, with errors that name the path, and the test sets
+of the datasets they used."""
+import json
 from pathlib import Path
 
+from dlbench.harness.analysis.findings import HeldOutSet
 from dlbench.harness.store import FILENAME, Store
+from dlbench.shared.protocol import META_FILE
 
 
 class AnalysisError(ValueError):
@@ -46,3 +50,22 @@ def device_with_hardware(runs: list[dict]) -> list[dict]:
     if len({hardware(run) for run in runs} - {None}) <= 1:  # runs stored before machines were recorded do not count
         return runs
     return [dict(run, device=f"{run.get('device') or '?'}: {hardware(run) or 'not recorded'}") for run in runs]
+
+
+def held_out_sets(runs: list[dict], data_dir: Path) -> dict[str, HeldOutSet]:
+    """Dataset name -> its test set's size and classes, read from the prepared dataset under data_dir
+    whose content hash is the one the runs recorded; a dataset not prepared there, or prepared from other
+    content, is left out (its accuracy then gets no sampling error)."""
+    found = {}
+    for name, digest in {(r.get("dataset"), r.get("dataset_hash")) for r in runs}:
+        meta_path = Path(data_dir) / "prepared" / str(name) / META_FILE
+        if not name or not digest or not meta_path.is_file():
+            continue
+        try:
+            meta = json.loads(meta_path.read_text())
+        except (OSError, ValueError) as error:
+            raise AnalysisError(f"{meta_path} is not readable JSON ({error}); prepare {name} again "
+                                f"(dlbench data fetch {name}) or remove it") from None
+        if meta.get("hash") == digest and isinstance(meta.get("n_test"), int) and meta["n_test"] > 0:
+            found[name] = HeldOutSet(meta["n_test"], meta.get("num_classes"))
+    return found

@@ -1,5 +1,6 @@
-"""Statistics over repetitions: medians with bootstrap confidence intervals, ratios, Mann-Whitney tests
-with Holm's correction, verdicts that never rank what was not shown, and the repetitions a difference needs.
+"""Statistics over repetitions: medians with order-statistic confidence intervals, ratios, Mann-Whitney
+tests with Holm's correction, verdicts that never rank what was not shown, and the repetitions a
+difference needs.
 
 Every statistic here takes ONE value per run (a run's steady_epoch_s, train_time_s, first_epoch_s,
 metric_value, peak_rss_mb or mean_cpu_percent). The epochs of one run are not independent samples: they
@@ -7,16 +8,23 @@ share the process, its warm caches, its allocator state and the machine's state 
 treating them as repetitions would make intervals too narrow and tests too eager. A run's steady epoch
 time is already the median of its epochs after the first; that one number is the run's sample.
 
-The building blocks are scipy.stats (bootstrap, mannwhitneyu) and statsmodels (Holm). Intervals are
-percentile bootstrap intervals of the median at 95 % (9,999 resamples, seeded, so the same values give
-the same interval). With a handful of runs such an interval is rough; that is why verdicts also need
-the test, and why one run gets no interval at all.
+Intervals are order-statistic (binomial) intervals of the median, as asv computes them: [x_(k),
+x_(n+1-k)] of the sorted values covers the true median with probability 1 - 2 P(B <= k - 1), B ~
+Binomial(n, 1/2), whatever the distribution (continuous). The largest k that reaches 95 % is used; with
+2 to 5 runs none does, and the interval is [min, max] with the level it really has (50 % at 2 runs, 75 %,
+87.5 %, 93.75 % at 5). Every Estimate carries that level, and the report prints it wherever it is below
+95 %. A ratio of two medians gets [low_a / high_b, high_a / low_b] from the two intervals: it covers the
+true ratio whenever both cover their medians, so its level is at least the product of theirs (each side
+aims at the square root of 95 %). That bound is conservative: simulated, the ratio's interval covers
+more often than its stated level (65 % against 25 % at 2 runs a side, 88 % against 56 % at 3).
+
+The building blocks are scipy.stats (binom, mannwhitneyu) and statsmodels (Holm).
 """
 from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -28,13 +36,15 @@ if TYPE_CHECKING:
     from scipy import stats
 
 CONFIDENCE = 0.95
-RESAMPLES = 9999
-SMALL = 8  # with a side this small, scipy computes Mann-Whitney p exactly (when nothing ties)
+RESAMPLES = 9999  # random arrangements of the permutation test for tied samples
+EXACT_MAX = 100  # sides up to this size get the exact Mann-Whitney distribution (scipy, milliseconds at 100)
+NOISE = 0.02  # a ratio whose interval reaches into 1 +- NOISE is "within noise" even when the test rejects
 MAX_REPETITIONS = 1000  # repetitions_needed searches up to this many a side
 SIMULATIONS = 400  # simulated experiments per sample size in repetitions_needed
 
 FASTER, SLOWER = "faster", "slower"
 NO_DIFFERENCE = "no difference shown"
+WITHIN_NOISE = "within noise"  # the test rejects, but the gap's interval reaches into the NOISE band
 TOO_FEW = "too few repetitions"
 SINGLE = "single runs"
 NO_RUNS = "no runs"  # a side without a single value (all its runs failed, or none ran)
@@ -42,12 +52,15 @@ NO_RUNS = "no runs"  # a side without a single value (all its runs failed, or no
 
 @dataclass(frozen=True)
 class Estimate:
-    """A median with its bootstrap 95 % CI. low and high are None with fewer than 2 values (no
-    interval is invented from one run); equal values give low == high == median."""
+    """A median with its order-statistic confidence interval. low and high are None with fewer than 2
+    values (no interval is invented from one run); equal values give low == high == median. level: the
+    coverage the interval guarantees (at least CONFIDENCE where n allows it, else what [min, max] gives);
+    None without an interval, or for a ratio of one run to itself."""
     n: int
     median: float | None
     low: float | None
     high: float | None
+    level: float | None = None
 
     def excludes(self, value: float) -> bool:
         """Whether the interval lies wholly above or below `value` (False without an interval)."""
@@ -61,10 +74,11 @@ class PairTest:
     ratio: Estimate  # a's median / b's median, CI from resampling each side independently
     p_value: float | None  # two-sided Mann-Whitney U; None with fewer than 2 values a side
     p_adjusted: float | None  # Holm over the comparisons of one call
-    shown: bool  # the corrected test rejects at alpha AND the ratio's CI excludes 1
+    shown: bool  # the corrected test rejects at alpha AND the ratio's interval lies beyond 1 +- the noise band
     min_p_possible: float | None  # the smallest two-sided p this test can give with these sample sizes
-    # a's: the better / worse word ("faster" / "slower") when shown, else NO_DIFFERENCE, TOO_FEW (see
-    # pair_tests), SINGLE (a side with one run) or NO_RUNS (a side with none)
+    # a's: the better / worse word ("faster" / "slower") when shown, else WITHIN_NOISE (the test rejects but
+    # the interval reaches into the noise band), NO_DIFFERENCE, TOO_FEW (see family_tests), SINGLE (a side
+    # with one run) or NO_RUNS (a side with none)
     verdict: str
 
 
@@ -76,41 +90,62 @@ def _values(values: Sequence[float | None]) -> np.ndarray:
     return array
 
 
-def _bootstrap(samples: tuple[np.ndarray, ...], statistic: Callable[..., np.ndarray], seed: int) -> tuple[float, float]:
+def order_interval(n: int, confidence: float = CONFIDENCE) -> tuple[int, float]:
+    """k and the level of the order-statistic interval [x_(k), x_(n+1-k)] of the median of n values (1-based
+    ranks): the largest k whose level 1 - 2 P(Binomial(n, 1/2) <= k - 1) reaches `confidence`, else k = 1
+    ([min, max]) with the level it has, 1 - 2^(1-n)."""
     from scipy import stats
-    result = stats.bootstrap(samples, statistic, n_resamples=RESAMPLES, vectorized=True, paired=False,
-                             confidence_level=CONFIDENCE, method="percentile", rng=np.random.default_rng(seed))
-    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+    if n < 2:
+        raise ValueError(f"an interval of the median needs 2 values or more, got n={n}")
+    ks = np.arange(1, (n + 1) // 2 + 1)
+    levels = 1.0 - 2.0 * stats.binom.cdf(ks - 1, n, 0.5)
+    reaching = np.flatnonzero(levels >= confidence)
+    k = int(ks[reaching[-1]]) if reaching.size else 1
+    return k, float(levels[k - 1])
+
+
+def _interval(array: np.ndarray, confidence: float) -> tuple[float, float, float]:
+    """low, high and level of the order-statistic interval of the values' median."""
+    k, level = order_interval(array.size, confidence)
+    ordered = np.sort(array)
+    return float(ordered[k - 1]), float(ordered[array.size - k]), level
 
 
 def estimate(values: Sequence[float | None], seed: int = 0) -> Estimate:
-    """Median of the values (None left out) with a percentile-bootstrap 95 % CI."""
+    """Median of the values (None left out) with its order-statistic interval (order_interval). seed is
+    unused (the interval is exact, not resampled); it stays for callers that pass one to every statistic."""
     array = _values(values)
     if array.size == 0:
         return Estimate(0, None, None, None)
     median = float(np.median(array))
     if array.size == 1:
         return Estimate(1, median, None, None)
-    if np.all(array == array[0]):  # every resample is the same: the bootstrap has nothing to spread
-        return Estimate(array.size, median, median, median)
-    low, high = _bootstrap((array,), lambda x, axis: np.median(x, axis=axis), seed)
-    return Estimate(array.size, median, low, high)
+    low, high, level = _interval(array, CONFIDENCE)
+    return Estimate(array.size, median, low, high, level)
 
 
 def ratio(a: Sequence[float | None], b: Sequence[float | None], seed: int = 0) -> Estimate:
-    """median(a) / median(b) with a bootstrap 95 % CI that resamples a and b independently.
-    n is the smaller side's count; no interval unless both sides have 2 values or more."""
+    """median(a) / median(b) with the interval [low_a / high_b, high_a / low_b] of the two sides'
+    order-statistic intervals, each at the square root of CONFIDENCE where its size allows. Both cover
+    their medians (independent sides) with probability level_a * level_b, and then the ratio's interval
+    covers the true ratio: that product is its level. n is the smaller side's count; no interval unless
+    both sides have 2 values or more and b's are all positive."""
     x, y = _values(a), _values(b)
     n = min(x.size, y.size)
     if n == 0 or np.median(y) == 0:
         return Estimate(n, None, None, None)
     value = float(np.median(x) / np.median(y))
-    if n == 1:
+    if n == 1 or np.any(y <= 0):
         return Estimate(n, value, None, None)
-    if np.all(x == x[0]) and np.all(y == y[0]):
-        return Estimate(n, value, value, value)
-    low, high = _bootstrap((x, y), lambda p, q, axis: np.median(p, axis=axis) / np.median(q, axis=axis), seed)
-    return Estimate(n, value, low, high)
+    side = float(np.sqrt(CONFIDENCE))
+    low_a, high_a, level_a = _interval(x, side)
+    low_b, high_b, level_b = _interval(y, side)
+    return Estimate(n, value, low_a / high_b, high_a / low_b, level_a * level_b)
+
+
+def level_text(level: float) -> str:
+    """"95%", "87.5%", "93.7%": the level rounded down to 0.1 %, so it never claims more than it has."""
+    return f"{np.floor(level * 1000 + 1e-9) / 10:g}%"
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
@@ -121,15 +156,17 @@ def holm(p_values: Sequence[float]) -> list[float]:
     return [float(p) for p in multipletests(list(p_values), method="holm")[1]]
 
 
-def _mwu_method(x: np.ndarray, y: np.ndarray, seed: int) -> str | stats.PermutationMethod:
+def mwu_method(x: np.ndarray, y: np.ndarray, seed: int = 0) -> str | stats.PermutationMethod:
+    """How mann_whitney computes p: "exact" (the exact null distribution of U, which assumes no ties) when
+    both sides hold at most EXACT_MAX values and none tie; with ties, a permutation test of U over the
+    pooled values (exact where the arrangements number at most RESAMPLES, about 7 a side, else RESAMPLES
+    seeded random ones); beyond EXACT_MAX a side, the normal approximation ("asymptotic")."""
     from scipy import stats
-    # scipy's "auto" is exact for small samples only without ties, and otherwise normal-approximated,
-    # which can claim p-values that small samples cannot give: ties in small samples get a permutation test.
-    small = min(x.size, y.size) <= SMALL
-    tied = np.unique(np.concatenate([x, y])).size < x.size + y.size
-    if small and tied:
+    if max(x.size, y.size) > EXACT_MAX:
+        return "asymptotic"
+    if np.unique(np.concatenate([x, y])).size < x.size + y.size:
         return stats.PermutationMethod(n_resamples=RESAMPLES, rng=np.random.default_rng(seed))
-    return "auto"
+    return "exact"
 
 
 def mann_whitney(a: Sequence[float | None], b: Sequence[float | None], seed: int = 0) -> float | None:
@@ -138,16 +175,16 @@ def mann_whitney(a: Sequence[float | None], b: Sequence[float | None], seed: int
     x, y = _values(a), _values(b)
     if min(x.size, y.size) < 2:
         return None
-    return float(stats.mannwhitneyu(x, y, alternative="two-sided", method=_mwu_method(x, y, seed)).pvalue)
+    return float(stats.mannwhitneyu(x, y, alternative="two-sided", method=mwu_method(x, y, seed)).pvalue)
 
 
 def min_p_possible(n_a: int, n_b: int) -> float | None:
-    """The smallest two-sided p Mann-Whitney gives for these sizes: that of two samples with no overlap
-    (3 vs 3: 0.1, so 3 repetitions a side can never show a difference at 0.05)."""
-    from scipy import stats
+    """The smallest two-sided p mann_whitney gives for these sizes, by the same method: that of two samples
+    with no overlap, 2 / C(n_a + n_b, n_a) up to EXACT_MAX a side (3 vs 3: 0.1, so 3 repetitions a side
+    can never show a difference at 0.05)."""
     if min(n_a, n_b) < 2:
         return None
-    return float(stats.mannwhitneyu(np.arange(n_a), np.arange(n_a, n_a + n_b), alternative="two-sided").pvalue)
+    return mann_whitney(np.arange(n_a, dtype=float), np.arange(n_a, n_a + n_b, dtype=float))
 
 
 Pair = tuple[str, Sequence[float | None], str, Sequence[float | None]]  # label a, values a, label b, values b
@@ -155,11 +192,15 @@ Pair = tuple[str, Sequence[float | None], str, Sequence[float | None]]  # label 
 
 @dataclass(frozen=True)
 class Family:
-    """Pairs whose verdicts speak of one quantity: lower_is_better and the words for a shown gap."""
+    """Pairs whose verdicts speak of one quantity: lower_is_better, the words for a shown gap, and the
+    noise band: a gap is shown only where the ratio's interval lies wholly outside 1 +- noise, as
+    criterion.rs's noise threshold (0 for a quantity whose noise is judged elsewhere, e.g. a metric's
+    test-set sampling error in findings)."""
     pairs: Sequence[Pair]
     lower_is_better: bool = True
     better: str = FASTER
     worse: str = SLOWER
+    noise: float = NOISE
 
 
 def family_tests(families: Sequence[Family], alpha: float = 0.05, seed: int = 0) -> list[list[PairTest]]:
@@ -180,18 +221,24 @@ def family_tests(families: Sequence[Family], alpha: float = 0.05, seed: int = 0)
         finished = []
         for test in tests:
             p_adjusted = next(adjusted) if test.p_value is not None else None
-            shown = p_adjusted is not None and p_adjusted < alpha and test.ratio.excludes(1.0)
+            rejected = p_adjusted is not None and p_adjusted < alpha
+            shown = rejected and _beyond(test.ratio, family.noise)
             tested = dataclasses.replace(test, p_adjusted=p_adjusted, shown=shown)
-            verdict = _verdict(tested, alpha, floor, family.lower_is_better, family.better, family.worse)
+            verdict = _verdict(tested, alpha, floor, family)
             finished.append(dataclasses.replace(tested, verdict=verdict))
         results.append(finished)
     return results
 
 
 def pair_tests(pairs: Sequence[Pair], lower_is_better: bool = True, alpha: float = 0.05, seed: int = 0,
-               better: str = FASTER, worse: str = SLOWER) -> list[PairTest]:
+               better: str = FASTER, worse: str = SLOWER, noise: float = NOISE) -> list[PairTest]:
     """One PairTest per (label a, values a, label b, values b), Holm over all of them (family_tests)."""
-    return family_tests([Family(pairs, lower_is_better, better, worse)], alpha, seed)[0]
+    return family_tests([Family(pairs, lower_is_better, better, worse, noise)], alpha, seed)[0]
+
+
+def _beyond(r: Estimate, noise: float) -> bool:
+    """Whether the ratio's interval lies wholly outside [1 - noise, 1 + noise] (wholly off 1 at noise 0)."""
+    return r.low is not None and r.high is not None and (r.low > 1 + noise or r.high < 1 - noise)
 
 
 def _unadjusted(label_a: str, a: np.ndarray, label_b: str, b: np.ndarray, seed: int) -> PairTest:
@@ -199,7 +246,7 @@ def _unadjusted(label_a: str, a: np.ndarray, label_b: str, b: np.ndarray, seed: 
                     min_p_possible(a.size, b.size), "")
 
 
-def _verdict(test: PairTest, alpha: float, floor: float, lower_is_better: bool, better: str, worse: str) -> str:
+def _verdict(test: PairTest, alpha: float, floor: float, family: Family) -> str:
     if test.ratio.n == 0:
         return NO_RUNS
     if test.ratio.n == 1:
@@ -207,9 +254,10 @@ def _verdict(test: PairTest, alpha: float, floor: float, lower_is_better: bool, 
     if test.min_p_possible is not None and max(test.min_p_possible, floor) >= alpha:
         return TOO_FEW
     if not test.shown:
-        return NO_DIFFERENCE
+        rejected = test.p_adjusted is not None and test.p_adjusted < alpha
+        return WITHIN_NOISE if rejected and test.ratio.excludes(1.0) else NO_DIFFERENCE
     a_lower = test.ratio.high is not None and test.ratio.high < 1.0
-    return better if a_lower == lower_is_better else worse
+    return family.better if a_lower == family.lower_is_better else family.worse
 
 
 def all_pairs(samples: Mapping[str, Sequence[float | None]]) -> list[Pair]:
@@ -218,10 +266,10 @@ def all_pairs(samples: Mapping[str, Sequence[float | None]]) -> list[Pair]:
 
 
 def pairwise(samples: Mapping[str, Sequence[float | None]], lower_is_better: bool = True, alpha: float = 0.05,
-             seed: int = 0, better: str = FASTER, worse: str = SLOWER) -> list[PairTest]:
+             seed: int = 0, better: str = FASTER, worse: str = SLOWER, noise: float = NOISE) -> list[PairTest]:
     """Every pair of labels, Holm over all pairs. The verdict is a's: `better` / `worse` only when shown
     (say better="more accurate", worse="less accurate" for a metric)."""
-    return pair_tests(all_pairs(samples), lower_is_better, alpha, seed, better, worse)
+    return pair_tests(all_pairs(samples), lower_is_better, alpha, seed, better, worse, noise)
 
 
 def repetitions_needed(cv: float, effect: float = 0.10, alpha: float = 0.05, power: float = 0.8,
@@ -242,8 +290,10 @@ def repetitions_needed(cv: float, effect: float = 0.10, alpha: float = 0.05, pow
     shifted = rng.normal(np.log1p(effect), sigma, (SIMULATIONS, MAX_REPETITIONS))
 
     def detects(n: int) -> bool:
-        # ranks are the same for logs, so the lognormal draws need not be exponentiated
-        p = stats.mannwhitneyu(base[:, :n], shifted[:, :n], axis=1, alternative="two-sided").pvalue
+        # ranks are the same for logs, so the lognormal draws need not be exponentiated; continuous draws
+        # never tie, so mann_whitney's method is exact up to EXACT_MAX a side
+        method = "exact" if n <= EXACT_MAX else "asymptotic"
+        p = stats.mannwhitneyu(base[:, :n], shifted[:, :n], axis=1, alternative="two-sided", method=method).pvalue
         return float(np.mean(p < alpha)) >= power
 
     if not detects(MAX_REPETITIONS):

@@ -16,7 +16,8 @@ from dlbench.harness.environments.envs import REFERENCE
 
 FIGURES = ("steady_epoch_s", "train_time_s", "first_epoch_s", "metric_value", "peak_rss_mb", "mean_cpu_percent",
            "time_to_target_s",  # time_to_target_s: the runs that reached the target only
-           "achieved_gflops", "mfu")  # of the steady epochs; mfu against the GEMM peak measured for the run
+           "achieved_gflops", "mfu",  # of the steady epochs; mfu against the GEMM peak measured for the run
+           "peak_gflops")  # that peak, achieved_gflops / mfu: each framework's own, MFU's denominator
 CELL_KEYS = ("framework", "framework_version", "workload", "dataset", "device")
 GROUP_KEYS = ("workload", "dataset", "device")
 TIME_FIGURES = ("steady_epoch_s", "train_time_s", "first_epoch_s")  # lower is better; speed_ratios' metrics
@@ -37,6 +38,7 @@ class RunBrief:
     epochs_completed: int
     metric_value: float | None  # at the last completed epoch (a timed-out run's too)
     cores_flag: str | None = None  # "used 0.9 of 2 cores" (measure.cores) when far from the threads asked
+    peak_id: int | None = None  # the peaks row its mfu is measured against
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ class CellSummary:
     warm_runs_left_out: int = 0  # warm runs kept out of FIRST_EPOCH_FIGURES because cold ones are there
     achieved_gflops: Estimate = NO_ESTIMATE  # FLOP/s of the steady epochs (peaks.achieved_gflops), in GFLOP/s
     mfu: Estimate = NO_ESTIMATE  # achieved over the measured GEMM peak; runs without a peak left out
+    peak_gflops: Estimate = NO_ESTIMATE  # the GEMM peaks its runs' mfu divides by, in GFLOP/s
     # figure -> the successful runs' values, one per run (None left out), for ratios and tests
     samples: dict[str, tuple[float, ...]] = field(compare=False, default_factory=dict)
 
@@ -123,7 +126,7 @@ def first_epoch_runs(ok: list[dict]) -> tuple[list[dict], str | None]:
 
 
 def _summary(key: tuple[Any, ...], runs: list[dict], seed: int) -> CellSummary:
-    ok = [run for run in runs if run["status"] == "ok"]
+    ok = [dict(run, peak_gflops=_peak_gflops(run)) for run in runs if run["status"] == "ok"]
     pooled, cache = first_epoch_runs(ok)
     samples = {name: tuple(float(run[name]) for run in (pooled if name in FIRST_EPOCH_FIGURES else ok)
                            if run.get(name) is not None) for name in FIGURES}
@@ -143,16 +146,22 @@ def _summary(key: tuple[Any, ...], runs: list[dict], seed: int) -> CellSummary:
     )
 
 
+def _peak_gflops(run: dict) -> float | None:
+    """The GEMM peak the run's mfu was measured against (mfu = achieved / peak)."""
+    achieved, mfu = run.get("achieved_gflops"), run.get("mfu")
+    return achieved / mfu if achieved is not None and mfu else None
+
+
 def _brief(run: dict) -> RunBrief:
     return RunBrief(run["id"], run.get("repetition"), run.get("plan_position"), run["status"], run.get("reason"),
-                    len(run.get("epochs", ())), run.get("metric_value"), run.get("cores_flag"))
+                    len(run.get("epochs", ())), run.get("metric_value"), run.get("cores_flag"), run.get("peak_id"))
 
 
 def speed_ratios(summaries_or_runs: Sequence[CellSummary] | Sequence[dict], metric: str = "steady_epoch_s",
                  reference: str = REFERENCE, seed: int = 0) -> list[SpeedRatio]:
     """For every cell with a value of `metric` (a time: lower is faster), its ratio to the fastest cell
     of its workload x dataset x device group (lowest median) and to the reference framework there, each
-    a median ratio with a bootstrap CI resampling both sides' runs. A ratio above 1 is slower. When the
+    a median ratio with the interval of stats.ratio. A ratio above 1 is slower. When the
     reference appears in several versions in one group, the first in sort order (by version text) is it.
     Whether a gap is shown is a test's business: stats.pairwise over the group's samples."""
     if metric not in TIME_FIGURES:

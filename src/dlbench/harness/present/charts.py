@@ -66,7 +66,7 @@ def epoch_time_bars(rows: Sequence[tuple[str, tuple, tuple]], palette: Mapping[s
         fig, (steady_ax, first_ax) = plt.subplots(
             1, 2, figsize=(8.5, 0.45 * len(rows) + 1.2), sharey=True, gridspec_kw={"width_ratios": [3, 2]})
         labels = [label for label, _, _ in rows]
-        for ax, index, title in ((steady_ax, 1, "steady epoch (median, 95% CI)"),
+        for ax, index, title in ((steady_ax, 1, "steady epoch (median, interval)"),
                                  (first_ax, 2, "first epoch (compilation, warm-up)")):
             _bars(ax, labels, [row[index] for row in rows], palette, hatch="" if index == 1 else "//")
             ax.set_title(title, loc="left", fontsize=9)

@@ -15,17 +15,22 @@ def _percent(fraction: float) -> str:
 
 
 def _interval(estimate: Estimate) -> str:
-    return "-" if estimate.low is None else f"[{estimate.low:.3f}, {estimate.high:.3f}]"
+    """[low, high] and the level the interval guarantees: [0.912, 1.043] 87.8%."""
+    if estimate.low is None or estimate.level is None:
+        return "-"
+    return f"[{estimate.low:.3f}, {estimate.high:.3f}] {stats.level_text(estimate.level)}"
 
 
 def render(comparison: Comparison, fail_above: float | None = None) -> str:
     """An aligned text table in the manner of asv compare: + where B is shown slower, - where faster."""
     metric = comparison.metric
     lines = [f"A: {comparison.a_name}", f"B: {comparison.b_name}",
-             f"{metric} per cell: median of each side's runs, ratio B/A with its bootstrap 95 % CI, two-sided "
-             f"Mann-Whitney p, Holm-adjusted over the {len(comparison.cells)} matched cells", ""]
+             f"{metric} per cell: median of each side's runs, ratio B/A with its interval and the level that "
+             f"interval guarantees (from the two sides' order-statistic intervals of the median), two-sided "
+             f"Mann-Whitney p, Holm-adjusted over the {len(comparison.cells)} matched cells; a gap whose interval "
+             f"reaches into 1 +- {stats.NOISE:.0%} is {stats.WITHIN_NOISE}", ""]
     if comparison.cells:
-        rows = [["", f"A {metric}", f"B {metric}", "ratio B/A", "95% CI", "p (Holm)", "runs A/B", "metric B-A",
+        rows = [["", f"A {metric}", f"B {metric}", "ratio B/A", "interval, level", "p (Holm)", "runs A/B", "metric B-A",
                  "verdict", "cell"]]
         for cell in comparison.cells:
             test = cell.test

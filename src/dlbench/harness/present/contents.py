@@ -1,12 +1,14 @@
 """What a report shows, read once from the store: the runs, certificates and samples, the analysis's
 summaries and findings, and the tables built from them. Every renderer (html, markdown) reads this."""
+import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from dlbench.harness.analysis.findings import Finding, findings
-from dlbench.harness.analysis.load import device_with_hardware
+from dlbench.harness.analysis.load import device_with_hardware, held_out_sets
 from dlbench.harness.analysis.summary import CellSummary, summarise
+from dlbench.harness.environments.envs import dlbench_home
 from dlbench.harness.present import manifest, tables
 from dlbench.harness.store import Store
 
@@ -32,7 +34,11 @@ def load(store_path: Path) -> Report:
         # runs from several CPU (or GPU) models are grouped apart: their device names the model
         runs, certificates = device_with_hardware(store.runs()), store.certificates()
         samples = {run["id"]: store.samples(run["id"]) for run in runs}
+        peaks = store.peaks()
     summaries = summarise(runs)
+    # the test sets' sizes (an accuracy's sampling error) come from the prepared datasets the runs used
+    data_dir = Path(os.environ.get("DLBENCH_DATA") or dlbench_home() / "data")
     return Report(str(store_path), datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), runs, certificates,
-                  samples, summaries, findings(summaries), tables.study_tables(summaries),
+                  samples, summaries, findings(summaries, held_out_sets=held_out_sets(runs, data_dir)),
+                  tables.study_tables(summaries, peaks),
                   tables.certificate_grid(certificates, runs), manifest.manifest(runs), manifest.dlbench_version())

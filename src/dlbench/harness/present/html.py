@@ -182,7 +182,7 @@ def finding_html(finding: Finding, frameworks: Iterable[str]) -> str:
     return (f'<section class="card"{_keys(finding.workload, finding.device, frameworks)}>'
             f"<h3>{escape(finding.title)}</h3>"
             f'<p class="finding"><b>Speed</b> {escape(finding.speed)}</p>'
-            f'<p class="finding"><b>Accuracy</b> {escape(finding.accuracy)}</p>'
+            f'<p class="finding"><b>Final metric</b> {escape(finding.metric)}</p>'
             + (f'<ul class="caveats">{caveats}</ul>' if caveats else "") + "</section>")
 
 
@@ -213,7 +213,8 @@ def group_figures(runs: Sequence[Mapping], cells: Sequence[CellSummary], samples
     warm = [name for name in frameworks if by_label[name].warm]
     parts = [figure(charts.epoch_time_bars(rows, palette, f"bars-{index}", warm),
                     "Epoch time per framework: steady epochs (median of each run's later epochs, median over runs, "
-                    "95% CI whiskers) and the first epoch apart"
+                    "whiskers: the order-statistic interval of the median, at least 95%, or [min-max] with 2 to 5 "
+                    "runs, 50 to 93.7%) and the first epoch apart"
                     + ("; warm compile cache: a first epoch without the compilation earlier runs did" if warm else ""),
                     keys)]
     if series:

@@ -36,7 +36,7 @@ def render(report: Report) -> str:
              f"(`dlbench report --format html`).", "", "## Findings", ""]
     for finding in report.findings:
         parts += [f"### {_text(finding.title)}", "", f"- **Speed**: {_text(finding.speed)}",
-                  f"- **Accuracy**: {_text(finding.accuracy)}"]
+                  f"- **Final metric**: {_text(finding.metric)}"]
         parts += [f"- _Caveat_: {_text(caveat)}" for caveat in finding.caveats]
         parts.append("")
     parts += ["## Tables", ""] + [table_md(t) for t in report.study_tables]

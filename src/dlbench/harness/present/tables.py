@@ -8,9 +8,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dlbench.harness.analysis.findings import group, label, metric_format, seconds
-from dlbench.harness.analysis.stats import Estimate
+from dlbench.harness.analysis.stats import CONFIDENCE, NOISE, Estimate, level_text
 from dlbench.harness.analysis.summary import FIRST_EPOCH_FIGURES, CellSummary, speed_ratios
 from dlbench.harness.environments import sources
+from dlbench.harness.measure.cores import BUSY_MACHINE
+
+INTERVAL = (f"order-statistic interval of the median, at least {CONFIDENCE:.0%} unless the cell prints the lower "
+            "level its runs allow (2 to 5 runs: [min-max], 50 to 93.7%)")
+CORES_MARK = " †"  # after a figure from a cell with a run flagged for the cores it used
+CORES_LEGEND = ("†: a run of this cell used far fewer or more cores than its threads (often beside other busy "
+                "processes); the findings' caveats name it")
+PEAK_MARK = " ‡"  # after an MFU whose GEMM peak was measured while other processes kept cores busy
 
 
 @dataclass(frozen=True)
@@ -27,14 +35,25 @@ class Table:
 
 
 def with_ci(value: Estimate, fmt: Callable[[float], str]) -> str:
-    """A median with its interval, the unit written once: 4.55 s [4.52-4.59]."""
+    """A median with its interval, the unit written once: 4.55 s [4.52-4.59]; with its level where that
+    is below CONFIDENCE: 4.55 s [4.52-4.61, 75%]."""
     if value.median is None:
         return "-"
     if value.low is None or value.high is None:
         return f"{fmt(value.median)} (1 run)" if value.n == 1 else fmt(value.median)
     unit = next((u for u in (" s", "%", "x") if fmt(value.median).endswith(u)), "")
     low, high = (fmt(v).removesuffix(unit) for v in (value.low, value.high))
-    return f"{fmt(value.median)} [{low}-{high}]"
+    level = f", {level_text(value.level)}" if value.level is not None and value.level < CONFIDENCE else ""
+    return f"{fmt(value.median)} [{low}-{high}{level}]"
+
+
+def cores_mark(cell: CellSummary) -> str:
+    return CORES_MARK if any(run.cores_flag for run in cell.runs) else ""
+
+
+def _legend(note: str, cells: Sequence[CellSummary]) -> str:
+    """The note, with the cores marker's legend where a cell of the table carries it."""
+    return note + ("; " + CORES_LEGEND if any(cores_mark(c) for c in cells) else "")
 
 
 WARM_LABEL = " (warm compile cache)"  # after a figure that holds a first epoch from a warm compile cache
@@ -45,7 +64,7 @@ def warm_label(cell: CellSummary, figure: str) -> str:
 
 
 def _cell(cell: CellSummary, figure: str, fmt: Callable[[float], str]) -> str:
-    parts = [with_ci(getattr(cell, figure), fmt) + warm_label(cell, figure)] if cell.n_ok else []
+    parts = [with_ci(getattr(cell, figure), fmt) + warm_label(cell, figure) + cores_mark(cell)] if cell.n_ok else []
     for run in cell.runs:
         if run.status == "ok":
             continue
@@ -58,8 +77,9 @@ def _cell(cell: CellSummary, figure: str, fmt: Callable[[float], str]) -> str:
     return "; ".join(parts) or "-"
 
 
-def study_tables(cells: Sequence[CellSummary]) -> list[Table]:
-    """Final metric and training time per framework x workload, one pair of tables per device."""
+def study_tables(cells: Sequence[CellSummary], peaks: Sequence[Mapping] = ()) -> list[Table]:
+    """Final metric and training time per framework x workload, one pair of tables per device; peaks:
+    the store's GEMM peaks (Store.peaks), for the MFU's disclosure."""
     tables = []
     for device in sorted({c.device or "?" for c in cells}):
         mine = [c for c in cells if (c.device or "?") == device]
@@ -73,25 +93,26 @@ def study_tables(cells: Sequence[CellSummary]) -> list[Table]:
                 by_label = {label(c, group_cells): c for c in group_cells}
                 rows.append([f"{workload} ({dataset or '?'})" + (f", {metric}" if figure == "metric_value" else ""),
                              *(_cell(by_label[name], figure, fmt) if name in by_label else "" for name in columns)])
-            note = "median over the successful repetitions [bootstrap 95% CI of the median]"
+            note = f"median over the successful repetitions [{INTERVAL}]"
             if figure == "train_time_s":
                 note += "; training time excludes evaluation and includes the first epoch"
                 if any(c.warm for c in mine):
                     note += ("; (warm compile cache): from runs whose first epoch found code compiled by earlier "
                              "runs, never pooled with cold ones")
             tables.append(Table(f"{heading}, {device}", ["workload (dataset)", *columns], rows,
-                                ["", *(c.split(" ")[0] for c in columns)], note,
+                                ["", *(c.split(" ")[0] for c in columns)], _legend(note, mine),
                                 [{"workload": workload} for workload, _, _ in groups], {"device": device}))
         tables += [relative_speed(mine, columns, device, against) for against in ("fastest", "reference")]
         tables.append(time_to_target(mine, columns, device))
         if any(c.achieved_gflops.n for c in mine):
-            tables.append(throughput(mine, columns, device))
+            tables.append(throughput(mine, columns, device, peaks))
     return tables
 
 
-def throughput(cells: Sequence[CellSummary], columns: list[str], device: str) -> Table:
+def throughput(cells: Sequence[CellSummary], columns: list[str], device: str, peaks: Sequence[Mapping] = ()) -> Table:
     """Achieved GFLOP/s of the steady epochs and MFU, its share of the float32 GEMM peak measured in the
-    framework's own environment with the run's threads."""
+    framework's own environment with the run's threads: each framework's own peak, shown beside it."""
+    busy = {p["id"] for p in peaks if p.get("others_busy_cores") is not None and p["others_busy_cores"] >= BUSY_MACHINE}
     rows = []
     for (workload, dataset, _), group_cells in group(cells).items():
         by_label = {label(c, group_cells): c for c in group_cells}
@@ -101,16 +122,34 @@ def throughput(cells: Sequence[CellSummary], columns: list[str], device: str) ->
             if cell is None or not cell.achieved_gflops.n:
                 row.append("" if cell is None else "-")
                 continue
-            text = "GFLOP/s " + with_ci(cell.achieved_gflops, lambda v: f"{v:.3g}")
-            text += "; MFU " + (with_ci(cell.mfu, lambda v: f"{v * 100:.1f}%") if cell.mfu.n else "- (no peak)")
-            row.append(text)
+            row.append(_throughput_cell(cell, busy))
         rows.append(row)
+    denominators = [c.peak_gflops.median for c in cells if c.peak_gflops.median is not None]
+    note = ("training FLOPs of a steady epoch's samples (3x forward, from the model IR) over its time; MFU: that "
+            "over the float32 GEMM peak measured in the framework's own environment with the run's threads "
+            "(dlbench.worker.peak), so each framework's MFU has its own denominator, shown after 'of'")
+    if denominators:
+        note += f" (here {min(denominators):.3g}-{max(denominators):.3g} GFLOP/s)"
+    note += f"; median [{INTERVAL}]"
+    if any(PEAK_MARK in text for row in rows for text in row):
+        note += (f"; ‡: a peak measured while other processes kept {BUSY_MACHINE:g} cores or more busy: it may be "
+                 "low, and the MFU against it high")
     return Table(f"Achieved FLOP/s and MFU, {device}", ["workload (dataset)", *columns], rows,
-                 ["", *(c.split(" ")[0] for c in columns)],
-                 "training FLOPs of a steady epoch's samples (3x forward, from the model IR) over its time; MFU: that "
-                 "over the float32 GEMM peak measured in the framework's environment with the run's threads "
-                 "(dlbench.worker.peak); median [bootstrap 95% CI]", [{"workload": w} for w, _, _ in group(cells)],
-                 {"device": device})
+                 ["", *(c.split(" ")[0] for c in columns)], _legend(note, cells),
+                 [{"workload": w} for w, _, _ in group(cells)], {"device": device})
+
+
+def _throughput_cell(cell: CellSummary, busy: set[int]) -> str:
+    """GFLOP/s and MFU of one cell; busy: the ids of peaks measured beside busy cores."""
+    text = "GFLOP/s " + with_ci(cell.achieved_gflops, lambda v: f"{v:.3g}")
+    if not cell.mfu.n:
+        return text + "; MFU - (no peak)" + cores_mark(cell)
+    text += "; MFU " + with_ci(cell.mfu, lambda v: f"{v * 100:.1f}%")
+    if cell.peak_gflops.median is not None:
+        text += f" of {cell.peak_gflops.median:.3g} GFLOP/s"
+    if any(run.peak_id in busy for run in cell.runs):
+        text += PEAK_MARK
+    return text + cores_mark(cell)
 
 
 def time_to_target(cells: Sequence[CellSummary], columns: list[str], device: str) -> Table:
@@ -129,19 +168,22 @@ def time_to_target(cells: Sequence[CellSummary], columns: list[str], device: str
             if not reached.n:
                 row.append(f"not reached (0 of {pooled} runs)")
             else:
-                row.append(with_ci(reached, seconds) + warm_label(cell, "time_to_target_s")
+                row.append(with_ci(reached, seconds) + warm_label(cell, "time_to_target_s") + cores_mark(cell)
                            + ("" if reached.n == pooled else f"; reached in {reached.n} of {pooled} runs"))
         rows.append(row)
     return Table(f"Time to target, {device}", ["workload (dataset)", *columns], rows,
                  ["", *(c.split(" ")[0] for c in columns)],
-                 "training time until the metric first reached the workload's target (dlbench list workloads), "
-                 "median over the runs that reached it [bootstrap 95% CI]",
+                 _legend("training time until the metric first reached the workload's target (dlbench list "
+                         f"workloads), median over the runs that reached it [{INTERVAL}]", cells),
                  [{"workload": w} for w, _, _ in group(cells)], {"device": device})
 
 
 def relative_speed(cells: Sequence[CellSummary], columns: list[str], device: str, against: str = "fastest") -> Table:
-    """Each framework's steady epoch time over the fastest one's in its row, or over the reference's
-    (`against`: "fastest" or "reference"; summary.speed_ratios)."""
+    """Each framework's steady epoch time over the lowest median in its row, or over the reference's
+    (`against`: "fastest" or "reference"; summary.speed_ratios). The lowest median is not called the
+    fastest: whether any gap is shown (single runs, noise), the findings say."""
+    if against not in ("fastest", "reference"):
+        raise ValueError(f"relative_speed against {against!r}: expected 'fastest' or 'reference'")
     ratios = {r.cell.key: r for r in speed_ratios(list(cells))}
     rows = []
     for (workload, dataset, _), group_cells in group(cells).items():
@@ -154,16 +196,20 @@ def relative_speed(cells: Sequence[CellSummary], columns: list[str], device: str
             if found is None:
                 row.append("" if name not in by_label else "-")
             elif found.cell is base:
-                row.append(f"{against}, {seconds(found.cell.steady_epoch_s.median)}")
+                word = "lowest median" if against == "fastest" else "reference"
+                row.append(f"{word}, {seconds(found.cell.steady_epoch_s.median)}" + cores_mark(found.cell))
             else:
-                row.append("-" if ratio is None else with_ci(ratio, lambda v: f"{v:.2f}x"))
+                row.append(("-" if ratio is None else with_ci(ratio, lambda v: f"{v:.2f}x")) + cores_mark(found.cell))
         rows.append(row)
-    title = "the fastest" if against == "fastest" else "the reference"
+    title = "the lowest median" if against == "fastest" else "the reference"
+    note = (f"median steady epoch time over {title} in the row [interval of the ratio from the two sides' "
+            f"order-statistic intervals, at least {CONFIDENCE:.0%} unless the cell prints its lower level]; a "
+            "run's steady epoch time is the median of its epochs after the first (with 2 epochs, the second "
+            "alone); whether a gap is shown, the findings say: only a gap whose interval lies beyond "
+            f"{NOISE:.0%} either way (the noise threshold) and that Holm's correction leaves significant")
     return Table(f"Steady epoch time relative to {title}, {device}", ["workload (dataset)", *columns], rows,
-                 ["", *(c.split(" ")[0] for c in columns)],
-                 f"median steady epoch time over {title}'s median in the row [bootstrap 95% CI of the ratio]; "
-                 "whether a gap is shown, the findings say", [{"workload": w} for w, _, _ in group(cells)],
-                 {"device": device})
+                 ["", *(c.split(" ")[0] for c in columns)], _legend(note, cells),
+                 [{"workload": w} for w, _, _ in group(cells)], {"device": device})
 
 
 def certificate_grid(certificates: Sequence[Mapping], runs: Sequence[Mapping]) -> Table:
