@@ -327,7 +327,8 @@ def forward_flops(spec: dict) -> int:
     training step; RoI Align, proposals and NMS are not counted."""
     if "detector" in spec:
         parts = detector_parts(spec)
-        return image_forward_flops(spec) + DETECTOR_ROIS * sum(forward_flops(parts[name]) for name in ("head", "cls", "box"))
+        head = sum(forward_flops(parts[name]) for name in ("head", "cls", "box"))
+        return image_forward_flops(spec) + DETECTOR_ROIS * head
     total = 0
     for layer, in_shape, out_shape in infer_shapes(spec):
         kind = layer["type"]

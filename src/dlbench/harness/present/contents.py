@@ -34,5 +34,6 @@ def load(store_path: Path) -> Report:
         samples = {run["id"]: store.samples(run["id"]) for run in runs}
     summaries = summarise(runs)
     return Report(str(store_path), datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), runs, certificates,
-                  samples, summaries, findings(summaries), tables.study_tables(summaries),
+                  samples, summaries, findings(summaries),
+                  tables.study_tables(summaries) + tables.detector_time_split(runs),
                   tables.certificate_grid(certificates, runs), manifest.manifest(runs), manifest.dlbench_version())
