@@ -92,7 +92,7 @@ def study_tables(cells: Sequence[CellSummary]) -> list[Table]:
 
 
 def detector_time_split(runs: Sequence[Mapping]) -> list[Table]:
-    """Per device, one row per detection cell (workload, dataset, framework): where a steady epoch's
+    """Per device, one row per detection cell (workload, dataset, framework, in that order): where a steady epoch's
     training time went (measures.time_split), the median over the cell's successful runs. None when no
     run holds the split."""
     cells: dict[tuple, list[dict]] = {}
@@ -105,7 +105,8 @@ def detector_time_split(runs: Sequence[Mapping]) -> list[Table]:
     tables = []
     for device in sorted({key[0] for key in cells}):
         rows, row_keys = [], []
-        for (cell_device, workload, dataset, framework, version), splits in cells.items():
+        for (cell_device, workload, dataset, framework, version), splits in sorted(
+                cells.items(), key=lambda item: tuple(str(part) for part in item[0])):
             if cell_device != device:
                 continue
             figures = {name: median(split[name] for split in splits) for name in splits[0]}
