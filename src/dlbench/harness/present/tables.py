@@ -93,7 +93,7 @@ def study_tables(cells: Sequence[CellSummary]) -> list[Table]:
 
 def detector_time_split(runs: Sequence[Mapping]) -> list[Table]:
     """Per device, one row per detection cell (workload, dataset, framework, in that order): where a steady epoch's
-    training time went (measures.time_split), the median over the cell's successful runs. None when no
+    training time went (measures.time_split), the median over the cell's successful runs. No table when no
     run holds the split."""
     cells: dict[tuple, list[dict]] = {}
     for run in runs:
