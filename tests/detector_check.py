@@ -1,15 +1,17 @@
 """Runs inside a framework's environment: builds its Faster R-CNN from the IR, checks the canonical
 weights round-trip, trains a few epochs on a prepared detection set, evaluates it, and runs the
-framework's NMS on hand-made cases; prints one JSON line of facts for the harness-side test.
+framework's NMS on hand-made cases and on proposals; prints one JSON line of facts for the harness-side test.
 
 Usage: python detector_check.py < case.json, case.json {"adapter", "model", "recipe", "data", "epochs"}.
 """
 import json
 import sys
+import time
 
 import numpy as np
 from adapter_check import probe_weights
 
+from dlbench.shared.detection.boxes import base_anchors, clip_boxes, decode, shifted_anchors
 from dlbench.shared.detection.pipeline import DetectionSplit
 from dlbench.shared.init import canonical_init
 from dlbench.worker.base import epoch_order
@@ -23,6 +25,37 @@ NMS_CASES = [
 ]
 
 
+def proposals(seed, count=2000):
+    """An untrained RPN's `count` best proposals on a 600x1000 image and their scores, as
+    pipeline.propose makes them (legacy RandomState: the same boxes in every numpy)."""
+    rng = np.random.RandomState(seed)
+    anchors = shifted_anchors(38, 63, 16, base_anchors())
+    boxes = clip_boxes(decode(anchors, rng.randn(len(anchors), 4) * 0.3), 600, 1000)
+    scores = rng.randn(len(anchors)).astype(np.float32)
+    top = np.argsort(-scores, kind="stable")[:count]
+    return boxes[top], scores[top]
+
+
+def check_nms(adapter):
+    """The NMS cases' kept indices, then those of two sets of proposals at the training and detection
+    thresholds."""
+    kept = [adapter.nms(np.array(b, np.float32), np.array(s, np.float32), t).tolist() for b, s, t in NMS_CASES]
+    for seed, threshold in ((0, 0.7), (1, 0.5)):
+        kept.append(adapter.nms(*proposals(seed), threshold).tolist())
+    return kept
+
+
+def timed_epochs(adapter, train, epochs):
+    """Each epoch's metrics with "wall_s", its time as the worker's clock measures it."""
+    timed = []
+    for epoch in range(1, epochs + 1):
+        tic = time.perf_counter()
+        metrics = adapter.train_epoch(train, epoch_order(0, epoch, len(train)))
+        adapter.synchronise()
+        timed.append(dict(metrics, wall_s=time.perf_counter() - tic))
+    return timed
+
+
 def check(case):
     adapter = detector_class(case["adapter"])(case["model"], case["recipe"], "detection", "cpu", 1, 0)
     moved = probe_weights(case["model"])
@@ -32,14 +65,14 @@ def check(case):
     roundtrip = max(float(np.max(np.abs(exported[k] - moved[k]))) for k in moved) if same else None
     adapter.set_weights(canonical_init(case["model"], 0))
     train, test = DetectionSplit.load(case["data"], "train"), DetectionSplit.load(case["data"], "test")
-    epochs = [adapter.train_epoch(train, epoch_order(0, epoch, len(train))) for epoch in range(1, case["epochs"] + 1)]
+    epochs = timed_epochs(adapter, train.in_memory(), case["epochs"])
     boxes = []
     for i in range(len(test)):
         found, scores, labels = adapter.detect(test.image(i))
         height, width = test.image(i).shape[:2]
         boxes.append({"height": height, "width": width, "boxes": found.tolist(), "scores": scores.tolist(),
                       "labels": labels.tolist()})
-    nms = [adapter.nms(np.array(b, np.float32), np.array(s, np.float32), t).tolist() for b, s, t in NMS_CASES]
+    nms = check_nms(adapter)
     return {"same_shapes": same, "roundtrip_max_abs": roundtrip, "epochs": epochs, "evaluation": adapter.evaluate(test),
             "detections": boxes, "nms": nms, "threads": adapter.threads_used(), "versions": adapter.versions()}
 

@@ -123,12 +123,13 @@ def check_content(name, meta, a):
         offset, height, width, orig_h, orig_w = a["x_train"][0]
         assert (orig_h, orig_w) == (240, 320) and min(height, width) == 600
         assert a["y_train"].tolist() == [[0, 2], [2, 1]] and a["difficult_train"].tolist() == [0, 1, 0]
-        assert np.allclose(a["boxes_train"][0], np.array([9, 19, 199, 149]) * 2.5)
+        # continuous coordinates of the XML's (10, 20, 200, 150): xmin - 1, ymin - 1, xmax, ymax
+        assert np.allclose(a["boxes_train"][0], np.array([9, 19, 200, 150]) * 2.5)
         assert len(a["pixels_test"]) == a["x_test"][0, 1] * a["x_test"][0, 2] * 3
     elif name == "voc2012-300":  # the same fixture tarball, prepared at half voc2012's scale
         offset, height, width, orig_h, orig_w = a["x_train"][0]
         assert (orig_h, orig_w) == (240, 320) and (height, width) == (300, 400) and meta["min_side"] == 300
-        assert np.allclose(a["boxes_train"][0], np.array([9, 19, 199, 149]) * 1.25)
+        assert np.allclose(a["boxes_train"][0], np.array([9, 19, 200, 150]) * 1.25)
 
 
 @pytest.mark.parametrize("name", sorted(FIXTURES))

@@ -8,8 +8,9 @@ import pytest
 
 from dlbench.harness.plan.workloads import get_workload
 from dlbench.shared import ir
+from dlbench.shared.detection import boxes as boxes_module
 from dlbench.shared.detection import pipeline
-from dlbench.shared.detection.nms import greedy_keep, nms
+from dlbench.shared.detection.nms import fixed_point_keep, nms
 from dlbench.shared.init import canonical_init
 
 ROI = {"op": "roi_align", "size": 7, "sampling_ratio": 2, "spatial_scale": 1 / 16, "aligned": False}
@@ -165,9 +166,46 @@ def test_a_canvas_off_the_stride_is_refused():
         ir.detector([64, 96], [ir.conv2d(8, padding="same"), ir.maxpool2d(8)], 8, [16], 21, [1, 2])
 
 
-def test_greedy_keep_walks_down_the_sorted_boxes():
+def test_fixed_point_keep_walks_down_the_sorted_boxes():
     suppress = np.zeros((4, 4), bool)
     suppress[0, [1, 3]] = True  # the best removes the second and the fourth
     suppress[1, 2] = True  # the second, removed, removes nothing
-    assert greedy_keep(suppress).tolist() == [0, 2]
-    assert greedy_keep(np.zeros((0, 0), bool)).tolist() == []
+    suppress[3, 0] = True  # a later box never removes an earlier one
+    assert fixed_point_keep(suppress).tolist() == [0, 2]
+    assert fixed_point_keep(np.zeros((0, 0), bool)).tolist() == []
+
+
+def _greedy_pass(suppress):
+    removed, keep = np.zeros(len(suppress), bool), []
+    for i in range(len(suppress)):
+        if not removed[i]:
+            keep.append(i)
+            removed[i + 1:] |= suppress[i, i + 1:]
+    return keep
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_fixed_point_keep_is_the_greedy_pass_on_long_chains(seed):
+    # dense random suppression, and a chain where each box removes the next: N / 2 boxes kept, the
+    # slowest case for the fixed point (one box settles per round)
+    rng = np.random.RandomState(seed)
+    dense = rng.rand(300, 300) < 0.02
+    chain = np.eye(60, k=1, dtype=bool)
+    for suppress in (dense, chain):
+        assert fixed_point_keep(suppress).tolist() == _greedy_pass(suppress)
+    assert fixed_point_keep(chain).tolist() == list(range(0, 60, 2))
+
+
+def test_fixed_point_keep_on_proposals_keeps_what_nms_keeps():
+    # an untrained RPN's 2,000 best proposals on a 600x1000 image, as pipeline.propose makes them
+    rng = np.random.RandomState(0)
+    anchors = pipeline.anchors(get_workload("frcnn-voc").model({"min_side": 600, "max_side": 1000, "num_classes": 20}),
+                               (38, 63))
+    boxes = boxes_module.clip_boxes(boxes_module.decode(anchors, rng.randn(len(anchors), 4) * 0.3), 600, 1000)
+    scores = rng.randn(len(anchors)).astype(np.float32)
+    top = np.argsort(-scores, kind="stable")[:2000]
+    boxes, scores = boxes[top], scores[top]
+    for threshold in (0.7, 0.5):
+        order = np.argsort(-scores, kind="stable")
+        suppress = boxes_module.iou(boxes[order], boxes[order]) > threshold
+        assert order[fixed_point_keep(suppress)].tolist() == nms(boxes, scores, threshold).tolist()

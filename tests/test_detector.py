@@ -1,7 +1,8 @@
 """Every framework's Faster R-CNN (frcnn-voc), run in its own environment on the photo-boxes stand-in
 prepared from fixture wheels: it loads the canonical weights exactly, its losses fall over a few
-epochs, its detections are finite boxes inside their images, and its NMS keeps what the numpy reference
-keeps. A framework without a detector would say so. (Each detector's certificate against PyTorch is
+epochs, its detections are finite boxes inside their images, its NMS keeps what the numpy reference
+keeps (hand-made cases and 2,000 proposals), and its epochs' time splits into host, NMS and framework.
+A framework without a detector would say so. (Each detector's certificate against PyTorch is
 test_certify's, with every other workload's.)"""
 import json
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import guard
 import numpy as np
 import pytest
-from detector_check import NMS_CASES
+from detector_check import NMS_CASES, proposals
 from fixtures_data import prepared_standin
 
 from dlbench.harness.environments import envs
@@ -83,7 +84,18 @@ def test_detections_are_finite_boxes_inside_their_images(checked):
 def test_nms_keeps_what_the_reference_keeps(checked):
     _, _, facts = checked
     expected = [nms(np.array(b), np.array(s), t).tolist() for b, s, t in NMS_CASES]
+    expected += [nms(*proposals(seed), threshold).tolist() for seed, threshold in ((0, 0.7), (1, 0.5))]
+    assert [len(kept) for kept in expected[-2:]] == [1232, 556]  # proposals enough to suppress and keep many
     assert facts["nms"] == expected
+
+
+def test_epoch_time_splits_into_host_nms_and_framework(checked):
+    _, _, facts = checked
+    for epoch in facts["epochs"]:
+        parts = [epoch[key] for key in ("host_time_s", "nms_time_s", "framework_time_s")]
+        assert all(part > 0 for part in parts), epoch
+        rest = epoch["wall_s"] - sum(parts)  # the loop around the timed parts, and synchronise
+        assert 0 <= rest < 0.05 * epoch["wall_s"], epoch
 
 
 def test_a_framework_without_a_detector_says_so():

@@ -109,6 +109,12 @@ def test_stored_runs_hold_timings_metrics_and_resources(quick_run):
     frcnn = runs[WORKLOADS.index("frcnn-voc")]  # photo-boxes: 4 training images, 2 test images
     assert frcnn["metric_name"] == "map" and 0 <= frcnn["metric_value"] <= 1 and frcnn["n_train"] == 4
     assert frcnn["params"] == 7_729_622 and frcnn["config"]["model"]["input_shape"] == [128, 224, 3]
+    split = ("host_time_s", "nms_time_s", "framework_time_s")
+    for epoch in frcnn["epochs"]:  # where the detector's training time went, each part measured on its own
+        assert all(epoch[key] > 0 for key in split)
+        rest = epoch["train_time_s"] - sum(epoch[key] for key in split)  # the loop around the timed parts
+        assert 0 <= rest < 0.05 * epoch["train_time_s"], epoch
+    assert all(epoch[key] is None for run in runs if run is not frcnn for epoch in run["epochs"] for key in split)
 
 
 def test_rerun_skips_completed_cells_and_force_reruns(quick_run, data_dir):

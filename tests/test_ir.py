@@ -40,6 +40,22 @@ def test_cnn_mnist_flops_counted_by_hand():
     assert ir.train_flops(model) == 3 * forward
 
 
+def test_frcnn_flops_counted_by_hand_for_one_canvas():
+    # frcnn-voc on a 64 x 96 canvas (min_side 64, max_side 96): four blocks of a same-padded 3x3 conv
+    # and a 2x2 pool, so the convs see 64x96, 32x48, 16x24, 8x12 maps and the feature map is 4x6x256
+    model = get_workload("frcnn-voc").model({"min_side": 64, "max_side": 96, "num_classes": 20})
+    backbone = (64 * 96 * 32 * (2 * 9 * 3 + 1) + 32 * 48 * 64 * (2 * 9 * 32 + 1)
+                + 16 * 24 * 128 * (2 * 9 * 64 + 1) + 8 * 12 * 256 * (2 * 9 * 128 + 1))
+    rpn = 4 * 6 * 256 * (2 * 9 * 256 + 1) + 4 * 6 * 9 * (2 * 256 + 1) + 4 * 6 * 36 * (2 * 256 + 1)
+    # per RoI: 7x7x256 flattened, dense 512, dense 512, class scores 21, boxes 84
+    head = 512 * (2 * 7 * 7 * 256 + 1) + 512 * (2 * 512 + 1) + 21 * (2 * 512 + 1) + 84 * (2 * 512 + 1)
+    forward = backbone + rpn + 128 * head
+    assert ir.forward_flops(model) == forward
+    # forward and backward of the whole step (3x), plus the backbone and RPN's second forward pass
+    # that makes the proposals
+    assert ir.train_flops(model) == 3 * forward + backbone + rpn
+
+
 def test_lstm_flops_and_shapes():
     model = ir.model([7], "int32", [ir.embedding(11, 3), ir.lstm(5, return_sequences=True), ir.dense(11)])
     assert [out for _, _, out in ir.infer_shapes(model)] == [(7, 3), (7, 5), (7, 11)]

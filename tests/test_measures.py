@@ -220,3 +220,35 @@ def test_report_shows_mfu_per_cell_and_flags_runs_in_the_run_order(tmp_path):
     assert any(c.startswith("Threads not used as asked: mxnet rep 1 used 1.0 of 2 cores; mxnet rep 2 used")
                for c in finding.caveats)
     assert "Achieved FLOP/s and MFU, cpu" in report.render(loaded, "md")
+
+
+def detector_epochs(splits: list[tuple[float, float, float, float]]) -> list[dict]:
+    """Epochs of (train s, host s, NMS s, framework s)."""
+    return [{"epoch": e, "train_time_s": train, "metric_value": 0.1, "host_time_s": host, "nms_time_s": nms,
+             "framework_time_s": framework} for e, (train, host, nms, framework) in enumerate(splits, start=1)]
+
+
+def test_results_and_report_show_where_a_detector_epoch_went(tmp_path):
+    # the first epoch (compilation) is left out; the steady ones' medians: host 0.2, NMS 0.1, framework 0.6
+    splits = {"pytorch": [(9.0, 1.0, 1.0, 6.0), (1.0, 0.2, 0.1, 0.6), (1.0, 0.3, 0.1, 0.5), (1.0, 0.2, 0.1, 0.65)],
+              "chainer": [(2.0, 0.5, 0.5, 0.9), (2.0, 0.5, 0.5, 0.9)]}
+    with Store(tmp_path / "dlbench.sqlite") as store:
+        for framework, epochs in splits.items():
+            store.save_run({**run_dict(framework, "frcnn-voc", 1.0, 1, dataset="photo-boxes"), "metric_name": "map"},
+                           detector_epochs(epochs), [])
+        store.save_run(run_dict("mxnet", "cnn-mnist", 1.0, 1), [{"epoch": 1, "train_time_s": 1.0}], [])
+        runs = store.runs()
+    assert measures.time_split(runs[0]) == pytest.approx(
+        {"host": 0.2, "NMS": 0.1, "framework": 0.6, "rest": 0.1, "framework share": 0.6})
+    assert measures.time_split(runs[2]) == {}
+    lines = listing.table(runs).splitlines()
+    assert "detector epoch" in lines[0]
+    assert "host 0.2, NMS 0.1, framework 0.6, rest 0.1 s (framework 60%)" in lines[2]
+    assert "host 0.5, NMS 0.5, framework 0.9, rest 0.1 s (framework 45%)" in lines[3]
+    loaded = report.load(tmp_path / "dlbench.sqlite")
+    [table] = [t for t in loaded.study_tables if t.title == "Detector epoch time by where it went, cpu"]
+    assert table.header == ["workload (dataset)", "framework", "host s", "NMS s", "framework s", "rest s",
+                            "framework share", "runs"]
+    assert table.rows == [["frcnn-voc (photo-boxes)", "chainer 1.0", "0.5", "0.5", "0.9", "0.1", "45%", "1"],
+                          ["frcnn-voc (photo-boxes)", "pytorch 1.0", "0.2", "0.1", "0.6", "0.1", "60%", "1"]]
+    assert "Detector epoch time by where it went, cpu" in report.render(loaded, "md")

@@ -1,6 +1,7 @@
 """photo-boxes: the hand-drawn VOC-style annotations stored in the package, and their preparation from
 fixture wheels (scikit-learn's two photos resized to each annotation's size; nothing is downloaded)."""
 
+import json
 import shutil
 import xml.etree.ElementTree as ElementTree
 
@@ -10,6 +11,10 @@ from fixtures_data import photo_boxes_files, prepared_standin
 
 from dlbench.harness import data
 from dlbench.harness.data import DatasetError, photo_boxes, voc
+from dlbench.harness.plan.workloads import get_workload
+from dlbench.shared.detection import pipeline
+from dlbench.shared.detection.boxes import encode
+from dlbench.shared.detection.pipeline import DetectionSplit
 
 # (width, height) of each photograph as scikit-image's and matplotlib's notes give it
 PHOTO_SIZES = {"astronaut": (512, 512), "chelsea": (451, 300), "camera": (512, 512), "motorcycle_left": (741, 500),
@@ -65,7 +70,7 @@ def test_annotation_follows_voc_schema_and_its_boxes_lie_inside(image_id):
     assert [voc.CLASSES[i] for i in labels] == OBJECTS[image_id]
     assert boxes.dtype == np.float32 and labels.dtype == np.int32 and difficult.dtype == np.uint8
     width, height = PHOTO_SIZES[image_id]
-    assert (boxes[:, :2] >= 0).all() and (boxes[:, 2] <= width - 1).all() and (boxes[:, 3] <= height - 1).all()
+    assert (boxes[:, :2] >= 0).all() and (boxes[:, 2] <= width).all() and (boxes[:, 3] <= height).all()
     assert (boxes[:, 2] > boxes[:, 0]).all() and (boxes[:, 3] > boxes[:, 1]).all()  # positive area
     photo_boxes.check_annotation(path, (width, height))
     # only the bicycle, cut by the edge and behind a bench, is difficult
@@ -94,7 +99,8 @@ def test_prepared_arrays_have_voc2012s_layout(prepared):
             first, count = y[row]
             assert [voc.CLASSES[i] for i in a[f"labels_{part}"][first:first + count]] == OBJECTS[image_id]
             boxes = a[f"boxes_{part}"][first:first + count]
-            assert (boxes >= 0).all() and (boxes[:, 2] < width).all() and (boxes[:, 3] < height).all()
+            assert (boxes >= 0).all() and (boxes[:, 2] <= width).all() and (boxes[:, 3] <= height).all()
+    assert meta["box_convention"] == "continuous"
     grace = a["x_train"][3]
     assert tuple(grace[1:3]) == (150, 128)  # 600x512 portrait: short side 128
 
@@ -159,3 +165,68 @@ def test_a_photo_of_another_size_is_named(edited, wheels, tmp_path):
     path.write_text(path.read_text().replace("<height>600</height>", "<height>601</height>"))
     with pytest.raises(DatasetError, match=f"{path}: size 512x601, but the photo is 512x600"):
         photo_boxes.build_arrays(wheels, tmp_path)
+
+
+class Draw:
+    """A stand-in for an image's RandomState whose first draw decides the flip."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def rand(self):
+        return self.value
+
+
+def test_boxes_cover_their_pixels_flipped_or_not(tmp_path):
+    # an 80x50 photo, black but for one white object whose VOC box is xmin 11, ymin 6, xmax 30, ymax 15:
+    # 1-based pixels, both ends included, so 0-based columns 10..29 and rows 5..14
+    from PIL import Image
+
+    pixels = np.zeros((50, 80, 3), np.uint8)
+    pixels[5:15, 10:30] = 255
+    Image.fromarray(pixels).save(tmp_path / "photo.png")
+    xml = (tmp_path / "photo.xml")
+    xml.write_text("<annotation><size><width>80</width><height>50</height><depth>3</depth></size><object>"
+                   "<name>cat</name><difficult>0</difficult><bndbox><xmin>11</xmin><ymin>6</ymin><xmax>30</xmax>"
+                   "<ymax>15</ymax></bndbox></object></annotation>")
+    boxes, _, _ = voc.parse_annotation(xml)
+    assert boxes.tolist() == [[10, 5, 30, 15]]  # continuous: 20 wide and 10 high, as the devkit counts them
+    (tmp_path / "work").mkdir()
+    (tmp_path / "prepared").mkdir()
+    arrays = voc.pack_split([tmp_path / "photo.png"], [xml], "train", tmp_path / "work", 50, 80)  # scale 1
+    for name, array in arrays.items():
+        np.save(tmp_path / "prepared" / f"{name}.npy", array)
+    split = DetectionSplit.load(str(tmp_path / "prepared"), "train")
+    model = get_workload("frcnn-voc").model({"min_side": 64, "max_side": 96, "num_classes": 20})
+    unflipped, flipped = (pipeline.training_image(split, 0, model, 255.0, Draw(draw)) for draw in (0.9, 0.1))
+    for image in (unflipped, flipped):  # the box spans exactly the white pixels, in either orientation
+        rows, cols = np.nonzero(image.x[0, :, :, 0])
+        assert image.boxes.tolist() == [[cols.min(), rows.min(), cols.max() + 1, rows.max() + 1]]
+    assert flipped.boxes.tolist() == [[50, 5, 70, 15]]  # x -> 80 - x
+    np.testing.assert_array_equal(flipped.x[0, :50, :80], unflipped.x[0, :50, ::-1][:, -80:])
+    # flipping twice gives the original boxes
+    twice = flip_boxes(flip_boxes(unflipped.boxes, 80), 80)
+    assert twice.tolist() == unflipped.boxes.tolist()
+    # a flipped target is the mirrored unflipped one: the anchor's regression target onto the box
+    # changes the sign of dx alone
+    anchor = np.array([[4, 2, 36, 18]], np.float32)
+    straight = encode(anchor, unflipped.boxes)
+    mirrored = encode(flip_boxes(anchor, 80), flipped.boxes)
+    np.testing.assert_allclose(mirrored, straight * np.array([-1, 1, 1, 1], np.float32), atol=1e-6)
+
+
+def flip_boxes(boxes, width):
+    """The left-right flip of pipeline.training_image: x -> width - x."""
+    return np.stack([width - boxes[:, 2], boxes[:, 1], width - boxes[:, 0], boxes[:, 3]], axis=1)
+
+
+def test_a_detection_set_prepared_with_the_old_box_convention_is_refused(prepared, tmp_path):
+    ds, _ = prepared
+    old = tmp_path / "photo-boxes"
+    shutil.copytree(ds.path, old)
+    meta = json.loads((old / "meta.json").read_text())
+    del meta["box_convention"]  # as dlbench wrote it while boxes ended a pixel short
+    (old / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(DatasetError, match=f"{old}: box_convention None in meta.json, but dlbench reads "
+                                           "'continuous' boxes"):
+        data.prepared.load_prepared(old)

@@ -63,7 +63,9 @@ def test_round_trip_of_run_epochs_and_samples(store: Store) -> None:
     assert run["id"] == run_id
     assert {k: run[k] for k in make_run()} == make_run()
     assert run["dataset"] is None and run["metric_name"] is None
-    no_energy = dict.fromkeys(("energy_cpu_j", "energy_dram_j", "energy_gpu_j"))  # NULL unless read
+    # NULL unless read, or unless the run is a detector's
+    no_energy = dict.fromkeys(("energy_cpu_j", "energy_dram_j", "energy_gpu_j", "host_time_s", "nms_time_s",
+                               "framework_time_s"))
     assert run["epochs"] == [{**make_epoch(0), **no_energy}, {**make_epoch(1), **no_energy}]
     assert store.samples(run_id) == [
         {"t_s": 0.1, "cpu_percent": 95.0, "rss_mb": 120.0, "threads": 3, "system_cpu_percent": 50.0,
@@ -115,7 +117,7 @@ def test_reopening_keeps_runs_and_schema_version(tmp_path: Path) -> None:
     with Store(path) as store:
         assert [r["cell_hash"] for r in store.runs()] == ["abc123"]
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (8,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (9,)
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 
@@ -266,7 +268,25 @@ def test_a_version_5_store_gains_empty_measure_columns_and_a_peaks_table(tmp_pat
                        [])
         new = store.runs()[1]
         assert (new["peak_id"], new["mfu"], new["epochs"][0]["energy_cpu_j"]) == (peak_id, 0.5, 3.0)
-    assert schema_version(path) == SCHEMA_VERSION == 8
+    assert schema_version(path) == SCHEMA_VERSION
+
+
+def test_a_version_8_store_gains_empty_detector_time_columns(tmp_path: Path) -> None:
+    path = tmp_path / "dlbench.sqlite"
+    with Store(path) as store:
+        store.save_run(make_run("old"), [make_epoch(1)], [])
+    with sqlite3.connect(path) as conn:  # back to version 8's epochs table, which lacked the three columns
+        for name in ("host_time_s", "nms_time_s", "framework_time_s"):
+            conn.execute(f"ALTER TABLE epochs DROP COLUMN {name}")
+        conn.execute("PRAGMA user_version=8")
+    conn.close()
+    split = {"host_time_s": 0.25, "nms_time_s": 0.125, "framework_time_s": 1.5}
+    with Store(path) as store:
+        [old] = store.runs()
+        assert {k: old["epochs"][0][k] for k in split} == dict.fromkeys(split)
+        store.save_run(make_run("new"), [{**make_epoch(1), **split}], [])
+        assert {k: store.runs()[1]["epochs"][0][k] for k in split} == split
+    assert schema_version(path) == SCHEMA_VERSION == 9
 
 
 def test_peaks_round_trip_with_a_failed_measurement(store: Store) -> None:
@@ -363,8 +383,10 @@ def test_a_version_7_store_gains_the_environments_table(tmp_path: Path) -> None:
     path = tmp_path / "dlbench.sqlite"
     with Store(path) as store:
         store._conn.execute("DROP TABLE environments")
+        for name in ("host_time_s", "nms_time_s", "framework_time_s"):  # version 9's
+            store._conn.execute(f"ALTER TABLE epochs DROP COLUMN {name}")
         store._conn.execute("PRAGMA user_version=7")
     with Store(path) as store:
         store.save_environment({"packages_digest": "d", "framework": "pytorch"})
         assert store.environment("d")["framework"] == "pytorch"
-    assert schema_version(path) == SCHEMA_VERSION == 8
+    assert schema_version(path) == SCHEMA_VERSION

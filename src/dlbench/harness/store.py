@@ -9,7 +9,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-SCHEMA_VERSION = 8
+from dlbench.shared.protocol import EPOCH_SPLIT
+
+SCHEMA_VERSION = 9
 FILENAME = "dlbench.sqlite"
 
 # Column name -> SQL declaration; the single source for the DDL, inserts and key validation.
@@ -106,6 +108,11 @@ EPOCH_COLUMNS: dict[str, str] = {
     "energy_cpu_j": "REAL",  # RAPL package zones, summed: the whole socket(s), not the worker alone
     "energy_dram_j": "REAL",  # RAPL dram subzones, where present
     "energy_gpu_j": "REAL",  # NVML's total energy counter of the GPU the run computes on
+    # added in schema version 9: a detector's training time by where it went (worker/detector.py), seconds;
+    # their sum falls short of train_time_s by the loop itself. NULL for other workloads.
+    "host_time_s": "REAL",  # the shared numpy: flips, canvases, decoding, sampling, targets, RoI Align plans
+    "nms_time_s": "REAL",  # the framework's NMS on the proposals
+    "framework_time_s": "REAL",  # the framework's network calls: the RPN pass and the training step
 }
 SAMPLE_COLUMNS: dict[str, str] = {
     "t_s": "REAL",
@@ -209,6 +216,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     7: tuple(f"ALTER TABLE runs ADD COLUMN {name} {RUN_COLUMNS[name]}"
              for name in ("executor", "node", "cells_on_node", "attempt")),
     8: (f"CREATE TABLE IF NOT EXISTS environments ({_columns_sql(ENVIRONMENT_COLUMNS)})",),
+    9: tuple(f"ALTER TABLE epochs ADD COLUMN {name} {EPOCH_COLUMNS[name]}" for name in EPOCH_SPLIT),
 }
 
 

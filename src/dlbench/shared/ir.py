@@ -330,8 +330,8 @@ def forward_flops(spec: dict) -> int:
     training step; RoI Align, proposals and NMS are not counted."""
     if "detector" in spec:
         parts = detector_parts(spec)
-        image = sum(forward_flops(parts[name]) for name in ("backbone", "rpn", "rpn_cls", "rpn_box"))
-        return image + DETECTOR_ROIS * sum(forward_flops(parts[name]) for name in ("head", "cls", "box"))
+        head = sum(forward_flops(parts[name]) for name in ("head", "cls", "box"))
+        return image_forward_flops(spec) + DETECTOR_ROIS * head
     total = 0
     for layer, in_shape, out_shape in infer_shapes(spec):
         kind = layer["type"]
@@ -357,5 +357,18 @@ def _lstm_flops(steps: int, features: int, units: int) -> int:
 
 
 def train_flops(spec: dict) -> int:
-    """FLOPs of one training sample: forward plus backward, taken as 3x forward (the usual estimate)."""
-    return 3 * forward_flops(spec)
+    """FLOPs of one training sample: forward plus backward, taken as 3x forward (the usual estimate).
+    A detector's training step also runs the backbone and the RPN once more, without gradient, for the
+    proposals its RoIs are sampled from (worker/detector.py: rpn_outputs, then train_step): that
+    second forward pass of the image's layers is counted too."""
+    flops = 3 * forward_flops(spec)
+    if "detector" in spec:
+        flops += image_forward_flops(spec)
+    return flops
+
+
+def image_forward_flops(spec: dict) -> int:
+    """A detector's per-image forward FLOPs: the backbone and the RPN (its 3x3 conv and both 1x1 outputs)
+    on the landscape canvas, the head's RoIs left out."""
+    parts = detector_parts(spec)
+    return sum(forward_flops(parts[name]) for name in ("backbone", "rpn", "rpn_cls", "rpn_box"))

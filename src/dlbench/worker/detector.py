@@ -23,6 +23,7 @@ for its own class summed, over the number of sampled RoIs. The total is their su
 from __future__ import annotations
 
 import importlib
+import time
 from typing import Dict, Tuple
 
 import numpy as np
@@ -45,6 +46,38 @@ def detector_class(adapter_path: str):
             raise
         raise NotImplementedError("%s has no Faster R-CNN in dlbench yet (no module %s)"
                                   % (module.split(".")[-2], module)) from None
+
+
+class EpochClock(object):
+    """Where a training epoch's time goes, summed over its images: the framework's network calls, its
+    NMS, and the host's share of each image (its wall time less those two)."""
+
+    def __init__(self):
+        self.framework_s = self.nms_s = self.host_s = 0.0
+
+    def framework(self, function, *args):
+        started = time.perf_counter()
+        result = function(*args)
+        self.framework_s += time.perf_counter() - started
+        return result
+
+    def timed_nms(self, nms):
+        def timed(*args):
+            started = time.perf_counter()
+            result = nms(*args)
+            self.nms_s += time.perf_counter() - started
+            return result
+        return timed
+
+    def image(self, function, *args):
+        """function(*args), one image's whole step: its seconds outside the timed calls are the host's."""
+        started, timed_before = time.perf_counter(), self.framework_s + self.nms_s
+        result = function(*args)
+        self.host_s += time.perf_counter() - started - (self.framework_s + self.nms_s - timed_before)
+        return result
+
+    def totals(self) -> Dict[str, float]:
+        return {"host_time_s": self.host_s, "nms_time_s": self.nms_s, "framework_time_s": self.framework_s}
 
 
 class DetectorAdapter(BaseAdapter):
@@ -83,27 +116,40 @@ class DetectorAdapter(BaseAdapter):
 
     # ---- shared ------------------------------------------------------------------------------
 
-    def targets(self, image: pipeline.Image, rng) -> Dict[str, np.ndarray]:
-        objectness, deltas = self.rpn_outputs(image.x)
-        proposals = pipeline.propose(self.model_ir, image, objectness, deltas, self.nms, self.config["pre_nms_train"],
-                                     self.config["post_nms_train"], self.config)
+    def targets(self, image: pipeline.Image, rng, clock: EpochClock) -> Dict[str, np.ndarray]:
+        """The training targets of one image; `clock` is charged the RPN pass as framework time and the
+        proposals' NMS as NMS time."""
+        objectness, deltas = clock.framework(self.rpn_outputs, image.x)
+        proposals = pipeline.propose(self.model_ir, image, objectness, deltas, clock.timed_nms(self.nms),
+                                     self.config["pre_nms_train"], self.config["post_nms_train"], self.config)
         return pipeline.train_targets(self.model_ir, image, proposals, rng, self.config)
 
     def train_epoch(self, data: pipeline.DetectionSplit, order: np.ndarray) -> Dict[str, float]:
+        """The epoch's mean losses and the head's accuracy, and where its time went: "framework_time_s"
+        (rpn_outputs and train_step, whose outputs come back to the host, so the device has finished),
+        "nms_time_s" (the framework's nms on the proposals) and "host_time_s" (the shared numpy: each
+        image's flip and canvas, decoding and sampling, targets and RoI Align plans). What the epoch's
+        clock measures beyond their sum is the loop itself and the worker's synchronise."""
         self.epochs_trained += 1
         sums = dict.fromkeys(LOSS_NAMES + ("right", "rois"), 0.0)
+        clock = EpochClock()
         for i in order:
-            rng = pipeline.image_rng(self.seed, self.epochs_trained, int(i))
-            image = pipeline.training_image(data, int(i), self.model_ir, self.scale, rng)
-            targets = self.targets(image, rng)
-            step = self.train_step(image.x, targets)
+            step, sampled = clock.image(self._train_image, data, int(i), clock)
             for key in LOSS_NAMES + ("right",):
                 sums[key] += step[key]
-            sums["rois"] += len(targets["roi_labels"])
+            sums["rois"] += sampled
         metrics = {key: sums[key] / len(order) for key in LOSS_NAMES}
         metrics["loss"] = sum(metrics[key] for key in LOSS_NAMES)
         metrics["accuracy"] = sums["right"] / max(sums["rois"], 1.0)  # the head's, on the sampled RoIs
+        metrics.update(clock.totals())
         return metrics
+
+    def _train_image(self, data: pipeline.DetectionSplit, i: int, clock: EpochClock):
+        """One training step on image i: (the step's losses and "right", how many RoIs it sampled)."""
+        rng = pipeline.image_rng(self.seed, self.epochs_trained, i)
+        image = pipeline.training_image(data, i, self.model_ir, self.scale, rng)
+        targets = self.targets(image, rng, clock)
+        return clock.framework(self.train_step, image.x, targets), len(targets["roi_labels"])
 
     def detect(self, pixels: np.ndarray):
         """(boxes, scores, labels) of one (height, width, 3) uint8 image."""

@@ -22,6 +22,7 @@ from dlbench.shared.init import canonical_init
 from dlbench.shared.protocol import (
     DONE,
     EPOCH,
+    EPOCH_SPLIT,
     EPOCH_START,
     EPOCH_TRAINED,
     ERROR,
@@ -75,7 +76,10 @@ def run(cell: dict, events: Events) -> None:
         meta = json.load(handle)
     detector = "detector" in cell["model"]
     if detector:  # images of many sizes and their boxes, not one x and y array
-        train, test = (DetectionSplit.load(cell["data_path"], part) for part in ("train", "test"))
+        # the training images are read into memory here, before any epoch's clock starts, so that no
+        # epoch time depends on the page cache (the test images are read as evaluation goes)
+        train = DetectionSplit.load(cell["data_path"], "train").in_memory()
+        test = DetectionSplit.load(cell["data_path"], "test")
     else:
         train = load_split(cell["data_path"], "train", meta.get("input_scale"))
         test = load_split(cell["data_path"], "test", meta.get("input_scale"))
@@ -105,8 +109,11 @@ def run(cell: dict, events: Events) -> None:
         tic = time.perf_counter()
         metrics = adapter.evaluate(test)
         adapter.synchronise()
+        # a detector's epoch also says where its training time went (DetectorAdapter.train_epoch)
+        split = {key: train_metrics[key] for key in EPOCH_SPLIT if key in train_metrics}
         events.emit(EPOCH, epoch=epoch, train_time_s=train_time, eval_time_s=time.perf_counter() - tic,
-                    train_loss=train_metrics["loss"], train_accuracy=train_metrics["accuracy"], metrics=metrics)
+                    train_loss=train_metrics["loss"], train_accuracy=train_metrics["accuracy"], metrics=metrics,
+                    **split)
     events.emit(DONE)
 
 

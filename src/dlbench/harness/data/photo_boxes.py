@@ -73,9 +73,9 @@ def check_annotation(path: Path, image_size: tuple[int, int]) -> None:
     boxes, _, _ = voc.parse_annotation(path)
     if not len(boxes):
         raise DatasetError(f"{path}: no objects")
-    for xmin, ymin, xmax, ymax in boxes.tolist():  # 0-based
-        if not (0 <= xmin < xmax <= width - 1 and 0 <= ymin < ymax <= height - 1):
-            raise DatasetError(f"{path}: box ({xmin + 1:g}, {ymin + 1:g}, {xmax + 1:g}, {ymax + 1:g}) "
+    for x1, y1, x2, y2 in boxes.tolist():  # continuous: the XML's xmin - 1, ymin - 1, xmax, ymax
+        if not (0 <= x1 < x2 <= width and 0 <= y1 < y2 <= height):
+            raise DatasetError(f"{path}: box ({x1 + 1:g}, {y1 + 1:g}, {x2:g}, {y2:g}) "
                                f"is empty or outside the {width}x{height} photo")
 
 
@@ -117,8 +117,9 @@ PHOTO_BOXES = Source(
             f"side is {MIN_SIDE} pixels unless the long side would pass {MAX_SIDE}. Arrays as voc2012's: "
             "pixels_<s> uint8, all images' HWC pixels concatenated; x_<s> int64 (N, 5) = offset into pixels, "
             "height, width, original height, original width; y_<s> int64 (N, 2) = first box, number of boxes; "
-            "boxes_<s> float32 (M, 4) = xmin, ymin, xmax, ymax in the resized image's pixels (0-based: the "
-            "XML's 1-based values minus 1, times the scale); labels_<s> int32 (M,); difficult_<s> uint8 (M,). "
+            "boxes_<s> float32 (M, 4) = x1, y1, x2, y2 in the resized image's continuous pixel coordinates "
+            "(the XML's xmin - 1, ymin - 1, xmax, ymax, times the scale); labels_<s> int32 (M,); "
+            "difficult_<s> uint8 (M,). "
             "A small offline stand-in for quick runs of a VOC detection workload: this is NOT PASCAL VOC, and "
             "its mAP is not comparable with VOC's."
         ),

@@ -119,10 +119,19 @@ def _rename_into_place(tmp: Path, final: Path) -> None:
         raise
 
 
+# How a detection dataset's boxes are stored (voc.parse_annotation): continuous pixel coordinates, x1 =
+# xmin - 1 and x2 = xmax of VOC's 1-based pixels. Folders prepared before it (x2 = xmax - 1) lack the key.
+BOX_CONVENTION = "continuous"
+
+
 def load_prepared(path: Path) -> PreparedDataset:
     """Open a prepared folder, checking its meta, arrays, vocabulary and hash."""
     path = Path(path)
     meta = _read_meta(path / META_FILE)
+    if meta.get("task") == "detection" and meta.get("box_convention") != BOX_CONVENTION:
+        raise DatasetError(f"{path}: box_convention {meta.get('box_convention')!r} in {META_FILE}, but dlbench "
+                           f"reads {BOX_CONVENTION!r} boxes (x1 = xmin - 1, x2 = xmax); it was prepared by an "
+                           "older dlbench: delete the folder and prepare it again (dlbench data fetch)")
     arrays = {name: _open_array(path / array_file(name)) for name in array_names(meta)}
     _check_vocab(path, meta)
     # Recomputing the hash catches a truncated or edited array; the quick sets hash in milliseconds.

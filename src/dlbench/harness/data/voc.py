@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from .download import FileSpec, Source
-from .prepared import Built, DatasetError
+from .prepared import BOX_CONVENTION, Built, DatasetError
 from .safe import safe_extract
 
 ROOT = "VOCdevkit/VOC2012/"
@@ -30,14 +30,20 @@ KEPT = tuple(ROOT + sub for sub in ("Annotations/", "JPEGImages/", "ImageSets/Ma
 
 
 def parse_annotation(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(boxes float32 (M, 4) as 0-based xmin, ymin, xmax, ymax; labels int32; difficult uint8)."""
+    """(boxes float32 (M, 4) in continuous pixel coordinates; labels int32; difficult uint8).
+
+    VOC's xmin..xmax are 1-based pixel indices, both included: the box covers pixels xmin - 1 to
+    xmax - 1 counted from 0, which span [xmin - 1, xmax] in continuous coordinates (an image of W
+    pixels spans [0, W]), the convention of torchvision's detection models; so x1 = xmin - 1, x2 =
+    xmax, and likewise for y. Its width x2 - x1 is the devkit's xmax - xmin + 1."""
     try:
         objects = ElementTree.parse(path).getroot().findall("object")
         boxes, labels, difficult = [], [], []
         for obj in objects:
             box = obj.find("bndbox")
             # VOC coordinates are 1-based pixels, sometimes written as floats.
-            boxes.append([float(box.findtext(tag)) - 1 for tag in ("xmin", "ymin", "xmax", "ymax")])
+            xmin, ymin, xmax, ymax = (float(box.findtext(tag)) for tag in ("xmin", "ymin", "xmax", "ymax"))
+            boxes.append([xmin - 1, ymin - 1, xmax, ymax])
             labels.append(CLASSES.index(obj.findtext("name").strip()))
             difficult.append(int(obj.findtext("difficult") or 0))
     except (ElementTree.ParseError, AttributeError, TypeError, ValueError) as exc:
@@ -132,7 +138,7 @@ def detection_meta(info: dict, ids: dict[str, list[str]], test_split: str, min_s
         **info, "n_train": len(ids["train"]), "n_test": len(ids["test"]),
         "input_shape": [None, None, 3], "input_dtype": "uint8", "input_scale": 255.0,
         "num_classes": len(CLASSES), "class_names": CLASSES, "min_side": min_side, "max_side": max_side,
-        "train_split": "train", "test_split": test_split, "extra_arrays": extras,
+        "train_split": "train", "test_split": test_split, "extra_arrays": extras, "box_convention": BOX_CONVENTION,
         "image_ids_train": list(ids["train"]), "image_ids_test": list(ids["test"]),
     }
 
@@ -147,8 +153,8 @@ VOC2012 = Source(
             "long side would pass 1,000 (then the long side is 1,000). Arrays per split: pixels_<s> uint8, "
             "all images' HWC pixels concatenated; x_<s> int64 (N, 5) = offset into pixels, height, width, "
             "original height, original width; y_<s> int64 (N, 2) = first box, number of boxes; "
-            "boxes_<s> float32 (M, 4) = xmin, ymin, xmax, ymax in the resized image's pixels (0-based: the "
-            "XML's 1-based values minus 1, times the scale); labels_<s> int32 (M,) class index; "
+            "boxes_<s> float32 (M, 4) = x1, y1, x2, y2 in the resized image's continuous pixel coordinates "
+            "(the XML's xmin - 1, ymin - 1, xmax, ymax, times the scale); labels_<s> int32 (M,) class index; "
             "difficult_<s> uint8 (M,). The prepared folder takes about 17 GB; its hash depends on "
             "Pillow's resize, so it can change with the Pillow version."
         ),

@@ -40,5 +40,5 @@ def load(store_path: Path) -> Report:
     data_dir = Path(os.environ.get("DLBENCH_DATA") or dlbench_home() / "data")
     return Report(str(store_path), datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), runs, certificates,
                   samples, summaries, findings(summaries, held_out_sets=held_out_sets(runs, data_dir)),
-                  tables.study_tables(summaries, peaks),
+                  tables.study_tables(summaries, peaks) + tables.detector_time_split(runs),
                   tables.certificate_grid(certificates, runs), manifest.manifest(runs), manifest.dlbench_version())

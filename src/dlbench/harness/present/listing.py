@@ -17,7 +17,7 @@ TABLE_COLUMNS = (
 )
 # derived from the stored columns (dlbench.harness.analysis.measures): heading, text of a run; after "cpu %"
 DERIVED_COLUMNS = (("GFLOP/s", measures.gflops_text), ("MFU", measures.mfu_text), ("cores", measures.cores_text),
-                   ("energy/sample", measures.energy_text))
+                   ("energy/sample", measures.energy_text), ("detector epoch", measures.time_split_text))
 LARGE_FIELDS = ("config", "packages", "stderr_tail")  # kept out of CSV rows; JSON has them
 
 

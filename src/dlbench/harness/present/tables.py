@@ -6,7 +6,9 @@ A framework whose runs all stopped early shows the metric at its last completed 
 """
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from statistics import median
 
+from dlbench.harness.analysis import measures
 from dlbench.harness.analysis.findings import group, label, metric_format, seconds
 from dlbench.harness.analysis.stats import CONFIDENCE, NOISE, Estimate, level_text
 from dlbench.harness.analysis.summary import FIRST_EPOCH_FIGURES, CellSummary, speed_ratios
@@ -109,6 +111,39 @@ def study_tables(cells: Sequence[CellSummary], peaks: Sequence[Mapping] = ()) ->
     return tables
 
 
+def detector_time_split(runs: Sequence[Mapping]) -> list[Table]:
+    """Per device, one row per detection cell (workload, dataset, framework, in that order): where a steady epoch's
+    training time went (measures.time_split), the median over the cell's successful runs. No table when no
+    run holds the split."""
+    cells: dict[tuple, list[dict]] = {}
+    for run in runs:
+        split = measures.time_split(run) if run.get("status") == "ok" else {}
+        if split:
+            key = (run.get("device") or "?", run["workload"], run.get("dataset"), run["framework"],
+                   run.get("framework_version"))
+            cells.setdefault(key, []).append(split)
+    tables = []
+    for device in sorted({key[0] for key in cells}):
+        rows, row_keys = [], []
+        for (cell_device, workload, dataset, framework, version), splits in sorted(
+                cells.items(), key=lambda item: tuple(str(part) for part in item[0])):
+            if cell_device != device:
+                continue
+            figures = {name: median(split[name] for split in splits) for name in splits[0]}
+            rows.append([f"{workload} ({dataset or '?'})", f"{framework} {version or ''}".strip(),
+                         *(f"{figures[name]:.3g}" for name in ("host", "NMS", "framework", "rest")),
+                         f"{figures['framework share'] * 100:.0f}%", str(len(splits))])
+            row_keys.append({"framework": framework, "workload": workload})
+        tables.append(Table(f"Detector epoch time by where it went, {device}",
+                            ["workload (dataset)", "framework", "host s", "NMS s", "framework s", "rest s",
+                             "framework share", "runs"], rows, [],
+                            "a steady training epoch: host, the shared numpy (flips, canvases, decoding, sampling, "
+                            "targets, RoI Align plans); NMS, the framework's on the proposals; framework, its RPN pass "
+                            "and training step; rest, the epoch's time less those (the loop); medians over the steady "
+                            "epochs, then over the runs", row_keys, {"device": device}))
+    return tables
+
+
 def throughput(cells: Sequence[CellSummary], columns: list[str], device: str, peaks: Sequence[Mapping] = ()) -> Table:
     """Achieved GFLOP/s of the steady epochs and MFU, its share of the float32 GEMM peak measured in the
     framework's own environment with the run's threads: each framework's own peak, shown beside it."""
@@ -125,7 +160,8 @@ def throughput(cells: Sequence[CellSummary], columns: list[str], device: str, pe
             row.append(_throughput_cell(cell, busy))
         rows.append(row)
     denominators = [c.peak_gflops.median for c in cells if c.peak_gflops.median is not None]
-    note = ("training FLOPs of a steady epoch's samples (3x forward, from the model IR) over its time; MFU: that "
+    note = ("training FLOPs of a steady epoch's samples (3x forward, plus a detector's second backbone and RPN "
+            "pass, from the model IR) over its time; MFU: that "
             "over the float32 GEMM peak measured in the framework's own environment with the run's threads "
             "(dlbench.worker.peak), so each framework's MFU has its own denominator, shown after 'of'")
     if denominators:

@@ -13,7 +13,7 @@ from dlbench.harness.run.cell_config import Prepared
 from dlbench.harness.run.launch import Outcome
 from dlbench.harness.store import Store
 from dlbench.shared import ir
-from dlbench.shared.protocol import EPOCH, READY, START, kind_of
+from dlbench.shared.protocol import EPOCH, EPOCH_SPLIT, READY, START, kind_of
 
 
 @dataclass
@@ -29,7 +29,8 @@ def epoch_rows(events: list[dict], metric: str, energies: dict | None = None) ->
     energies = energies or {}
     return [{"epoch": e["epoch"], "train_time_s": e["train_time_s"], "eval_time_s": e["eval_time_s"],
              "train_loss": e["train_loss"], "train_accuracy": e["train_accuracy"],
-             "metric_value": e["metrics"].get(metric), "metrics": e["metrics"], **energies.get(e["epoch"], {})}
+             "metric_value": e["metrics"].get(metric), "metrics": e["metrics"],
+             **{key: e[key] for key in EPOCH_SPLIT if key in e}, **energies.get(e["epoch"], {})}
             for e in events if kind_of(e) == EPOCH]
 
 

@@ -57,6 +57,11 @@ class DetectionSplit(object):
             return np.load(os.path.join(folder, array_file("%s_%s" % (name, part))), mmap_mode="r")
         return cls(array("x"), array("y"), array("pixels"), array("boxes"), array("labels"), array("difficult"))
 
+    def in_memory(self) -> "DetectionSplit":
+        """This split with every array read into memory from its memory-mapped file."""
+        return DetectionSplit(*(np.array(array) for array in (self.index, self.spans, self.pixels, self.boxes,
+                                                              self.labels, self.difficult)))
+
     def __len__(self) -> int:
         return len(self.index)
 

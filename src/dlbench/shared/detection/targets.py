@@ -1,6 +1,7 @@
-"""Training targets of Faster R-CNN's approximate joint training (Ren et al. 2015), as py-faster-rcnn
-computes them: which anchors the RPN learns from and what they regress to, and which proposals the
-RoI head learns from.
+"""Training targets of Faster R-CNN's approximate joint training (Ren et al. 2015): which anchors the
+RPN learns from and what they regress to (as py-faster-rcnn's anchor_target_layer), and which
+proposals the RoI head learns from (as torchvision's RoIHeads, whose losses the frameworks compute).
+Box conventions are torchvision's throughout: continuous coordinates, IoU without the devkit's +1.
 
 Every random choice draws from the `rng` the caller passes, `np.random.RandomState(seed)`: numpy keeps
 the legacy RandomState streams unchanged across versions, so one seed samples the same anchors and
@@ -27,7 +28,7 @@ RPN_POSITIVE_FRACTION = 0.5
 ROI_BATCH = 128
 ROI_FOREGROUND_FRACTION = 0.25
 ROI_FOREGROUND_IOU = 0.5
-ROI_BACKGROUND_IOU = (0.0, 0.5)  # [low, high)
+ROI_BACKGROUND_IOU = (0.0, 0.5)  # [low, high): torchvision's (py-faster-rcnn's BG_THRESH_LO is 0.1)
 
 
 def _choose(rng, indices: np.ndarray, count: int) -> np.ndarray:
@@ -118,7 +119,9 @@ def roi_targets(proposals: np.ndarray, gt_boxes: np.ndarray, gt_labels: np.ndarr
                 batch: int = ROI_BATCH, foreground_fraction: float = ROI_FOREGROUND_FRACTION,
                 foreground_iou: float = ROI_FOREGROUND_IOU,
                 background_iou: Tuple[float, float] = ROI_BACKGROUND_IOU) -> Dict[str, np.ndarray]:
-    """The RoI head's sample for one image, as py-faster-rcnn's proposal_target_layer.
+    """The RoI head's sample for one image, as torchvision's RoIHeads samples it (foreground at IoU >= 0.5,
+    background at IoU in [0, 0.5): every proposal below 0.5, where py-faster-rcnn's proposal_target_layer
+    leaves out those under 0.1), with a legacy-RandomState draw in place of torch.randperm.
 
     The ground-truth boxes are appended to the proposals (after them, as py-faster-rcnn and
     torchvision do), so the head always sees some foreground. Each candidate takes the label of the

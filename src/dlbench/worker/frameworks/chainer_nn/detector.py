@@ -12,8 +12,9 @@ on the project's 2-core machine, so about 22 s for a training step's 128. The sh
 feature-map rows of each bin, a batched F.matmul weighs and sums them (0.16 s forward and backward
 for 128 RoIs there; the plan as a dense matrix and one matmul took as long, F.get_item longer: its
 backward is numpy.add.at).
-NMS: Chainer has none (ChainerCV's is not installed): the pairwise IoU with numpy, Chainer's array
-module on the CPU, then the greedy pass, as shared/detection/nms.py keeps them.
+NMS: Chainer has none (ChainerCV's is not installed): the pairwise IoU in numpy, Chainer's array
+module on the CPU, then the greedy pass without a loop over the boxes (shared/detection/nms.fixed_point_keep,
+whose numpy is that array module's).
 Device: CPU only, as the classifier adapter (no CuPy).
 """
 from __future__ import annotations
@@ -24,7 +25,7 @@ import chainer
 import chainer.functions as F
 import numpy as np
 
-from dlbench.shared.detection.nms import greedy_keep
+from dlbench.shared.detection.nms import fixed_point_keep
 from dlbench.shared.detection.pipeline import SMOOTH_L1_BETA
 from dlbench.shared.ir import detector_parts
 from dlbench.worker.detector import LOSS_NAMES, DetectorAdapter
@@ -168,16 +169,15 @@ class Detector(DetectorAdapter):
         return dict(zip(LOSS_NAMES, (float(loss.array) for loss in losses))), gradients
 
     def nms(self, boxes, scores, threshold):
-        """Greedy NMS: the pairwise IoU at once (float64, as shared/detection/nms.py computes it, so that an
-        IoU at the threshold falls the same side), then one pass down the scores."""
-        b = np.asarray(boxes, np.float64).reshape(-1, 4)
-        order = np.argsort(-np.asarray(scores, np.float64).reshape(-1), kind="stable")
-        b = b[order]
-        area = np.maximum(b[:, 2] - b[:, 0], 0.0) * np.maximum(b[:, 3] - b[:, 1], 0.0)
-        width = np.minimum(b[:, None, 2], b[None, :, 2]) - np.maximum(b[:, None, 0], b[None, :, 0])
-        height = np.minimum(b[:, None, 3], b[None, :, 3]) - np.maximum(b[:, None, 1], b[None, :, 1])
-        inter = np.maximum(width, 0.0) * np.maximum(height, 0.0)
-        union = area[:, None] + area[None, :] - inter
-        overlaps = np.zeros_like(inter)
-        np.divide(inter, union, out=overlaps, where=union > 0)  # a zero-area box overlaps nothing
-        return order[greedy_keep(overlaps > threshold)]
+        """Greedy NMS in Chainer's CPU array module (numpy), float32 as the other frameworks' device
+        arrays: the pairwise IoU, then the greedy pass as fixed_point_keep computes it."""
+        if len(boxes) == 0:
+            return np.zeros(0, np.int64)
+        order = np.argsort(-np.asarray(scores).reshape(-1), kind="stable")
+        x1, y1, x2, y2 = np.asarray(boxes, np.float32).reshape(-1, 4)[order].T
+        area = np.maximum(x2 - x1, 0) * np.maximum(y2 - y1, 0)
+        inter = np.maximum(np.minimum(x2[:, None], x2) - np.maximum(x1[:, None], x1), 0)
+        inter *= np.maximum(np.minimum(y2[:, None], y2) - np.maximum(y1[:, None], y1), 0)
+        with np.errstate(invalid="ignore"):  # two zero-area boxes: 0 / 0 = NaN, which no threshold passes
+            suppress = inter / (area[:, None] + area - inter) > threshold
+        return order[fixed_point_keep(suppress)]

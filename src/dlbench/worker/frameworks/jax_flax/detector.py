@@ -4,8 +4,8 @@ optimised with its optax chain, every pass one jitted function.
 RoI Align: JAX has no op, so the shared plan (pipeline.roi_align_plan) is applied as gathers of
 feature-map rows and a weighted sum, in the form XLA's CPU runs fastest with a gradient (training)
 and without (detection); see roi_align_for_gradient. NMS: no op either; the pairwise IoU and the
-greedy pass both run in one jitted function (lax.fori_loop over the boxes by descending score), the
-sort on the host as the reference's.
+greedy pass both run in one jitted function on the run's device (the pass as a fixed point in a
+lax.while_loop, shared/detection/nms.fixed_point_keep), the sort on the host as the reference's.
 
 Shapes are fixed so that each jitted function compiles once per canvas (landscape and portrait): the
 sampled RoIs are padded to roi_batch (training) or post_nms_test (detection) with zero-weight rows
@@ -85,22 +85,28 @@ def _padded(array: np.ndarray, rows: int) -> np.ndarray:
 
 
 @jax.jit
-def _greedy_keep(boxes, count, threshold):
-    """Which of the first `count` boxes (sorted by descending score) greedy NMS keeps: a box goes when
-    a kept box before it overlaps it with IoU > threshold; zero-area boxes overlap nothing."""
+def _greedy_keep(boxes, threshold):
+    """Which boxes (sorted by descending score) greedy NMS keeps, as shared/detection/nms.fixed_point_keep
+    computes it: a box goes when a kept box before it overlaps it with IoU > threshold; zero-area boxes
+    overlap nothing. The fixed point is reached in a lax.while_loop, on the device."""
     area = jnp.clip(boxes[:, 2] - boxes[:, 0], 0) * jnp.clip(boxes[:, 3] - boxes[:, 1], 0)
     top_left = jnp.maximum(boxes[:, None, :2], boxes[None, :, :2])
     bottom_right = jnp.minimum(boxes[:, None, 2:], boxes[None, :, 2:])
     inter = jnp.prod(jnp.clip(bottom_right - top_left, 0), axis=-1)
     union = area[:, None] + area[None, :] - inter
     overlaps = jnp.where(union > 0, inter / jnp.where(union > 0, union, 1.0), 0.0)
-    later = jnp.arange(len(boxes))[None, :] > jnp.arange(len(boxes))[:, None]
-    suppress = (overlaps > threshold) & later  # a box only removes those after it
+    suppress = jnp.triu(overlaps > threshold, 1).astype(jnp.float32)  # a box only removes those after it
 
-    def visit(i, removed):
-        return jnp.where(removed[i], removed, removed | suppress[i])
+    def again(state):
+        keep, _ = state
+        return (keep @ suppress == 0).astype(jnp.float32), keep
 
-    return ~jax.lax.fori_loop(0, count, visit, jnp.zeros(len(boxes), bool))
+    def changed(state):
+        keep, before = state
+        return jnp.any(keep != before)
+
+    keep = jnp.ones(len(boxes), jnp.float32)
+    return jax.lax.while_loop(changed, again, again((keep, keep)))[0] > 0
 
 
 class Detector(DetectorAdapter):
@@ -235,6 +241,6 @@ class Detector(DetectorAdapter):
         order = np.argsort(-np.asarray(scores), kind="stable")
         size = max(NMS_MIN_BOXES, 1 << (count - 1).bit_length())
         sorted_boxes = _padded(np.asarray(boxes, np.float32).reshape(-1, 4)[order], size)
-        keep = _greedy_keep(self._put(sorted_boxes), np.int32(count), np.float32(threshold))
+        keep = _greedy_keep(self._put(sorted_boxes), np.float32(threshold))
         return order[np.asarray(keep)[:count]].astype(np.int64)
 

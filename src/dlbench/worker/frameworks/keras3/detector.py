@@ -11,13 +11,12 @@ rows, so a compiled step sees one set of shapes per canvas whatever the sample h
 keras.ops has neither RoI Align nor NMS. RoI Align applies the shared plan (pipeline.roi_align_plan):
 one keras.ops.take of feature-map rows per plan corner, weighted and summed, so that no (RoIs, bins,
 corners, channels) block is ever materialised. NMS is the pairwise IoU in keras.ops, then the greedy
-pass on the host, as the reference's.
+pass as a fixed point of keras.ops matrix products (shared/detection/nms.fixed_point_keep), on the device.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from dlbench.shared.detection.nms import greedy_keep
 from dlbench.shared.detection.pipeline import SMOOTH_L1_BETA
 from dlbench.shared.ir import detector_parts
 from dlbench.worker.detector import LOSS_NAMES, DetectorAdapter
@@ -255,7 +254,7 @@ class Detector(DetectorAdapter):
     # ---- NMS -------------------------------------------------------------------------------------
 
     def nms(self, boxes, scores, threshold):
-        """Greedy NMS: the pairwise IoU in keras.ops, then one pass down the scores."""
+        """Greedy NMS in keras.ops on the run's device: the pairwise IoU, then fixed_point_keep."""
         if len(boxes) == 0:
             return np.zeros(0, np.int64)
         order = np.argsort(-np.asarray(scores), kind="stable")
@@ -266,15 +265,29 @@ class Detector(DetectorAdapter):
             rows = 1 << max(6, (len(ordered) - 1).bit_length())
             ordered = np.pad(ordered, ((0, rows - len(ordered)), (0, 0)))
         with keras.device(self.device_name):
-            suppress = ops.convert_to_numpy(ops.greater(pairwise_iou(ops.convert_to_tensor(ordered)), threshold))
-        return order[greedy_keep(suppress[:len(order), :len(order)])]
+            keep = fixed_point_keep(ops.greater(pairwise_iou(ops.convert_to_tensor(ordered)), threshold))
+        return order[np.flatnonzero(keep[:len(order)])]
+
+
+def fixed_point_keep(suppress):
+    """shared/detection/nms.fixed_point_keep in keras.ops, on the device: which boxes (sorted best
+    first) greedy NMS keeps, as a bool numpy array; only the check for a settled round comes to the host."""
+    suppress = ops.triu(ops.cast(suppress, "float32"), 1)
+    keep = ops.ones((suppress.shape[0],), "float32")
+    while True:
+        again = ops.cast(ops.equal(ops.matmul(keep, suppress), 0.0), "float32")
+        if bool(ops.convert_to_numpy(ops.all(ops.equal(again, keep)))):
+            return ops.convert_to_numpy(keep) > 0
+        keep = again
 
 
 def pairwise_iou(b):
-    """(N, N) IoU; a zero-area box has IoU 0 with every box, itself included (boxes.iou)."""
-    area = ops.maximum(b[:, 2] - b[:, 0], 0.0) * ops.maximum(b[:, 3] - b[:, 1], 0.0)
-    top_left = ops.maximum(b[:, None, :2], b[None, :, :2])
-    bottom_right = ops.minimum(b[:, None, 2:], b[None, :, 2:])
-    inter = ops.prod(ops.maximum(bottom_right - top_left, 0.0), axis=-1)
+    """(N, N) IoU, one coordinate at a time (no (N, N, 2) corner blocks); a zero-area box has IoU 0 with
+    every box, itself included (boxes.iou)."""
+    x1, y1, x2, y2 = (b[:, i] for i in range(4))
+    area = ops.maximum(x2 - x1, 0.0) * ops.maximum(y2 - y1, 0.0)
+    width = ops.maximum(ops.minimum(x2[:, None], x2[None]) - ops.maximum(x1[:, None], x1[None]), 0.0)
+    height = ops.maximum(ops.minimum(y2[:, None], y2[None]) - ops.maximum(y1[:, None], y1[None]), 0.0)
+    inter = width * height
     union = area[:, None] + area[None, :] - inter
     return ops.where(union > 0, inter / ops.maximum(union, 1e-12), 0.0)

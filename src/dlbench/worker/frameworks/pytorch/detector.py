@@ -5,7 +5,8 @@ come from torch's primitives, not torchvision.ops: torchvision's wheels on PyPI 
 cannot load beside the CPU torch dlbench installs (torchvision's CPU wheels live on PyTorch's own
 index only), and one code path serves both devices. RoI Align is the shared plan
 (pipeline.roi_align_plan) applied by embedding_bag: a weighted gather-sum of feature-map rows whose
-gradient scatters back, never materialising the gathered rows.
+gradient scatters back, never materialising the gathered rows. NMS is the pairwise IoU and the greedy
+pass's fixed point (shared/detection/nms.fixed_point_keep) in torch on the run's device.
 """
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from dlbench.shared.detection.nms import greedy_keep
 from dlbench.shared.detection.pipeline import SMOOTH_L1_BETA
 from dlbench.shared.ir import detector_parts
 from dlbench.worker.detector import LOSS_NAMES, DetectorAdapter
@@ -149,16 +149,23 @@ class Detector(DetectorAdapter):
         return dict(zip(LOSS_NAMES, (float(loss) for loss in losses))), gradients
 
     def nms(self, boxes, scores, threshold):
-        """Greedy NMS: the pairwise IoU in torch, then one pass down the scores."""
+        """Greedy NMS on the run's device: the pairwise IoU in torch, then the greedy pass as
+        shared/detection/nms.fixed_point_keep computes it (torch has no NMS of its own; torchvision's
+        is not installed, see the module's doc)."""
         if len(boxes) == 0:
             return np.zeros(0, np.int64)
-        b = torch.from_numpy(np.asarray(boxes, np.float32))
-        order = torch.from_numpy(np.argsort(-np.asarray(scores), kind="stable"))
-        b = b[order]
-        area = (b[:, 2] - b[:, 0]).clamp(min=0) * (b[:, 3] - b[:, 1]).clamp(min=0)
-        top_left = torch.maximum(b[:, None, :2], b[None, :, :2])
-        bottom_right = torch.minimum(b[:, None, 2:], b[None, :, 2:])
-        inter = (bottom_right - top_left).clamp(min=0).prod(-1)
-        union = area[:, None] + area[None, :] - inter
-        overlaps = torch.where(union > 0, inter / union.clamp(min=1e-12), torch.zeros_like(inter))
-        return order.numpy()[greedy_keep((overlaps > threshold).numpy())]
+        order = np.argsort(-np.asarray(scores), kind="stable")
+        x1, y1, x2, y2 = torch.from_numpy(np.asarray(boxes, np.float32)[order]).to(self.torch_device).unbind(1)
+        area = (x2 - x1).clamp(min=0) * (y2 - y1).clamp(min=0)
+        # one coordinate at a time, in place: a third of the time of (N, N, 2) corner blocks on a CPU
+        inter = (torch.minimum(x2[:, None], x2[None]) - torch.maximum(x1[:, None], x1[None])).clamp_(min=0)
+        inter.mul_((torch.minimum(y2[:, None], y2[None]) - torch.maximum(y1[:, None], y1[None])).clamp_(min=0))
+        # IoU; two zero-area boxes give 0 / 0 = NaN, which no threshold passes: they overlap nothing
+        overlaps = inter.div_(area[:, None] + area[None] - inter)
+        suppress = torch.triu(overlaps > threshold, diagonal=1).to(torch.float32)
+        keep = torch.ones(len(order), device=self.torch_device)
+        while True:
+            again = (keep @ suppress == 0).to(torch.float32)
+            if torch.equal(again, keep):
+                return order[keep.bool().cpu().numpy()]
+            keep = again
