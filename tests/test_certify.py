@@ -323,7 +323,9 @@ def test_every_value_of_a_workload_is_seen_or_explained(certify_dir, workload):
     assert not [row["value"] for row in rows if row["why"] == certify_power.UNEXPLAINED]
     optimizer = {row["value"]: row["seen"] for row in rows if row["value"].startswith("recipe.optimizer.")}
     assert optimizer and all(optimizer.values())
-    assert {"recipe.batch_size", "recipe.epochs"} <= {row["value"] for row in rows if row["seen"] is False}
+    not_seen = {row["value"] for row in rows if row["seen"] is False}
+    assert "recipe.epochs" in not_seen
+    assert ("recipe.batch_size" in not_seen) == (workload != "frcnn-voc")  # a detector refuses all but 1
     layers = [row for row in rows if not row["value"].startswith(("recipe.", "detector."))]
     assert sum(row["seen"] is True for row in layers) >= 0.8 * len(layers)
     if workload == "cnn-mnist":

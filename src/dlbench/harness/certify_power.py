@@ -41,7 +41,6 @@ NOT_SEEN = {
 }
 DETECTOR_NOT_SEEN = {
     **NOT_SEEN,
-    "batch_size": "the detector's loop (worker/detector.py) takes one image a step",
     "loss": "a detector's four losses are its own (worker/detector.py); the task, not the loss's name, picks them",
     "anchor_scales": _HOST, "anchor_ratios": _HOST, "feature_stride": _HOST,
     "anchors": f"{_HOST}; the RPN layers' filters, which the frameworks build, are seen",

@@ -83,6 +83,8 @@ class EpochClock(object):
 class DetectorAdapter(BaseAdapter):
     def __init__(self, model, recipe, task, device, threads, seed):
         super().__init__(model, recipe, task, device, threads, seed)
+        if recipe["batch_size"] != 1:  # the loop below takes one image a step, whatever a recipe says
+            raise ValueError("a detector trains on one image a step: batch_size %r; accepted: 1" % recipe["batch_size"])
         self.config = pipeline.settings(recipe)
         self.scale = 255.0
         self.epochs_trained = 0  # the worker's epochs count from 1: each image's stream is keyed by it
