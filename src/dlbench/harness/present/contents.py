@@ -4,7 +4,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from dlbench.harness.analysis.findings import Finding, findings
+from dlbench.harness import machine_certificates
+from dlbench.harness.analysis.findings import Finding, findings, shared_caveats
 from dlbench.harness.analysis.load import device_with_hardware
 from dlbench.harness.analysis.summary import CellSummary, summarise
 from dlbench.harness.present import manifest, tables
@@ -20,7 +21,8 @@ class Report:
     certificates: list[dict]
     samples: dict[int, list[dict]]
     summaries: list[CellSummary]
-    findings: list[Finding]
+    caveats: list[str]  # those that hold for every workload group, said once at the top (shared_caveats)
+    findings: list[Finding]  # each group's, without the shared caveats
     study_tables: list[tables.Table]
     certificate_grid: tables.Table
     manifest: list[tables.Table]
@@ -30,9 +32,13 @@ class Report:
 def load(store_path: Path) -> Report:
     with Store(store_path) as store:
         # runs from several CPU (or GPU) models are grouped apart: their device names the model
-        runs, certificates = device_with_hardware(store.runs()), store.certificates()
+        runs = device_with_hardware(machine_certificates.with_current_verdicts(store.runs()))
         samples = {run["id"]: store.samples(run["id"]) for run in runs}
+        # a results folder's own certificates, stored by a dlbench before the machine's store, come first:
+        # the grid shows the newest per pair
+        certificates = store.certificates() + machine_certificates.certificates_of(runs)
     summaries = summarise(runs)
+    shared, found = shared_caveats(summaries, findings(summaries))
     return Report(str(store_path), datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), runs, certificates,
-                  samples, summaries, findings(summaries), tables.study_tables(summaries),
+                  samples, summaries, shared, found, tables.study_tables(summaries),
                   tables.certificate_grid(certificates, runs), manifest.manifest(runs), manifest.dlbench_version())
