@@ -81,15 +81,11 @@ def with_current_verdicts(runs: list[dict]) -> list[dict]:
     store = existing_store()
     if store is None:
         return runs
-    verdicts: dict[Key, str] = {}
+    keys = [None if run.get("certificate") == "reference" else run_key(run) for run in runs]
     with store:
-        for key in {run_key(run) for run in runs if run.get("certificate") != "reference"} - {None}:
-            verdicts[key] = store.certificate_status(*key)
-    current = []
-    for run in runs:
-        verdict = verdicts.get(run_key(run), "none") if run.get("certificate") != "reference" else "none"
-        current.append(run if verdict == "none" else dict(run, certificate=verdict))
-    return current
+        verdicts = {key: store.certificate_status(*key) for key in set(keys) - {None}}
+    return [run if verdicts.get(key, "none") == "none" else dict(run, certificate=verdicts[key])
+            for run, key in zip(runs, keys, strict=True)]
 
 
 def certificates_of(runs: Sequence[dict]) -> list[dict]:
