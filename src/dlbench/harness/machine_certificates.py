@@ -16,9 +16,9 @@ from dlbench.harness.store import Store
 
 FILENAME = "certificates.sqlite"
 # Measured with an empty certificate store: `dlbench certify --suite quick`, all 64 pairs, on a 2-core
-# machine shared with other jobs (README, "Certificates").
+# AMD EPYC shared with other jobs, 2026-12-05 (README, "Set up on a fresh machine").
 QUICK_SUITE_PAIRS = 64
-QUICK_SUITE_TIME = "14 min 30 s"
+QUICK_SUITE_TIME = "11 min 39 s"
 
 
 class Key(NamedTuple):
