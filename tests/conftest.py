@@ -45,3 +45,18 @@ def compile_cache(session_dir) -> Path:
     except FileExistsError:  # the other pytest worker made it
         pass
     return link
+
+
+@pytest.fixture(scope="session", autouse=True)
+def certificates_apart(tmp_path_factory) -> Path:
+    """Every test, and every dlbench process a test starts, reads and writes certificates in a store of its
+    pytest worker, never in the machine's (DLBENCH_HOME/certificates.sqlite): its verdicts would change
+    what runs record, and the tests' would land in it. The environments stay where they are."""
+    path = tmp_path_factory.getbasetemp() / "certificates.sqlite"
+    before = os.environ.get("DLBENCH_CERTIFICATES")
+    os.environ["DLBENCH_CERTIFICATES"] = str(path)
+    yield path
+    if before is None:
+        del os.environ["DLBENCH_CERTIFICATES"]
+    else:
+        os.environ["DLBENCH_CERTIFICATES"] = before

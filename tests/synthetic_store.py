@@ -2,7 +2,9 @@
 import random
 from pathlib import Path
 
+from dlbench.harness.certify import workload_digest
 from dlbench.harness.environments import sources
+from dlbench.harness.plan.workloads import get_workload
 from dlbench.harness.store import Store
 
 VERSIONS = {"pytorch": "2.13.0", "jax": "0.6.2", "tensorflow": "2.20.0"}
@@ -97,6 +99,7 @@ def study_store(path: Path, repetitions: int = 8) -> Path:
                     # jax's from the code this dlbench runs; tensorflow's from an adapter since changed
                     "worker_source": sources.framework_source(framework) if framework == "jax" else "0ld",
                     "reference_source": sources.framework_source("pytorch"),
+                    "workload_digest": workload_digest(get_workload(workload)),
                     "deviations": [{"tensor": "grad/dense_1/kernel", "kind": "gradient", "max_abs": worst,
                                     "max_rel": worst, "tolerance": 1e-3, "passed": bool(passed)}]})
     return path / "dlbench.sqlite"

@@ -159,9 +159,11 @@ def test_batchnorms_moving_statistics_are_certified(broken, store, tmp_path):
 def test_runs_are_marked_with_their_certificate(broken, store, tmp_path):
     env = envs.require("pytorch-swapped-gates")
     code, reference = sources.framework_source("pytorch-swapped-gates"), sources.framework_source(REFERENCE)
+    model = certify.workload_digest(get_workload("lstm-imdb"))
 
     def status(framework_env: str = env.packages_digest(), worker: str = code, of_reference: str = reference) -> str:
-        return store.certificate_status("pytorch-swapped-gates", framework_env, "lstm-imdb", worker, of_reference)
+        return store.certificate_status("pytorch-swapped-gates", framework_env, "lstm-imdb", worker, of_reference,
+                                        model)
 
     assert status() == "none"
     [cert] = certify.certify(["pytorch-swapped-gates"], [get_workload("lstm-imdb")], store, tmp_path, quiet)
@@ -195,11 +197,27 @@ def test_weights_after_the_steps_are_measured_against_the_steps():
     assert not row["passed"] and row["max_rel"] == pytest.approx(0.5)
 
 
-def test_certify_show_and_results_display(tmp_path, capsys):
-    assert main(["certify", "-f", REFERENCE, "-w", "lstm-imdb", "--results", str(tmp_path)]) == 0
-    assert main(["certify", "--show", "--results", str(tmp_path)]) == 0
+def test_certify_fills_the_machines_missing_pairs_and_again_certifies_anew(tmp_path, capsys, monkeypatch):
+    machine = tmp_path / "machine" / "certificates.sqlite"
+    monkeypatch.setenv("DLBENCH_CERTIFICATES", str(machine))
+    command = ["certify", "-f", REFERENCE, "-w", "lstm-imdb", "--results", str(tmp_path / "first")]
+    assert main(command) == 0
+    with Store(machine) as store:
+        [first] = store.certificates()
+    assert first["workload_digest"] == certify.workload_digest(get_workload("lstm-imdb")) and first["passed"]
+    # from another results folder: the pair holds a certificate, so nothing is probed
+    assert main([*command[:-1], str(tmp_path / "second")]) == 0
+    assert "pytorch lstm-imdb: certified already (pass" in capsys.readouterr().out
+    assert not (tmp_path / "second").exists()
+    with Store(machine) as store:
+        assert [cert["id"] for cert in store.certificates()] == [first["id"]]
+    assert main([*command[:-1], str(tmp_path / "third"), "--again"]) == 0
+    with Store(machine) as store:
+        assert len(store.certificates()) == 2
+    capsys.readouterr()
+    assert main(["certify", "--show"]) == 0
     shown = capsys.readouterr().out
-    assert "lstm-imdb" in shown and "pass" in shown and "of tolerance" in shown
+    assert "lstm-imdb" in shown and "pass" in shown and "of tolerance" in shown and str(machine) in shown
 
 
 @pytest.fixture(scope="session")

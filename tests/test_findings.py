@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from synthetic_store import jitter, synthetic_run
 
-from dlbench.harness.analysis.findings import Finding, HeldOutSet, findings_of_runs
+from dlbench.harness.analysis.findings import Finding, HeldOutSet, findings, findings_of_runs, shared_caveats
 from dlbench.harness.analysis.load import AnalysisError, held_out_sets
 from dlbench.harness.analysis.summary import summarise
 from dlbench.harness.present.tables import study_tables
@@ -86,8 +86,8 @@ def test_uncertified_pairs_and_compiling_first_epochs_are_caveats(tmp_path: Path
     runs = repeated("pytorch", SAME_SHUFFLED) + repeated("jax", SAME, first=9.0, certificate="none")
     [finding] = store_findings(tmp_path, runs)
     text = " ".join(finding.caveats)
-    assert ("jax held no passing equivalence certificate for cnn-mnist (no certificate was stored: run dlbench "
-            "certify into this results folder): it may not train") in text
+    assert ("jax held no passing equivalence certificate for cnn-mnist (no certificate of its environment, code "
+            "and workload in this machine's store: run dlbench certify): it may not train") in text
     assert "jax's first epoch (9.00 s) takes 9.0x its steady epoch" in text
     assert "pytorch held no" not in text and "pytorch's first epoch" not in text
 
@@ -100,9 +100,9 @@ def test_frameworks_without_certificates_share_one_caveat_per_reason(tmp_path: P
     assert uncertified == [
         "chainer held no passing equivalence certificate for cnn-mnist (its certificate failed): it may not train "
         "the same model as the reference, so its figures are not a like-for-like comparison.",
-        "jax, mxnet held no passing equivalence certificate for cnn-mnist (no certificate was stored: run dlbench "
-        "certify into this results folder): they may not train the same model as the reference, so their figures "
-        "are not a like-for-like comparison."]
+        "jax, mxnet held no passing equivalence certificate for cnn-mnist (no certificate of its environment, code "
+        "and workload in this machine's store: run dlbench certify): they may not train the same model as the "
+        "reference, so their figures are not a like-for-like comparison."]
 
 
 def test_one_finding_per_workload_dataset_and_device(tmp_path: Path) -> None:
@@ -294,3 +294,34 @@ def test_relative_speed_of_single_runs_calls_no_framework_fastest(tmp_path: Path
     [relative] = [t for t in study_tables(cells) if t.title == "Steady epoch time relative to the lowest median, cpu"]
     assert relative.rows == [["cnn-mnist (digits-28)", "lowest median, 0.500 s", "2.00x (1 run)"]]
     assert not any("fastest" in text for row in relative.rows for text in row)
+
+
+def test_caveats_that_hold_for_every_workload_are_said_once(tmp_path: Path) -> None:
+    """jax is uncertified on both workloads and every framework ran once on both: said once for the report;
+    mxnet is uncertified on one workload only: said there."""
+    runs = [run for workload in ("cnn-mnist", "lstm-imdb") for run in
+            repeated("pytorch", [1.0], workload, certificate="reference") + repeated("jax", [0.5], workload,
+                                                                                     certificate="none")
+            + repeated("mxnet", [0.7], workload, certificate="none" if workload == "cnn-mnist" else "passed")]
+    cells = stored_cells(tmp_path / "both", runs)
+    shared, found = shared_caveats(cells, findings(cells))
+    assert [note.split(":")[0] for note in shared] == [
+        "jax held no passing equivalence certificate for any workload of this report (no certificate of its "
+        "environment, code and workload in this machine's store", "Single runs for jax, mxnet, pytorch"]
+    mnist, imdb = found
+    assert [c for c in mnist.caveats if "certificate" in c] == [
+        "mxnet held no passing equivalence certificate for cnn-mnist (no certificate of its environment, code and "
+        "workload in this machine's store: run dlbench certify): it may not train the same model as the reference, "
+        "so its figures are not a like-for-like comparison."]
+    assert not [c for c in imdb.caveats if "certificate" in c or c.startswith("Single runs")]
+    assert any("rt-snippets" in c or "pang-lee-polarity" in c for c in imdb.caveats)  # its own stand-in data note
+    # one group: nothing is shared
+    one = stored_cells(tmp_path / "one", runs[:3])
+    assert shared_caveats(one, findings(one)) == ([], findings(one))
+
+
+def stored_cells(folder: Path, runs: list[tuple]) -> list:
+    with Store(folder / "dlbench.sqlite") as store:
+        for run in runs:
+            store.save_run(*run)
+        return summarise(store.runs())

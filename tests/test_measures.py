@@ -128,7 +128,7 @@ def fake_plan(tmp_path, monkeypatch):
     monkeypatch.setattr(cell_config, "resolve", resolve)
     monkeypatch.setattr(one_cell, "run_cell", run_cell)
     monkeypatch.setattr(gemm_peak, "measure_peak", measure_peak)
-    monkeypatch.setattr(record, "certificate_status", lambda store, prepared: "none")
+    monkeypatch.setattr(record, "certificate_status", lambda prepared: "none")
     return peaks, measured
 
 

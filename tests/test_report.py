@@ -177,6 +177,19 @@ def test_a_framework_stopped_by_its_time_cap_shows_the_last_epochs_metric(tmp_pa
     assert ["CPU", "Test CPU @ 2.0GHz"] in machine.rows  # from the run that recorded it
 
 
+def test_a_caveat_of_every_workload_is_said_once_at_the_top(results: Path, page: Path) -> None:
+    """tensorflow's certificate failed on both workloads of the study: one caveat above the findings, none in them."""
+    said = ("tensorflow held no passing equivalence certificate for any workload of this report (its certificate "
+            "failed)")
+    text = report.write(results, "md").read_text()
+    assert text.count("held no passing equivalence certificate") == 1
+    assert said in text
+    assert text.index("### Caveats for every workload") < text.index(said) < text.index("### cnn-mnist")
+    page_text = page.read_text()
+    assert page_text.count("held no passing equivalence certificate") == 1
+    assert page_text.index("Caveats for every workload") < page_text.index(said) < page_text.index("cnn-mnist on")
+
+
 def test_manifest_and_certificates(results: Path) -> None:
     loaded = report.load(results / "dlbench.sqlite")
     tables = {t.title: t for t in loaded.manifest}

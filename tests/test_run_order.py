@@ -85,7 +85,7 @@ def test_run_plan_records_position_machine_and_version(tmp_path, two_frameworks,
 
     monkeypatch.setattr(cell_config, "resolve", resolve)
     monkeypatch.setattr(one_cell, "run_cell", run_cell)
-    monkeypatch.setattr(record, "certificate_status", lambda store, prepared: "none")
+    monkeypatch.setattr(record, "certificate_status", lambda prepared: "none")
     run_plan(cells, Options(tmp_path / "results", tmp_path / "data", peak_size=0), lambda *args: None)
     with Store(tmp_path / "results" / "dlbench.sqlite") as store:
         runs = store.runs()

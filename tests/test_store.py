@@ -232,14 +232,20 @@ def test_a_version_4_store_keeps_its_certificates_but_they_certify_no_code(tmp_p
         [old] = store.runs()
         assert (old["monitor_cpu_s"], old["worker_source"]) == (None, None)
         [certificate] = store.certificates()
-        assert (certificate["passed"], certificate["worker_source"], certificate["reference_source"]) == (1, None, None)
-        # Which code it certified was not recorded, so it vouches for none: runs now read "none".
-        assert store.certificate_status("jax", "env1", "cnn-mnist", "src1", "ref1") == "none"
+        assert (certificate["passed"], certificate["worker_source"], certificate["reference_source"],
+                certificate["workload_digest"]) == (1, None, None, None)
+        # Which code and model it certified was not recorded, so it vouches for none: runs now read "none".
+        assert store.certificate_status("jax", "env1", "cnn-mnist", "src1", "ref1", "wl1") == "none"
         recertified = {key: value for key, value in certificate.items() if key != "id"}
         store.save_certificate({**recertified, "worker_source": "src1", "reference_source": "ref1"})
-        assert store.certificate_status("jax", "env1", "cnn-mnist", "src1", "ref1") == "passed"
-        assert store.certificate_status("jax", "env1", "cnn-mnist", "src2", "ref1") == "none"
-        assert store.certificate_status("jax", "env1", "cnn-mnist", "src1", "ref2") == "none"
+        assert store.certificate_status("jax", "env1", "cnn-mnist", "src1", "ref1", "wl1") == "none"
+        store.save_certificate({**recertified, "worker_source": "src1", "reference_source": "ref1",
+                                "workload_digest": "wl1"})
+        assert store.certificate_status("jax", "env1", "cnn-mnist", "src1", "ref1", "wl1") == "passed"
+        assert store.certificate_status("jax", "env1", "cnn-mnist", "src2", "ref1", "wl1") == "none"
+        assert store.certificate_status("jax", "env1", "cnn-mnist", "src1", "ref2", "wl1") == "none"
+        # the same name with another model or recipe
+        assert store.certificate_status("jax", "env1", "cnn-mnist", "src1", "ref1", "wl2") == "none"
     assert schema_version(path) == SCHEMA_VERSION
 
 
@@ -286,7 +292,7 @@ def test_a_version_8_store_gains_empty_detector_time_columns(tmp_path: Path) -> 
         assert {k: old["epochs"][0][k] for k in split} == dict.fromkeys(split)
         store.save_run(make_run("new"), [{**make_epoch(1), **split}], [])
         assert {k: store.runs()[1]["epochs"][0][k] for k in split} == split
-    assert schema_version(path) == SCHEMA_VERSION == 9
+    assert schema_version(path) == SCHEMA_VERSION == 10
 
 
 def test_peaks_round_trip_with_a_failed_measurement(store: Store) -> None:
@@ -385,8 +391,12 @@ def test_a_version_7_store_gains_the_environments_table(tmp_path: Path) -> None:
         store._conn.execute("DROP TABLE environments")
         for name in ("host_time_s", "nms_time_s", "framework_time_s"):  # version 9's
             store._conn.execute(f"ALTER TABLE epochs DROP COLUMN {name}")
+        for table in ("runs", "certificates"):  # version 10's
+            store._conn.execute(f"ALTER TABLE {table} DROP COLUMN workload_digest")
         store._conn.execute("PRAGMA user_version=7")
     with Store(path) as store:
         store.save_environment({"packages_digest": "d", "framework": "pytorch"})
         assert store.environment("d")["framework"] == "pytorch"
-    assert schema_version(path) == SCHEMA_VERSION
+        store.save_run({**make_run("new"), "workload_digest": "wl1"}, [], [])
+        assert store.runs()[0]["workload_digest"] == "wl1"
+    assert schema_version(path) == SCHEMA_VERSION == 10

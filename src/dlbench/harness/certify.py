@@ -14,6 +14,7 @@ Dropout, off in those comparisons, is checked on its own: each dropout layer's r
 independence of masks, from the framework's output of that layer alone in training mode
 (dropout_requests, dropout_rows).
 """
+import hashlib
 import json
 import subprocess
 import time
@@ -100,6 +101,15 @@ def certified_model(workload: Workload) -> dict:
         short, long = DETECTOR_SIDES
         return workload.model(dict(workload.study_meta, min_side=short, max_side=long))
     return without_dropout(workload.model())
+
+
+def workload_digest(workload: Workload) -> str:
+    """What a workload's certificate covers, as a digest: the model the probes train (certified_model), the
+    model its dropout layers are checked from, and its recipe but the epochs (a probe takes STEPS steps).
+    A changed model or recipe under the same name is not covered by an older certificate."""
+    covered = {"certified_model": certified_model(workload), "model": workload.model(),
+               "recipe": {key: value for key, value in workload.recipe.items() if key != "epochs"}}
+    return hashlib.sha256(json.dumps(covered, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def detector_request(workload: Workload, folder: Path, exact: bool) -> dict:
@@ -384,7 +394,7 @@ def certificate(framework: str, workload: Workload, rows: list[dict]) -> dict:
         "passed": all(r["passed"] for r in rows), "worst_tensor": worst["tensor"],
         "worst_scaled_deviation": worst["max_rel"], "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "deviations": rows, "worker_source": sources.framework_source(framework),
-        "reference_source": sources.framework_source(envs.REFERENCE),
+        "reference_source": sources.framework_source(envs.REFERENCE), "workload_digest": workload_digest(workload),
     }
 
 

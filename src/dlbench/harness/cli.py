@@ -5,7 +5,7 @@ import sys
 import time
 from pathlib import Path
 
-from dlbench.harness import certify, data
+from dlbench.harness import certify, data, machine_certificates
 from dlbench.harness.analysis import compare
 from dlbench.harness.analysis.load import AnalysisError
 from dlbench.harness.data import DatasetError
@@ -14,7 +14,7 @@ from dlbench.harness.environments.envs import EnvError
 from dlbench.harness.plan import suite
 from dlbench.harness.plan.initial_weights import WeightsError
 from dlbench.harness.plan.suite import SuiteError
-from dlbench.harness.plan.workloads import WORKLOADS, WorkloadError, get_workload
+from dlbench.harness.plan.workloads import WORKLOADS, Workload, WorkloadError, get_workload
 from dlbench.harness.present import comparison, listing, progress
 from dlbench.harness.run import ExecutorError, local
 from dlbench.harness.run.cell_config import Options
@@ -54,7 +54,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     print()
     print(", ".join(f"{n} {k}" for k, n in counts.items() if n))
     print(f"results: {options.results / 'dlbench.sqlite'} (dlbench results --results {args.results})")
+    uncertified = machine_certificates.missing(machine_certificates.pairs_of(cells))
+    if uncertified:
+        print(certify_hint(len(uncertified), machine_certificates.certify_command(args.suite, args.framework,
+                                                                                   args.workload)))
     return 0 if counts["failed"] == counts["timeout"] == 0 else 1
+
+
+def certify_hint(count: int, command: str) -> str:
+    """What `run` says when framework x workload pairs it ran have no certificate of their environment and code."""
+    return (f"certificates: {count} framework x workload pair{'s' if count > 1 else ''} of this plan "
+            f"{'have' if count > 1 else 'has'} no equivalence certificate in {machine_certificates.store_path()}, "
+            f"so the report says {'they' if count > 1 else 'it'} may not train the same model as the reference. "
+            f"Certify the missing pairs with: {command}\n(all {machine_certificates.QUICK_SUITE_PAIRS} pairs of "
+            f"the quick suite took {machine_certificates.QUICK_SUITE_TIME} on a 2-core machine; the next report "
+            f"reads the new certificates)")
 
 
 def run_on_ray(cells: list, options: Options, shown, args: argparse.Namespace) -> tuple[dict[str, int], list[str]]:
@@ -208,6 +222,9 @@ def cmd_results(args: argparse.Namespace) -> int:
         raise StoreError(f"no results at {path}; run a suite first (dlbench run) or pass --results DIR")
     with Store(path) as store:
         runs, certificates, peaks = store.runs(), store.certificates(), store.peaks()
+    runs = machine_certificates.with_current_verdicts(runs)
+    # the machine's certificates of these runs, after any the folder holds from a dlbench before the machine's store
+    certificates += machine_certificates.certificates_of(runs)
     render = {"table": listing.table, "csv": listing.to_csv, "json": listing.to_json}[args.format]
     print(render(runs))
     if args.format == "table" and peaks:
@@ -237,25 +254,42 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_certify(args: argparse.Namespace) -> int:
     if args.power:
         return cmd_certify_power(args)
+    if args.show:
+        certificates = []
+        store = machine_certificates.existing_store()  # --show creates nothing
+        if store is not None:
+            with store:
+                certificates = store.certificates()
+        print(listing.certificates_table(certificates))
+        print(f"store: {machine_certificates.store_path()}")
+        return 0
+    pairs = certify_pairs(args)
     results_dir = Path(args.results).resolve()
-    for name in args.framework or ():
-        envs.get_recipe(name)  # refused before the store is opened or created
-    with Store(results_dir / FILENAME) as store:
-        if args.show:
-            print(listing.certificates_table(store.certificates()))
-            return 0
-        frameworks = args.framework or [name for name in envs.RECIPES if name != envs.REFERENCE]
-        workloads = [get_workload(name) for name in args.workload] if args.workload else list(WORKLOADS.values())
-        workdir = results_dir / "certify" / time.strftime("%Y%m%d-%H%M%S")
+    workdir = results_dir / "certify" / time.strftime("%Y%m%d-%H%M%S")
 
-        def progress(cert: dict) -> None:
-            verdict = "pass" if cert["passed"] else "FAIL"
-            print(f"{cert['framework']} {cert['workload']}: {verdict} (worst {cert['worst_tensor']}, "
-                  f"relative deviation {cert['worst_scaled_deviation']})", flush=True)
+    def progress(cert: dict) -> None:
+        verdict = "pass" if cert["passed"] else "FAIL"
+        print(f"{cert['framework']} {cert['workload']}: {verdict} (worst {cert['worst_tensor']}, "
+              f"relative deviation {cert['worst_scaled_deviation']})", flush=True)
 
-        certificates = certify.certify(frameworks, workloads, store, workdir, progress)
+    with machine_certificates.open_store() as store:
+        present = {} if args.again else {(framework, workload.name): store.newest_certificate(
+            *machine_certificates.key_now(framework, workload)) for framework, workload in pairs}
+        todo = [(name, workload) for name, workload in pairs if present.get((name, workload.name)) is None]
+        certificates = [cert for cert in present.values() if cert is not None]
+        for cert in certificates:
+            print(f"{cert['framework']} {cert['workload']}: certified already ({'pass' if cert['passed'] else 'FAIL'}, "
+                  f"{cert['created_at']}); --again certifies it anew", flush=True)
+        by_framework: dict[str, list] = {}
+        for framework, workload in todo:
+            by_framework.setdefault(framework, []).append(workload)
+        if todo:  # the reference's probes once, for every workload a framework is certified on
+            reference = certify.reference_probes(list({w.name: w for _, w in todo}.values()), workdir)
+            for framework, workloads in by_framework.items():
+                certificates += certify.certify([framework], workloads, store, workdir, progress, reference)
     print()
     print(listing.certificates_table(certificates))
+    print(f"store: {machine_certificates.store_path()}")
     return 0 if all(cert["passed"] for cert in certificates) else 1
 
 
@@ -272,6 +306,23 @@ def cmd_certify_power(args: argparse.Namespace) -> int:
           f"{sum(row['seen'] is False for row in rows)} not, each with its reason"
           + (f"; UNEXPLAINED: {', '.join(unexplained)}" if unexplained else ""))
     return 1 if unexplained else 0
+
+
+def certify_pairs(args: argparse.Namespace) -> list[tuple[str, Workload]]:
+    """The (framework, workload) pairs `certify` is asked for: a suite's, narrowed by -f and -w; else -f (default:
+    every framework but the reference) by -w (default: every workload)."""
+    if args.suite is not None:
+        chosen = suite.load(args.suite)
+        cells = suite.plan(chosen, args.framework, args.workload)
+        if chosen.device != "cpu":
+            raise SuiteError(f"suite {chosen.name} runs on {chosen.device}: certification probes run in the CPU "
+                             "environments, so no certificate would cover its runs")
+        return [(framework, get_workload(workload)) for framework, workload in machine_certificates.pairs_of(cells)]
+    for name in args.framework or ():
+        envs.get_recipe(name)  # refused before anything runs
+    frameworks = args.framework or [name for name in envs.RECIPES if name != envs.REFERENCE]
+    workloads = [get_workload(name) for name in args.workload] if args.workload else list(WORKLOADS.values())
+    return [(framework, workload) for framework in frameworks for workload in workloads]
 
 
 def cmd_data(args: argparse.Namespace) -> int:
@@ -396,10 +447,16 @@ def parser() -> argparse.ArgumentParser:
     env.set_defaults(func=cmd_env)
 
     cert = commands.add_parser("certify", help=f"certify frameworks against the reference ({envs.REFERENCE})")
+    cert.add_argument("--suite", metavar="SUITE|FILE",
+                      help="the pairs of this suite's frameworks and workloads (narrowed by -f and -w)")
     cert.add_argument("-f", "--framework", action="append", help="only these frameworks (default: all others)")
     cert.add_argument("-w", "--workload", action="append", help="only these workloads (default: all)")
-    cert.add_argument("--results", default=str(DEFAULT_RESULTS), help="results folder holding the store")
-    cert.add_argument("--show", action="store_true", help="show the stored certificates and run nothing")
+    cert.add_argument("--again", action="store_true",
+                      help="certify pairs anew that already hold a certificate of their environment and code")
+    cert.add_argument("--results", default=str(DEFAULT_RESULTS),
+                      help="results folder where the probes' files go (the certificates go to the machine's store)")
+    cert.add_argument("--show", action="store_true",
+                      help="show the machine's stored certificates and run nothing")
     cert.add_argument("--power", action="store_true",
                       help="change every value of each workload's model and recipe in the reference and show which "
                            "changes its certificate sees (certifies no framework)")

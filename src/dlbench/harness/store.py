@@ -1,4 +1,5 @@
-"""SQLite results store, one file per results folder; each run is saved atomically with its children."""
+"""SQLite results store, one file per results folder; each run is saved atomically with its children. The
+machine's certificates live in a store of the same schema (dlbench.harness.machine_certificates)."""
 
 import dataclasses
 import json
@@ -11,7 +12,7 @@ from typing import Any
 
 from dlbench.shared.protocol import EPOCH_SPLIT
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 FILENAME = "dlbench.sqlite"
 
 # Column name -> SQL declaration; the single source for the DDL, inserts and key validation.
@@ -94,6 +95,10 @@ RUN_COLUMNS: dict[str, str] = {
     "node": "TEXT",
     "cells_on_node": "INTEGER",
     "attempt": "INTEGER",
+    # added in schema version 10: the digest of the workload's model and recipe as certification sees them
+    # (dlbench.harness.certify.workload_digest), part of the key of the certificate that vouches for the
+    # run; NULL before
+    "workload_digest": "TEXT",
 }
 EPOCH_COLUMNS: dict[str, str] = {
     "epoch": "INTEGER",
@@ -140,6 +145,10 @@ CERTIFICATE_COLUMNS: dict[str, str] = {
     # only. NULL before.
     "worker_source": "TEXT",
     "reference_source": "TEXT",
+    # added in schema version 10: the digest of the workload's model and recipe as certified
+    # (dlbench.harness.certify.workload_digest): a changed model or recipe of the same name is not covered.
+    # NULL before.
+    "workload_digest": "TEXT",
 }
 # added in schema version 6: the float32 GEMM peak measured in a framework's own environment (dlbench.worker.peak),
 # once per (environment, threads, device) and suite invocation; runs link to it by peak_id
@@ -217,6 +226,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
              for name in ("executor", "node", "cells_on_node", "attempt")),
     8: (f"CREATE TABLE IF NOT EXISTS environments ({_columns_sql(ENVIRONMENT_COLUMNS)})",),
     9: tuple(f"ALTER TABLE epochs ADD COLUMN {name} {EPOCH_COLUMNS[name]}" for name in EPOCH_SPLIT),
+    10: (f"ALTER TABLE runs ADD COLUMN workload_digest {RUN_COLUMNS['workload_digest']}",
+         f"ALTER TABLE certificates ADD COLUMN workload_digest {CERTIFICATE_COLUMNS['workload_digest']}"),
 }
 
 
@@ -326,15 +337,23 @@ class Store:
         """All certificates, oldest first."""
         return self._select(f"SELECT id, {', '.join(CERTIFICATE_COLUMNS)} FROM certificates ORDER BY id")
 
+    def newest_certificate(self, framework: str, framework_env: str, workload: str, worker_source: str,
+                           reference_source: str, workload_digest: str) -> dict[str, Any] | None:
+        """The newest certificate of this environment and this code (the framework's and the reference's
+        worker sources) for this workload's model and recipe, or None."""
+        rows = self._select(
+            f"SELECT id, {', '.join(CERTIFICATE_COLUMNS)} FROM certificates WHERE framework = ? AND "
+            "framework_env = ? AND workload = ? AND worker_source = ? AND reference_source = ? AND "
+            "workload_digest = ? ORDER BY id DESC LIMIT 1",
+            (framework, framework_env, workload, worker_source, reference_source, workload_digest))
+        return rows[0] if rows else None
+
     def certificate_status(self, framework: str, framework_env: str, workload: str, worker_source: str,
-                           reference_source: str) -> str:
-        """passed or failed by the newest certificate of this environment and this code (the framework's
-        and the reference's worker sources) for this workload, else none."""
-        row = self._conn.execute(
-            "SELECT passed FROM certificates WHERE framework = ? AND framework_env = ? AND workload = ? "
-            "AND worker_source = ? AND reference_source = ? ORDER BY id DESC LIMIT 1",
-            (framework, framework_env, workload, worker_source, reference_source)).fetchone()
-        return "none" if row is None else ("passed" if row[0] else "failed")
+                           reference_source: str, workload_digest: str) -> str:
+        """passed or failed by newest_certificate of these, else none."""
+        cert = self.newest_certificate(framework, framework_env, workload, worker_source, reference_source,
+                                       workload_digest)
+        return "none" if cert is None else ("passed" if cert["passed"] else "failed")
 
     def completed_hashes(self) -> set[str]:
         """Cell hashes having at least one successful run."""

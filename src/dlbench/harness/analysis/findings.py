@@ -9,8 +9,8 @@ at chance level in every framework, or the same in all, is not ordered at all.
 """
 import math
 import statistics
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from dlbench.harness.analysis.stats import (
     NO_DIFFERENCE,
@@ -289,19 +289,34 @@ def _stand_in_notes(cell: CellSummary) -> list[str]:
             f"{workload.target['metric']} is not comparable with the study's."]
 
 
-def _certificate_notes(cells: Sequence[CellSummary]) -> list[str]:
-    """One note per reason (a failed certificate, none stored), naming the frameworks it applies to."""
+# Why a framework holds no passing certificate: the words for each status of its runs
+FAILED_CERTIFICATE = "its certificate failed"
+NO_CERTIFICATE = ("no certificate of its environment, code and workload in this machine's store: "
+                  "run dlbench certify")
+
+
+def _uncertified(cells: Sequence[CellSummary]) -> dict[str, list[str]]:
+    """Why -> the frameworks it applies to: a failed certificate, or none stored."""
     failed = [label(c, cells) for c in cells if "failed" in c.certificates]
     missing = [label(c, cells) for c in cells
                if any(status in UNCERTIFIED for status in c.certificates) and "failed" not in c.certificates]
-    workload = cells[0].workload
+    return {FAILED_CERTIFICATE: failed, NO_CERTIFICATE: missing}
+
+
+def _uncertified_note(names: Sequence[str], why: str, where: str) -> str:
+    return (f"{', '.join(names)} held no passing equivalence certificate {where} ({why}): "
+            f"{'it' if len(names) == 1 else 'they'} may not train the same model as the reference, "
+            f"so {'its' if len(names) == 1 else 'their'} figures are not a like-for-like comparison.")
+
+
+def _certificate_notes(cells: Sequence[CellSummary], leave_out: Collection[str] = ()) -> list[str]:
+    """One note per reason (a failed certificate, none stored), naming the frameworks it applies to, but
+    those in leave_out (said once for the whole report: shared_caveats)."""
     notes = []
-    for names, why in ((failed, "its certificate failed"),
-                       (missing, "no certificate was stored: run dlbench certify into this results folder")):
-        if names:
-            notes.append(f"{', '.join(names)} held no passing equivalence certificate for {workload} ({why}): "
-                         f"{'it' if len(names) == 1 else 'they'} may not train the same model as the reference, "
-                         f"so {'its' if len(names) == 1 else 'their'} figures are not a like-for-like comparison.")
+    for why, names in _uncertified(cells).items():
+        named = [name for name in names if name not in leave_out]
+        if named:
+            notes.append(_uncertified_note(named, why, f"for {cells[0].workload}"))
     return notes
 
 
@@ -401,6 +416,37 @@ def findings(cells: Sequence[CellSummary], seed: int = 0,
     return [group_finding(group_cells, tests[2 * i], tests[2 * i + 1], comparisons,
                           sets.get(group_cells[0].dataset or ""))
             for i, group_cells in enumerate(groups)]
+
+
+def shared_caveats(cells: Sequence[CellSummary], found: Sequence[Finding]) -> tuple[list[str], list[Finding]]:
+    """The caveats that hold for every workload group of findings(cells), to be said once at the top of the
+    report, and the findings without them: a framework without a passing certificate, for one reason, in
+    every group; then any caveat that every finding repeats word for word. With one group, none."""
+    groups = list(group(cells).values())
+    if len(groups) < 2:
+        return [], list(found)
+    shared, everywhere = [], set()
+    for why in (FAILED_CERTIFICATE, NO_CERTIFICATE):
+        names = [name for name in _uncertified(groups[0])[why] if all(name in _uncertified(g)[why] for g in groups)]
+        if names:
+            shared.append(_uncertified_note(names, why, "for any workload of this report"))
+            everywhere.update(names)
+    found = [_with_certificate_notes(finding, _certificate_notes(cells_of, everywhere), _certificate_notes(cells_of))
+             for finding, cells_of in zip(found, groups, strict=True)]
+    repeated = [note for note in found[0].caveats if all(note in finding.caveats for finding in found)]
+    return shared + repeated, [replace(f, caveats=tuple(c for c in f.caveats if c not in repeated)) for f in found]
+
+
+def _with_certificate_notes(finding: Finding, notes: list[str], replaced: list[str]) -> Finding:
+    """The finding with its certificate notes (`replaced`) replaced by `notes`, where they stood."""
+    caveats: list[str] = []
+    for caveat in finding.caveats:
+        if caveat in replaced:
+            caveats += notes
+            notes = []
+        else:
+            caveats.append(caveat)
+    return replace(finding, caveats=tuple(caveats))
 
 
 def findings_of_runs(runs: list[dict], seed: int = 0,

@@ -5,7 +5,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from dlbench.harness.analysis.findings import Finding, findings
+from dlbench.harness import machine_certificates
+from dlbench.harness.analysis.findings import Finding, findings, shared_caveats
 from dlbench.harness.analysis.load import device_with_hardware, held_out_sets
 from dlbench.harness.analysis.summary import CellSummary, summarise
 from dlbench.harness.environments.envs import dlbench_home
@@ -22,7 +23,8 @@ class Report:
     certificates: list[dict]
     samples: dict[int, list[dict]]
     summaries: list[CellSummary]
-    findings: list[Finding]
+    caveats: list[str]  # those that hold for every workload group, said once at the top (shared_caveats)
+    findings: list[Finding]  # each group's, without the shared caveats
     study_tables: list[tables.Table]
     certificate_grid: tables.Table
     manifest: list[tables.Table]
@@ -32,13 +34,17 @@ class Report:
 def load(store_path: Path) -> Report:
     with Store(store_path) as store:
         # runs from several CPU (or GPU) models are grouped apart: their device names the model
-        runs, certificates = device_with_hardware(store.runs()), store.certificates()
+        runs = device_with_hardware(machine_certificates.with_current_verdicts(store.runs()))
         samples = {run["id"]: store.samples(run["id"]) for run in runs}
         peaks = store.peaks()
+        # a results folder's own certificates, stored by a dlbench before the machine's store, come first:
+        # the grid shows the newest per pair
+        certificates = store.certificates() + machine_certificates.certificates_of(runs)
     summaries = summarise(runs)
     # the test sets' sizes (an accuracy's sampling error) come from the prepared datasets the runs used
     data_dir = Path(os.environ.get("DLBENCH_DATA") or dlbench_home() / "data")
+    shared, found = shared_caveats(summaries, findings(summaries, held_out_sets=held_out_sets(runs, data_dir)))
     return Report(str(store_path), datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), runs, certificates,
-                  samples, summaries, findings(summaries, held_out_sets=held_out_sets(runs, data_dir)),
+                  samples, summaries, shared, found,
                   tables.study_tables(summaries, peaks) + tables.detector_time_split(runs),
                   tables.certificate_grid(certificates, runs), manifest.manifest(runs), manifest.dlbench_version())

@@ -186,6 +186,14 @@ def finding_html(finding: Finding, frameworks: Iterable[str]) -> str:
             + (f'<ul class="caveats">{caveats}</ul>' if caveats else "") + "</section>")
 
 
+def shared_caveats_html(caveats: list[str]) -> str:
+    """The caveats that hold for every workload, once, above the findings."""
+    if not caveats:
+        return ""
+    items = "".join(f"<li>{escape(c)}</li>" for c in caveats)
+    return f'<section class="card"><h3>Caveats for every workload</h3><ul class="caveats">{items}</ul></section>'
+
+
 def _keys(workload: str, device: str | None, frameworks: Iterable[str]) -> str:
     return attrs(data_workload=workload, data_device=device or "?", data_framework=" ".join(frameworks))
 
@@ -291,7 +299,7 @@ def render(report: Report) -> str:
     body = (
         f"<header><h1>dlbench report</h1><p>{escape(_summary(report))}</p></header>"
         f"<nav><div>{nav}</div></nav><main>"
-        f'<h2 id="findings">Findings</h2>{findings}'
+        f'<h2 id="findings">Findings</h2>{shared_caveats_html(report.caveats)}{findings}'
         f'<h2 id="tables">Tables</h2>{"".join(table_html(t) for t in report.study_tables)}'
         f'<h2 id="figures">Figures</h2>{figures}'
         f'<h2 id="certificates">Certificates</h2>{table_html(report.certificate_grid)}'

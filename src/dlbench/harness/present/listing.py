@@ -3,6 +3,7 @@ import csv
 import io
 import json
 
+from dlbench.harness import machine_certificates
 from dlbench.harness.analysis import measures
 from dlbench.harness.environments import sources
 
@@ -61,7 +62,7 @@ def certificates_table(certificates: list[dict]) -> str:
     if not certificates:
         return "no certificates stored yet (dlbench certify)"
     rows = [["framework", "version", "workload", "reference", "verdict", "worst tensor", "max abs", "max rel",
-             "of tolerance", "code", "created"]]
+             "of tolerance", "code", "model and recipe", "created"]]
     for cert in certificates:
         worst = next(d for d in cert["deviations"] if d["tensor"] == cert["worst_tensor"])
         share = "-" if worst["max_rel"] is None else f"{worst['max_rel'] / worst['tolerance']:.2f}"
@@ -72,7 +73,7 @@ def certificates_table(certificates: list[dict]) -> str:
                      cert["worst_tensor"] + ("" if worst["max_abs"] is not None else f" ({worst.get('problem')})"),
                      _sci(worst["max_abs"]), _sci(worst["max_rel"]), share,
                      sources.code_state(cert["framework"], cert.get("worker_source"), cert.get("reference_source")),
-                     cert["created_at"]])
+                     machine_certificates.workload_state(cert), cert["created_at"]])
     return aligned(rows)
 
 

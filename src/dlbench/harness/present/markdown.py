@@ -34,6 +34,8 @@ def render(report: Report) -> str:
              f"built {report.created_at} "
              f"by dlbench {report.dlbench_version}. The figures are in the HTML report "
              f"(`dlbench report --format html`).", "", "## Findings", ""]
+    if report.caveats:
+        parts += ["### Caveats for every workload", ""] + [f"- _Caveat_: {_text(c)}" for c in report.caveats] + [""]
     for finding in report.findings:
         parts += [f"### {_text(finding.title)}", "", f"- **Speed**: {_text(finding.speed)}",
                   f"- **Final metric**: {_text(finding.metric)}"]

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import median
 
+from dlbench.harness import machine_certificates
 from dlbench.harness.analysis import measures
 from dlbench.harness.analysis.findings import group, label, metric_format, seconds
 from dlbench.harness.analysis.stats import CONFIDENCE, NOISE, Estimate, level_text
@@ -270,12 +271,14 @@ def certificate_grid(certificates: Sequence[Mapping], runs: Sequence[Mapping]) -
             else:
                 worst = cert.get("worst_scaled_deviation")
                 code = sources.code_state(framework, cert.get("worker_source"), cert.get("reference_source"))
+                model = machine_certificates.workload_state(cert)
                 row.append(f"{'pass' if cert['passed'] else 'FAIL'}"
                            + (f" ({worst:.1e}, {cert.get('worst_tensor')})" if worst is not None else "")
-                           + ("" if code == "current" else f", {code} code"))
+                           + ("" if code == "current" else f", {code} code")
+                           + ("" if model == "current" else f", {model} model and recipe"))
         rows.append(row)
     return Table("Framework x workload", ["framework", *workloads], rows, [],
                  "newest certificate per pair: verdict (worst deviation relative to the reference's scale, tensor); "
                  "'older code': certified with worker code that has changed since, 'unrecorded code': before "
-                 "dlbench recorded it",
+                 "dlbench recorded it; likewise the workload's model and recipe",
                  [{"framework": f} for f in frameworks])

@@ -6,6 +6,8 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dlbench.harness import machine_certificates
+from dlbench.harness.certify import workload_digest
 from dlbench.harness.environments import envs, sources
 from dlbench.harness.measure import cores, machine, peaks
 from dlbench.harness.measure.monitor import Sample, summarise
@@ -84,17 +86,19 @@ def run_row(prepared: Prepared, outcome: Outcome, epochs: list[dict], run_dir: P
         "python": f"{start.get('python', config['python'])} {start.get('executable', prepared.env.python)}",
         "packages": dict(config["env_packages"], **versions), "config": config,
         "run_dir": str(run_dir) if run_dir else None,
-        "compile_cache": compile_cache, **timing, **resources,
+        "compile_cache": compile_cache, "workload_digest": workload_digest(prepared.workload), **timing, **resources,
     }
 
 
-def certificate_status(store: Store, prepared: Prepared) -> str:
+def certificate_status(prepared: Prepared) -> str:
+    """The run's certificate in the machine's store (machine_certificates) when it is stored."""
     if envs.is_reference(prepared.cell.framework):
         return "reference"
     # certificates are kept per framework name and exact environment: any label of a version finds its own
-    name = envs.framework_name(prepared.cell.framework)
-    return store.certificate_status(name, prepared.env.packages_digest(), prepared.cell.workload,
-                                    prepared.config["worker_source"], sources.framework_source(envs.REFERENCE))
+    return machine_certificates.status(machine_certificates.Key(
+        envs.framework_name(prepared.cell.framework), prepared.env.packages_digest(), prepared.cell.workload,
+        prepared.config["worker_source"], sources.framework_source(envs.REFERENCE),
+        workload_digest(prepared.workload)))
 
 
 def provenance() -> dict:
@@ -110,7 +114,7 @@ def finish_run(store: Store, prepared: Prepared, ran: Ran, peak: tuple[int, floa
     run = ran.run
     if peak is not None:
         run.update(peak_id=peak[0], mfu=peaks.mfu(run.get("achieved_gflops"), peak[1]))
-    run["certificate"] = certificate_status(store, prepared)
+    run["certificate"] = certificate_status(prepared)
     run.update(recorded)
     info = prepared.env.info()  # one read of dlbench-env.json for the whole row
     store.save_environment({"packages_digest": envs.digest_of(info["packages"]), "framework": prepared.cell.framework,
