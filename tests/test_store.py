@@ -117,7 +117,7 @@ def test_reopening_keeps_runs_and_schema_version(tmp_path: Path) -> None:
     with Store(path) as store:
         assert [r["cell_hash"] for r in store.runs()] == ["abc123"]
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (9,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (10,)
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 
@@ -284,6 +284,8 @@ def test_a_version_8_store_gains_empty_detector_time_columns(tmp_path: Path) -> 
     with sqlite3.connect(path) as conn:  # back to version 8's epochs table, which lacked the three columns
         for name in ("host_time_s", "nms_time_s", "framework_time_s"):
             conn.execute(f"ALTER TABLE epochs DROP COLUMN {name}")
+        for table in ("runs", "certificates"):  # and version 10's digest
+            conn.execute(f"ALTER TABLE {table} DROP COLUMN workload_digest")
         conn.execute("PRAGMA user_version=8")
     conn.close()
     split = {"host_time_s": 0.25, "nms_time_s": 0.125, "framework_time_s": 1.5}
