@@ -2,7 +2,7 @@
 import random
 from pathlib import Path
 
-from dlbench.harness.certify import workload_digest
+from dlbench.harness.certification.certified_model import workload_digest
 from dlbench.harness.environments import sources
 from dlbench.harness.plan.workloads import get_workload
 from dlbench.harness.store import Store

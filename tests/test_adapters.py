@@ -13,8 +13,8 @@ from fixtures_data import prepared_standin
 from numpy_forward import forward
 
 from dlbench.harness.environments import envs
+from dlbench.harness.environments.process import PACKAGE_PARENT
 from dlbench.harness.plan.workloads import WORKLOADS
-from dlbench.harness.run.launch import PACKAGE_PARENT
 
 TESTS = Path(__file__).parent
 FRAMEWORKS = sorted(envs.RECIPES)

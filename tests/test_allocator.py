@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import guard
 import pytest
 
+from dlbench.harness.environments.process import RETAINING_MALLOC, worker_environment
 from dlbench.harness.plan.suite import Cell
 from dlbench.harness.run import cell_config
-from dlbench.harness.run.launch import RETAINING_MALLOC, worker_environment
 
 # Allocates a 64 MiB block, frees it, allocates one again; prints the minor page faults each took. glibc
 # serves a block that large from mmap by default (its adaptive threshold stops at 32 MiB), so the second

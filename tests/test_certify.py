@@ -5,14 +5,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dlbench.harness import certify, certify_power, optimizer_certificate
+from dlbench.harness.certification import certified_model, optimizer, power, probes
 from dlbench.harness.cli import main
 from dlbench.harness.environments import envs, sources
 from dlbench.harness.environments.envs import REFERENCE
+from dlbench.harness.environments.process import PACKAGE_PARENT, worker_environment
 from dlbench.harness.plan.suite import Cell
 from dlbench.harness.plan.workloads import WORKLOADS, get_workload
 from dlbench.harness.run import cell_config
-from dlbench.harness.run.launch import PACKAGE_PARENT, worker_environment
 from dlbench.harness.store import Store
 
 TESTS = Path(__file__).parent
@@ -49,7 +49,7 @@ def broken(monkeypatch):
 
 
 def test_the_reference_certifies_against_itself_exactly(store, tmp_path):
-    [cert] = certify.certify([REFERENCE], [get_workload("lstm-imdb")], store, tmp_path, quiet)
+    [cert] = probes.certify([REFERENCE], [get_workload("lstm-imdb")], store, tmp_path, quiet)
     assert cert["passed"] and cert["worst_scaled_deviation"] == 0.0
     kinds = {row["kind"] for row in cert["deviations"]}
     assert kinds == {"output", "loss", "grad", "after", "optimizer"}
@@ -63,11 +63,11 @@ def test_the_reference_certifies_against_itself_exactly(store, tmp_path):
     ("pytorch-transposed-conv", "cnn-mnist", "conv2d_1"),
 ])
 def test_a_broken_mapping_fails_certification(broken, store, tmp_path, framework, workload, culprit):
-    [cert] = certify.certify([framework], [get_workload(workload)], store, tmp_path, quiet)
+    [cert] = probes.certify([framework], [get_workload(workload)], store, tmp_path, quiet)
     assert not cert["passed"]
     failed = [row["tensor"] for row in cert["deviations"] if not row["passed"]]
     assert "output" in failed and "loss" in failed and any(culprit in name for name in failed)
-    assert cert["worst_scaled_deviation"] > 100 * certify.TOLERANCES["output"]
+    assert cert["worst_scaled_deviation"] > 100 * probes.TOLERANCES["output"]
 
 
 @pytest.mark.parametrize("framework, caught", [
@@ -77,7 +77,7 @@ def test_a_broken_mapping_fails_certification(broken, store, tmp_path, framework
 ])
 def test_a_broken_dropout_fails_certification(broken, store, tmp_path, framework, caught):
     """Dropout is off where tensors are compared, so only the dropout check can see these bugs."""
-    [cert] = certify.certify([framework], [get_workload("cnn-mnist")], store, tmp_path, quiet)
+    [cert] = probes.certify([framework], [get_workload("cnn-mnist")], store, tmp_path, quiet)
     failed = {row["tensor"] for row in cert["deviations"] if not row["passed"]}
     assert not cert["passed"] and all(name.startswith("dropout/") for name in failed)
     assert caught <= {name.rsplit("/", 1)[1] for name in failed}
@@ -89,7 +89,7 @@ def test_a_broken_dropout_fails_certification(broken, store, tmp_path, framework
 def test_a_hundredfold_weight_decay_fails_the_certificate(broken, store, tmp_path):
     """The CNN recipes' coupled L2 of 1e-6 moves a weight by 1e-8 of itself a step: invisible to the
     few steps on one batch, seen by the optimiser certificate's zero-gradient check."""
-    [cert] = certify.certify(["pytorch-hundredfold-decay"], [get_workload("cnn-mnist")], store, tmp_path, quiet)
+    [cert] = probes.certify(["pytorch-hundredfold-decay"], [get_workload("cnn-mnist")], store, tmp_path, quiet)
     failed = {row["tensor"] for row in cert["deviations"] if not row["passed"]}
     assert not cert["passed"] and failed and all(name.startswith("optimizer/decay/") for name in failed)
 
@@ -103,52 +103,52 @@ SGD_NESTEROV = {"name": "sgd", "lr": 0.01, "momentum": 0.9, "nesterov": True, "w
     ("pytorch-changed-rho", get_workload("lstm-ptb").recipe["optimizer"], {"epsilon", "sequence"}),
 ])
 def test_a_broken_optimiser_term_fails_its_check(broken, tmp_path, framework, config, culprits):
-    made = optimizer_certificate.requests("probe", config, certify.probe_folder(framework, tmp_path))
-    arrays = certify.run_probes(framework, [request for _, request in made], tmp_path)
+    made = optimizer.requests("probe", config, probes.probe_folder(framework, tmp_path))
+    arrays = probes.run_probes(framework, [request for _, request in made], tmp_path)
     failed = {check.name for (check, _), out in zip(made, arrays, strict=True)
-              if not all(row["passed"] for row in optimizer_certificate.rows(check, out))}
+              if not all(row["passed"] for row in optimizer.rows(check, out))}
     assert culprits <= failed
-    reference = certify.run_probes(REFERENCE, [request for _, request in made], tmp_path / "reference")
+    reference = probes.run_probes(REFERENCE, [request for _, request in made], tmp_path / "reference")
     assert all(row["passed"] for (check, _), out in zip(made, reference, strict=True)
-               for row in optimizer_certificate.rows(check, out))
+               for row in optimizer.rows(check, out))
 
 
 def test_the_dropout_check_passes_the_reference_and_names_each_layer(store, tmp_path):
     workload = get_workload("cnn-mnist")
-    folder = certify.probe_folder(REFERENCE, tmp_path)
-    requests = certify.dropout_requests(workload, folder)
+    folder = probes.probe_folder(REFERENCE, tmp_path)
+    requests = probes.dropout_requests(workload, folder)
     assert [(r["layer"], r["rate"], r["shape"]) for r in requests] == [("dropout_1", 0.25, [4, 4, 16]),
                                                                        ("dropout_2", 0.5, [128])]
-    outputs = certify.run_probes(REFERENCE, requests, tmp_path)
+    outputs = probes.run_probes(REFERENCE, requests, tmp_path)
     rows = [row for request, out in zip(requests, outputs, strict=True)
-            for row in certify.dropout_rows(request, out["output"])]
+            for row in probes.dropout_rows(request, out["output"])]
     assert [row["tensor"] for row in rows] == [f"dropout/dropout_{i}/{check}" for i in (1, 2)
                                               for check in ("zeros", "scale", "independence")]
     assert all(row["passed"] for row in rows), rows
     zeros = outputs[0]["output"] == 0
-    assert zeros.size == certify.DROPOUT_ELEMENTS and abs(zeros.mean() - 0.25) < 0.01
+    assert zeros.size == probes.DROPOUT_ELEMENTS and abs(zeros.mean() - 0.25) < 0.01
 
 
 def test_dropout_rows_on_known_outputs():
     request = {"rate": 0.5, "shape": [4, 4, 16], "layer": "dropout_1"}
     rng = np.random.RandomState(0)
-    count = certify.DROPOUT_ELEMENTS // 256
+    count = probes.DROPOUT_ELEMENTS // 256
     kept = rng.rand(count, 4, 4, 16) >= 0.5
-    good = certify.dropout_rows(request, kept * 2.0)
+    good = probes.dropout_rows(request, kept * 2.0)
     assert [row["passed"] for row in good] == [True, True, True]
-    unscaled = certify.dropout_rows(request, kept * 1.0)
+    unscaled = probes.dropout_rows(request, kept * 1.0)
     assert [row["passed"] for row in unscaled] == [True, False, True]
     assert unscaled[1]["max_abs"] == pytest.approx(1.0)
-    doubled = certify.dropout_rows(request, (rng.rand(count, 4, 4, 16) >= 0.75) * 4.0)  # rate 0.75
+    doubled = probes.dropout_rows(request, (rng.rand(count, 4, 4, 16) >= 0.75) * 4.0)  # rate 0.75
     assert not doubled[0]["passed"] and doubled[0]["max_abs"] == pytest.approx(0.25, abs=0.01)
     channels = np.repeat(np.repeat(rng.rand(count, 1, 1, 16) >= 0.5, 4, axis=1), 4, axis=2) * 2.0
-    assert [row["passed"] for row in certify.dropout_rows(request, channels)][2] is False
+    assert [row["passed"] for row in probes.dropout_rows(request, channels)][2] is False
 
 
 def test_batchnorms_moving_statistics_are_certified(broken, store, tmp_path):
     """The moving statistics after the steps are compared like every weight: a momentum given in the
     other convention leaves everything else equal and fails them alone."""
-    [cert] = certify.certify(["pytorch-keras-momentum"], [get_workload("cnn-svhn")], store, tmp_path, quiet)
+    [cert] = probes.certify(["pytorch-keras-momentum"], [get_workload("cnn-svhn")], store, tmp_path, quiet)
     failed = {row["tensor"] for row in cert["deviations"] if not row["passed"]}
     assert not cert["passed"] and failed
     assert all(name.split("/")[-1] in ("moving_mean", "moving_var") for name in failed)
@@ -159,14 +159,14 @@ def test_batchnorms_moving_statistics_are_certified(broken, store, tmp_path):
 def test_runs_are_marked_with_their_certificate(broken, store, tmp_path):
     env = envs.require("pytorch-swapped-gates")
     code, reference = sources.framework_source("pytorch-swapped-gates"), sources.framework_source(REFERENCE)
-    model = certify.workload_digest(get_workload("lstm-imdb"))
+    model = certified_model.workload_digest(get_workload("lstm-imdb"))
 
     def status(framework_env: str = env.packages_digest(), worker: str = code, of_reference: str = reference) -> str:
         return store.certificate_status("pytorch-swapped-gates", framework_env, "lstm-imdb", worker, of_reference,
                                         model)
 
     assert status() == "none"
-    [cert] = certify.certify(["pytorch-swapped-gates"], [get_workload("lstm-imdb")], store, tmp_path, quiet)
+    [cert] = probes.certify(["pytorch-swapped-gates"], [get_workload("lstm-imdb")], store, tmp_path, quiet)
     assert (cert["worker_source"], cert["reference_source"]) == (code, reference)
     assert status() == "failed"
     assert status(framework_env="another-env") == "none"
@@ -177,7 +177,7 @@ def test_runs_are_marked_with_their_certificate(broken, store, tmp_path):
 def test_compare_names_missing_and_misshapen_tensors():
     reference = {"output": np.ones((2, 3)), "grad/a": np.ones(4), "after/b": np.ones(2), "loss": np.array(1.0)}
     candidate = {"output": np.ones((2, 3)) * (1 + 5e-5), "grad/a": np.ones(5), "loss": np.array(1.0 + 1e-9)}
-    rows = {row["tensor"]: row for row in certify.compare(reference, candidate)}
+    rows = {row["tensor"]: row for row in probes.compare(reference, candidate)}
     assert rows["output"]["passed"] and rows["output"]["max_rel"] == pytest.approx(5e-5)
     assert not rows["grad/a"]["passed"] and rows["grad/a"]["problem"] == "shape (5,) != (4,)"
     assert not rows["after/b"]["passed"] and rows["after/b"]["problem"] == "missing"
@@ -185,7 +185,7 @@ def test_compare_names_missing_and_misshapen_tensors():
 
 
 def test_tiny_deviations_of_near_zero_tensors_pass_by_the_absolute_floor():
-    rows = certify.compare({"grad/a": np.array([1e-9, 0.0])}, {"grad/a": np.array([5e-8, 0.0])})
+    rows = probes.compare({"grad/a": np.array([1e-9, 0.0])}, {"grad/a": np.array([5e-8, 0.0])})
     assert rows[0]["passed"] and rows[0]["max_rel"] > 1
 
 
@@ -193,7 +193,7 @@ def test_weights_after_the_steps_are_measured_against_the_steps():
     start = {"w": np.array([1.0, -1.0])}
     reference = {"after/w": np.array([1.001, -1.0])}  # one step of 1e-3
     half_step_off = {"after/w": np.array([1.0015, -1.0])}  # tiny next to the weights, half the step
-    [row] = certify.compare(reference, half_step_off, start)
+    [row] = probes.compare(reference, half_step_off, start)
     assert not row["passed"] and row["max_rel"] == pytest.approx(0.5)
 
 
@@ -204,7 +204,7 @@ def test_certify_fills_the_machines_missing_pairs_and_again_certifies_anew(tmp_p
     assert main(command) == 0
     with Store(machine) as store:
         [first] = store.certificates()
-    assert first["workload_digest"] == certify.workload_digest(get_workload("lstm-imdb")) and first["passed"]
+    assert first["workload_digest"] == certified_model.workload_digest(get_workload("lstm-imdb")) and first["passed"]
     # from another results folder: the pair holds a certificate, so nothing is probed
     assert main([*command[:-1], str(tmp_path / "second")]) == 0
     assert "pytorch lstm-imdb: certified already (pass" in capsys.readouterr().out
@@ -229,13 +229,13 @@ def certify_dir(session_dir) -> Path:
 @pytest.fixture(scope="session")
 def reference(certify_dir) -> dict:
     """The reference's probes of every workload, once for all the frameworks' certificates."""
-    return certify.reference_probes(ALL_WORKLOADS, certify_dir)
+    return probes.reference_probes(ALL_WORKLOADS, certify_dir)
 
 
 @pytest.mark.parametrize("framework", CANDIDATES)
 def test_every_workload_certifies(store, certify_dir, reference, framework):
     """One probe process per framework, as `dlbench certify` runs it, against the shared reference."""
-    certificates = certify.certify([framework], ALL_WORKLOADS, store, certify_dir, quiet, reference)
+    certificates = probes.certify([framework], ALL_WORKLOADS, store, certify_dir, quiet, reference)
     assert [cert["workload"] for cert in certificates] == sorted(WORKLOADS)
     failed = {cert["workload"]: [(row["tensor"], row["max_rel"], row.get("error"), row.get("problem"))
                                  for row in cert["deviations"] if not row["passed"]]
@@ -248,7 +248,7 @@ def test_the_detectors_certificate_exercises_every_loss(reference):
     float32, _ = reference["frcnn-voc"]
     for name in ("rpn_objectness", "rpn_box", "head_class", "head_box"):
         assert float(float32["loss/" + name]) > 0, name
-    assert float32["output/class_logits"].shape == (certify.DETECTOR_ROIS, 21)
+    assert float32["output/class_logits"].shape == (probes.DETECTOR_ROIS, 21)
     assert float32["output/rpn_objectness"].shape == (4 * 6 * 9,)
 
 
@@ -256,15 +256,15 @@ def test_a_failing_probe_names_its_workload_and_keeps_the_others(broken, tmp_pat
     """One probe process serves several workloads: a workload that fails is named with its traceback,
     and the workloads before and after it still ran."""
     good, bad = get_workload("lstm-imdb"), get_workload("lstm-ptb")
-    real_request = certify.weights_request
+    real_request = probes.weights_request
 
     def request_with_a_missing_batch(workload, folder, exact):
         request = real_request(workload, folder, exact)
         return dict(request, x=str(folder / "nowhere.npy")) if workload is bad else request
 
-    monkeypatch.setattr(certify, "weights_request", request_with_a_missing_batch)
-    with pytest.raises(certify.CertifyError, match=r"pytorch lstm-ptb: the probe failed(.|\n)*nowhere\.npy"):
-        certify.probe_many(REFERENCE, [(good, False), (bad, False), (good, True)], tmp_path)
+    monkeypatch.setattr(probes, "weights_request", request_with_a_missing_batch)
+    with pytest.raises(probes.CertifyError, match=r"pytorch lstm-ptb: the probe failed(.|\n)*nowhere\.npy"):
+        probes.probe_many(REFERENCE, [(good, False), (bad, False), (good, True)], tmp_path)
     assert (tmp_path / REFERENCE / "lstm-imdb.npz").is_file()
     assert (tmp_path / REFERENCE / "lstm-imdb-float64.npz").is_file()
 
@@ -310,35 +310,35 @@ def test_the_cache_state_is_cold_until_the_shared_folder_holds_a_file(tmp_path):
 
 
 def test_the_optimiser_rule_refuses_what_it_has_no_formula_for():
-    with pytest.raises(optimizer_certificate.OptimizerError, match="optimizer 'adamw': no rule for it; known: sgd"):
-        optimizer_certificate.checks({"name": "adamw", "lr": 1e-3})
-    with pytest.raises(optimizer_certificate.OptimizerError, match="unknown setting.*amsgrad.*accepted: lr, beta1"):
-        optimizer_certificate.checks(dict(get_workload("lstm-imdb").recipe["optimizer"], amsgrad=True))
-    with pytest.raises(optimizer_certificate.OptimizerError, match="optimizer sgd: missing nesterov"):
-        optimizer_certificate.checks({"name": "sgd", "lr": 0.1, "momentum": 0.0, "weight_decay": 0.0})
+    with pytest.raises(optimizer.OptimizerError, match="optimizer 'adamw': no rule for it; known: sgd"):
+        optimizer.checks({"name": "adamw", "lr": 1e-3})
+    with pytest.raises(optimizer.OptimizerError, match="unknown setting.*amsgrad.*accepted: lr, beta1"):
+        optimizer.checks(dict(get_workload("lstm-imdb").recipe["optimizer"], amsgrad=True))
+    with pytest.raises(optimizer.OptimizerError, match="optimizer sgd: missing nesterov"):
+        optimizer.checks({"name": "sgd", "lr": 0.1, "momentum": 0.0, "weight_decay": 0.0})
 
 
 def test_each_check_makes_its_terms_dominate():
     """Zero gradients where L2 is declared (SGD's step raised to DECAY_STEP of the weights), gradients of
     epsilon's scale where epsilon is, and a long sequence for every optimiser."""
-    cnn = optimizer_certificate.checks(get_workload("cnn-mnist").recipe["optimizer"])
+    cnn = optimizer.checks(get_workload("cnn-mnist").recipe["optimizer"])
     assert [check.name for check in cnn] == ["decay", "sequence"]
     decay = cnn[0]
-    assert decay.config["lr"] * decay.config["weight_decay"] == pytest.approx(optimizer_certificate.DECAY_STEP)
+    assert decay.config["lr"] * decay.config["weight_decay"] == pytest.approx(optimizer.DECAY_STEP)
     assert all(not value.any() for value in decay.gradients.values())
-    adam = optimizer_certificate.checks(get_workload("lstm-imdb").recipe["optimizer"])
+    adam = optimizer.checks(get_workload("lstm-imdb").recipe["optimizer"])
     assert [check.name for check in adam] == ["epsilon", "sequence"]
     epsilon = adam[0].gradients["dense_1/kernel"]
     assert 0.5e-7 <= np.abs(epsilon).min() and np.abs(epsilon).max() <= 2e-7
-    assert len(adam[1].gradients["dense_1/bias"]) == optimizer_certificate.SEQUENCE_STEPS
+    assert len(adam[1].gradients["dense_1/bias"]) == optimizer.SEQUENCE_STEPS
 
 
 @pytest.mark.parametrize("workload", ["cnn-mnist", "lstm-imdb", "frcnn-voc"])
 def test_every_value_of_a_workload_is_seen_or_explained(certify_dir, workload):
     """One workload of each family: every value of its model and recipe, changed, fails certification
     against the true reference, or the table says why it cannot (certify --power runs all of them)."""
-    rows = certify_power.power(get_workload(workload), certify_dir / "power")
-    assert not [row["value"] for row in rows if row["why"] == certify_power.UNEXPLAINED]
+    rows = power.power(get_workload(workload), certify_dir / "power")
+    assert not [row["value"] for row in rows if row["why"] == power.UNEXPLAINED]
     optimizer = {row["value"]: row["seen"] for row in rows if row["value"].startswith("recipe.optimizer.")}
     assert optimizer and all(optimizer.values())
     not_seen = {row["value"] for row in rows if row["seen"] is False}
@@ -354,14 +354,14 @@ def test_every_value_of_a_workload_is_seen_or_explained(certify_dir, workload):
 
 
 def test_changes_cover_every_kind_of_value():
-    assert certify_power.changed("momentum", 0.9) == pytest.approx(0.89)
-    assert certify_power.changed("epsilon", 1e-7) == pytest.approx(1.1e-7)
-    assert certify_power.changed("rate", 0.5) == pytest.approx(0.55)
-    assert certify_power.changed("stride", 1) == 2 and certify_power.changed("filters", 64) == 70
-    assert certify_power.changed("padding", "valid") == "same" and certify_power.changed("fn", "tanh") == "relu"
-    assert certify_power.changed("nesterov", False) is True
+    assert power.changed("momentum", 0.9) == pytest.approx(0.89)
+    assert power.changed("epsilon", 1e-7) == pytest.approx(1.1e-7)
+    assert power.changed("rate", 0.5) == pytest.approx(0.55)
+    assert power.changed("stride", 1) == 2 and power.changed("filters", 64) == 70
+    assert power.changed("padding", "valid") == "same" and power.changed("fn", "tanh") == "relu"
+    assert power.changed("nesterov", False) is True
     model = get_workload("cnn-mnist").model()
-    labels = {change.label for change in certify_power.changes(model, get_workload("cnn-mnist").recipe)}
+    labels = {change.label for change in power.changes(model, get_workload("cnn-mnist").recipe)}
     assert {"conv2d_1.kernel", "activation_2.fn", "dropout_2.rate", "dense_2.units", "recipe.optimizer.weight_decay",
             "recipe.batch_size"} <= labels
     assert not any(label.endswith((".type", ".name")) for label in labels if not label.startswith("recipe."))
@@ -371,11 +371,11 @@ def test_batchnorms_epsilon_is_checked_where_it_dominates(tmp_path):
     """In the workloads BatchNorm's variances dwarf its epsilon (cnn-svhn's deep stack hid a 10 % change
     in its float32 noise); the check of each BatchNorm layer alone, from moving variances of epsilon's
     scale, passes the reference and fails an epsilon 10 % off."""
-    requests = certify.batchnorm_requests(get_workload("cnn-svhn"), certify.probe_folder(REFERENCE, tmp_path))
+    requests = probes.batchnorm_requests(get_workload("cnn-svhn"), probes.probe_folder(REFERENCE, tmp_path))
     assert [request["layer"] for request in requests] == [f"batchnorm_{i}" for i in range(1, 9)]
-    [output] = certify.run_probes(REFERENCE, requests[:1], tmp_path)
-    [row] = certify.batchnorm_rows(requests[0], output["output"])
+    [output] = probes.run_probes(REFERENCE, requests[:1], tmp_path)
+    [row] = probes.batchnorm_rows(requests[0], output["output"])
     assert row["passed"] and row["max_rel"] < 1e-6
     layer = dict(requests[0]["model"]["layers"][0], epsilon=1.1e-3)
-    [wrong] = certify.batchnorm_rows(dict(requests[0], model=certify.batchnorm_model(layer)), output["output"])
-    assert not wrong["passed"] and wrong["max_rel"] > 100 * certify.TOLERANCES["output"]
+    [wrong] = probes.batchnorm_rows(dict(requests[0], model=probes.batchnorm_model(layer)), output["output"])
+    assert not wrong["passed"] and wrong["max_rel"] > 100 * probes.TOLERANCES["output"]

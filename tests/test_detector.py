@@ -14,8 +14,8 @@ from detector_check import NMS_CASES, proposals
 from fixtures_data import prepared_standin
 
 from dlbench.harness.environments import envs
+from dlbench.harness.environments.process import PACKAGE_PARENT
 from dlbench.harness.plan.workloads import get_workload
-from dlbench.harness.run.launch import PACKAGE_PARENT
 from dlbench.shared.detection.nms import nms
 from dlbench.worker.detector import detector_class
 

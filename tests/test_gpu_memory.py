@@ -4,10 +4,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from dlbench.harness.environments.process import GROWING_GPU_MEMORY, worker_environment
 from dlbench.harness.plan import suite
 from dlbench.harness.plan.suite import Cell, SuiteError
 from dlbench.harness.run import cell_config
-from dlbench.harness.run.launch import GROWING_GPU_MEMORY, worker_environment
 
 
 def test_grow_sets_the_frameworks_variables_and_default_clears_inherited_ones(monkeypatch, tmp_path):

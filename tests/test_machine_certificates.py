@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from synthetic_store import synthetic_run
 
-from dlbench.harness import machine_certificates
-from dlbench.harness.certify import workload_digest
+from dlbench.harness.certification import machine_store
+from dlbench.harness.certification.certified_model import workload_digest
 from dlbench.harness.cli import main
 from dlbench.harness.environments import envs, sources
 from dlbench.harness.plan import suite
@@ -54,7 +54,7 @@ def test_a_second_results_folder_finds_the_machines_certificates(machine, tmp_pa
             store.save_run(*stored_run("jax", "cnn-mnist", rep, 0.5))
         # a run stored before runs recorded their workload's digest: no certificate can vouch for it
         store.save_run(*stored_run("jax", "lstm-imdb", 1, 0.5, digest=False))
-    with machine_certificates.open_store() as store:  # as `dlbench certify --results first` leaves it
+    with machine_store.open_store() as store:  # as `dlbench certify --results first` leaves it
         store.save_certificate(certificate("jax", "cnn-mnist", envs.digest_of(PACKAGES)))
         store.save_certificate(certificate("jax", "lstm-imdb", envs.digest_of(PACKAGES)))
         # another environment's certificate is not this folder's runs'
@@ -77,32 +77,32 @@ def test_a_second_results_folder_finds_the_machines_certificates(machine, tmp_pa
 
 def test_a_changed_model_or_recipe_is_not_covered(machine):
     workload = get_workload("lstm-imdb")
-    key = machine_certificates.key_now("jax", workload)
-    with machine_certificates.open_store() as store:
+    key = machine_store.key_now("jax", workload)
+    with machine_store.open_store() as store:
         store.save_certificate(certificate("jax", "lstm-imdb", key.framework_env, workload_digest="0ld-recipe"))
-    assert machine_certificates.status(key) == "none"
+    assert machine_store.status(key) == "none"
     changed = dict(workload.recipe, optimizer=dict(workload.recipe["optimizer"], lr=2e-3))
     assert workload_digest(workload) != workload_digest(type(workload)(**{**vars(workload), "recipe": changed}))
     unchanged = dict(workload.recipe, epochs=1)  # probes take a few steps: the epochs are not certified
     assert workload_digest(workload) == workload_digest(type(workload)(**{**vars(workload), "recipe": unchanged}))
-    [cert] = machine_certificates.certificates_of([{"framework": "jax", "workload": "lstm-imdb"}])
-    assert machine_certificates.workload_state(cert) == "older"
+    [cert] = machine_store.certificates_of([{"framework": "jax", "workload": "lstm-imdb"}])
+    assert machine_store.workload_state(cert) == "older"
 
 
 def test_missing_pairs_and_the_command_that_certifies_them(machine):
     cells = suite.plan(suite.load("quick"), ["pytorch", "jax"], ["cnn-mnist", "lstm-imdb"])
-    pairs = machine_certificates.pairs_of(cells)
+    pairs = machine_store.pairs_of(cells)
     assert sorted(pairs) == [("jax", "cnn-mnist"), ("jax", "lstm-imdb")]  # the reference needs none
-    assert machine_certificates.missing(pairs) == pairs
+    assert machine_store.missing(pairs) == pairs
     assert not machine.exists()  # looking created nothing
-    key = machine_certificates.key_now("jax", get_workload("cnn-mnist"))
-    with machine_certificates.open_store() as store:
+    key = machine_store.key_now("jax", get_workload("cnn-mnist"))
+    with machine_store.open_store() as store:
         store.save_certificate(certificate("jax", "cnn-mnist", key.framework_env, passed=False))
     # a failed certificate is a certificate: certifying again would give the same verdict
-    assert machine_certificates.missing(pairs) == [("jax", "lstm-imdb")]
-    command = machine_certificates.certify_command("quick", ["jax"], ["lstm-imdb"])
+    assert machine_store.missing(pairs) == [("jax", "lstm-imdb")]
+    command = machine_store.certify_command("quick", ["jax"], ["lstm-imdb"])
     assert command == "dlbench certify --suite quick -f jax -w lstm-imdb"
-    quoted = machine_certificates.certify_command("my suite.yaml", None, None)
+    quoted = machine_store.certify_command("my suite.yaml", None, None)
     assert quoted == "dlbench certify --suite 'my suite.yaml'"
 
 

@@ -7,11 +7,11 @@ import pytest
 from analysis_runs import build_store, run_dict
 
 from dlbench.harness.analysis import measures
-from dlbench.harness.environments import disk, envs
+from dlbench.harness.environments import disk, envs, process
 from dlbench.harness.measure import cores, peaks
 from dlbench.harness.plan import suite
 from dlbench.harness.present import listing, report
-from dlbench.harness.run import cell_config, gemm_peak, launch, one_cell, record
+from dlbench.harness.run import cell_config, gemm_peak, one_cell, record
 from dlbench.harness.run.cell_config import Options, Prepared
 from dlbench.harness.run.local import run_plan
 from dlbench.harness.store import Store
@@ -158,7 +158,7 @@ def test_peak_of_the_pytorch_environment(tmp_path):
     recipe = envs.get_recipe("pytorch")
     command = [str(env.python), "-m", "dlbench.worker.peak", recipe.adapter, "--threads", "1", "--size", "256",
                "--repeats", "3"]
-    found = peaks.run(command, launch.worker_environment(tmp_path, 1, recipe.worker_env), tmp_path)
+    found = peaks.run(command, process.worker_environment(tmp_path, 1, recipe.worker_env), tmp_path)
     assert found["method"] == "torch.matmul" and found["gflops"] > 0
     assert found["others_busy_cores"] >= 0  # what the rest of the machine ran meanwhile
 
@@ -182,7 +182,7 @@ def test_a_peak_that_cannot_be_measured_is_null_with_its_reason(tmp_path):
     env = envs.require("pytorch")
     command = [str(env.python), "-m", "dlbench.worker.peak", "dlbench.worker.frameworks.no_such_framework:Adapter",
                "--size", "64"]
-    found = peaks.run(command, launch.worker_environment(tmp_path, 1, {}), tmp_path)
+    found = peaks.run(command, process.worker_environment(tmp_path, 1, {}), tmp_path)
     assert found["gflops"] is None and found["reason"].startswith("peak not measured: ModuleNotFoundError")
     missing = peaks.run([str(tmp_path / "no-python")], {}, tmp_path)
     assert missing["gflops"] is None and "No such file" in missing["reason"]

@@ -5,7 +5,7 @@ workload per optimiser: SGD with BatchNorm, Adadelta with stacked LSTMs, Adam wi
 seq2seq loss."""
 import pytest
 
-from dlbench.harness import certify
+from dlbench.harness.certification import probes
 from dlbench.harness.environments.envs import REFERENCE
 from dlbench.harness.plan.workloads import get_workload
 from dlbench.shared.init import canonical_init
@@ -14,18 +14,18 @@ NAMES = ["cnn-svhn", "lstm-ptb", "seq2seq-manythings"]
 
 
 @pytest.fixture(scope="module")
-def probes(tmp_path_factory) -> dict[str, tuple[dict, dict]]:
+def float64_probes(tmp_path_factory) -> dict[str, tuple[dict, dict]]:
     """Both frameworks' float64 probes of the three workloads, one process each."""
     folder = tmp_path_factory.mktemp("float64")
     wanted = [(get_workload(name), True) for name in NAMES]
-    return dict(zip(NAMES, zip(certify.probe_many(REFERENCE, wanted, folder),
-                               certify.probe_many("mxnet", wanted, folder), strict=True), strict=True))
+    return dict(zip(NAMES, zip(probes.probe_many(REFERENCE, wanted, folder),
+                               probes.probe_many("mxnet", wanted, folder), strict=True), strict=True))
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_mxnet_matches_the_reference_at_float64(probes, name):
-    reference, candidate = probes[name]
-    start = canonical_init(certify.without_dropout(get_workload(name).model()), certify.SEED)
+def test_mxnet_matches_the_reference_at_float64(float64_probes, name):
+    reference, candidate = float64_probes[name]
+    start = canonical_init(probes.without_dropout(get_workload(name).model()), probes.SEED)
     assert sorted(candidate) == sorted(reference)
-    worst = max(row["max_rel"] for row in certify.compare(reference, candidate, start))
+    worst = max(row["max_rel"] for row in probes.compare(reference, candidate, start))
     assert worst < 1e-10

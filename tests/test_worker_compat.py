@@ -12,8 +12,8 @@ import pytest
 from sides import SHARED, WORKER
 
 from dlbench.harness.environments import envs
+from dlbench.harness.environments.process import PACKAGE_PARENT
 from dlbench.harness.plan.workloads import WORKLOADS
-from dlbench.harness.run.launch import PACKAGE_PARENT
 from dlbench.shared.init import canonical_init
 from dlbench.worker.base import epoch_order
 

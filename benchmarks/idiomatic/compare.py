@@ -7,7 +7,7 @@ their steady epoch times says whether an adapter is as fast as the framework's u
 Run with the harness's Python (dlbench importable). For each pair it runs dlbench's cell as `dlbench run`
 does (runner.resolve and runner.run_cell: the worker through the executor, in a throwaway results
 folder), then the program in the same framework environment's Python with the worker's variables
-(launch.worker_environment: threads, HOME and caches in its own run folder), on the same prepared
+(environments/process.py: worker_environment: threads, HOME and caches in its own run folder), on the same prepared
 arrays for the same epochs and batch size. The contract a program follows is in README.md here.
 """
 from __future__ import annotations
@@ -29,10 +29,10 @@ import numpy as np
 from dlbench.harness import data
 from dlbench.harness.data.prepared import VOCAB_FILE, Built, load_prepared, write_prepared
 from dlbench.harness.environments import envs
+from dlbench.harness.environments.process import worker_environment
 from dlbench.harness.plan.suite import ALLOCATORS, Cell
 from dlbench.harness.plan.workloads import get_workload
 from dlbench.harness.run.cell_config import Options, resolve
-from dlbench.harness.run.launch import worker_environment
 from dlbench.harness.run.one_cell import run_cell
 
 HERE = Path(__file__).resolve().parent

@@ -5,9 +5,10 @@ import sys
 import time
 from pathlib import Path
 
-from dlbench.harness import certify, data, machine_certificates
+from dlbench.harness import data
 from dlbench.harness.analysis import compare
 from dlbench.harness.analysis.load import AnalysisError
+from dlbench.harness.certification import machine_store, probes
 from dlbench.harness.data import DatasetError
 from dlbench.harness.environments import disk, envs
 from dlbench.harness.environments.envs import EnvError
@@ -22,7 +23,7 @@ from dlbench.harness.store import FILENAME, Store, StoreError
 from dlbench.shared import ir
 
 DEFAULT_RESULTS = Path("dlbench-results")
-USER_ERRORS = (SuiteError, WorkloadError, EnvError, DatasetError, StoreError, certify.CertifyError, AnalysisError,
+USER_ERRORS = (SuiteError, WorkloadError, EnvError, DatasetError, StoreError, probes.CertifyError, AnalysisError,
                ExecutorError, WeightsError)
 
 
@@ -54,9 +55,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     print()
     print(", ".join(f"{n} {k}" for k, n in counts.items() if n))
     print(f"results: {options.results / 'dlbench.sqlite'} (dlbench results --results {args.results})")
-    uncertified = machine_certificates.missing(machine_certificates.pairs_of(cells))
+    uncertified = machine_store.missing(machine_store.pairs_of(cells))
     if uncertified:
-        print(certify_hint(len(uncertified), machine_certificates.certify_command(args.suite, args.framework,
+        print(certify_hint(len(uncertified), machine_store.certify_command(args.suite, args.framework,
                                                                                    args.workload)))
     return 0 if counts["failed"] == counts["timeout"] == 0 else 1
 
@@ -64,10 +65,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 def certify_hint(count: int, command: str) -> str:
     """What `run` says when framework x workload pairs it ran have no certificate of their environment and code."""
     return (f"certificates: {count} framework x workload pair{'s' if count > 1 else ''} of this plan "
-            f"{'have' if count > 1 else 'has'} no equivalence certificate in {machine_certificates.store_path()}, "
+            f"{'have' if count > 1 else 'has'} no equivalence certificate in {machine_store.store_path()}, "
             f"so the report says {'they' if count > 1 else 'it'} may not train the same model as the reference. "
-            f"Certify the missing pairs with: {command}\n(all {machine_certificates.QUICK_SUITE_PAIRS} pairs of "
-            f"the quick suite took {machine_certificates.QUICK_SUITE_TIME} on a 2-core machine; the next report "
+            f"Certify the missing pairs with: {command}\n(all {machine_store.QUICK_SUITE_PAIRS} pairs of "
+            f"the quick suite took {machine_store.QUICK_SUITE_TIME} on a 2-core machine; the next report "
             f"reads the new certificates)")
 
 
@@ -222,9 +223,9 @@ def cmd_results(args: argparse.Namespace) -> int:
         raise StoreError(f"no results at {path}; run a suite first (dlbench run) or pass --results DIR")
     with Store(path) as store:
         runs, certificates, peaks = store.runs(), store.certificates(), store.peaks()
-    runs = machine_certificates.with_current_verdicts(runs)
+    runs = machine_store.with_current_verdicts(runs)
     # the machine's certificates of these runs, after any the folder holds from a dlbench before the machine's store
-    certificates += machine_certificates.certificates_of(runs)
+    certificates += machine_store.certificates_of(runs)
     render = {"table": listing.table, "csv": listing.to_csv, "json": listing.to_json}[args.format]
     print(render(runs))
     if args.format == "table" and peaks:
@@ -256,12 +257,12 @@ def cmd_certify(args: argparse.Namespace) -> int:
         return cmd_certify_power(args)
     if args.show:
         certificates = []
-        store = machine_certificates.existing_store()  # --show creates nothing
+        store = machine_store.existing_store()  # --show creates nothing
         if store is not None:
             with store:
                 certificates = store.certificates()
         print(listing.certificates_table(certificates))
-        print(f"store: {machine_certificates.store_path()}")
+        print(f"store: {machine_store.store_path()}")
         return 0
     pairs = certify_pairs(args)
     results_dir = Path(args.results).resolve()
@@ -272,9 +273,9 @@ def cmd_certify(args: argparse.Namespace) -> int:
         print(f"{cert['framework']} {cert['workload']}: {verdict} (worst {cert['worst_tensor']}, "
               f"relative deviation {cert['worst_scaled_deviation']})", flush=True)
 
-    with machine_certificates.open_store() as store:
+    with machine_store.open_store() as store:
         present = {} if args.again else {(framework, workload.name): store.newest_certificate(
-            *machine_certificates.key_now(framework, workload)) for framework, workload in pairs}
+            *machine_store.key_now(framework, workload)) for framework, workload in pairs}
         todo = [(name, workload) for name, workload in pairs if present.get((name, workload.name)) is None]
         certificates = [cert for cert in present.values() if cert is not None]
         for cert in certificates:
@@ -284,24 +285,24 @@ def cmd_certify(args: argparse.Namespace) -> int:
         for framework, workload in todo:
             by_framework.setdefault(framework, []).append(workload)
         if todo:  # the reference's probes once, for every workload a framework is certified on
-            reference = certify.reference_probes(list({w.name: w for _, w in todo}.values()), workdir)
+            reference = probes.reference_probes(list({w.name: w for _, w in todo}.values()), workdir)
             for framework, workloads in by_framework.items():
-                certificates += certify.certify([framework], workloads, store, workdir, progress, reference)
+                certificates += probes.certify([framework], workloads, store, workdir, progress, reference)
     print()
     print(listing.certificates_table(certificates))
-    print(f"store: {machine_certificates.store_path()}")
+    print(f"store: {machine_store.store_path()}")
     return 0 if all(cert["passed"] for cert in certificates) else 1
 
 
 def cmd_certify_power(args: argparse.Namespace) -> int:
     """What each workload's certificate can see: exit 1 when a change passes for no known reason."""
-    from dlbench.harness import certify_power
+    from dlbench.harness.certification import power
 
     workloads = [get_workload(name) for name in args.workload] if args.workload else list(WORKLOADS.values())
     workdir = Path(args.results).resolve() / "certify" / time.strftime("power-%Y%m%d-%H%M%S")
-    rows = [row for workload in workloads for row in certify_power.power(workload, workdir)]
+    rows = [row for workload in workloads for row in power.power(workload, workdir)]
     print(listing.power_table(rows))
-    unexplained = [row["value"] for row in rows if row["why"] == certify_power.UNEXPLAINED]
+    unexplained = [row["value"] for row in rows if row["why"] == power.UNEXPLAINED]
     print(f"\n{sum(row['seen'] is True for row in rows)} of {len(rows)} changes seen; "
           f"{sum(row['seen'] is False for row in rows)} not, each with its reason"
           + (f"; UNEXPLAINED: {', '.join(unexplained)}" if unexplained else ""))
@@ -317,7 +318,7 @@ def certify_pairs(args: argparse.Namespace) -> list[tuple[str, Workload]]:
         if chosen.device != "cpu":
             raise SuiteError(f"suite {chosen.name} runs on {chosen.device}: certification probes run in the CPU "
                              "environments, so no certificate would cover its runs")
-        return [(framework, get_workload(workload)) for framework, workload in machine_certificates.pairs_of(cells)]
+        return [(framework, get_workload(workload)) for framework, workload in machine_store.pairs_of(cells)]
     for name in args.framework or ():
         envs.get_recipe(name)  # refused before anything runs
     frameworks = args.framework or [name for name in envs.RECIPES if name != envs.REFERENCE]

@@ -1,5 +1,5 @@
 """SQLite results store, one file per results folder; each run is saved atomically with its children. The
-machine's certificates live in a store of the same schema (dlbench.harness.machine_certificates)."""
+machine's certificates live in a store of the same schema (dlbench.harness.certification.machine_store)."""
 
 import dataclasses
 import json
@@ -96,7 +96,7 @@ RUN_COLUMNS: dict[str, str] = {
     "cells_on_node": "INTEGER",
     "attempt": "INTEGER",
     # added in schema version 10: the digest of the workload's model and recipe as certification sees them
-    # (dlbench.harness.certify.workload_digest), part of the key of the certificate that vouches for the
+    # (harness/certification/certified_model.py), part of the key of the certificate that vouches for the
     # run; NULL before
     "workload_digest": "TEXT",
 }
@@ -146,7 +146,7 @@ CERTIFICATE_COLUMNS: dict[str, str] = {
     "worker_source": "TEXT",
     "reference_source": "TEXT",
     # added in schema version 10: the digest of the workload's model and recipe as certified
-    # (dlbench.harness.certify.workload_digest): a changed model or recipe of the same name is not covered.
+    # (harness/certification/certified_model.py): a changed model or recipe of the same name is not covered.
     # NULL before.
     "workload_digest": "TEXT",
 }
@@ -209,7 +209,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: tuple(f"ALTER TABLE runs ADD COLUMN {name} {RUN_COLUMNS[name]}"
              for name in ("plan_position", "machine", "dlbench_version")),
     3: (f"ALTER TABLE runs ADD COLUMN compile_cache {RUN_COLUMNS['compile_cache']}",
-        # Before version 3 every measured run compiled into its own empty folder (launch.worker_environment
+        # Before version 3 every measured run compiled into its own empty folder (process.worker_environment
         # removed DLBENCH_COMPILE_CACHE), and theano is the one framework that compiles into one: its old
         # runs were cold. Other frameworks' runs stay NULL, as new ones are.
         "UPDATE runs SET compile_cache = 'cold' WHERE framework = 'theano'"),

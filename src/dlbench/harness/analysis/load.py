@@ -3,8 +3,8 @@ of the datasets they used."""
 import json
 from pathlib import Path
 
-from dlbench.harness import machine_certificates
 from dlbench.harness.analysis.findings import HeldOutSet
+from dlbench.harness.certification import machine_store
 from dlbench.harness.store import FILENAME, Store
 from dlbench.shared.protocol import META_FILE
 
@@ -28,10 +28,10 @@ def store_path(path: Path | str) -> Path:
 
 def read_runs(path: Path | str) -> list[dict]:
     """Every run of the store, as Store.runs() gives them (an older store is migrated on opening), each with
-    its certificate's verdict in the machine's store now (machine_certificates.with_current_verdicts)."""
+    its certificate's verdict in the machine's store now (machine_store.with_current_verdicts)."""
     with Store(store_path(path)) as store:
         runs = store.runs()
-    return machine_certificates.with_current_verdicts(runs)
+    return machine_store.with_current_verdicts(runs)
 
 
 def hardware(run: dict) -> str | None:

@@ -16,10 +16,10 @@ DEVICES = ("cpu", "gpu")
 # compile folder per framework, and each run records whether it found it warm or cold (harness/run/one_cell.py)
 COMPILE_CACHES = ("cold", "shared")
 # default: glibc's malloc as every framework's users run it; retain: it keeps freed memory for reuse
-# (launch.RETAINING_MALLOC), so steps stop faulting their buffers in again, a cost that varies from run to run
+# (process.RETAINING_MALLOC), so steps stop faulting their buffers in again, a cost that varies from run to run
 ALLOCATORS = ("default", "retain")
 # default: each framework's own GPU memory policy (TensorFlow and JAX take most of the card at start,
-# PyTorch and MXNet grow as they allocate); grow: every framework allocates as it goes (launch.GROWING_GPU_MEMORY)
+# PyTorch and MXNet grow as they allocate); grow: every framework allocates as it goes (process.GROWING_GPU_MEMORY)
 GPU_MEMORY = ("default", "grow")
 EXECUTORS = ("local", "ray")  # where the cells run: this machine, or a Ray cluster's nodes (dlbench.harness.run)
 SUITE_FIELDS = ("name", "description", "frameworks", "device", "repeat", "seed", "threads", "timeout_s",

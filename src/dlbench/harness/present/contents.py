@@ -5,10 +5,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from dlbench.harness import machine_certificates
 from dlbench.harness.analysis.findings import Finding, findings, shared_caveats
 from dlbench.harness.analysis.load import device_with_hardware, held_out_sets
 from dlbench.harness.analysis.summary import CellSummary, summarise
+from dlbench.harness.certification import machine_store
 from dlbench.harness.environments.envs import dlbench_home
 from dlbench.harness.present import manifest, tables
 from dlbench.harness.store import Store
@@ -34,12 +34,12 @@ class Report:
 def load(store_path: Path) -> Report:
     with Store(store_path) as store:
         # runs from several CPU (or GPU) models are grouped apart: their device names the model
-        runs = device_with_hardware(machine_certificates.with_current_verdicts(store.runs()))
+        runs = device_with_hardware(machine_store.with_current_verdicts(store.runs()))
         samples = {run["id"]: store.samples(run["id"]) for run in runs}
         peaks = store.peaks()
         # a results folder's own certificates, stored by a dlbench before the machine's store, come first:
         # the grid shows the newest per pair
-        certificates = store.certificates() + machine_certificates.certificates_of(runs)
+        certificates = store.certificates() + machine_store.certificates_of(runs)
     summaries = summarise(runs)
     # the test sets' sizes (an accuracy's sampling error) come from the prepared datasets the runs used
     data_dir = Path(os.environ.get("DLBENCH_DATA") or dlbench_home() / "data")

@@ -3,8 +3,8 @@ import csv
 import io
 import json
 
-from dlbench.harness import machine_certificates
 from dlbench.harness.analysis import measures
+from dlbench.harness.certification import machine_store
 from dlbench.harness.environments import sources
 
 # (run field, table heading); the table shows these, CSV and JSON carry every field
@@ -73,7 +73,7 @@ def certificates_table(certificates: list[dict]) -> str:
                      cert["worst_tensor"] + ("" if worst["max_abs"] is not None else f" ({worst.get('problem')})"),
                      _sci(worst["max_abs"]), _sci(worst["max_rel"]), share,
                      sources.code_state(cert["framework"], cert.get("worker_source"), cert.get("reference_source")),
-                     machine_certificates.workload_state(cert), cert["created_at"]])
+                     machine_store.workload_state(cert), cert["created_at"]])
     return aligned(rows)
 
 
@@ -127,7 +127,7 @@ def _value(value) -> str:
 
 
 def power_table(rows: list[dict]) -> str:
-    """What each certificate can see (certify_power.power): one line per value of a workload."""
+    """What each certificate can see (power.power): one line per value of a workload."""
     lines = [["workload", "value", "was", "changed to", "seen", "by (worst tensor)", "x tolerance", "why not seen"]]
     for row in rows:
         seen = {True: "yes", False: "NO", None: "n/a"}[row["seen"]]

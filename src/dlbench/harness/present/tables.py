@@ -8,11 +8,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import median
 
-from dlbench.harness import machine_certificates
 from dlbench.harness.analysis import measures
 from dlbench.harness.analysis.findings import group, label, metric_format, seconds
 from dlbench.harness.analysis.stats import CONFIDENCE, NOISE, Estimate, level_text
 from dlbench.harness.analysis.summary import FIRST_EPOCH_FIGURES, CellSummary, speed_ratios
+from dlbench.harness.certification import machine_store
 from dlbench.harness.environments import sources
 from dlbench.harness.measure.cores import BUSY_MACHINE
 
@@ -271,7 +271,7 @@ def certificate_grid(certificates: Sequence[Mapping], runs: Sequence[Mapping]) -
             else:
                 worst = cert.get("worst_scaled_deviation")
                 code = sources.code_state(framework, cert.get("worker_source"), cert.get("reference_source"))
-                model = machine_certificates.workload_state(cert)
+                model = machine_store.workload_state(cert)
                 row.append(f"{'pass' if cert['passed'] else 'FAIL'}"
                            + (f" ({worst:.1e}, {cert.get('worst_tensor')})" if worst is not None else "")
                            + ("" if code == "current" else f", {code} code")

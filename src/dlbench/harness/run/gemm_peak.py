@@ -5,9 +5,9 @@ import time
 from collections.abc import Callable
 
 from dlbench.harness.environments import envs
+from dlbench.harness.environments.process import worker_environment
 from dlbench.harness.measure import peaks
 from dlbench.harness.run.cell_config import Options, Prepared
-from dlbench.harness.run.launch import worker_environment
 from dlbench.harness.store import Store
 from dlbench.shared.protocol import KIND, PEAK
 

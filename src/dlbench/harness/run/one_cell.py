@@ -6,9 +6,10 @@ import time
 from collections.abc import Callable
 
 from dlbench.harness.environments import envs
+from dlbench.harness.environments.process import worker_environment
 from dlbench.harness.measure import energy
 from dlbench.harness.run.cell_config import Options, Prepared, compile_cache_state, shared_compile_cache
-from dlbench.harness.run.launch import run_worker, worker_environment
+from dlbench.harness.run.launch import run_worker
 from dlbench.harness.run.record import Ran, epoch_rows, run_row
 
 

@@ -6,8 +6,8 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlbench.harness import machine_certificates
-from dlbench.harness.certify import workload_digest
+from dlbench.harness.certification import machine_store
+from dlbench.harness.certification.certified_model import workload_digest
 from dlbench.harness.environments import envs, sources
 from dlbench.harness.measure import cores, machine, peaks
 from dlbench.harness.measure.monitor import Sample, summarise
@@ -91,11 +91,11 @@ def run_row(prepared: Prepared, outcome: Outcome, epochs: list[dict], run_dir: P
 
 
 def certificate_status(prepared: Prepared) -> str:
-    """The run's certificate in the machine's store (machine_certificates) when it is stored."""
+    """The run's certificate in the machine's store (certification/machine_store.py) when it is stored."""
     if envs.is_reference(prepared.cell.framework):
         return "reference"
     # certificates are kept per framework name and exact environment: any label of a version finds its own
-    return machine_certificates.status(machine_certificates.Key(
+    return machine_store.status(machine_store.Key(
         envs.framework_name(prepared.cell.framework), prepared.env.packages_digest(), prepared.cell.workload,
         prepared.config["worker_source"], sources.framework_source(envs.REFERENCE),
         workload_digest(prepared.workload)))

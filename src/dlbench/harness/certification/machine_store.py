@@ -1,14 +1,14 @@
 """The machine's equivalence certificates: one store under DLBENCH_HOME that `dlbench certify` fills and
 that every results folder's runs, `results`, report and compare read. A certificate holds for its key: the
 framework, its environment's packages digest, the worker code of the framework and of the reference
-(environments.sources), and the workload's model and recipe as certified (certify.workload_digest)."""
+(environments.sources), and the workload's model and recipe as certified (certified_model.workload_digest)."""
 import os
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from dlbench.harness.certify import workload_digest
+from dlbench.harness.certification.certified_model import workload_digest
 from dlbench.harness.environments import envs, sources
 from dlbench.harness.plan.suite import Cell
 from dlbench.harness.plan.workloads import WORKLOADS, Workload, get_workload

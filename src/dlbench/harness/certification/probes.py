@@ -14,7 +14,6 @@ Dropout, off in those comparisons, is checked on its own: each dropout layer's r
 independence of masks, from the framework's output of that layer alone in training mode
 (dropout_requests, dropout_rows).
 """
-import hashlib
 import json
 import subprocess
 import time
@@ -23,10 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from dlbench.harness import optimizer_certificate
+from dlbench.harness.certification import optimizer
+from dlbench.harness.certification.certified_model import certified_model, without_dropout, workload_digest
 from dlbench.harness.environments import envs, sources
+from dlbench.harness.environments.process import worker_environment
 from dlbench.harness.plan.workloads import Workload
-from dlbench.harness.run.launch import worker_environment
 from dlbench.harness.store import Store
 from dlbench.shared import ir
 from dlbench.shared.detection import pipeline
@@ -50,10 +50,9 @@ DROPOUT_SHAPES = {1: (128,), 2: (8, 32), 3: (4, 4, 16)}  # an input of each rank
 BATCHNORM_SHAPE = (2, 2, 4)
 ABSOLUTE_FLOOR = 1e-7  # a deviation this small passes whatever the tensor's scale (tensors near zero)
 NOISE_FACTOR = 3.0  # beyond tolerance, a tensor still passes within this many times the reference's own error
-# A detector is certified on one image of this short and long side, with this many fixed proposals, and
+# A detector is certified on one image of certified_model.DETECTOR_SIDES, with this many fixed proposals, and
 # this many anchors and RoIs sampled: small enough for every framework's CI test, big enough for
 # positive anchors and foreground RoIs of both boxes.
-DETECTOR_SIDES = (64, 96)
 DETECTOR_PROPOSALS = 48
 DETECTOR_ANCHORS = 64
 DETECTOR_ROIS = 32
@@ -66,11 +65,6 @@ MAX_PROBES_S = 86400
 
 class CertifyError(RuntimeError):
     pass
-
-
-def without_dropout(model: dict) -> dict:
-    return dict(model, layers=[dict(layer, rate=0.0) if layer["type"] == "dropout" else layer
-                               for layer in model["layers"]])
 
 
 def fixed_batch(model: dict, meta: dict, count: int = BATCH) -> tuple[np.ndarray, np.ndarray]:
@@ -92,24 +86,6 @@ def fixed_batch(model: dict, meta: dict, count: int = BATCH) -> tuple[np.ndarray
         y = rng.randint(1, meta["target_vocab_size"], size=(count, meta["target_len"]))
         y[:, -2:] = 0
     return x, y.astype(np.int32)
-
-
-def certified_model(workload: Workload) -> dict:
-    """The model a workload is certified on: its own, dropout off; a detector's on a small canvas
-    (DETECTOR_SIDES), which changes no weight's shape: RoI Align fixes the head's input."""
-    if workload.study_meta["task"] == "detection":
-        short, long = DETECTOR_SIDES
-        return workload.model(dict(workload.study_meta, min_side=short, max_side=long))
-    return without_dropout(workload.model())
-
-
-def workload_digest(workload: Workload) -> str:
-    """What a workload's certificate covers, as a digest: the model the probes train (certified_model), the
-    model its dropout layers are checked from, and its recipe but the epochs (a probe takes STEPS steps).
-    A changed model or recipe under the same name is not covered by an older certificate."""
-    covered = {"certified_model": certified_model(workload), "model": workload.model(),
-               "recipe": {key: value for key, value in workload.recipe.items() if key != "epochs"}}
-    return hashlib.sha256(json.dumps(covered, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def detector_request(workload: Workload, folder: Path, exact: bool) -> dict:
@@ -224,9 +200,9 @@ def _dropout_row(tensor: str, deviation: float, scale: float, allowed: float) ->
             "max_rel": deviation / scale, "passed": bool(deviation <= allowed)}
 
 
-def optimizer_requests(workload: Workload, folder: Path) -> list[tuple[optimizer_certificate.Check, dict]]:
-    """The optimiser certificate's probes of the workload's recipe (optimizer_certificate)."""
-    return optimizer_certificate.requests(workload.name, workload.recipe["optimizer"], folder)
+def optimizer_requests(workload: Workload, folder: Path) -> list[tuple[optimizer.Check, dict]]:
+    """The optimiser certificate's probes of the workload's recipe (certification/optimizer.py)."""
+    return optimizer.requests(workload.name, workload.recipe["optimizer"], folder)
 
 
 def batchnorm_requests(workload: Workload, folder: Path) -> list[dict]:
@@ -298,7 +274,7 @@ def run_probes(framework: str, requests: list[dict], workdir: Path,
     """Runs dlbench.worker.probe once in the framework's environment for every request, in order. Compiled
     code is shared by every probe of one workdir (its compile cache): certification times nothing, so
     a warm cache changes no verdict. A failed probe raises CertifyError, or, when `failures` is a dict,
-    gives empty arrays and its error's last line under its index there (certify_power's changed models)."""
+    gives empty arrays and its error's last line under its index there (power.py's changed models)."""
     env = envs.require(framework)
     recipe = envs.get_recipe(framework)
     folder = probe_folder(framework, workdir)
@@ -430,7 +406,7 @@ def certify(frameworks: list[str], workloads: list[Workload], store: Store, work
             for request, output in zip(batchnorm[workload.name], normed, strict=True):
                 rows += batchnorm_rows(request, output["output"])
             for check, _ in optimizer[workload.name]:
-                rows += optimizer_certificate.rows(check, next(outputs))
+                rows += optimizer.rows(check, next(outputs))
             cert = certificate(framework, workload, rows)
             store.save_certificate(cert)
             progress(cert)

@@ -1,6 +1,6 @@
 """Optimiser certificates: each framework's optimiser against a float64 rule of the reference's formulas.
 
-A few optimiser steps on one batch (certify.py) cannot see a term that is small on one batch: the
+A few optimiser steps on one batch (probes.py) cannot see a term that is small on one batch: the
 CNN recipes' coupled L2 of 1e-6 moves a weight by 1e-8 of itself a step, below float32's rounding;
 an epsilon matters only where the gradients are as small as it; momentum, the betas, rho and Adam's
 bias corrections need many steps to show. So each optimiser a recipe names is certified on its own.

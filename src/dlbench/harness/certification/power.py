@@ -3,8 +3,8 @@
 A certificate proves something only if a wrong value fails it. For every value of the workload's
 model IR (every setting of every layer, and of a detector's parts) and of its recipe (the optimiser's
 settings included), the reference is run with that value changed, as an adapter that read it wrongly
-would run, and judged against the true reference exactly as a framework is (certify.compare,
-certify.dropout_rows, optimizer_certificate.rows). The change (`changed`): a number by 10 % (a rate
+would run, and judged against the true reference exactly as a framework is (probes.compare,
+probes.dropout_rows, optimizer.rows). The change (`changed`): a number by 10 % (a rate
 of decay such as a momentum, a beta or rho by 10 % of its distance to 1, the stricter change), a whole
 number by 10 % or to the next one, a choice to the next in its list, a flag to its opposite.
 
@@ -20,7 +20,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlbench.harness import certify, optimizer_certificate
+from dlbench.harness.certification import optimizer, probes
+from dlbench.harness.certification.certified_model import certified_model, without_dropout
 from dlbench.harness.environments import envs
 from dlbench.harness.plan.workloads import Workload
 from dlbench.shared import ir
@@ -28,7 +29,7 @@ from dlbench.shared.init import canonical_init
 
 DECAY_RATES = ("momentum", "beta1", "beta2", "rho")  # changed by 10 % of their distance to 1
 CHOICES = {"fn": ir.ACTIVATIONS, "padding": ir.PADDINGS, "loss": ir.LOSSES,
-           "op": ("roi_align",), "name": tuple(optimizer_certificate.SETTINGS)}
+           "op": ("roi_align",), "name": tuple(optimizer.SETTINGS)}
 NOT_CHANGED = ("type", "name", "input_shape", "input_dtype")  # what a layer is, not a setting of it
 UNEXPLAINED = "UNEXPLAINED: no reason known why this change passes"
 _HOST = "read by the shared host pipeline (shared/detection), the same code in every framework"
@@ -109,8 +110,8 @@ def _applied(model: dict, recipe: dict, change: Change) -> tuple[dict, dict]:
 
 def _share(rows: list[dict]) -> tuple[bool, str, float]:
     """(any row failed, the worst row's tensor, its deviation over its tolerance)."""
-    worst = max(rows, key=lambda row: (not row["passed"], certify.share_of_tolerance(row)))
-    return (not all(row["passed"] for row in rows), worst["tensor"], certify.share_of_tolerance(worst))
+    worst = max(rows, key=lambda row: (not row["passed"], probes.share_of_tolerance(row)))
+    return (not all(row["passed"] for row in rows), worst["tensor"], probes.share_of_tolerance(worst))
 
 
 @dataclass(frozen=True)
@@ -127,14 +128,14 @@ class Truth:
 def power(workload: Workload, workdir: Path) -> list[dict]:
     """One row per value of the workload: whether its change fails certification, by what, or why not."""
     detector = workload.study_meta["task"] == "detection"
-    true_model = certify.certified_model(workload) if detector else workload.model()
-    float32, exact = certify.reference_probes([workload], workdir)[workload.name]
-    folder = certify.probe_folder(envs.REFERENCE, workdir)
-    truth = Truth(float32, exact, canonical_init(certify.certified_model(workload), certify.SEED),
-                  certify.weights_request(workload, folder, False), certify.dropout_requests(workload, folder),
-                  certify.batchnorm_requests(workload, folder))
-    optimizer = certify.optimizer_requests(workload, folder)
-    optimizer_out = certify.run_probes(envs.REFERENCE, [request for _, request in optimizer], workdir)
+    true_model = certified_model(workload) if detector else workload.model()
+    float32, exact = probes.reference_probes([workload], workdir)[workload.name]
+    folder = probes.probe_folder(envs.REFERENCE, workdir)
+    truth = Truth(float32, exact, canonical_init(certified_model(workload), probes.SEED),
+                  probes.weights_request(workload, folder, False), probes.dropout_requests(workload, folder),
+                  probes.batchnorm_requests(workload, folder))
+    optimizer = probes.optimizer_requests(workload, folder)
+    optimizer_out = probes.run_probes(envs.REFERENCE, [request for _, request in optimizer], workdir)
     pending: list[tuple[Change, list[dict], Callable[[list[dict]], list[dict]]]] = []
     rows = []
     for index, change in enumerate(changes(true_model, workload.recipe)):
@@ -149,7 +150,7 @@ def power(workload: Workload, workdir: Path) -> list[dict]:
             continue
         pending.append((change, requests, judge))
     failures: dict[int, str] = {}
-    outputs = iter(certify.run_probes(envs.REFERENCE, [r for _, requests, _ in pending for r in requests], workdir,
+    outputs = iter(probes.run_probes(envs.REFERENCE, [r for _, requests, _ in pending for r in requests], workdir,
                                       failures))
     position = 0
     for change, requests, judge in pending:
@@ -167,10 +168,10 @@ def _optimizer_rows(change: Change, optimizer: list, outputs: list[dict]) -> lis
     for (check, _), out in zip(optimizer, outputs, strict=True):
         to = changed(key, check.config[key]) if key == "lr" else change.to  # the decay check's raised rate
         try:
-            judged += optimizer_certificate.rows(check, out, dict(check.config, **{key: to}))
-        except optimizer_certificate.OptimizerError as error:
+            judged += optimizer.rows(check, out, dict(check.config, **{key: to}))
+        except optimizer.OptimizerError as error:
             return [{"tensor": f"optimizer rule: {error}", "passed": False, "max_rel": None, "max_abs": None,
-                     "tolerance": optimizer_certificate.TOLERANCE}]
+                     "tolerance": optimizer.TOLERANCE}]
     return judged
 
 
@@ -183,21 +184,21 @@ def _probes(workload: Workload, model: dict, recipe: dict, folder: Path,
     if workload.study_meta["task"] == "detection":
         certified, training = model, recipe
     else:
-        certified = certify.without_dropout(model)
+        certified = without_dropout(model)
         training = dict(recipe, batch_size=truth.weights["recipe"]["batch_size"])
     weights = dict(truth.weights, model=certified, recipe=training, out=str(folder / "weights.npz"))
     # the dropout and BatchNorm checks on the true inputs and weights, with the changed layer's settings
-    dropout = [dict(request, model=certify.dropout_model(layers[request["layer"]]["rate"], tuple(request["shape"])),
+    dropout = [dict(request, model=probes.dropout_model(layers[request["layer"]]["rate"], tuple(request["shape"])),
                     out=str(folder / f"dropout-{i}.npz")) for i, request in enumerate(truth.dropout)]
-    batchnorm = [dict(request, model=certify.batchnorm_model(layers[request["layer"]]),
+    batchnorm = [dict(request, model=probes.batchnorm_model(layers[request["layer"]]),
                       out=str(folder / f"batchnorm-{i}.npz")) for i, request in enumerate(truth.batchnorm)]
 
     def judge(outputs: list[dict]) -> list[dict]:
-        judged = certify.compare(truth.float32, outputs[0], truth.start, truth.exact)
+        judged = probes.compare(truth.float32, outputs[0], truth.start, truth.exact)
         for request, out in zip(truth.dropout, outputs[1:1 + len(dropout)], strict=True):
-            judged += certify.dropout_rows(request, out["output"])
+            judged += probes.dropout_rows(request, out["output"])
         for request, out in zip(truth.batchnorm, outputs[1 + len(dropout):], strict=True):
-            judged += certify.batchnorm_rows(request, out["output"])
+            judged += probes.batchnorm_rows(request, out["output"])
         return judged
 
     return [weights, *dropout, *batchnorm], judge
