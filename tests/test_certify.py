@@ -339,8 +339,8 @@ def test_every_value_of_a_workload_is_seen_or_explained(certify_dir, workload):
     against the true reference, or the table says why it cannot (certify --power runs all of them)."""
     rows = power.power(get_workload(workload), certify_dir / "power")
     assert not [row["value"] for row in rows if row["why"] == power.UNEXPLAINED]
-    optimizer = {row["value"]: row["seen"] for row in rows if row["value"].startswith("recipe.optimizer.")}
-    assert optimizer and all(optimizer.values())
+    optimizer_seen = {row["value"]: row["seen"] for row in rows if row["value"].startswith("recipe.optimizer.")}
+    assert optimizer_seen and all(optimizer_seen.values())
     not_seen = {row["value"] for row in rows if row["seen"] is False}
     assert "recipe.epochs" in not_seen
     assert ("recipe.batch_size" in not_seen) == (workload != "frcnn-voc")  # a detector refuses all but 1

@@ -70,33 +70,32 @@ def detector_probe(request: dict) -> dict:
     return arrays
 
 
-def dropout_probe(request: dict) -> dict:
-    """A model of one dropout layer and an identity dense layer, in training mode on a batch of ones:
-    its output is the dropout layer's, for the harness to count zeros and measure the kept values."""
+def _small_model(request: dict):
+    """The adapter of the request's small model (a check of one layer or of the optimiser), its weights
+    set from the request's file."""
     adapter = load_adapter_class(request["adapter"])(request["model"], request["recipe"], request["task"], "cpu", 1,
                                                      request["seed"])
     with np.load(request["weights"]) as weights:
         adapter.set_weights(dict(weights))
-    return {"output": adapter.training_outputs(np.load(request["x"]))}
+    return adapter
+
+
+def dropout_probe(request: dict) -> dict:
+    """A model of one dropout layer and an identity dense layer, in training mode on a batch of ones:
+    its output is the dropout layer's, for the harness to count zeros and measure the kept values."""
+    return {"output": _small_model(request).training_outputs(np.load(request["x"]))}
 
 
 def inference_probe(request: dict) -> dict:
     """A small model's outputs in inference mode (predict) from the request's weights: certification's
     BatchNorm check, with moving variances where epsilon dominates."""
-    adapter = load_adapter_class(request["adapter"])(request["model"], request["recipe"], request["task"], "cpu", 1,
-                                                     request["seed"])
-    with np.load(request["weights"]) as weights:
-        adapter.set_weights(dict(weights))
-    return {"output": adapter.predict(np.load(request["x"]))}
+    return {"output": _small_model(request).predict(np.load(request["x"]))}
 
 
 def optimizer_probe(request: dict) -> dict:
     """The adapter's optimiser on a synthetic gradient sequence: from the request's weights, one
     apply_gradients per step; the weights after each step the request records ("after/STEP/NAME")."""
-    adapter = load_adapter_class(request["adapter"])(request["model"], request["recipe"], request["task"], "cpu", 1,
-                                                     request["seed"])
-    with np.load(request["weights"]) as weights:
-        adapter.set_weights(dict(weights))
+    adapter = _small_model(request)
     with np.load(request["gradients"]) as loaded:
         sequence = dict(loaded)  # weight name -> (steps, *shape)
     steps = len(next(iter(sequence.values())))

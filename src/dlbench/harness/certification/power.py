@@ -134,13 +134,13 @@ def power(workload: Workload, workdir: Path) -> list[dict]:
     truth = Truth(float32, exact, canonical_init(certified_model(workload), probes.SEED),
                   probes.weights_request(workload, folder, False), probes.dropout_requests(workload, folder),
                   probes.batchnorm_requests(workload, folder))
-    optimizer = probes.optimizer_requests(workload, folder)
-    optimizer_out = probes.run_probes(envs.REFERENCE, [request for _, request in optimizer], workdir)
+    optimizer_checks = probes.optimizer_requests(workload, folder)
+    optimizer_out = probes.run_probes(envs.REFERENCE, [request for _, request in optimizer_checks], workdir)
     pending: list[tuple[Change, list[dict], Callable[[list[dict]], list[dict]]]] = []
     rows = []
     for index, change in enumerate(changes(true_model, workload.recipe)):
         if change.path[:2] == ("recipe", "optimizer"):
-            rows.append(_row(workload, true_model, change, _optimizer_rows(change, optimizer, optimizer_out)))
+            rows.append(_row(workload, true_model, change, _optimizer_rows(change, optimizer_checks, optimizer_out)))
             continue
         model, recipe = _applied(true_model, workload.recipe, change)
         try:
@@ -161,11 +161,11 @@ def power(workload: Workload, workdir: Path) -> list[dict]:
     return rows
 
 
-def _optimizer_rows(change: Change, optimizer: list, outputs: list[dict]) -> list[dict]:
+def _optimizer_rows(change: Change, checks: list, outputs: list[dict]) -> list[dict]:
     """The true optimiser's outputs against the rule with the changed value, check by check."""
     key = change.path[-1]
     judged = []
-    for (check, _), out in zip(optimizer, outputs, strict=True):
+    for (check, _), out in zip(checks, outputs, strict=True):
         to = changed(key, check.config[key]) if key == "lr" else change.to  # the decay check's raised rate
         try:
             judged += optimizer.rows(check, out, dict(check.config, **{key: to}))

@@ -387,12 +387,12 @@ def certify(frameworks: list[str], workloads: list[Workload], store: Store, work
     for framework in frameworks:
         folder = probe_folder(framework, workdir)
         dropout = {workload.name: dropout_requests(workload, folder) for workload in workloads}
-        optimizer = {workload.name: optimizer_requests(workload, folder) for workload in workloads}
+        optimizer_checks = {workload.name: optimizer_requests(workload, folder) for workload in workloads}
         batchnorm = {workload.name: batchnorm_requests(workload, folder) for workload in workloads}
         weight_probes = [weights_request(workload, folder, False) for workload in workloads]
         arrays = run_probes(framework, weight_probes + [r for w in workloads for r in dropout[w.name]]
                             + [r for w in workloads for r in batchnorm[w.name]]
-                            + [r for w in workloads for _, r in optimizer[w.name]], workdir)
+                            + [r for w in workloads for _, r in optimizer_checks[w.name]], workdir)
         outputs = iter(arrays[len(workloads):])
         dropout_outputs = [[next(outputs) for _ in dropout[w.name]] for w in workloads]
         batchnorm_outputs = [[next(outputs) for _ in batchnorm[w.name]] for w in workloads]
@@ -405,7 +405,7 @@ def certify(frameworks: list[str], workloads: list[Workload], store: Store, work
                 rows += dropout_rows(request, output["output"])
             for request, output in zip(batchnorm[workload.name], normed, strict=True):
                 rows += batchnorm_rows(request, output["output"])
-            for check, _ in optimizer[workload.name]:
+            for check, _ in optimizer_checks[workload.name]:
                 rows += optimizer.rows(check, next(outputs))
             cert = certificate(framework, workload, rows)
             store.save_certificate(cert)
