@@ -1,0 +1,83 @@
+"""`dlbench estimate`'s output: one line per cell (within 120 columns), the total and the makespan on N nodes."""
+from collections.abc import Sequence
+
+from dlbench.harness.plan import makespan
+from dlbench.harness.plan.estimate import KINDS, Forecast
+
+WIDTH = 120
+# (heading, width) of the cell table's columns; the basis takes the rest of the 120
+COLUMNS = (("#", 4), ("framework", 16), ("workload", 18), ("dataset", 17), ("ep", 3), ("forecast", 9),
+           ("interval", 15))
+
+
+def duration(seconds: float | None) -> str:
+    """12.3s, 4m05s, 2h07m, 3d04h: short enough for a column, precise enough for a forecast."""
+    if seconds is None:
+        return "?"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def _line(values: Sequence[str]) -> str:
+    cells = []
+    for (heading, width), value in zip(COLUMNS, values, strict=False):
+        cells.append(value.rjust(width) if heading in ("#", "ep", "forecast") else value.ljust(width))
+    basis_width = WIDTH - sum(width + 1 for _, width in COLUMNS)
+    return " ".join(cells + [values[-1][:basis_width]]).rstrip()
+
+
+def cell_table(forecasts: Sequence[Forecast]) -> str:
+    lines = [_line([heading for heading, _ in COLUMNS] + ["basis"])]
+    for index, f in enumerate(forecasts, 1):
+        interval = "-" if f.low is None else f"{duration(f.low)}-{duration(f.high)}"
+        lines.append(_line([str(index), f.cell.framework[:16], f.cell.workload, f.cell.dataset[:17],
+                            str(f.cell.epochs), duration(f.seconds), interval,
+                            f"TIMEOUT; {f.basis}" if f.capped else f.basis]))
+    return "\n".join(lines)
+
+
+def summary(forecasts: Sequence[Forecast], nodes: int) -> str:
+    """The total, the makespan on `nodes` nodes in plan order (what the Ray executor does) and longest
+    first, and which cells are extrapolated or not forecast at all."""
+    known = [f for f in forecasts if f.seconds is not None]
+    points = [f.seconds for f in known]
+    lows, highs = [f.low for f in known], [f.high for f in known]
+    lines = [f"total of {len(known)} cells (one node, the local executor): {duration(sum(points))} "
+             f"[{duration(sum(lows))}-{duration(sum(highs))}]"]
+    if nodes > 1:
+        lines.append(f"on {nodes} nodes, cells in plan order as the Ray executor dispatches them: "
+                     f"{duration(makespan.list_schedule(points, nodes))} "
+                     f"[{duration(makespan.list_schedule(lows, nodes))}-"
+                     f"{duration(makespan.list_schedule(highs, nodes))}]")
+        lines.append(f"  longest cells first would take {duration(makespan.longest_first(points, nodes))}; "
+                     f"no schedule takes under {duration(makespan.lower_bound(points, nodes))} "
+                     f"(longest cell {duration(max(points, default=0.0))})")
+    extrapolated = [f for f in known if f.extrapolated]
+    if extrapolated:
+        lines.append(f"extrapolated (no stored run of the cell itself): {len(extrapolated)} of {len(forecasts)} cells")
+        for kind, text in KINDS.items():
+            count = sum(1 for f in extrapolated if f.kind == kind)
+            if count:
+                lines.append(f"  {count} from {text}")
+        stand_ins = sorted({f.stand_in for f in extrapolated if f.stand_in})
+        for device in stand_ins:
+            lines.append(f"  the store holds no {forecasts[0].cell.device} run: {device} runs stand in (prefix "
+                         f"'{device}:'), a bound that holds only if the {forecasts[0].cell.device} is no slower")
+    capped = [f for f in known if f.capped]
+    if capped:
+        full = sum(f.uncapped_s or 0.0 for f in capped) + sum(f.seconds for f in known if not f.capped)
+        lines.append(f"TIMEOUT: {len(capped)} cells would pass their timeout ({duration(capped[0].cell.timeout_s)} "
+                     f"for the first) and stop there unfinished, counted at it; all epochs would take {duration(full)}")
+    missing = [f for f in forecasts if f.seconds is None]
+    if missing:
+        lines.append(f"not forecast, left out of the totals: {len(missing)} cells "
+                     f"({'; '.join(sorted({f.basis for f in missing}))})")
+    return "\n".join(lines)
