@@ -6,7 +6,7 @@ from synthetic_store import synthetic_run
 
 from dlbench.harness import cli
 from dlbench.harness.plan import makespan
-from dlbench.harness.plan.estimate import EstimateError, Estimator, forecast_plan
+from dlbench.harness.plan.estimate import EstimateError, Estimator, Forecast, forecast_plan
 from dlbench.harness.plan.suite import Cell
 from dlbench.harness.plan.workloads import get_workload
 from dlbench.harness.store import Store
@@ -29,10 +29,12 @@ def run(framework: str, workload: str, repetition: int, steady: float, **fields)
     return row, epochs, samples
 
 
-def make_store(path: Path, runs: list[tuple[dict, list, list]]) -> Path:
+def make_store(path: Path, runs: list[tuple[dict, list, list]], peaks: tuple[dict, ...] = ()) -> Path:
     with Store(path / "dlbench.sqlite") as store:
         for row, epochs, samples in runs:
             store.save_run(row, epochs, samples)
+        for peak in peaks:
+            store.save_peak(peak)
     return path
 
 
@@ -44,9 +46,8 @@ def two_repetitions(tmp_path: Path) -> Path:
         run("pytorch", "cnn-mnist", 2, 1.2, n_train=1000, flops_per_sample=MNIST_FLOPS)])
 
 
-def forecast(results: Path, cells: list[Cell], tmp_path: Path):
-    forecasts, notes = forecast_plan(cells, results, tmp_path / "no-data", HERE)
-    return forecasts
+def forecast(results: Path, cells: list[Cell], tmp_path: Path) -> list[Forecast]:
+    return forecast_plan(cells, results, tmp_path / "no-data", HERE).forecasts
 
 
 def test_a_cell_with_runs_of_its_own(two_repetitions: Path, tmp_path: Path) -> None:
@@ -136,7 +137,7 @@ def test_the_command_prints_cells_and_totals(two_repetitions: Path, tmp_path: Pa
     out = capsys.readouterr().out
     assert "forecast of small: 3 cells" in out
     assert out.count("14.9s 13.8s-15.9s") == 3  # each repetition's line: forecast and interval
-    assert "total of 3 cells (one node, the local executor): 44.6s [41.4s-47.7s]" in out
+    assert "on one node (the local executor): 44.6s [41.4s-47.7s]: 3 cells and 1 GEMM peaks (0.0s)" in out
     assert "on 2 nodes, cells in plan order as the Ray executor dispatches them: 29.7s" in out
     assert max(len(line) for line in out.splitlines()) <= 120
 
@@ -165,3 +166,18 @@ def test_runs_of_other_hardware() -> None:
     assert usable_runs([mine, other], HERE) == ([mine], "1 runs of other hardware left out")
     kept, note = usable_runs([other], HERE)
     assert kept == [other] and note is not None and "forecast from Other CPU" in note
+
+
+def test_gemm_peaks_cost_once_per_framework_and_node(tmp_path: Path) -> None:
+    # the synthetic runs start at 10:00:01 and 10:00:02; the peak began at 10:00:00: it took 1 s
+    peak = {"framework": "pytorch", "threads": 2, "device": "cpu", "measured_at": "2026-12-03T10:00:00+0000",
+            "gflops": 50.0}
+    runs = [run("pytorch", "cnn-mnist", 1, 1.0), run("pytorch", "cnn-mnist", 2, 1.2)]
+    results = make_store(tmp_path / "results", runs, (peak,))
+    estimate = forecast_plan([cell(epochs=e) for e in (10, 4, 20)], results, tmp_path / "no-data", HERE)
+    assert estimate.setup("pytorch") == 1.0 and estimate.setup("jax") == 1.0  # a framework without one: the median
+    seconds = [f.seconds for f in estimate.forecasts]
+    keys = ["pytorch"] * 3
+    assert makespan.list_schedule(seconds, 1, keys, estimate.setup) == pytest.approx(sum(seconds) + 1)
+    # each of the two nodes measures pytorch's peak before its first cell; the third cell runs on a node that has
+    assert makespan.list_schedule(seconds, 2, keys, estimate.setup) == pytest.approx(1 + 7.95 + 26.35)

@@ -262,11 +262,11 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     chosen = suite.load(args.suite)
     cells = suite.plan(chosen, args.framework, args.workload, args.device, args.repeat, args.epochs,
                        threads=args.threads)
-    forecasts, notes = estimate.forecast_plan(cells, Path(args.results), data_dir(args), machine.describe())
+    forecast = estimate.forecast_plan(cells, Path(args.results), data_dir(args), machine.describe())
     print(f"forecast of {chosen.name}: {len(cells)} cells")
-    print("\n".join(notes))
-    print(shown.cell_table(forecasts))
-    print(shown.summary(forecasts, args.nodes))
+    print("\n".join(forecast.notes))
+    print(shown.cell_table(forecast.forecasts))
+    print(shown.summary(forecast, args.nodes))
     return 0
 
 

@@ -22,6 +22,7 @@ import json
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
 from statistics import median
 
@@ -267,20 +268,58 @@ def others_busy(runs: Iterable[Mapping]) -> float | None:
     return sum(loads) / len(loads) if loads else None
 
 
-def stored_runs(results: Path) -> list[dict]:
-    """The runs of a results folder's store (or a store file). No store is an error, not a forecast from
-    FLOPs alone: without a run, nothing says how many FLOP/s this machine achieves."""
+def stored(results: Path) -> tuple[list[dict], list[dict]]:
+    """The runs and GEMM peaks of a results folder's store (or a store file). No store is an error, not a
+    forecast from FLOPs alone: without a run, nothing says how many FLOP/s this machine achieves."""
     path = results / FILENAME if results.is_dir() else results
     if not path.is_file():
         raise EstimateError(f"no results store at {path}: a forecast needs runs measured on this machine; run "
                             "`dlbench run quick` first (about 17 min on 2 cores), or pass --results DIR")
     with Store(path) as store:
-        return store.runs()
+        return store.runs(), store.peaks()
 
 
-def forecast_plan(cells: list[Cell], results: Path, data_dir: Path, here: Mapping) -> tuple[list[Forecast], list[str]]:
-    """Each cell's forecast, in plan order, and notes on the runs they come from."""
-    runs, note = usable_runs(stored_runs(results), here)
+def moment(text: str | None) -> float | None:
+    try:
+        return datetime.strptime(text or "", "%Y-%m-%dT%H:%M:%S%z").timestamp()
+    except ValueError:
+        return None
+
+
+def peak_seconds(peaks: Iterable[Mapping], runs: Iterable[Mapping]) -> dict[str, float]:
+    """Framework -> the seconds its GEMM peak takes before its first cell (harness/run/gemm_peak.py): from
+    the peak's start (measured_at) to the start of the framework's first run after it, the median over
+    the store's peaks; a framework without a peak of its own gets the median of all."""
+    starts: dict[str, list[float]] = {}
+    for run in runs:
+        if (when := moment(run.get("started_at"))) is not None:
+            starts.setdefault(run["framework"], []).append(when)
+    found: dict[str, list[float]] = {}
+    for peak in peaks:
+        began = moment(peak.get("measured_at"))
+        after = [when for when in starts.get(peak["framework"], []) if began is not None and when >= began]
+        if began is not None and after:
+            found.setdefault(peak["framework"], []).append(min(after) - began)
+    every = [seconds for values in found.values() for seconds in values]
+    default = median(every) if every else 0.0
+    return {framework: median(found[framework]) if framework in found else default for framework in starts} | {
+        "": default}
+
+
+@dataclass(frozen=True)
+class Estimate:
+    forecasts: list[Forecast]  # in plan order
+    notes: list[str]  # on the runs they come from
+    peak_s: dict[str, float]  # framework -> its GEMM peak's seconds ("" for one the store has none of)
+
+    def setup(self, framework: str) -> float:
+        return self.peak_s.get(framework, self.peak_s.get("", 0.0))
+
+
+def forecast_plan(cells: list[Cell], results: Path, data_dir: Path, here: Mapping) -> Estimate:
+    """Each cell's forecast, in plan order, with notes on the runs they come from and the GEMM peaks' cost."""
+    all_runs, peaks = stored(results)
+    runs, note = usable_runs(all_runs, here)
     estimator = Estimator(runs, data_dir, here.get("logical_cores"))
     if not estimator.runs:
         raise EstimateError(f"the store at {results} holds no completed run with epochs: nothing to forecast from")
@@ -288,4 +327,4 @@ def forecast_plan(cells: list[Cell], results: Path, data_dir: Path, here: Mappin
     busy = others_busy(estimator.runs)
     if busy is not None and busy >= BUSY_CORES:
         notes.append(f"other processes kept {busy:.1f} cores busy during them, on average: an idle machine is faster")
-    return [estimator.forecast(cell) for cell in cells], notes
+    return Estimate([estimator.forecast(cell) for cell in cells], notes, peak_seconds(peaks, runs))

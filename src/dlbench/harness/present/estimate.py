@@ -2,7 +2,7 @@
 from collections.abc import Sequence
 
 from dlbench.harness.plan import makespan
-from dlbench.harness.plan.estimate import KINDS, Forecast
+from dlbench.harness.plan.estimate import KINDS, Estimate, Forecast
 
 WIDTH = 120
 # (heading, width) of the cell table's columns; the basis takes the rest of the 120
@@ -44,21 +44,26 @@ def cell_table(forecasts: Sequence[Forecast]) -> str:
     return "\n".join(lines)
 
 
-def summary(forecasts: Sequence[Forecast], nodes: int) -> str:
+def summary(estimate: Estimate, nodes: int) -> str:
     """The total, the makespan on `nodes` nodes in plan order (what the Ray executor does) and longest
     first, and which cells are extrapolated or not forecast at all."""
+    forecasts = estimate.forecasts
     known = [f for f in forecasts if f.seconds is not None]
-    points = [f.seconds for f in known]
-    lows, highs = [f.low for f in known], [f.high for f in known]
-    lines = [f"total of {len(known)} cells (one node, the local executor): {duration(sum(points))} "
-             f"[{duration(sum(lows))}-{duration(sum(highs))}]"]
+    keys = [f.cell.framework for f in known]
+
+    def schedule(values: list[float], nodes: int) -> str:
+        return duration(makespan.list_schedule(values, nodes, keys, estimate.setup))
+
+    points = [f.seconds or 0.0 for f in known]
+    lows, highs = [f.low or 0.0 for f in known], [f.high or 0.0 for f in known]
+    peaks = sum(estimate.setup(framework) for framework in set(keys))
+    lines = [f"on one node (the local executor): {schedule(points, 1)} [{schedule(lows, 1)}-{schedule(highs, 1)}]: "
+             f"{len(known)} cells and {len(set(keys))} GEMM peaks ({duration(peaks)})"]
     if nodes > 1:
         lines.append(f"on {nodes} nodes, cells in plan order as the Ray executor dispatches them: "
-                     f"{duration(makespan.list_schedule(points, nodes))} "
-                     f"[{duration(makespan.list_schedule(lows, nodes))}-"
-                     f"{duration(makespan.list_schedule(highs, nodes))}]")
-        lines.append(f"  longest cells first would take {duration(makespan.longest_first(points, nodes))}; "
-                     f"no schedule takes under {duration(makespan.lower_bound(points, nodes))} "
+                     f"{schedule(points, nodes)} [{schedule(lows, nodes)}-{schedule(highs, nodes)}]")
+        lpt, bound = makespan.longest_first(points, nodes, keys, estimate.setup), makespan.lower_bound(points, nodes)
+        lines.append(f"  longest cells first would take {duration(lpt)}; no schedule takes under {duration(bound)} "
                      f"(longest cell {duration(max(points, default=0.0))})")
     extrapolated = [f for f in known if f.extrapolated]
     if extrapolated:
