@@ -9,6 +9,7 @@ from dlbench.harness.plan import makespan
 from dlbench.harness.plan.estimate import EstimateError, Estimator, Forecast, forecast_plan
 from dlbench.harness.plan.suite import Cell
 from dlbench.harness.plan.workloads import get_workload
+from dlbench.harness.present import estimate as shown
 from dlbench.harness.store import Store
 from dlbench.shared import ir
 
@@ -113,6 +114,14 @@ def test_a_gpu_cell_from_a_cpu_store_says_so(two_repetitions: Path, tmp_path: Pa
 def test_a_cell_stops_at_its_timeout(two_repetitions: Path, tmp_path: Path) -> None:
     [found] = forecast(two_repetitions, [cell(timeout_s=10.0)], tmp_path)
     assert found.capped and found.seconds == 10.0 and found.uncapped_s == pytest.approx(14.85)
+
+
+def test_every_line_fits_120_columns(two_repetitions: Path, tmp_path: Path) -> None:
+    cells = [cell(dataset="mnist", device="gpu", timeout_s=60.0, epochs=1000), cell("keras-tensorflow", device="gpu")]
+    estimate = forecast_plan(cells, two_repetitions, tmp_path / "no-data", HERE)
+    text = shown.cell_table(estimate.forecasts) + "\n" + shown.summary(estimate, 16)
+    assert "TIMEOUT" in text and "cpu runs stand in" in text
+    assert max(len(line) for line in text.splitlines()) <= 120
 
 
 def test_nothing_to_go_by(tmp_path: Path) -> None:

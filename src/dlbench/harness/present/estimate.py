@@ -6,8 +6,8 @@ from dlbench.harness.plan.estimate import KINDS, Estimate, Forecast
 
 WIDTH = 120
 # (heading, width) of the cell table's columns; the basis takes the rest of the 120
-COLUMNS = (("#", 4), ("framework", 16), ("workload", 18), ("dataset", 17), ("ep", 3), ("forecast", 9),
-           ("interval", 15))
+COLUMNS = (("#", 3), ("framework", 16), ("workload", 18), ("dataset", 17), ("ep", 3), ("forecast", 9),
+           ("interval", 14))
 
 
 def duration(seconds: float | None) -> str:
@@ -38,9 +38,10 @@ def cell_table(forecasts: Sequence[Forecast]) -> str:
     lines = [_line([heading for heading, _ in COLUMNS] + ["basis"])]
     for index, f in enumerate(forecasts, 1):
         interval = "-" if f.low is None else f"{duration(f.low)}-{duration(f.high)}"
+        if f.capped:  # its forecast is its timeout; the interval it would have had says nothing then
+            interval = "TIMEOUT"
         lines.append(_line([str(index), f.cell.framework[:16], f.cell.workload, f.cell.dataset[:17],
-                            str(f.cell.epochs), duration(f.seconds), interval,
-                            f"TIMEOUT; {f.basis}" if f.capped else f.basis]))
+                            str(f.cell.epochs), duration(f.seconds), interval, f.basis]))
     return "\n".join(lines)
 
 
@@ -74,13 +75,15 @@ def summary(estimate: Estimate, nodes: int) -> str:
                 lines.append(f"  {count} from {text}")
         stand_ins = sorted({f.stand_in for f in extrapolated if f.stand_in})
         for device in stand_ins:
-            lines.append(f"  the store holds no {forecasts[0].cell.device} run: {device} runs stand in (prefix "
-                         f"'{device}:'), a bound that holds only if the {forecasts[0].cell.device} is no slower")
+            wanted = forecasts[0].cell.device
+            lines.append(f"  the store holds no {wanted} run: {device} runs stand in ('{device}:'), "
+                         f"a bound only if the {wanted} is no slower")
     capped = [f for f in known if f.capped]
     if capped:
         full = sum(f.uncapped_s or 0.0 for f in capped) + sum(f.seconds for f in known if not f.capped)
         lines.append(f"TIMEOUT: {len(capped)} cells would pass their timeout ({duration(capped[0].cell.timeout_s)} "
-                     f"for the first) and stop there unfinished, counted at it; all epochs would take {duration(full)}")
+                     "for the first) and stop there unfinished, counted at it")
+        lines.append(f"  all the cells' epochs, run to the end one after another, would take {duration(full)}")
     missing = [f for f in forecasts if f.seconds is None]
     if missing:
         lines.append(f"not forecast, left out of the totals: {len(missing)} cells "
