@@ -108,9 +108,14 @@ def batch_size(run: Mapping) -> int | None:
     return (config.get("recipe") or {}).get("batch_size")
 
 
+def threads_asked(run: Mapping) -> int | None:
+    """The threads the run's cell asked for (its configuration's), not those its worker reported using."""
+    return (run.get("config") or {}).get("threads", run.get("threads"))
+
+
 def same_cell(run: Mapping, cell: Cell, threads: int) -> bool:
     """Whether the run is of this cell but for its epochs, repetition and seed: what sets an epoch's time."""
-    return (run.get("framework"), run.get("workload"), run.get("dataset"), run.get("device"), run.get("threads"),
+    return (run.get("framework"), run.get("workload"), run.get("dataset"), run.get("device"), threads_asked(run),
             batch_size(run)) == (cell.framework, cell.workload, cell.dataset, cell.device, threads, cell.batch_size)
 
 
