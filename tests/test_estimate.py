@@ -190,3 +190,14 @@ def test_gemm_peaks_cost_once_per_framework_and_node(tmp_path: Path) -> None:
     assert makespan.list_schedule(seconds, 1, keys, estimate.setup) == pytest.approx(sum(seconds) + 1)
     # each of the two nodes measures pytorch's peak before its first cell; the third cell runs on a node that has
     assert makespan.list_schedule(seconds, 2, keys, estimate.setup) == pytest.approx(1 + 7.95 + 26.35)
+
+
+def test_evaluation_scales_with_the_prepared_test_sets(two_repetitions: Path, tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    for name, n_train, n_test in (("digits-28", 1000, 250), ("mnist", 60_000, 10_000)):
+        (data_dir / "prepared" / name).mkdir(parents=True)
+        (data_dir / "prepared" / name / "meta.json").write_text(
+            f'{{"n_train": {n_train}, "n_test": {n_test}, "input_shape": [28, 28, 1], "num_classes": 10}}')
+    [found] = forecast_plan([cell(dataset="mnist", epochs=15)], two_repetitions, data_dir, HERE).forecasts
+    # an epoch's training (1.0 s, 1.2 s) 60 times over, its evaluation (0.05 s) 10,000 / 250 = 40 times
+    assert found.seconds == pytest.approx(((3.3 + 15 * (60 + 2)) + (3.4 + 15 * (72 + 2))) / 2)
