@@ -14,6 +14,7 @@ from dlbench.harness.data import DatasetError
 from dlbench.harness.environments import disk, envs
 from dlbench.harness.environments.envs import EnvError
 from dlbench.harness.plan import suite
+from dlbench.harness.plan.estimate import EstimateError
 from dlbench.harness.plan.initial_weights import WeightsError
 from dlbench.harness.plan.suite import SuiteError
 from dlbench.harness.plan.workloads import WORKLOADS, Workload, WorkloadError, get_workload
@@ -25,7 +26,7 @@ from dlbench.shared import ir
 
 DEFAULT_RESULTS = Path("dlbench-results")
 USER_ERRORS = (SuiteError, WorkloadError, EnvError, DatasetError, StoreError, probes.CertifyError, AnalysisError,
-               ExecutorError, WeightsError)
+               ExecutorError, WeightsError, EstimateError)
 
 
 def data_dir(args: argparse.Namespace) -> Path:
@@ -263,6 +264,23 @@ def cmd_report(args: argparse.Namespace) -> int:
     from dlbench.harness.present import report  # matplotlib loads only for this command
 
     print(report.write(Path(args.results), args.format, Path(args.output) if args.output else None))
+    return 0
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    """Prints each cell's forecast wall time, the total and the makespan on --nodes nodes."""
+    from dlbench.harness.measure import machine
+    from dlbench.harness.plan import estimate
+    from dlbench.harness.present import estimate as shown
+
+    chosen = suite.load(args.suite)
+    cells = suite.plan(chosen, args.framework, args.workload, args.device, args.repeat, args.epochs,
+                       threads=args.threads)
+    forecast = estimate.forecast_plan(cells, Path(args.results), data_dir(args), machine.describe())
+    print(f"forecast of {chosen.name}: {len(cells)} cells")
+    print("\n".join(forecast.notes))
+    print(shown.cell_table(forecast.forecasts))
+    print(shown.summary(forecast, args.nodes))
     return 0
 
 
@@ -526,6 +544,21 @@ def parser() -> argparse.ArgumentParser:
     cmp.add_argument("--fail-above", metavar="PERCENT",
                      help="exit 1 when a cell of B is slower than A by more than this, e.g. 5%%")
     cmp.set_defaults(func=cmd_compare)
+
+    est = commands.add_parser("estimate", help="forecast a suite's wall time from the runs a results store holds")
+    est.add_argument("suite", help="built-in suite name or suite file")
+    est.add_argument("--nodes", type=positive_int, default=1,
+                     help="identical nodes the cells are spread over, as the Ray executor does (default 1)")
+    est.add_argument("--results", default=str(DEFAULT_RESULTS),
+                     help="results folder whose runs the forecast comes from (default: ./dlbench-results)")
+    est.add_argument("--data-dir", help="data folder (default: $DLBENCH_DATA or ~/.cache/dlbench/data)")
+    est.add_argument("-f", "--framework", action="append", help="only these frameworks (repeatable)")
+    est.add_argument("-w", "--workload", action="append", help="only these workloads of the suite (repeatable)")
+    est.add_argument("--device", choices=suite.DEVICES)
+    est.add_argument("--repeat", type=positive_int, help="repetitions per cell")
+    est.add_argument("--epochs", type=positive_int, help="epochs per cell, overriding the suite")
+    est.add_argument("--threads", type=positive_int, help="threads per cell, overriding the suite")
+    est.set_defaults(func=cmd_estimate)
 
     rep = commands.add_parser("report", help="write the report of the stored runs: findings, tables, figures")
     rep.add_argument("--results", default=str(DEFAULT_RESULTS), help="results folder holding the store")
