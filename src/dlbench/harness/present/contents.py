@@ -11,6 +11,7 @@ from dlbench.harness.analysis.summary import CellSummary, summarise
 from dlbench.harness.certification import machine_store
 from dlbench.harness.environments.envs import dlbench_home
 from dlbench.harness.present import manifest, tables
+from dlbench.harness.present.study import StudySection, section
 from dlbench.harness.store import Store
 
 
@@ -29,6 +30,7 @@ class Report:
     certificate_grid: tables.Table
     manifest: list[tables.Table]
     dlbench_version: str
+    study: StudySection  # the study's own results beside the runs on its datasets
 
 
 def load(store_path: Path) -> Report:
@@ -47,4 +49,5 @@ def load(store_path: Path) -> Report:
     return Report(str(store_path), datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), runs, certificates,
                   samples, summaries, shared, found,
                   tables.study_tables(summaries, peaks) + tables.detector_time_split(runs),
-                  tables.certificate_grid(certificates, runs), manifest.manifest(runs), manifest.dlbench_version())
+                  tables.certificate_grid(certificates, runs), manifest.manifest(runs), manifest.dlbench_version(),
+                  section(runs))

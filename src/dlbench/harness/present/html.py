@@ -12,6 +12,7 @@ from dlbench.harness.analysis.stats import Estimate
 from dlbench.harness.analysis.summary import WARM, CellSummary
 from dlbench.harness.present import charts
 from dlbench.harness.present.contents import Report
+from dlbench.harness.present.study import StudySection
 from dlbench.harness.present.tables import Table
 
 STYLE = """
@@ -291,8 +292,8 @@ def render(report: Report) -> str:
     cells = group(report.summaries)
     figures = "".join(group_figures(runs_of_group, cells[key], report.samples, palette, i)
                       for i, (key, runs_of_group) in enumerate(groups.items()))
-    nav = ("".join(f'<a href="#{s}">{s.capitalize()}</a>' for s in ("findings", "tables", "figures", "certificates",
-                                                                     "manifest"))
+    nav = ("".join(f'<a href="#{s}">{s.capitalize()}</a>' for s in ("findings", "tables", "study", "figures",
+                                                                     "certificates", "manifest"))
            + _select("device", (r.get("device") or "?" for r in runs))
            + _select("workload", (r["workload"] for r in runs))
            + _select("framework", (r["framework"] for r in runs)))
@@ -301,6 +302,7 @@ def render(report: Report) -> str:
         f"<nav><div>{nav}</div></nav><main>"
         f'<h2 id="findings">Findings</h2>{shared_caveats_html(report.caveats)}{findings}'
         f'<h2 id="tables">Tables</h2>{"".join(table_html(t) for t in report.study_tables)}'
+        f'<h2 id="study">The study side by side</h2>{study_html(report.study)}'
         f'<h2 id="figures">Figures</h2>{figures}'
         f'<h2 id="certificates">Certificates</h2>{table_html(report.certificate_grid)}'
         f'<h2 id="manifest">Manifest</h2>{"".join(table_html(t, sortable=True) for t in report.manifest)}'
@@ -312,3 +314,19 @@ def render(report: Report) -> str:
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>dlbench report</title><style>{STYLE}</style><script>{SCRIPT}</script></head>"
             f"<body>{body}</body></html>\n")
+
+
+def study_html(section: StudySection) -> str:
+    """The study's results beside the runs on its datasets: each comparison's table and lines, then what to
+    run where none is comparable, the source and the caveats."""
+    blocks = "".join(f"<section{_data(b.table.keys)}>{table_html(b.table)}{_items(b.lines)}</section>"
+                     for b in section.blocks)
+    to_run = (f'<section class="card"><h3>Runs to compare</h3><p>{escape(section.to_run[0])}</p>'
+              f"{_items(section.to_run[1:])}</section>" if section.to_run else "")
+    return (f'<p class="note">{escape(section.source)}</p><p class="note">{escape(section.method)}</p>'
+            f'{blocks}{to_run}<section class="card"><h3>Caveats of the study\'s figures</h3>'
+            f'<ul class="caveats">{"".join(f"<li>{escape(c)}</li>" for c in section.caveats)}</ul></section>')
+
+
+def _items(lines: Sequence[str]) -> str:
+    return f"<ul>{''.join(f'<li>{escape(line)}</li>' for line in lines)}</ul>" if lines else ""
