@@ -135,3 +135,22 @@ def test_stand_in_runs_are_never_compared_and_the_section_says_what_to_run(tmp_p
     on_cpu = next(line for line in section.to_run if line.startswith("On the cpu:"))
     assert "`dlbench data fetch mnist cifar10 cifar100 imdb ptb` then `dlbench run paper -w cnn-mnist" in on_cpu
     assert "seq2seq-manythings: no built-in suite runs it on manythings" in on_cpu
+
+
+def test_runs_on_two_hardware_models_are_compared_apart() -> None:
+    runs = [{"id": i, "status": "ok", "framework": f, "framework_version": "1", "workload": "cnn-mnist",
+             "dataset": "mnist", "device": device, "steady_epoch_s": steady, "metric_name": "accuracy",
+             "metric_value": 0.98, "epochs": [{}]}
+            for i, (f, device, steady) in enumerate([("pytorch", "cpu: A", 1.0), ("mxnet", "cpu: A", 2.0),
+                                                     ("pytorch", "cpu: B", 2.0), ("mxnet", "cpu: B", 1.0)])]
+    comparisons, missing = study.compare(runs, study.load())
+    assert [(c.device, c.time.dlbench_rank) for c in comparisons] == [
+        ("cpu: A", {"mxnet": 2.0, "pytorch": 1.0}), ("cpu: B", {"mxnet": 1.0, "pytorch": 2.0})]
+    assert ("cnn-mnist", "cpu") not in {(m.workload, m.device) for m in missing}
+
+
+def test_a_reason_with_an_unknown_scope_is_refused_naming_file_entry_and_field() -> None:
+    about = ("citation: c\nderived_from: d\nsetup: s\ncaveats: [x]\nreasons:\n"
+             "  - {id: r, aspect: time, frameworks: [pytroch], workloads: [all], devices: [all], text: t, source: s}\n")
+    with pytest.raises(study.StudyDataError, match=r"^study\.yaml, reason 1: field frameworks:"):
+        study.read_about(about, "study.yaml")

@@ -9,7 +9,7 @@ it): a stand-in such as the quick suite's digits-28 is not MNIST, whatever it st
 import csv
 import io
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from statistics import median
@@ -34,6 +34,10 @@ ALL = "all"
 # The study ran each configuration once, so two neighbours trading places is within what one run can
 # show; a framework is named as disagreeing when its rank moves by this many places or more.
 DISPLACED = 2
+
+
+# (aspect, framework) -> the documented reasons its rank may differ (ReasonFinder, for one workload and device)
+Explain = Callable[[str, str], tuple[str, ...]]
 
 
 class StudyDataError(ValueError):
@@ -95,7 +99,7 @@ class StudyData:
 def load() -> StudyData:
     """The study's data as the package ships it."""
     folder = resources.files(__package__) / DATA
-    about = _read_about((folder / ABOUT_FILE).read_text(encoding="utf-8"), f"{DATA}/{ABOUT_FILE}")
+    about = read_about((folder / ABOUT_FILE).read_text(encoding="utf-8"), f"{DATA}/{ABOUT_FILE}")
     rows = read_results((folder / RESULTS_FILE).read_text(encoding="utf-8"), f"{DATA}/{RESULTS_FILE}")
     return StudyData(rows=rows, **about)
 
@@ -158,7 +162,8 @@ def _integer(fields: Mapping[str, str | None], name: str, where: str) -> int:
     return int(text)
 
 
-def _read_about(text: str, source: str) -> dict:
+def read_about(text: str, source: str) -> dict:
+    """study.yaml's fields, checked; a malformed entry raises StudyDataError naming source, entry and field."""
     try:
         about = yaml.safe_load(text)
     except yaml.YAMLError as error:
@@ -257,7 +262,7 @@ def agreement(study: Mapping[str, float], ours: Mapping[str, float], higher_is_b
     return (common, study_rank, our_rank, *((None, None) if math.isnan(tau) else (tau, p)))
 
 
-def ranking(aspect: str, study: Mapping[str, float], ours: Mapping[str, float], why: "ReasonFinder") -> Ranking:
+def ranking(aspect: str, study: Mapping[str, float], ours: Mapping[str, float], why: Explain) -> Ranking:
     common, study_rank, our_rank, tau, p = agreement(study, ours, higher_is_better=aspect == "accuracy")
     # where one side ties every framework (tau None) it ranks nothing, so no framework moves
     moved = () if tau is None else tuple(Disagreement(f, study_rank[f], our_rank[f], why(aspect, f))
