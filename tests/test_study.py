@@ -117,6 +117,8 @@ def test_the_section_ranks_both_sides_and_names_where_they_disagree(on_study_dat
     # a move of one or two half-places is not named
     assert not any(line.startswith(f"- {f}'s") for line in lines for f in order if f not in ("mxnet", "chainer"))
     assert "`dlbench run paper-gpu -w cnn-mnist" in text  # the study's GPU settings have no runs here
+    assert "- dlbench's runs trained 4 epochs, the study's 15: the accuracies are from other points" in text
+    assert "once here" not in text  # two runs a framework
 
 
 def test_the_section_is_on_the_page(on_study_data: contents.Report) -> None:
@@ -147,6 +149,18 @@ def test_runs_on_two_hardware_models_are_compared_apart() -> None:
     assert [(c.device, c.time.dlbench_rank) for c in comparisons] == [
         ("cpu: A", {"mxnet": 2.0, "pytorch": 1.0}), ("cpu: B", {"mxnet": 1.0, "pytorch": 2.0})]
     assert ("cnn-mnist", "cpu") not in {(m.workload, m.device) for m in missing}
+
+
+def test_a_framework_in_several_versions_counts_with_its_newest() -> None:
+    runs = [{"id": i, "status": "ok", "framework": f, "framework_version": version, "workload": "lstm-ptb",
+             "dataset": "ptb", "device": "cpu", "steady_epoch_s": steady, "metric_name": "perplexity",
+             "metric_value": 150.0, "epochs": [{"metrics": {"accuracy": 0.2}}]}
+            for i, (f, version, steady) in enumerate([("pytorch", "2.9.0", 9.0), ("pytorch", "2.13.0", 1.0),
+                                                      ("mxnet", "1.9.1", 2.0)])]
+    [comparison] = [c for c in study.compare(runs, study.load())[0] if c.workload == "lstm-ptb"]
+    assert comparison.time.dlbench == {"pytorch": 1.0, "mxnet": 2.0}
+    assert comparison.accuracy is not None and comparison.accuracy.dlbench == {"pytorch": 20.0, "mxnet": 20.0}
+    assert "pytorch: its newest version here, 2.13.0, of 2.9.0, 2.13.0." in comparison.notes
 
 
 def test_a_reason_with_an_unknown_scope_is_refused_naming_file_entry_and_field() -> None:

@@ -362,7 +362,7 @@ def _newest_versions(runs: list[Mapping]) -> tuple[list[Mapping], tuple[str, ...
     for run in runs:
         versions.setdefault(run["framework"], set()).add(str(run.get("framework_version")))
     newest = {f: max(v, key=_version_key) for f, v in versions.items()}
-    notes = tuple(f"{f}: its newest version here, {newest[f]}, of {', '.join(sorted(v, key=_version_key))}"
+    notes = tuple(f"{f}: its newest version here, {newest[f]}, of {', '.join(sorted(v, key=_version_key))}."
                   for f, v in sorted(versions.items()) if len(v) > 1)
     return [run for run in runs if str(run.get("framework_version")) == newest[run["framework"]]], notes
 
@@ -381,7 +381,7 @@ def _epoch_notes(rows: list[StudyRow], runs: Sequence[Mapping]) -> tuple[str, ..
     if not planned or planned == study:
         return ()
     return (f"dlbench's runs trained {', '.join(map(str, sorted(planned)))} epochs, the study's "
-            f"{', '.join(map(str, sorted(study)))}: the accuracies are from other points of training",)
+            f"{', '.join(map(str, sorted(study)))}: the accuracies are from other points of training.",)
 
 
 def _single_run_note(runs: Sequence[Mapping], frameworks: Sequence[str]) -> tuple[str, ...]:
@@ -391,4 +391,4 @@ def _single_run_note(runs: Sequence[Mapping], frameworks: Sequence[str]) -> tupl
     if not single:
         return ()
     return (f"dlbench ran {', '.join(single)} once here: like the study's, their ranks rest on one measurement "
-            "each (`dlbench run --repeat N` gives intervals and tests in the findings)",)
+            "each (`dlbench run --repeat N` gives intervals and tests in the findings).",)
