@@ -6,6 +6,7 @@ beside dlbench's: other machines, other versions); accuracies as each side measu
 """
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 
 from dlbench.harness.analysis import study
 from dlbench.harness.analysis.study import Comparison, Missing, Ranking, StudyData, StudyRow
@@ -164,9 +165,14 @@ def _suite_command(name: str, settings: list[Missing]) -> str:
 
 def _suite_for(setting: Missing) -> str | None:
     """The built-in suite that runs this workload on the study's dataset on this device, if one does."""
-    for name in suite.builtin_suites():
-        candidate = suite.load(name)
+    for candidate in _builtin_suites():
         if candidate.device == setting.device and any(
                 e.workload == setting.workload and e.dataset == setting.dataset for e in candidate.entries):
-            return name
+            return candidate.name
     return None
+
+
+@cache
+def _builtin_suites() -> tuple[suite.Suite, ...]:
+    """Read once: every missing setting of a report asks them."""
+    return tuple(suite.load(name) for name in suite.builtin_suites())
