@@ -160,7 +160,8 @@ def _suite_command(name: str, settings: list[Missing]) -> str:
     datasets = " ".join(dict.fromkeys(s.dataset for s in settings))
     only = " ".join(f"-w {s.workload}" for s in settings)
     return (f"{', '.join(s.workload for s in settings)}: `dlbench data fetch {datasets}` then "
-            f"`dlbench run {name} {only}` (the study's datasets and epochs)")
+            f"`dlbench run {name} {only}`, the study's datasets and epochs (`dlbench estimate {name} {only}` "
+            "forecasts its time; with `--epochs N` its times still rank, its accuracies come from earlier in training)")
 
 
 def _suite_for(setting: Missing) -> str | None:
