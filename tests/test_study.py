@@ -125,6 +125,7 @@ def test_the_section_is_on_the_page(on_study_data: contents.Report) -> None:
     page = html.render(on_study_data)
     assert '<a href="#study">' in page and '<h2 id="study">The study side by side</h2>' in page
     assert "mxnet&#x27;s time ranks 5 of 6 in the study and 1 here" in page
+    assert "<code>dlbench run paper-gpu -w cnn-mnist" in page
 
 
 def test_stand_in_runs_are_never_compared_and_the_section_says_what_to_run(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ Every value from the store passes through html.escape (the charts' text through 
 writer, which escapes it). The inline script only filters, sorts, and records how many charts it
 rendered and any script error into #render-status, which the browser test reads.
 """
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 
@@ -321,7 +322,7 @@ def study_html(section: StudySection) -> str:
     run where none is comparable, the source and the caveats."""
     blocks = "".join(f"<section{_data(b.table.keys)}>{table_html(b.table)}{_items(b.lines)}</section>"
                      for b in section.blocks)
-    to_run = (f'<section class="card"><h3>Runs to compare</h3><p>{escape(section.to_run[0])}</p>'
+    to_run = (f'<section class="card"><h3>Runs to compare</h3><p>{_code(section.to_run[0])}</p>'
               f"{_items(section.to_run[1:])}</section>" if section.to_run else "")
     return (f'<p class="note">{escape(section.source)}</p><p class="note">{escape(section.method)}</p>'
             f'{blocks}{to_run}<section class="card"><h3>Caveats of the study\'s figures</h3>'
@@ -329,4 +330,9 @@ def study_html(section: StudySection) -> str:
 
 
 def _items(lines: Sequence[str]) -> str:
-    return f"<ul>{''.join(f'<li>{escape(line)}</li>' for line in lines)}</ul>" if lines else ""
+    return f"<ul>{''.join(f'<li>{_code(line)}</li>' for line in lines)}</ul>" if lines else ""
+
+
+def _code(text: str) -> str:
+    """Escaped text whose `commands` become <code>, so a command reads as one."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", escape(text))
