@@ -44,6 +44,7 @@ def test_a_side_that_ties_everything_measures_no_agreement_and_moves_nothing() -
 
 @pytest.mark.parametrize(("row", "field"), [
     ("cnn-mnist,mnist,cpu,pytorch,ninety,0.46,h,15,15,no,yes,", "accuracy_percent"),
+    ("cnn-mnist,mnist,cpu,pytorch,984,0.46,h,15,15,no,yes,", "accuracy_percent"),
     ("cnn-mnist,digits-28,cpu,pytorch,98.4,0.46,h,15,15,no,yes,", "dataset"),  # a stand-in is not the study's
     ("cnn-mnist,mnist,cpu,pytorch,98.4,0.46,days,15,15,no,yes,", "time_unit"),
     ("cnn-mnist,mnist,cpu,pytorch,98.4,0.46,h,15,16,yes,yes,", "epochs_done"),

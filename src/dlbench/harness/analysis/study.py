@@ -99,8 +99,8 @@ class StudyData:
 def load() -> StudyData:
     """The study's data as the package ships it."""
     folder = resources.files(__package__) / DATA
-    about = read_about((folder / ABOUT_FILE).read_text(encoding="utf-8"), f"{DATA}/{ABOUT_FILE}")
-    rows = read_results((folder / RESULTS_FILE).read_text(encoding="utf-8"), f"{DATA}/{RESULTS_FILE}")
+    about = read_about((folder / ABOUT_FILE).read_text(encoding="utf-8"), str(folder / ABOUT_FILE))
+    rows = read_results((folder / RESULTS_FILE).read_text(encoding="utf-8"), str(folder / RESULTS_FILE))
     return StudyData(rows=rows, **about)
 
 
@@ -132,7 +132,7 @@ def _row(fields: Mapping[str, str | None], where: str) -> StudyRow:
         raise StudyDataError(f"{where}: field epochs_done: {done} does not fit epochs {epochs} with capped "
                              f"{fields['capped']} (a run not capped did every epoch)")
     return StudyRow(workload, dataset, _choice(fields, "device", DEVICES, where),
-                    _choice(fields, "framework", tuple(RECIPES), where), _number(fields, "accuracy_percent", where),
+                    _choice(fields, "framework", tuple(RECIPES), where), _percent(fields, "accuracy_percent", where),
                     _number(fields, "time", where) * UNITS[_choice(fields, "time_unit", tuple(UNITS), where)],
                     epochs, done, capped, FLAGS[_choice(fields, "accuracy_comparable", tuple(FLAGS), where)],
                     fields["note"] or "")
@@ -152,6 +152,13 @@ def _number(fields: Mapping[str, str | None], name: str, where: str) -> float:
         value = math.nan
     if not math.isfinite(value) or value <= 0:
         raise StudyDataError(f"{where}: field {name}: {fields[name]!r} is not a positive number")
+    return value
+
+
+def _percent(fields: Mapping[str, str | None], name: str, where: str) -> float:
+    value = _number(fields, name, where)
+    if value > 100:
+        raise StudyDataError(f"{where}: field {name}: {fields[name]!r} is over 100")
     return value
 
 
