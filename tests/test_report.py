@@ -306,7 +306,7 @@ def test_results_show_the_compile_cache_state(tmp_path: Path) -> None:
     from dlbench.harness.present import listing
 
     run, epochs, samples = synthetic_run("theano", "cnn-mnist", 1, 1.0, 0.99)
-    table = listing.table([{**run, "compile_cache": "warm", "epochs": epochs}])
+    table = listing.table([{**run, "compile_cache": "warm", "epochs": epochs}], listing.column_names())
     heading, _, row = table.splitlines()
     assert "cache" in heading.split() and "warm" in row.split()
     assert '"compile_cache": "warm"' in listing.to_json([{**run, "compile_cache": "warm"}])
