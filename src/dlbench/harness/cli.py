@@ -167,7 +167,7 @@ def env_from_run(results_dir: Path, run_id: int) -> None:
     path = results_dir / FILENAME
     if not path.exists():
         raise StoreError(f"no results at {path}; pass the --results folder that holds run {run_id}")
-    with Store(path) as store:
+    with Store(path, for_reading=True) as store:
         runs = {run["id"]: run for run in store.runs()}
         if run_id not in runs:
             known = f"{min(runs)} to {max(runs)}" if runs else "none"
@@ -232,7 +232,7 @@ def cmd_results(args: argparse.Namespace) -> int:
     path = Path(args.results) / FILENAME
     if not path.exists():
         raise StoreError(f"no results at {path}; run a suite first (dlbench run) or pass --results DIR")
-    with Store(path) as store:
+    with Store(path, for_reading=True) as store:
         runs, certificates, peaks = store.runs(), store.certificates(), store.peaks()
     runs = machine_store.with_current_verdicts(runs)
     # the machine's certificates of these runs, after any the folder holds from a dlbench before the machine's store

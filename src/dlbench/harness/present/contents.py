@@ -34,7 +34,7 @@ class Report:
 
 
 def load(store_path: Path) -> Report:
-    with Store(store_path) as store:
+    with Store(store_path, for_reading=True) as store:
         # runs from several CPU (or GPU) models are grouped apart: their device names the model
         runs = device_with_hardware(machine_store.with_current_verdicts(store.runs()))
         samples = {run["id"]: store.samples(run["id"]) for run in runs}

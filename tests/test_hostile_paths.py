@@ -1,0 +1,175 @@
+"""Hostile and careless paths on the command line lose nothing and never crash: damaged stores, missing and
+read-only results folders. Each refusal is exit status 2 and one `dlbench: error:` line naming the path, with
+every file as it was and nothing created."""
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from synthetic_store import study_store
+
+from dlbench.harness import cli
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    """The one line a refused command prints, which must be all it prints to stderr."""
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("dlbench: error: "), err
+    return err.strip()
+
+
+def tree(folder: Path) -> dict[str, bytes | None]:
+    """Every path under `folder` with its bytes (None for a folder or a link): what "nothing changed" compares."""
+    return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() and not p.is_symlink() else None
+            for p in sorted(folder.rglob("*"))}
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """good/, damaged/ (page 2 on overwritten: the runs table) and bad-json/ (run 3's config cut short)."""
+    root = tmp_path_factory.mktemp("stores")
+    for name in ("good", "damaged", "bad-json"):
+        (root / name).mkdir()
+        study_store(root / name, repetitions=2)
+    damaged = root / "damaged" / "dlbench.sqlite"
+    content = bytearray(damaged.read_bytes())
+    content[4096:4096 + len(content) // 3] = bytes((i * 37) % 251 for i in range(len(content) // 3))
+    damaged.write_bytes(bytes(content))
+    with sqlite3.connect(root / "bad-json" / "dlbench.sqlite") as conn:
+        conn.execute("UPDATE runs SET config = '{\"threads\": 2,' WHERE id = 3")
+    conn.close()
+    return root
+
+
+@pytest.mark.parametrize("command", ["results", "report", "compare"])
+@pytest.mark.parametrize(("name", "says"), [
+    ("damaged", "the store is damaged (database disk image is malformed); it is left as it is"),
+    ("bad-json", "table runs, row id 3: column config holds invalid JSON"),
+])
+def test_a_damaged_store_is_refused_by_name_and_left_unchanged(stores: Path, tmp_path: Path, command: str, name: str,
+                                                               says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    before = tree(stores)
+    args = {"results": ["results", "--results", str(stores / name)],
+            "report": ["report", "--results", str(stores / name), "--output", str(tmp_path / "report.html")],
+            "compare": ["compare", str(stores / "good"), str(stores / name)]}[command]
+    assert cli.main(args) == 2
+    assert error_line(capsys).startswith(f"dlbench: error: {stores / name / 'dlbench.sqlite'}: {says}")
+    assert tree(stores) == before and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args", [["results"], ["report"], ["certify", "--show"]])
+def test_readers_of_a_missing_results_folder_create_nothing(tmp_path: Path, args: list[str],
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("DLBENCH_CERTIFICATES", str(tmp_path / "home" / "certificates.sqlite"))
+    monkeypatch.chdir(tmp_path)  # the default ./dlbench-results, and one named
+    for results in ([], ["--results", str(tmp_path / "missing")]):
+        code = cli.main(args + results)
+        if args[0] == "certify":
+            assert code == 0 and capsys.readouterr().out.startswith("no certificates stored yet")
+        else:
+            assert code == 2 and "no results at" in error_line(capsys)
+    assert list(tmp_path.iterdir()) == []
+    assert cli.main(["compare", str(tmp_path / "missing"), str(tmp_path / "missing")]) == 2
+    assert error_line(capsys) == (f"dlbench: error: {tmp_path / 'missing'} does not exist; give a results folder "
+                                  "or a dlbench.sqlite file")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture
+def shared_folder() -> Iterator[Path]:
+    """A folder that the user `as_reader` runs dlbench as can search (pytest's own are private to root)."""
+    folder = Path(tempfile.mkdtemp(prefix="dlbench-read-only-"))
+    folder.chmod(0o755)
+    yield folder
+    for path in (folder, *folder.rglob("*")):
+        if path.is_dir() and not path.is_symlink():
+            path.chmod(0o755)
+    shutil.rmtree(folder)
+
+
+def as_reader(args: list[str], folder: Path) -> subprocess.CompletedProcess:
+    """dlbench run by a user who cannot write the folders this test made read-only: root writes any folder
+    whatever its mode, so as root it runs as nobody (setpriv); any other user is one already."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "DLBENCH_CERTIFICATES": str(folder / "certificates.sqlite")}
+    command = [sys.executable, "-m", "dlbench", *args]
+    if os.geteuid() == 0:
+        if not shutil.which("setpriv"):
+            pytest.skip("running as root without setpriv: no user here for whom a folder is read-only")
+        command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
+        if subprocess.run(command[:4] + [sys.executable, "-c", "import dlbench"], env=env,
+                          capture_output=True).returncode != 0:
+            pytest.skip("user nobody cannot read this checkout or its Python, so cannot stand in for a reader")
+    return subprocess.run(command, env=env, capture_output=True, text=True, cwd=folder, timeout=120)
+
+
+def read_only(folder: Path) -> Path:
+    folder.chmod(0o555)
+    return folder
+
+
+def read_only_results(shared_folder: Path) -> Path:
+    results = shared_folder / "results"
+    results.mkdir()
+    study_store(results, repetitions=1)
+    return read_only(results)
+
+
+def test_readers_read_a_read_only_results_folder(shared_folder: Path) -> None:
+    results = read_only_results(shared_folder)
+    before = tree(results)
+    shown = as_reader(["results", "--results", str(results), "--format", "csv"], shared_folder)
+    assert shown.returncode == 0, shown.stderr
+    assert len(shown.stdout.strip().splitlines()) == 1 + 6  # the header and 3 frameworks x 2 workloads
+    compared = as_reader(["compare", str(results), str(results)], shared_folder)
+    assert compared.returncode == 0, compared.stderr
+    elsewhere = shared_folder / "elsewhere"
+    elsewhere.mkdir()
+    elsewhere.chmod(0o777)  # the reader writes here
+    written = as_reader(["report", "--results", str(results), "--format", "md", "--output",
+                         str(elsewhere / "report.md")], shared_folder)
+    assert written.returncode == 0, written.stderr
+    assert (elsewhere / "report.md").read_text().startswith("# dlbench report")
+    assert tree(results) == before
+
+
+def store_with_a_write_ahead_log(results: Path) -> None:
+    """A store as a killed `dlbench run` leaves it: its last run only in dlbench.sqlite-wal, with the -shm."""
+    results.mkdir()
+    study_store(results, repetitions=1)
+    writer = sqlite3.connect(results / "dlbench.sqlite", isolation_level=None)
+    writer.execute("PRAGMA wal_autocheckpoint=0")
+    writer.execute("INSERT INTO runs (cell_hash, framework, workload, status, config) "
+                   "VALUES ('h', 'jax', 'cnn-mnist', 'ok', '{}')")
+    for suffix in ("", "-wal", "-shm"):  # copied while the writer holds them, as a kill leaves them
+        shutil.copy(f"{results}/dlbench.sqlite{suffix}", f"{results}/kept{suffix}")
+    writer.close()
+    for suffix in ("", "-wal", "-shm"):
+        os.replace(f"{results}/kept{suffix}", f"{results}/dlbench.sqlite{suffix}")
+
+
+def test_a_read_only_store_with_a_write_ahead_log_shows_its_runs_or_says_why_not(shared_folder: Path) -> None:
+    results = shared_folder / "results"
+    store_with_a_write_ahead_log(results)
+    before = tree(read_only(results))
+    shown = as_reader(["results", "--results", str(results), "--format", "csv"], shared_folder)
+    assert shown.returncode == 0, shown.stderr
+    assert len(shown.stdout.strip().splitlines()) == 1 + 7  # the log's run too
+    assert tree(results) == before
+
+    results.chmod(0o755)
+    (results / "dlbench.sqlite-shm").unlink()  # without it SQLite must write one to read the log
+    before = tree(read_only(results))
+    refused = as_reader(["results", "--results", str(results)], shared_folder)
+    assert refused.returncode == 2
+    assert refused.stderr.startswith(f"dlbench: error: {results / 'dlbench.sqlite'}: cannot read the store in a "
+                                     "read-only folder: its write-ahead log dlbench.sqlite-wal holds commits")
+    assert f"make {results} writable" in refused.stderr
+    assert tree(results) == before
