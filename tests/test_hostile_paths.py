@@ -1,6 +1,6 @@
 """Hostile and careless paths on the command line lose nothing and never crash: damaged stores, missing and
-read-only results folders. Each refusal is exit status 2 and one `dlbench: error:` line naming the path, with
-every file as it was and nothing created."""
+read-only results folders, results folders and report files that cannot be written. Each refusal is exit
+status 2 and one `dlbench: error:` line naming the path, with every file as it was and nothing created."""
 import os
 import shutil
 import sqlite3
@@ -14,8 +14,12 @@ import pytest
 from synthetic_store import study_store
 
 from dlbench.harness import cli
+from dlbench.harness.certification import machine_store, probes
+from dlbench.harness.present import report
+from dlbench.harness.run import local
 
 REPO = Path(__file__).resolve().parents[1]
+RUN = ["run", "quick", "-f", "pytorch", "-w", "cnn-mnist"]
 
 
 def error_line(capsys: pytest.CaptureFixture[str]) -> str:
@@ -172,4 +176,88 @@ def test_a_read_only_store_with_a_write_ahead_log_shows_its_runs_or_says_why_not
     assert refused.stderr.startswith(f"dlbench: error: {results / 'dlbench.sqlite'}: cannot read the store in a "
                                      "read-only folder: its write-ahead log dlbench.sqlite-wal holds commits")
     assert f"make {results} writable" in refused.stderr
+    assert tree(results) == before
+
+
+def unwritable_paths(tmp_path: Path) -> list[tuple[Path, str]]:
+    """A folder under a regular file; one where nothing can be created (/proc takes no folders, even from root)."""
+    (tmp_path / "afile").write_text("in the way\n")
+    paths = [(tmp_path / "afile", f"{tmp_path / 'afile'} is a file, not a folder"),
+             (tmp_path / "afile" / "results", f"{tmp_path / 'afile'} is a file, not a folder")]
+    if Path("/proc/self").is_dir():
+        paths.append((Path("/proc/dlbench-results"), "cannot create /proc/dlbench-results, since /proc cannot be "
+                                                     "written"))
+    return paths
+
+
+def never(what: str):
+    def called(*args, **kwargs):
+        raise AssertionError(f"{what} was reached: the results folder was not checked first")
+    return called
+
+
+def test_run_checks_its_results_folder_before_preparing_anything(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(local, "run_plan", never("the plan (environments, data, cells)"))
+    for results, says in unwritable_paths(tmp_path):
+        assert cli.main([*RUN, "--results", str(results)]) == 2
+        line = error_line(capsys)
+        assert line.startswith(f"dlbench: error: --results {results}: {says}") and "give a folder" in line
+    assert tree(tmp_path) == {"afile": b"in the way\n"}
+
+
+def test_certify_checks_its_results_folder_before_any_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("DLBENCH_CERTIFICATES", str(tmp_path / "home" / "certificates.sqlite"))
+    # a pair with no certificate, whatever environments this machine has built
+    monkeypatch.setattr(machine_store, "key_now", lambda framework, workload: machine_store.Key(
+        framework, "env", workload.name, "source", "reference", "digest"))
+    monkeypatch.setattr(probes, "reference_probes", never("the reference's probes"))
+    from dlbench.harness.certification import power
+    monkeypatch.setattr(power, "power", never("certify --power's probes"))
+    for results, says in unwritable_paths(tmp_path):
+        for args in (["certify", "-f", "jax", "-w", "cnn-mnist"], ["certify", "--power", "-w", "cnn-mnist"]):
+            assert cli.main([*args, "--results", str(results)]) == 2
+            assert error_line(capsys).startswith(f"dlbench: error: --results {results}: {says}")
+    assert (tmp_path / "afile").read_text() == "in the way\n" and not (tmp_path / "afile").is_dir()
+
+
+def never_ends(*args) -> str:
+    raise KeyboardInterrupt  # Ctrl-C while the report renders
+
+
+def test_report_checks_its_output_before_rendering_and_writes_it_whole(stores: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    rendered = []
+    real_render = report.render
+    monkeypatch.setattr(report, "render", lambda *args: rendered.append(args) or real_render(*args))
+    good = str(stores / "good")
+    outputs = [(tmp_path, f"{tmp_path} is a folder; give a file in a folder this user can write, such as "
+                          f"{tmp_path / 'report.html'}")]
+    outputs += [(path / "report.html", says) for path, says in unwritable_paths(tmp_path)]
+    for output, says in outputs:
+        assert cli.main(["report", "--results", good, "--output", str(output)]) == 2
+        assert error_line(capsys).startswith(f"dlbench: error: --output {output}: {says}")
+    assert rendered == []
+
+    kept = tmp_path / "report.md"
+    kept.write_text("an earlier report\n")
+    monkeypatch.setattr(report, "render", never_ends)
+    with pytest.raises(KeyboardInterrupt):
+        report.write(stores / "good", "md", kept)
+    assert tree(tmp_path) == {"afile": b"in the way\n", "report.md": b"an earlier report\n"}
+
+
+def test_writers_refuse_a_read_only_results_folder_first(shared_folder: Path) -> None:
+    results = read_only_results(shared_folder)
+    before = tree(results)
+    refused = as_reader(["report", "--results", str(results), "--format", "md"], shared_folder)
+    assert refused.returncode == 2
+    assert refused.stderr == (f"dlbench: error: the report {results / 'report.md'}: cannot write in {results} "
+                              "(Permission denied); write it elsewhere with --output PATH\n")
+    run = as_reader([*RUN, "--results", str(results)], shared_folder)
+    assert run.returncode == 2
+    assert run.stderr.startswith(f"dlbench: error: --results {results}: cannot write in {results} (Permission "
+                                 "denied); give a folder this user can write")
     assert tree(results) == before

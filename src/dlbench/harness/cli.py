@@ -6,7 +6,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from dlbench.harness import data
+from dlbench.harness import data, folders
 from dlbench.harness.analysis import compare
 from dlbench.harness.analysis.load import AnalysisError
 from dlbench.harness.certification import machine_store, probes
@@ -26,7 +26,7 @@ from dlbench.shared import ir
 
 DEFAULT_RESULTS = Path("dlbench-results")
 USER_ERRORS = (SuiteError, WorkloadError, EnvError, DatasetError, StoreError, probes.CertifyError, AnalysisError,
-               ExecutorError, WeightsError, EstimateError)
+               ExecutorError, WeightsError, EstimateError, folders.PathError)
 
 
 def data_dir(args: argparse.Namespace) -> Path:
@@ -42,6 +42,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # absolute: workers run inside their run folders
     options = Options(Path(args.results).resolve(), data_dir(args).resolve(), args.force, args.timeout,
                       args.memory_limit_mb)
+    check_results_folder(args.results, "dlbench run keeps its store and run folders there")
     executor = args.executor or chosen.executor
     where = f" on the Ray cluster at {args.address or 'a new local Ray'}" if executor == "ray" else ""
     print(f"suite {chosen.name}: {len(cells)} cells{where}; results in {options.results}")
@@ -62,6 +63,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(certify_hint(len(uncertified), machine_store.certify_command(args.suite, args.framework,
                                                                                    args.workload)))
     return 0 if counts["failed"] == counts["timeout"] == 0 else 1
+
+
+def check_results_folder(results: str, why: str) -> None:
+    """Before environments, data or probes are made ready: a --results folder this user cannot write stops
+    the command here, not after minutes of preparation."""
+    folders.check_writable_folder(Path(results), f"--results {results}",
+                                  f"give a folder this user can write (default ./{DEFAULT_RESULTS}): {why}")
 
 
 def certify_hint(count: int, command: str) -> str:
@@ -317,6 +325,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
         for framework, workload in todo:
             by_framework.setdefault(framework, []).append(workload)
         if todo:  # the reference's probes once, for every workload a framework is certified on
+            check_results_folder(args.results, "certify keeps its probes' files there")
             reference = probes.reference_probes(list({w.name: w for _, w in todo}.values()), workdir)
             for framework, workloads in by_framework.items():
                 certificates += probes.certify([framework], workloads, store, workdir, progress, reference)
@@ -331,6 +340,7 @@ def cmd_certify_power(args: argparse.Namespace) -> int:
     from dlbench.harness.certification import power
 
     workloads = [get_workload(name) for name in args.workload] if args.workload else list(WORKLOADS.values())
+    check_results_folder(args.results, "certify --power keeps its probes' files there")
     workdir = Path(args.results).resolve() / "certify" / time.strftime("power-%Y%m%d-%H%M%S")
     rows = [row for workload in workloads for row in power.power(workload, workdir)]
     print(listing.power_table(rows))
