@@ -1,6 +1,7 @@
 """Hostile and careless paths on the command line lose nothing and never crash: damaged stores, missing and
-read-only results folders, results folders and report files that cannot be written. Each refusal is exit
-status 2 and one `dlbench: error:` line naming the path, with every file as it was and nothing created."""
+read-only results folders, results folders and report files that cannot be written, a prepared dataset that
+is a link. Each refusal is exit status 2 and one `dlbench: error:` line naming the path, with every file as it
+was and nothing created."""
 import os
 import shutil
 import sqlite3
@@ -10,11 +11,13 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from synthetic_store import study_store
 
 from dlbench.harness import cli
 from dlbench.harness.certification import machine_store, probes
+from dlbench.harness.data import prepare
 from dlbench.harness.present import report
 from dlbench.harness.run import local
 
@@ -261,3 +264,34 @@ def test_writers_refuse_a_read_only_results_folder_first(shared_folder: Path) ->
     assert run.stderr.startswith(f"dlbench: error: --results {results}: cannot write in {results} (Permission "
                                  "denied); give a folder this user can write")
     assert tree(results) == before
+
+
+def linked_dataset(tmp_path: Path) -> tuple[Path, Path]:
+    """A data folder whose prepared pang-lee-polarity is a link to a prepared copy elsewhere."""
+    elsewhere = prepare("pang-lee-polarity", tmp_path / "elsewhere").path
+    data = tmp_path / "data"
+    (data / "prepared").mkdir(parents=True)
+    (data / "prepared" / "pang-lee-polarity").symlink_to(elsewhere, target_is_directory=True)
+    return data, elsewhere
+
+
+def test_a_prepared_dataset_that_is_a_link_is_never_deleted_through_it(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    data, elsewhere = linked_dataset(tmp_path)
+    fetch = ["data", "fetch", "pang-lee-polarity", "--data-dir", str(data)]
+    assert cli.main(fetch) == 0  # a valid prepared copy behind a link is used as it is
+    capsys.readouterr()
+    np.save(elsewhere / "y_test.npy", np.zeros(3, dtype=np.int64))  # now it fails its hash
+    before = tree(tmp_path / "elsewhere")
+    link = data / "prepared" / "pang-lee-polarity"
+    assert cli.main(fetch) == 2
+    line = error_line(capsys)
+    assert line.startswith(f"dlbench: error: {link} is a link to {elsewhere}, whose prepared arrays are invalid "
+                           "(content does not match the hash")
+    assert "remove the link to prepare pang-lee-polarity afresh in the data folder" in line
+    assert tree(tmp_path / "elsewhere") == before and link.is_symlink()
+
+    shutil.rmtree(elsewhere)
+    assert cli.main(fetch) == 2
+    assert error_line(capsys).startswith(f"dlbench: error: {link} is a link to {elsewhere}, which does not exist;")
+    assert link.is_symlink() and not elsewhere.exists()
