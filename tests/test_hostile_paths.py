@@ -1,17 +1,20 @@
 """Hostile and careless paths on the command line lose nothing and never crash: damaged stores, missing and
 read-only results folders, results folders and report files that cannot be written, a prepared dataset that
-is a link. Each refusal is exit status 2 and one `dlbench: error:` line naming the path, with every file as it
-was and nothing created."""
+is a link, Ctrl-C. Each refusal is exit status 2 and one `dlbench: error:` line naming the path (Ctrl-C: 130
+and one line), with every file as it was and nothing created."""
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 from synthetic_store import study_store
 
@@ -295,3 +298,61 @@ def test_a_prepared_dataset_that_is_a_link_is_never_deleted_through_it(tmp_path:
     assert cli.main(fetch) == 2
     assert error_line(capsys).startswith(f"dlbench: error: {link} is a link to {elsewhere}, which does not exist;")
     assert link.is_symlink() and not elsewhere.exists()
+
+
+# The plan stood in for by one worker process that sleeps, started as run_worker starts every worker: Ctrl-C
+# must stop the harness with one line and status 130 and leave no worker behind.
+SLEEPING_WORKER = """
+import os, sys
+from dlbench.harness import cli
+from dlbench.harness.run import launch, local
+
+def one_sleeping_worker(cells, options, progress):
+    folder = options.results / "worker"
+    folder.mkdir(parents=True)
+    sleep = ("import os, time; open('pid.tmp', 'w').write(str(os.getpid())); os.rename('pid.tmp', 'pid'); "
+             "time.sleep(600)")
+    launch.run_worker([sys.executable, "-c", sleep], dict(os.environ), folder, 600)
+    raise AssertionError("the worker ended without being interrupted")
+
+local.run_plan = one_sleeping_worker
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_ctrl_c_prints_one_line_exits_130_and_leaves_no_worker(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    # its own process group, which Ctrl-C signals as a terminal does its foreground group
+    harness = subprocess.Popen([sys.executable, "-c", SLEEPING_WORKER, *RUN, "--plain", "--results", str(results)],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        pid_file = results / "worker" / "pid"
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() and harness.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pid_file.exists(), harness.communicate(timeout=10)
+        worker = psutil.Process(int(pid_file.read_text()))
+        os.killpg(harness.pid, signal.SIGINT)
+        _, err = harness.communicate(timeout=60)
+    finally:
+        if harness.poll() is None:
+            os.killpg(harness.pid, signal.SIGKILL)
+    assert harness.returncode == 130
+    assert err == ("dlbench: interrupted; the cells that ended are stored, and the same command resumes after "
+                   "them\n")
+    assert not alive_after(worker, 10.0)
+
+
+def alive_after(process: psutil.Process, seconds: float) -> bool:
+    """Whether the process still runs after waiting up to `seconds` for it to die (a zombie counts as dead)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if not process.is_running() or process.status() == psutil.STATUS_ZOMBIE:
+                return False
+        except psutil.NoSuchProcess:
+            return False
+        time.sleep(0.1)
+    return True

@@ -27,6 +27,8 @@ from dlbench.shared import ir
 DEFAULT_RESULTS = Path("dlbench-results")
 USER_ERRORS = (SuiteError, WorkloadError, EnvError, DatasetError, StoreError, probes.CertifyError, AnalysisError,
                ExecutorError, WeightsError, EstimateError, folders.PathError)
+# 128 + SIGINT: what a shell reports for a command that Ctrl-C stopped
+INTERRUPTED = 130
 
 
 def data_dir(args: argparse.Namespace) -> Path:
@@ -586,6 +588,13 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as error:
         print(f"dlbench: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # One line, not a traceback. A worker does not outlive this process: it dies with it (launch.py's
+        # PDEATHSIG), and the store keeps only whole runs (store.py's transactions).
+        kept = "; the cells that ended are stored, and the same command resumes after them" if (
+            args.command == "run") else ""
+        print(f"dlbench: interrupted{kept}", file=sys.stderr)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":
