@@ -58,7 +58,7 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.mark.parametrize("command", ["results", "report", "compare"])
+@pytest.mark.parametrize("command", ["results", "report", "compare", "estimate"])
 @pytest.mark.parametrize(("name", "says"), [
     ("damaged", "the store is damaged (database disk image is malformed); it is left as it is"),
     ("bad-json", "table runs, row id 3: column config holds invalid JSON"),
@@ -68,7 +68,8 @@ def test_a_damaged_store_is_refused_by_name_and_left_unchanged(stores: Path, tmp
     before = tree(stores)
     args = {"results": ["results", "--results", str(stores / name)],
             "report": ["report", "--results", str(stores / name), "--output", str(tmp_path / "report.html")],
-            "compare": ["compare", str(stores / "good"), str(stores / name)]}[command]
+            "compare": ["compare", str(stores / "good"), str(stores / name)],
+            "estimate": ["estimate", "quick", "--results", str(stores / name)]}[command]
     assert cli.main(args) == 2
     assert error_line(capsys).startswith(f"dlbench: error: {stores / name / 'dlbench.sqlite'}: {says}")
     assert tree(stores) == before and list(tmp_path.iterdir()) == []
@@ -140,6 +141,8 @@ def test_readers_read_a_read_only_results_folder(shared_folder: Path) -> None:
     assert len(shown.stdout.strip().splitlines()) == 1 + 6  # the header and 3 frameworks x 2 workloads
     compared = as_reader(["compare", str(results), str(results)], shared_folder)
     assert compared.returncode == 0, compared.stderr
+    forecast = as_reader(["estimate", "quick", "--results", str(results)], shared_folder)
+    assert forecast.returncode == 0 and forecast.stdout.startswith("forecast of quick"), forecast.stderr
     elsewhere = shared_folder / "elsewhere"
     elsewhere.mkdir()
     elsewhere.chmod(0o777)  # the reader writes here

@@ -280,7 +280,7 @@ def stored(results: Path) -> tuple[list[dict], list[dict]]:
     if not path.is_file():
         raise EstimateError(f"no results store at {path}: a forecast needs runs measured on this machine; run "
                             "`dlbench run quick` first (about 17 min on 2 cores), or pass --results DIR")
-    with Store(path) as store:
+    with Store(path, for_reading=True) as store:
         return store.runs(), store.peaks()
 
 
