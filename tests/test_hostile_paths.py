@@ -359,3 +359,16 @@ def alive_after(process: psutil.Process, seconds: float) -> bool:
             return False
         time.sleep(0.1)
     return True
+
+
+def test_a_reader_that_closes_the_pipe_ends_dlbench_quietly():
+    """`dlbench list workloads | head -1`: the reader gone, dlbench ends as a shell tool does, with no
+    traceback and the status a shell gives a writer stopped by SIGPIPE."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write now fails with EPIPE
+    try:
+        done = subprocess.run([sys.executable, "-m", "dlbench", "list", "workloads"], stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (cli.BROKEN_PIPE, "")

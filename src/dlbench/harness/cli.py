@@ -29,6 +29,7 @@ USER_ERRORS = (SuiteError, WorkloadError, EnvError, DatasetError, StoreError, pr
                ExecutorError, WeightsError, EstimateError, folders.PathError)
 # 128 + SIGINT: what a shell reports for a command that Ctrl-C stopped
 INTERRUPTED = 130
+BROKEN_PIPE = 141  # 128 + SIGPIPE, the status a shell reports for a writer whose reader closed the pipe
 
 
 def data_dir(args: argparse.Namespace) -> Path:
@@ -584,7 +585,9 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()  # a closed pipe raises here, in the handler below, not at exit
+        return status
     except USER_ERRORS as error:
         print(f"dlbench: error: {error}", file=sys.stderr)
         return 2
@@ -595,6 +598,11 @@ def main(argv: list[str] | None = None) -> int:
             args.command == "run") else ""
         print(f"dlbench: interrupted{kept}", file=sys.stderr)
         return INTERRUPTED
+    except BrokenPipeError:
+        # The reader of stdout went away (`dlbench results | head`): as a shell tool ends, without a traceback.
+        # Python flushes stdout again at exit; pointing it at /dev/null keeps that from raising once more.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE
 
 
 if __name__ == "__main__":
