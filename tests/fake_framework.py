@@ -9,6 +9,9 @@ Modes that start a grandchild write its pid to grandchild.pid in the working dir
 
 $FAKE_SPIN=N (with mode ok) makes each epoch keep N cores busy for $FAKE_SPIN_S seconds (default 0.8)
 instead of sleeping, in N threads, whatever threads the cell gives.
+
+$FAKE_GATE=PATH (with mode ok) holds epoch $FAKE_GATE_EPOCH (default 1) and every later one until the file
+PATH exists, so a test can act while a run is known to be mid-cell.
 """
 import hashlib
 import os
@@ -24,6 +27,7 @@ from dlbench.worker.base import BaseAdapter, Split
 
 MODES = ("ok", "crash", "exit", "hang", "memory", "oomkill", "print", "child_hang", "child_setsid")
 OK_EPOCH_SLEEP_S = 0.15  # long enough for the 0.1 s monitor to take samples of a good run
+GATE_LIMIT_S = 120  # a gate nobody opens (a test that failed before opening it) lets the run end
 TRAIN_LOSS = 0.5
 EVAL_LOSS = 0.25
 
@@ -54,6 +58,12 @@ def _spin(cores: int, seconds: float) -> None:
         thread.start()
     for thread in threads:
         thread.join()
+
+
+def _wait_for_gate(path: str) -> None:
+    end = time.monotonic() + GATE_LIMIT_S
+    while not os.path.exists(path) and time.monotonic() < end:
+        time.sleep(0.05)
 
 
 def _grow_memory() -> None:
@@ -95,6 +105,9 @@ class Adapter(BaseAdapter):
         self.epoch += 1
         if self.epoch >= 2:
             self._misbehave()
+        gate = os.environ.get("FAKE_GATE")
+        if self.mode == "ok" and gate and self.epoch >= int(os.environ.get("FAKE_GATE_EPOCH", "1")):
+            _wait_for_gate(gate)
         if self.mode == "ok" and os.environ.get("FAKE_SPIN"):
             _spin(int(os.environ["FAKE_SPIN"]), float(os.environ.get("FAKE_SPIN_S", "0.8")))
         elif self.mode in ("ok", "print"):
