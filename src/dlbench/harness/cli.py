@@ -19,7 +19,7 @@ from dlbench.harness.plan.initial_weights import WeightsError
 from dlbench.harness.plan.suite import SuiteError
 from dlbench.harness.plan.workloads import WORKLOADS, Workload, WorkloadError, get_workload
 from dlbench.harness.present import comparison, listing, progress
-from dlbench.harness.run import ExecutorError, local
+from dlbench.harness.run import ExecutorError, local, results_folder
 from dlbench.harness.run.cell_config import Options
 from dlbench.harness.store import FILENAME, Store, StoreError
 from dlbench.shared import ir
@@ -46,6 +46,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     options = Options(Path(args.results).resolve(), data_dir(args).resolve(), args.force, args.timeout,
                       args.memory_limit_mb)
     check_results_folder(args.results, "dlbench run keeps its store and run folders there")
+    # one run at a time per results folder: a second is refused here, before anything is prepared or built
+    with results_folder.locked(options.results):
+        return run_and_show(chosen, cells, options, args)
+
+
+def run_and_show(chosen: suite.Suite, cells: list[suite.Cell], options: Options, args: argparse.Namespace) -> int:
+    """The plan's cells run and stored, then their table; 1 when a cell failed or timed out."""
     executor = args.executor or chosen.executor
     where = f" on the Ray cluster at {args.address or 'a new local Ray'}" if executor == "ray" else ""
     print(f"suite {chosen.name}: {len(cells)} cells{where}; results in {options.results}")
@@ -309,7 +316,6 @@ def cmd_certify(args: argparse.Namespace) -> int:
         return 0
     pairs = certify_pairs(args)
     results_dir = Path(args.results).resolve()
-    workdir = results_dir / "certify" / time.strftime("%Y%m%d-%H%M%S")
 
     def progress(cert: dict) -> None:
         verdict = "pass" if cert["passed"] else "FAIL"
@@ -329,6 +335,8 @@ def cmd_certify(args: argparse.Namespace) -> int:
             by_framework.setdefault(framework, []).append(workload)
         if todo:  # the reference's probes once, for every workload a framework is certified on
             check_results_folder(args.results, "certify keeps its probes' files there")
+            # a folder of its own: a certify started in the same second writes its probes elsewhere
+            workdir = results_folder.new_folder(results_dir / "certify", time.strftime("%Y%m%d-%H%M%S"))
             reference = probes.reference_probes(list({w.name: w for _, w in todo}.values()), workdir)
             for framework, workloads in by_framework.items():
                 certificates += probes.certify([framework], workloads, store, workdir, progress, reference)
@@ -344,7 +352,7 @@ def cmd_certify_power(args: argparse.Namespace) -> int:
 
     workloads = [get_workload(name) for name in args.workload] if args.workload else list(WORKLOADS.values())
     check_results_folder(args.results, "certify --power keeps its probes' files there")
-    workdir = Path(args.results).resolve() / "certify" / time.strftime("power-%Y%m%d-%H%M%S")
+    workdir = results_folder.new_folder(Path(args.results).resolve() / "certify", time.strftime("power-%Y%m%d-%H%M%S"))
     rows = [row for workload in workloads for row in power.power(workload, workdir)]
     print(listing.power_table(rows))
     unexplained = [row["value"] for row in rows if row["why"] == power.UNEXPLAINED]

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dlbench.harness.environments import envs
 from dlbench.harness.environments.process import worker_environment
 from dlbench.harness.measure import peaks
+from dlbench.harness.run import results_folder
 from dlbench.harness.run.cell_config import Options, Prepared
 from dlbench.harness.store import Store
 from dlbench.shared.protocol import KIND, PEAK
@@ -24,8 +25,8 @@ def measure_peak(prepared: Prepared, options: Options, threads: int) -> dict:
                  "suite": cell.suite, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "matrix_size": size,
                  "repeats": peaks.PEAK_REPEATS, "gflops": None, "reason": None, "method": None}
     recipe = envs.get_recipe(cell.framework, cell.device)
-    folder = options.results / "peaks" / f"{time.strftime('%Y%m%d-%H%M%S')}-{cell.framework}-{threads}-{cell.device}"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = results_folder.new_folder(options.results / "peaks",
+                                       f"{time.strftime('%Y%m%d-%H%M%S')}-{cell.framework}-{threads}-{cell.device}")
     command = [str(env.python), "-m", "dlbench.worker.peak", recipe.adapter, "--device", cell.device,
                "--threads", str(threads), "--size", str(size), "--repeats", str(peaks.PEAK_REPEATS)]
     row.update(peaks.run(command, worker_environment(folder, threads, envs.worker_variables(recipe, env.path)), folder))

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dlbench.harness.environments import envs
 from dlbench.harness.environments.process import worker_environment
 from dlbench.harness.measure import energy
+from dlbench.harness.run import results_folder
 from dlbench.harness.run.cell_config import Options, Prepared, compile_cache_state, shared_compile_cache
 from dlbench.harness.run.launch import run_worker
 from dlbench.harness.run.record import Ran, epoch_rows, run_row
@@ -17,8 +18,9 @@ def run_cell(prepared: Prepared, options: Options, on_event: Callable[[dict], No
     """Runs one prepared cell; returns its run row, epoch rows and samples for the store."""
     cell, config = prepared.cell, prepared.config
     started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    run_dir = options.results / "runs" / f"{time.strftime('%Y%m%d-%H%M%S')}-{prepared.hash[:12]}"
-    run_dir.mkdir(parents=True, exist_ok=True)
+    # a folder of its own, even for a run of the same cell in the same second: no earlier run's files are overwritten
+    run_dir = results_folder.new_folder(options.results / "runs",
+                                        f"{time.strftime('%Y%m%d-%H%M%S')}-{prepared.hash[:12]}")
     recipe = envs.get_recipe(cell.framework, cell.device)
     worker_cell = {"adapter": recipe.adapter, "model": config["model"], "recipe": config["recipe"],
                    "data_path": str(prepared.dataset.path), "seed": cell.seed, "epochs": cell.epochs,
