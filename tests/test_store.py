@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dlbench.harness.measure.monitor import Sample
-from dlbench.harness.store import SCHEMA_VERSION, Store, StoreError
+from dlbench.harness.store import MIGRATIONS, SCHEMA_VERSION, Store, StoreError
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = REPO / ".venv" / "bin" / "python"
@@ -117,7 +117,7 @@ def test_reopening_keeps_runs_and_schema_version(tmp_path: Path) -> None:
     with Store(path) as store:
         assert [r["cell_hash"] for r in store.runs()] == ["abc123"]
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (10,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (11,)
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 
@@ -294,7 +294,49 @@ def test_a_version_8_store_gains_empty_detector_time_columns(tmp_path: Path) -> 
         assert {k: old["epochs"][0][k] for k in split} == dict.fromkeys(split)
         store.save_run(make_run("new"), [{**make_epoch(1), **split}], [])
         assert {k: store.runs()[1]["epochs"][0][k] for k in split} == split
-    assert schema_version(path) == SCHEMA_VERSION == 10
+    assert schema_version(path) == SCHEMA_VERSION == 11
+
+
+def test_completed_hashes_leave_out_interrupted_runs(store: Store) -> None:
+    store.save_run(make_run("a", "interrupted"), [make_epoch(1)], [])
+    assert store.completed_hashes() == set()  # an interrupted cell runs again
+    assert [(r["status"], len(r["epochs"])) for r in store.runs()] == [("interrupted", 1)]
+
+
+def test_a_version_10_store_takes_interrupted_runs_and_keeps_its_own(tmp_path: Path) -> None:
+    """Version 11 admits the status 'interrupted', which needs the runs table rebuilt: every run keeps its
+    id, columns, epochs and samples, and the index of cell hashes comes back."""
+    path = tmp_path / "dlbench.sqlite"
+    with sqlite3.connect(path) as conn:  # version 5's tables, brought to version 10 as dlbench 10 would
+        conn.executescript(V5_DDL)
+        for version in range(6, 11):
+            for statement in MIGRATIONS[version]:
+                conn.execute(statement)
+        conn.execute("PRAGMA user_version=10")
+        for cell_hash in ("old-1", "old-2"):
+            conn.execute("INSERT INTO runs (cell_hash, framework, workload, status, workload_digest, peak_id) "
+                         f"VALUES ('{cell_hash}', 'jax', 'cnn-mnist', 'failed', 'wl', 7)")
+        conn.execute("DELETE FROM runs WHERE cell_hash = 'old-1'")  # ids need not start at 1
+        conn.execute("INSERT INTO epochs (run_id, epoch, train_time_s) VALUES (2, 1, 2.5)")
+        conn.execute("INSERT INTO samples (run_id, t_s, rss_mb) VALUES (2, 0.1, 50.0)")
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):  # what version 10 refused
+            conn.execute("INSERT INTO runs (cell_hash, framework, workload, status) "
+                         "VALUES ('x', 'jax', 'cnn-mnist', 'interrupted')")
+    conn.close()
+    with Store(path) as store:
+        [old] = store.runs()
+        assert (old["id"], old["cell_hash"], old["status"], old["workload_digest"], old["peak_id"]) == (
+            2, "old-2", "failed", "wl", 7)
+        assert [e["train_time_s"] for e in old["epochs"]] == [2.5] and len(store.samples(2)) == 1
+        new_id = store.save_run(make_run("new", "interrupted"), [make_epoch(1)], [])
+        assert new_id == 3 and store.runs()[1]["status"] == "interrupted"
+        assert store._conn.execute("PRAGMA foreign_key_check").fetchall() == []
+        assert store._conn.execute("PRAGMA foreign_keys").fetchone() == (1,)
+        indexes = store._conn.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs'")
+        assert [name for (name,) in indexes] == ["runs_cell_hash"]
+        with pytest.raises(StoreError, match="CHECK"):
+            store.save_run(make_run("bad", "paused"), [], [])
+    assert schema_version(path) == SCHEMA_VERSION == 11
 
 
 def test_peaks_round_trip_with_a_failed_measurement(store: Store) -> None:
@@ -401,7 +443,7 @@ def test_a_version_7_store_gains_the_environments_table(tmp_path: Path) -> None:
         assert store.environment("d")["framework"] == "pytorch"
         store.save_run({**make_run("new"), "workload_digest": "wl1"}, [], [])
         assert store.runs()[0]["workload_digest"] == "wl1"
-    assert schema_version(path) == SCHEMA_VERSION == 10
+    assert schema_version(path) == SCHEMA_VERSION == 11
 
 
 def stored_runs(path: Path, count: int) -> bytes:

@@ -14,7 +14,7 @@ from typing import Any
 
 from dlbench.shared.protocol import EPOCH_SPLIT
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 FILENAME = "dlbench.sqlite"
 
 # Column name -> SQL declaration; the single source for the DDL, inserts and key validation.
@@ -28,7 +28,9 @@ RUN_COLUMNS: dict[str, str] = {
     "dataset_hash": "TEXT",
     "device": "TEXT",
     "repetition": "INTEGER",
-    "status": "TEXT NOT NULL CHECK(status IN ('ok','failed','timeout'))",
+    # 'interrupted' since schema version 11: the run was stopped by Ctrl-C or SIGTERM to the harness, and
+    # is stored with what its worker had reported (harness/run/interrupt.py)
+    "status": "TEXT NOT NULL CHECK(status IN ('ok','failed','timeout','interrupted'))",
     "reason": "TEXT",
     "stderr_tail": "TEXT",
     "started_at": "TEXT",
@@ -205,6 +207,19 @@ CREATE TABLE IF NOT EXISTS environments ({_columns_sql(ENVIRONMENT_COLUMNS)});
 """
 
 
+def _runs_rebuilt(last_column: str) -> tuple[str, ...]:
+    """The runs table made again with RUN_COLUMNS' declarations up to last_column, every row and id kept:
+    SQLite cannot change a column's CHECK in place. Runs only with foreign keys off (Store._open), as
+    epochs and samples name the runs table, not the copy; the copy then takes its name."""
+    names = list(RUN_COLUMNS)[:list(RUN_COLUMNS).index(last_column) + 1]
+    columns = ", ".join(names)
+    return (f"CREATE TABLE runs_rebuilt (id INTEGER PRIMARY KEY, {_columns_sql({n: RUN_COLUMNS[n] for n in names})})",
+            f"INSERT INTO runs_rebuilt (id, {columns}) SELECT id, {columns} FROM runs",
+            "DROP TABLE runs",
+            "ALTER TABLE runs_rebuilt RENAME TO runs",
+            "CREATE INDEX IF NOT EXISTS runs_cell_hash ON runs(cell_hash)")
+
+
 # Schema version -> the statements that bring a store of the version before it there. A new store gets
 # SCHEMA (the latest) at once; an older one runs each later step in order, in one transaction.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -230,6 +245,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     9: tuple(f"ALTER TABLE epochs ADD COLUMN {name} {EPOCH_COLUMNS[name]}" for name in EPOCH_SPLIT),
     10: (f"ALTER TABLE runs ADD COLUMN workload_digest {RUN_COLUMNS['workload_digest']}",
          f"ALTER TABLE certificates ADD COLUMN workload_digest {CERTIFICATE_COLUMNS['workload_digest']}"),
+    # status may be 'interrupted'; the columns are version 10's (a later version adds its own after)
+    11: _runs_rebuilt("workload_digest"),
 }
 
 
@@ -305,7 +322,6 @@ class Store:
             self._refuse_unmigrated(version)
             return
         self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA foreign_keys=ON")
         # NORMAL in WAL mode may lose the last commits on power loss, never consistency.
         self._conn.execute("PRAGMA synchronous=NORMAL")
         with _transaction(self._conn):
@@ -319,6 +335,9 @@ class Store:
                 self._conn.execute(statement)
             if version < SCHEMA_VERSION:
                 self._conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        # only now: a migration that rebuilds a table drops the one that epochs and samples refer to
+        # (foreign_keys cannot change inside a transaction)
+        self._conn.execute("PRAGMA foreign_keys=ON")
 
     def _check_version(self) -> int:
         version = self._conn.execute("PRAGMA user_version").fetchone()[0]
