@@ -76,10 +76,14 @@ def test_failed_and_stopped_cells_are_caveats_with_their_reasons(tmp_path: Path)
                             reason="worker exited with status 1: out of memory")
     runs[7] = synthetic_run("jax", "cnn-mnist", 3, 1.0, 0.9, status="timeout", done=2, epochs=4,
                             reason="timed out after 600 s")
+    runs[8] = synthetic_run("jax", "cnn-mnist", 4, 1.0, 0.9, status="interrupted", done=1, epochs=4,
+                            reason="interrupted by SIGTERM (1 epochs done); its worker was stopped")
     [finding] = store_findings(tmp_path, runs)
     assert ("jax, repetition 2 (of 5 runs): failed before its first epoch: worker exited with status 1: "
             "out of memory.") in finding.caveats
     assert "jax, repetition 3 (of 5 runs): timed out after 2 of 4 epochs: timed out after 600 s." in finding.caveats
+    assert ("jax, repetition 4 (of 5 runs): interrupted after 1 of 4 epochs: interrupted by SIGTERM (1 epochs "
+            "done); its worker was stopped.") in finding.caveats  # the harness was stopped, not the framework
 
 
 def test_uncertified_pairs_and_compiling_first_epochs_are_caveats(tmp_path: Path) -> None:

@@ -1,8 +1,10 @@
 """What a `dlbench run` owns in its results folder: one run at a time (a second is refused at once, naming
-the first) and a folder of its own for every run. Through the real command line, with the fake framework
-of tests/fake_dlbench.py (about a second a cell)."""
+the first), a folder of its own for every run, and a run stopped by Ctrl-C or SIGTERM that keeps what its
+cell measured and leaves nothing no stored run names. Through the real command line, with the fake
+framework of tests/fake_dlbench.py (about a second a cell)."""
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -11,13 +13,16 @@ from pathlib import Path
 
 import fake_dlbench
 import guard
+import psutil
 import pytest
 
 from dlbench.harness import cli, data
 from dlbench.harness.environments import envs
+from dlbench.harness.run import interrupt, launch
 from dlbench.harness.store import Store
 
 FAKE_DLBENCH = Path(fake_dlbench.__file__)
+CELL = "cell 1 of 1 (fakefw cnn-mnist on digits-28, rep 1)"
 
 
 @pytest.fixture(scope="module")
@@ -42,10 +47,16 @@ def run_args(suite_file: Path, results: Path, data_dir: Path) -> list[str]:
     return ["run", str(suite_file), "--results", str(results), "--data-dir", str(data_dir), "--plain"]
 
 
+def _default_sigint() -> None:
+    """A process started with SIGINT ignored (a shell's background job) keeps it ignored, as dlbench
+    does: the harness under test gets it back."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(args: list[str], **variables: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, str(FAKE_DLBENCH), *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=dict(os.environ, **variables),
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_default_sigint)
 
 
 def dlbench(args: list[str]) -> subprocess.CompletedProcess:
@@ -110,3 +121,65 @@ def test_two_runs_of_one_cell_in_the_same_second_get_folders_of_their_own(tmp_pa
     workers = [events_of(run)[0]["pid"] for run in runs]  # each folder holds its own run's events
     assert workers[0] != workers[1]
     assert len(peaks) == 2 and len(list((results / "peaks").iterdir())) == 2
+
+
+@pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupted_run_stores_its_cell_as_interrupted_and_leaves_no_orphan(tmp_path, suite_file, data_dir,
+                                                                                signal_number):
+    results, gate = tmp_path / "results", tmp_path / "gate"
+    harness = start(run_args(suite_file, results, data_dir), FAKE_GATE=str(gate), FAKE_GATE_EPOCH="2")
+    try:
+        guard.read_until(harness, lambda line: "epoch 1/2" in line, 120, "the cell's first epoch")
+        harness.send_signal(signal_number)
+        out, err = guard.communicate(harness, 60)
+    finally:
+        gate.touch()
+    assert harness.returncode == 128 + signal_number, out + err
+    name = interrupt.signal_name(signal_number)
+    assert err.splitlines()[0].startswith(
+        f"dlbench: interrupted by {name}: {CELL} stored as interrupted with the 1 epochs, events and resource "
+        f"samples its worker had reported (run folder {results / 'runs'}"), err
+    assert "Run the same command again to go on" in err and f"interrupted: interrupted by {name}" in out
+
+    [run], [peak] = stored(results)
+    assert run["status"] == "interrupted" and run["reason"] == (
+        f"interrupted by {name} (1 epochs done); its worker was stopped")
+    assert [epoch["epoch"] for epoch in run["epochs"]] == [1] and run["peak_id"] == peak["id"]
+    with Store(results / "dlbench.sqlite") as store:
+        assert store.samples(run["id"])  # what the monitor saw until the worker was stopped
+    # no orphan: the one run folder and the one peak folder are the run's and its peak's
+    assert list((results / "runs").iterdir()) == [Path(run["run_dir"])]
+    assert len(list((results / "peaks").iterdir())) == 1
+    events = events_of(run)
+    assert [event["epoch"] for event in events if event["event"] == "epoch"] == [1]
+    with pytest.raises(psutil.NoSuchProcess):  # the worker was stopped with the harness
+        psutil.Process(events[0]["pid"]).status()
+
+    again = dlbench(run_args(suite_file, results, data_dir))  # an interrupted cell is not complete
+    assert again.returncode == 0 and "1 ok" in again.stdout, again.stdout + again.stderr
+    assert [run["status"] for run in stored(results)[0]] == ["interrupted", "ok"]
+
+
+def test_a_signal_inside_held_is_noted_and_raised_at_its_end(tmp_path):
+    """The executor's stretch from a cell's peak to its stored run: the first signal waits for the run to
+    be stored (a worker about to start is not started), a second one raises at once."""
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    with interrupt.handled():
+        with pytest.raises(interrupt.Interrupted) as stopped:
+            with interrupt.held():
+                os.kill(os.getpid(), signal.SIGTERM)
+                assert interrupt.requested() == signal.SIGTERM
+                outcome = launch.run_worker([sys.executable, "-c", "pass"], dict(os.environ), tmp_path, 60)
+                assert (outcome.status, outcome.reason) == (
+                    "interrupted", "interrupted by SIGTERM before its worker started")
+        assert stopped.value.exit_status == 128 + signal.SIGTERM and interrupt.requested() is None
+        with pytest.raises(interrupt.Interrupted):
+            with interrupt.held():
+                os.kill(os.getpid(), signal.SIGINT)
+                os.kill(os.getpid(), signal.SIGINT)
+                pytest.fail("a second signal must raise at once")
+        with pytest.raises(interrupt.Interrupted):
+            with interrupt.held(), interrupt.allowed():
+                os.kill(os.getpid(), signal.SIGINT)
+                pytest.fail("inside allowed(), a signal must raise at once")
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before  # the handlers are back

@@ -19,7 +19,7 @@ from dlbench.harness.plan.initial_weights import WeightsError
 from dlbench.harness.plan.suite import SuiteError
 from dlbench.harness.plan.workloads import WORKLOADS, Workload, WorkloadError, get_workload
 from dlbench.harness.present import comparison, listing, progress
-from dlbench.harness.run import ExecutorError, local, results_folder
+from dlbench.harness.run import ExecutorError, interrupt, local, results_folder
 from dlbench.harness.run.cell_config import Options
 from dlbench.harness.store import FILENAME, Store, StoreError
 from dlbench.shared import ir
@@ -47,12 +47,18 @@ def cmd_run(args: argparse.Namespace) -> int:
                       args.memory_limit_mb)
     check_results_folder(args.results, "dlbench run keeps its store and run folders there")
     # one run at a time per results folder: a second is refused here, before anything is prepared or built
-    with results_folder.locked(options.results):
-        return run_and_show(chosen, cells, options, args)
+    with results_folder.locked(options.results), interrupt.handled():
+        try:
+            return run_and_show(chosen, cells, options, args)
+        except interrupt.Interrupted as stop:
+            print(f"dlbench: {stop}. Run the same command again to go on: complete cells are skipped.",
+                  file=sys.stderr)
+            return stop.exit_status
 
 
 def run_and_show(chosen: suite.Suite, cells: list[suite.Cell], options: Options, args: argparse.Namespace) -> int:
-    """The plan's cells run and stored, then their table; 1 when a cell failed or timed out."""
+    """The plan's cells run and stored, then their table; 1 when a cell failed or timed out. Ctrl-C and
+    SIGTERM raise interrupt.Interrupted, after the local executor stored the cell it was measuring."""
     executor = args.executor or chosen.executor
     where = f" on the Ray cluster at {args.address or 'a new local Ray'}" if executor == "ray" else ""
     print(f"suite {chosen.name}: {len(cells)} cells{where}; results in {options.results}")

@@ -329,7 +329,7 @@ def _failure_notes(cells: Sequence[CellSummary]) -> list[str]:
             done = run.epochs_completed
             stopped = (" before its first epoch" if not done else
                        f" after {done} of {cell.epochs_planned or '?'} epochs")
-            what = "timed out" if run.status == "timeout" else "failed"
+            what = {"timeout": "timed out", "interrupted": "interrupted"}.get(run.status, "failed")
             runs = f"{len(cell.runs)} run{'s' if len(cell.runs) > 1 else ''}"
             notes.append(f"{label(cell, cells)}, repetition {run.repetition} (of {runs}): "
                          f"{what}{stopped}: {run.reason or 'no reason recorded'}.")

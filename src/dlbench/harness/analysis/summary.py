@@ -1,8 +1,9 @@
 """Stored runs grouped into cells (framework, framework_version, workload, dataset, device), each with the
 estimates of its figures over its successful runs, and speed ratios within each workload x dataset x device.
 
-Statistics use the successful runs only (status ok), one value per run (see stats); failed and
-timed-out runs are kept as what they are: RunBrief rows with status, reason and the epochs they completed.
+Statistics use the successful runs only (status ok), one value per run (see stats); failed, timed-out
+and interrupted runs are kept as what they are: RunBrief rows with status, reason and the epochs they
+completed.
 The figures that hold the first epoch (FIRST_EPOCH_FIGURES) never pool a run that started from a warm
 compile cache with cold ones: they come from the cell's cold runs when it has any, else from its warm
 runs, and the summary says which (compile_cache).

@@ -187,7 +187,7 @@ class LiveProgress:
     def __init__(self, cells: Sequence[Cell], clock: Clock = time.monotonic, console: Console | None = None) -> None:
         self.eta = ETA(cells, clock)
         self.total = len(cells)
-        self.counts = {"ok": 0, "failed": 0, "timeout": 0, "skipped": 0}
+        self.counts = {"ok": 0, "failed": 0, "timeout": 0, "interrupted": 0, "skipped": 0}
         self.index = 0
         self.cell: Cell | None = None
         self.detail = ""  # the current cell's latest news: starting, ready, its last epoch

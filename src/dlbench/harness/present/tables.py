@@ -72,7 +72,7 @@ def _cell(cell: CellSummary, figure: str, fmt: Callable[[float], str]) -> str:
         if run.status == "ok":
             continue
         done, planned = run.epochs_completed, cell.epochs_planned or "?"
-        stop = "time cap" if run.status == "timeout" else "failed"
+        stop = {"timeout": "time cap", "interrupted": "interrupted"}.get(run.status, "failed")
         if figure == "metric_value" and done and not cell.n_ok and run.metric_value is not None:
             parts.append(f"{fmt(run.metric_value)} after {done} of {planned} epochs ({stop})")
         else:

@@ -4,7 +4,9 @@ spawns it in its own session, reads its JSON-lines events, samples its resources
 memory limits, and says how it ended.
 
 A crash, a non-zero exit, a signal, a memory kill and a timeout each end as a failed outcome with a
-reason and the tail of stderr; nothing a worker does can raise out of here.
+reason and the tail of stderr; nothing a worker does can raise out of here. A signal to the harness
+that run.interrupt holds (Ctrl-C, SIGTERM) stops the worker and ends the outcome as interrupted, with
+the events it had reported.
 """
 import ctypes
 import json
@@ -22,15 +24,17 @@ from pathlib import Path
 import psutil
 
 from dlbench.harness.measure.monitor import Monitor, Sample, find_gpu_library
+from dlbench.harness.run import interrupt
 from dlbench.shared.protocol import DONE, EPOCH, ERROR, GARBLED, KIND, kind_of
 
 STDERR_TAIL_CHARS = 4000
+TIMEOUT, INTERRUPTED = "timeout", "interrupted"  # why the harness stopped a worker
 PR_SET_PDEATHSIG = 1  # from linux/prctl.h
 
 
 @dataclass
 class Outcome:
-    status: str  # ok | failed | timeout
+    status: str  # ok | failed | timeout | interrupted
     reason: str | None
     events: list[dict] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
@@ -113,6 +117,8 @@ def _ending(returncode: int, events: list[dict], peak_rss_mb: float) -> tuple[st
 def run_worker(command: list[str], env: dict[str, str], run_dir: Path, timeout_s: float,
                memory_limit_mb: float | None = None, on_event: Callable[[dict], None] | None = None) -> Outcome:
     stderr_path = run_dir / "stderr.log"
+    if interrupt.requested():  # the plan is stopping: no worker is started only to be stopped
+        return Outcome("interrupted", _interrupted_reason(0, started=False))
     find_gpu_library()
     started, cpu_started = time.perf_counter(), time.process_time()
     try:
@@ -135,18 +141,26 @@ def run_worker(command: list[str], env: dict[str, str], run_dir: Path, timeout_s
     threading.Thread(target=_read_events, args=(process.stdout, pending), daemon=True).start()
     deadline = started + timeout_s
     times: list[float] = []
-    events, timed_out = _collect(pending, process, deadline, on_event, lambda: times.append(time.monotonic() - t0))
-    try:  # stdout can close before the process ends
-        returncode = process.wait(timeout=max(deadline - time.perf_counter(), 0.0))
-    except subprocess.TimeoutExpired:
+    try:
+        events, stopped = _collect(pending, process, deadline, on_event,
+                                   lambda: times.append(time.monotonic() - t0))
+        try:  # stdout can close before the process ends
+            returncode = process.wait(timeout=max(deadline - time.perf_counter(), 0.0))
+        except subprocess.TimeoutExpired:
+            kill_tree(process)
+            returncode, stopped = process.wait(), stopped or TIMEOUT
+    except BaseException:  # a second Ctrl-C, or one no run.interrupt holds: the worker goes first
         kill_tree(process)
-        returncode, timed_out = process.wait(), True
+        monitor.stop()
+        raise
     samples = monitor.stop()
     outcome = Outcome("ok", None, events, samples, _tail(stderr_path), time.perf_counter() - started, returncode,
                       time.process_time() - cpu_started, monitor.cpu_s, times[:len(events)])
     epochs_done = sum(1 for e in events if kind_of(e) == EPOCH)
-    if timed_out:
+    if stopped == TIMEOUT:
         outcome.status, outcome.reason = "timeout", f"timed out after {timeout_s:g} s ({epochs_done} epochs done)"
+    elif stopped == INTERRUPTED:
+        outcome.status, outcome.reason = "interrupted", _interrupted_reason(epochs_done)
     elif over_memory:
         outcome.status = "failed"
         outcome.reason = (f"out of memory: RSS reached {over_memory[0]:.0f} MiB, "
@@ -157,19 +171,30 @@ def run_worker(command: list[str], env: dict[str, str], run_dir: Path, timeout_s
     return outcome
 
 
+def _interrupted_reason(epochs_done: int, started: bool = True) -> str:
+    signal_number = interrupt.requested()
+    by = interrupt.signal_name(signal_number) if signal_number else "a signal"
+    if not started:
+        return f"interrupted by {by} before its worker started"
+    return f"interrupted by {by} ({epochs_done} epochs done); its worker was stopped"
+
+
 def _collect(pending: "queue.Queue[dict | None]", process: subprocess.Popen, deadline: float,
              on_event: Callable[[dict], None] | None,
-             stamp: Callable[[], None] = lambda: None) -> tuple[list[dict], bool]:
-    """Events until the worker's stdout closes; kills the worker at the deadline. A descendant that
-    inherited stdout can hold it open after the worker exits: a grace second later it is killed."""
+             stamp: Callable[[], None] = lambda: None) -> tuple[list[dict], str | None]:
+    """Events until the worker's stdout closes, and why the worker was stopped: TIMEOUT (killed at the
+    deadline), INTERRUPTED (killed because the harness was asked to stop, run.interrupt) or None. A
+    descendant that inherited stdout can hold it open after the worker exits: a grace second later it is
+    killed."""
     events: list[dict] = []
     exited_at = None
     while True:
         now = time.perf_counter()
-        if now >= deadline:
+        stop = TIMEOUT if now >= deadline else INTERRUPTED if interrupt.requested() else None
+        if stop:
             kill_tree(process)
             _drain(pending, events)
-            return events, True
+            return events, stop
         try:
             event = pending.get(timeout=min(0.2, deadline - now))
         except queue.Empty:
@@ -178,10 +203,10 @@ def _collect(pending: "queue.Queue[dict | None]", process: subprocess.Popen, dea
                 if now - exited_at > 1.0:
                     kill_tree(process)
                     _drain(pending, events)
-                    return events, False
+                    return events, None
             continue
         if event is None:
-            return events, False
+            return events, None
         stamp()
         events.append(event)
         if on_event:

@@ -1,8 +1,10 @@
-"""The local executor: a plan's cells one after another on this machine, each stored as it ends."""
+"""The local executor: a plan's cells one after another on this machine, each stored as it ends. Under
+run.interrupt's handling, Ctrl-C or SIGTERM stops the plan: the cell being measured is stored as
+interrupted, with its events, samples, run folder and peak, and Interrupted says what was kept."""
 from collections.abc import Callable
 
 from dlbench.harness.plan.suite import Cell
-from dlbench.harness.run import cell_config, gemm_peak, one_cell, readiness, record
+from dlbench.harness.run import cell_config, gemm_peak, interrupt, one_cell, readiness, record
 from dlbench.harness.run.cell_config import Options
 from dlbench.harness.store import FILENAME, Store
 
@@ -15,7 +17,7 @@ def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None])
     readiness.refuse_gpu_cells_without_a_gpu(cells)
     readiness.prepare(cells, print)
     resolved = [cell_config.resolve(cell, options.data_dir) for cell in cells]
-    counts = {"ok": 0, "failed": 0, "timeout": 0, "skipped": 0}
+    counts = {"ok": 0, "failed": 0, "timeout": 0, "interrupted": 0, "skipped": 0}
     provenance = record.provenance()
     measured_peaks: dict[tuple, tuple[int, float | None]] = {}  # (framework, env, threads, device) -> peak id, gflops
     with Store(options.results / FILENAME) as store:
@@ -31,10 +33,32 @@ def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None])
             def on_event(event: dict, index: int = index, cell: Cell = cell) -> None:
                 progress("event", index, len(cells), cell, event)
 
-            peak = gemm_peak.peak_of(prepared, options, store, measured_peaks, provenance["machine"], on_event)
-            ran = one_cell.run_cell(prepared, options, on_event)
-            run = record.finish_run(store, prepared, ran, peak,
-                                    dict(provenance, plan_position=index, executor="local"))
-            counts[run["status"]] += 1
-            progress("end", index, len(cells), cell, run)
+            stored: record.Ran | None = None
+            try:
+                # from its peak to its stored run, a signal stops the worker and the run is stored as
+                # interrupted: no run folder or peak is left that no run names
+                with interrupt.held():
+                    peak = gemm_peak.peak_of(prepared, options, store, measured_peaks, provenance["machine"], on_event)
+                    ran = one_cell.run_cell(prepared, options, on_event)
+                    run = record.finish_run(store, prepared, ran, peak,
+                                            dict(provenance, plan_position=index, executor="local"))
+                    stored = ran
+                    counts[run["status"]] += 1
+                    progress("end", index, len(cells), cell, run)
+            except interrupt.Interrupted as stop:
+                stop.detail = what_was_kept(index, len(cells), cell, stored)
+                raise
     return counts, [prepared.hash for prepared in resolved]
+
+
+def what_was_kept(index: int, total: int, cell: Cell, stored: record.Ran | None) -> str:
+    """The cell a signal stopped the plan at, and what the store holds of it."""
+    name = f"cell {index} of {total} ({cell.framework} {cell.workload} on {cell.dataset}, rep {cell.repetition})"
+    later = f"; the plan's {total - index} later cells were not reached" if index < total else ""
+    if stored is None:
+        return f"{name} stopped before its run was stored: nothing of it is in the store{later}"
+    run = stored.run
+    if run["status"] != "interrupted":
+        return f"{name} ended {run['status']} and was stored{later}"
+    return (f"{name} stored as interrupted with the {len(stored.epochs)} epochs, events and resource samples "
+            f"its worker had reported (run folder {run['run_dir']}){later}")
