@@ -18,7 +18,10 @@ import pytest
 
 from dlbench.harness import cli, data
 from dlbench.harness.environments import envs
-from dlbench.harness.run import interrupt, launch
+from dlbench.harness.measure import peaks
+from dlbench.harness.plan import suite
+from dlbench.harness.run import gemm_peak, interrupt, launch
+from dlbench.harness.run.cell_config import Options, Prepared
 from dlbench.harness.store import Store
 
 FAKE_DLBENCH = Path(fake_dlbench.__file__)
@@ -183,3 +186,20 @@ def test_a_signal_inside_held_is_noted_and_raised_at_its_end(tmp_path):
                 os.kill(os.getpid(), signal.SIGINT)
                 pytest.fail("inside allowed(), a signal must raise at once")
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before  # the handlers are back
+
+
+def test_a_peak_stopped_midway_leaves_no_folder(tmp_path, suite_file, monkeypatch):
+    """Nothing was measured, so nothing is kept: no peaks row (it is stored after) and no folder."""
+    monkeypatch.setitem(envs.RECIPES, "fakefw", fake_dlbench.RECIPE)
+    cell = suite.Cell("fakes", "fakefw", "cnn-mnist", "digits-28", "cpu", 1, 0, 2, 32, 1, 60.0)
+    prepared = Prepared(cell, None, None, envs.require("fakefw"), {})
+
+    def stopped(command: list[str], variables: dict, folder: Path) -> dict:
+        (folder / "stderr.log").write_text("half a measurement")
+        raise interrupt.Interrupted(signal.SIGINT)
+
+    monkeypatch.setattr(peaks, "run", stopped)
+    results = tmp_path / "results"
+    with pytest.raises(interrupt.Interrupted):
+        gemm_peak.measure_peak(prepared, Options(results, tmp_path / "data"), 1)
+    assert list((results / "peaks").iterdir()) == []
