@@ -188,9 +188,10 @@ def _collect(pending: "queue.Queue[dict | None]", process: subprocess.Popen, dea
     killed."""
     events: list[dict] = []
     exited_at = None
+    finished = False  # the worker reported done: a signal now lets it exit by itself
     while True:
         now = time.perf_counter()
-        stop = TIMEOUT if now >= deadline else INTERRUPTED if interrupt.requested() else None
+        stop = TIMEOUT if now >= deadline else INTERRUPTED if interrupt.requested() and not finished else None
         if stop:
             kill_tree(process)
             _drain(pending, events)
@@ -209,6 +210,7 @@ def _collect(pending: "queue.Queue[dict | None]", process: subprocess.Popen, dea
             return events, None
         stamp()
         events.append(event)
+        finished = finished or kind_of(event) == DONE
         if on_event:
             on_event(event)
 
