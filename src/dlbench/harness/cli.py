@@ -51,8 +51,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         try:
             return run_and_show(chosen, cells, options, args)
         except interrupt.Interrupted as stop:
-            print(f"dlbench: {stop}. Run the same command again to go on: complete cells are skipped.",
-                  file=sys.stderr)
+            print(f"dlbench: {stop}", file=sys.stderr)
             return stop.exit_status
 
 

@@ -32,7 +32,11 @@ class Interrupted(KeyboardInterrupt):
         return 128 + self.signal_number  # as a shell reports a process its signal ended
 
     def __str__(self) -> str:
-        return f"interrupted by {signal_name(self.signal_number)}" + (f": {self.detail}" if self.detail else "")
+        if not self.detail:  # stopped between cells, or before any ran: cli.main says the same of Ctrl-C
+            by = "" if self.signal_number == signal.SIGINT else f" by {signal_name(self.signal_number)}"
+            return f"interrupted{by}; the cells that ended are stored, and the same command resumes after them"
+        return (f"interrupted by {signal_name(self.signal_number)}: {self.detail}. The same command resumes: "
+                "complete cells are skipped")
 
 
 def signal_name(signal_number: int) -> str:
