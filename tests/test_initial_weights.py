@@ -189,6 +189,16 @@ def test_members_that_are_not_whole_arrays_are_refused(tmp_path, name, header, c
         initial_weights.check(weights, get_workload("cnn-mnist").model(MNIST_META), "cnn-mnist")
 
 
+def test_a_zip_that_zipfile_cannot_read_is_refused(tmp_path):
+    weights = canonical_file(tmp_path)
+    content = bytearray(weights.read_bytes())
+    directory = content.index(b"PK\x01\x02")  # the first member's entry in the zip's central directory
+    content[directory + 6:directory + 8] = (182).to_bytes(2, "little")  # "needs zip version 18.2 to extract"
+    weights.write_bytes(bytes(content))
+    with pytest.raises(WeightsError, match=r"weights.npz: not a readable .npz \(zip file version 18.2\); expected "):
+        initial_weights.check(weights, get_workload("cnn-mnist").model(MNIST_META), "cnn-mnist")
+
+
 def test_the_files_digest_enters_the_configuration_and_the_hash(tmp_path):
     data_dir = tmp_path / "data"
     saved(tmp_path, canonical_init(get_workload("cnn-mnist").model(MNIST_META), 0))

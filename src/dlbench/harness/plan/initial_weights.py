@@ -19,9 +19,10 @@ from dlbench.shared import ir
 ACCEPTED = "an .npz as numpy.savez or numpy.savez_compressed writes it, one '<weight>.npy' member per weight"
 # what each .npy format version's header reader is; numpy.savez writes 1.0, or 2.0 for a header over 64 KiB
 HEADER_READERS = {(1, 0): npy.read_array_header_1_0, (2, 0): npy.read_array_header_2_0}
-# what reading a member raises when it is not a readable array: numpy's format errors, a truncated member,
-# corrupt compressed data or a bad CRC, a compression method or encryption zipfile cannot read
-UNREADABLE = (ValueError, EOFError, zlib.error, zipfile.BadZipFile, NotImplementedError, RuntimeError)
+# what reading a zip or a member raises when it is not readable: numpy's format errors, a truncated member,
+# corrupt compressed data or a bad CRC, a zip version, compression method or encryption zipfile cannot
+# read, the disk's own errors
+UNREADABLE = (ValueError, EOFError, zlib.error, zipfile.BadZipFile, NotImplementedError, RuntimeError, OSError)
 
 
 class WeightsError(ValueError):
@@ -42,19 +43,24 @@ def check(path: Path, model: dict, workload: str) -> str:
     Every member's name and header (shape, type) is checked before any array is read, so a header that
     claims 10^10 floats allocates nothing."""
     expected = {key: tuple(shape) for key, shape in ir.weight_shapes(model).items()}
-    try:
-        with zipfile.ZipFile(path) as archive:
-            members = _members(path, archive)
-            _check_names(path, members, expected, workload)
-            for key, shape in expected.items():
-                _check_header(path, key, _header(path, key, archive, members[key]), shape, workload)
-            for key in expected:
-                _check_values(path, key, _array(path, key, archive, members[key]))
-    except zipfile.BadZipFile:
-        raise WeightsError(f"{path}: not an .npz (zip) file; expected {ACCEPTED}") from None
-    except OSError as error:
-        raise WeightsError(f"{path}: cannot read the file: {error.strerror or error}") from None
+    with _opened(path) as archive:
+        members = _members(path, archive)
+        _check_names(path, members, expected, workload)
+        for key, shape in expected.items():
+            _check_header(path, key, _header(path, key, archive, members[key]), shape, workload)
+        for key in expected:
+            _check_values(path, key, _array(path, key, archive, members[key]))
     return digest(path)
+
+
+def _opened(path: Path) -> zipfile.ZipFile:
+    """The file as a zip (its list of members read, none of their data)."""
+    try:
+        return zipfile.ZipFile(path)
+    except zipfile.BadZipFile:  # an empty file too: numpy.load raised EOFError there
+        raise WeightsError(f"{path}: not an .npz (zip) file; expected {ACCEPTED}") from None
+    except UNREADABLE as error:
+        raise WeightsError(f"{path}: not a readable .npz ({error}); expected {ACCEPTED}") from None
 
 
 def _members(path: Path, archive: zipfile.ZipFile) -> dict[str, zipfile.ZipInfo]:
