@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dlbench.harness import file_names
-from dlbench.harness.cli import main
+from dlbench.harness.cli import main, parser
 from dlbench.harness.plan import suite
 from dlbench.harness.plan.suite import SuiteError
 
@@ -174,3 +174,77 @@ def test_a_suite_path_or_weights_path_the_file_system_cannot_name_is_refused(cap
     assert error_of(capsys, ["run", str(path)]) == (
         f"{path}:4: field 'weights': a path the file system cannot hold: the name 'wwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwww"
         "wwww... (304 characters) in it is 304 bytes long; this file system allows 255 bytes in a name")
+
+
+# ---- the command line's numbers ------------------------------------------------------------------
+
+@pytest.mark.parametrize(("argv", "option", "accepted"), [
+    (["run", "quick"], "--timeout", "a finite number > 0"),  # a NaN timeout never fired
+    (["run", "quick"], "--memory-limit-mb", "a finite number > 0"),  # a NaN memory limit never killed
+    (["env", "prune", "--dry-run"], "--older-than", "a finite number >= 0"),
+])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e400", "-1"])
+def test_a_number_that_would_switch_a_limit_off_is_refused_naming_the_option(capsys, argv, option, accepted, value):
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, f"{option}={value}"])  # with '=': argparse takes a lone -inf for an option
+    assert exited.value.code == 2
+    assert f"argument {option}: expected {accepted}, got {value}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("option", "value"), [("--timeout", "0"), ("--memory-limit-mb", "0")])
+def test_a_zero_limit_is_refused(capsys, option, value):
+    with pytest.raises(SystemExit) as exited:
+        main(["run", "quick", option, value])
+    assert exited.value.code == 2
+    assert f"argument {option}: expected a finite number > 0, got 0" in capsys.readouterr().err
+
+
+def test_finite_limits_and_zero_days_are_accepted(capsys):
+    args = parser().parse_args(["run", "--timeout", "0.5", "--memory-limit-mb", "1e5"])
+    assert (args.timeout, args.memory_limit_mb) == (0.5, 1e5)
+    assert main(["env", "prune", "--dry-run", "--older-than", "0"]) == 0  # every environment, none built here
+
+
+# ---- the command line's paths and framework names --------------------------------------------------
+
+LONG = "r" * 300
+TOO_LONG = (f"the name {LONG[:39]!r}"[:-1] + "... (300 characters) in it is 300 bytes long; this file system "
+            "allows 255 bytes in a name")
+
+
+@pytest.mark.parametrize(("argv", "option"), [
+    (["run", "quick", "--results", "{long}"], "--results"),  # the store's folder: OSError from mkdir
+    (["results", "--results", "{long}"], "--results"),
+    (["report", "--results", "{long}"], "--results"),
+    (["certify", "--show", "--results", "{long}"], "--results"),
+    (["compare", "{long}", "{tmp}"], "RESULTS"),
+    (["run", "quick", "--data-dir", "{long}"], "--data-dir"),  # OSError while preparing the data
+    (["report", "--results", "{tmp}", "--output", "{long}"], "--output"),  # OSError after the report was built
+])
+def test_a_path_the_file_system_cannot_name_is_refused_before_anything_is_written(capsys, tmp_path, argv, option):
+    long = tmp_path / LONG
+    message = error_of(capsys, [arg.format(long=long, tmp=tmp_path) for arg in argv])
+    assert message == f"{option} {file_names.shortened(str(long))}: {TOO_LONG}"
+    assert not list(tmp_path.iterdir())  # no store, no results or data folder, no report
+
+
+@pytest.mark.parametrize("variable", ["DLBENCH_HOME", "DLBENCH_DATA"])
+def test_a_variable_naming_a_path_the_file_system_cannot_hold_is_refused(capsys, tmp_path, monkeypatch, variable):
+    monkeypatch.setenv(variable, str(tmp_path / LONG))
+    assert error_of(capsys, ["env", "list"]) == f"{variable} {file_names.shortened(str(tmp_path / LONG))}: {TOO_LONG}"
+
+
+SPEC = "jax@0.6.2" + ".0" * 200  # PEP 440 reads it as 0.6.2, a supported version: it became a folder's name
+SPEC_REFUSED = ("framework 'jax@0.6.2.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0... (409 characters): longer than 100 characters, "
+                "the most a framework name@version may have; known: ")
+
+
+@pytest.mark.parametrize("argv", [["run", "quick", "-f", SPEC], ["env", "create", SPEC, "--dry-run"],
+                                  ["certify", "-f", SPEC, "-w", "cnn-mnist"]])
+def test_a_framework_version_too_long_for_a_folder_name_is_refused(capsys, argv):
+    assert error_of(capsys, argv).startswith(SPEC_REFUSED)
+
+
+def test_a_suite_framework_too_long_for_a_folder_name_is_refused_at_its_line(capsys, tmp_path):
+    path = write_suite(tmp_path, f"name: v\nframeworks: [{SPEC}]\n" + ENTRY)
+    assert error_of(capsys, ["run", str(path)]).startswith(f"{path}:2: field 'frameworks': {SPEC_REFUSED}")
