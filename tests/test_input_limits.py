@@ -228,7 +228,7 @@ def test_a_path_the_file_system_cannot_name_is_refused_before_anything_is_writte
     assert not list(tmp_path.iterdir())  # no store, no results or data folder, no report
 
 
-@pytest.mark.parametrize("variable", ["DLBENCH_HOME", "DLBENCH_DATA"])
+@pytest.mark.parametrize("variable", ["DLBENCH_HOME", "DLBENCH_DATA", "DLBENCH_CERTIFICATES"])
 def test_a_variable_naming_a_path_the_file_system_cannot_hold_is_refused(capsys, tmp_path, monkeypatch, variable):
     monkeypatch.setenv(variable, str(tmp_path / LONG))
     assert error_of(capsys, ["env", "list"]) == f"{variable} {file_names.shortened(str(tmp_path / LONG))}: {TOO_LONG}"

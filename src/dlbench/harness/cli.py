@@ -35,7 +35,7 @@ BROKEN_PIPE = 141  # 128 + SIGPIPE, the status a shell reports for a writer whos
 # options and variables that name a folder or file dlbench reads or writes, checked before it does
 PATH_OPTIONS = {"results": "--results", "data_dir": "--data-dir", "node_data_dir": "--node-data-dir",
                 "output": "--output"}
-PATH_VARIABLES = ("DLBENCH_HOME", "DLBENCH_DATA")
+PATH_VARIABLES = ("DLBENCH_HOME", "DLBENCH_DATA", "DLBENCH_CERTIFICATES")
 
 
 def data_dir(args: argparse.Namespace) -> Path:
