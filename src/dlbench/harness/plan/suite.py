@@ -31,7 +31,8 @@ ENTRY_FIELDS = ("workload", "dataset", "epochs", "batch_size", "weights")
 MAX_SUITE_BYTES = 1 << 20  # 1 MiB: a 50 MB one took 17 s and 147 MB to parse; 1 MiB, 0.35 s
 MAX_DEPTH = 20  # PyYAML composes nested collections recursively: 200,000 brackets overflowed Python's stack
 MAX_NAME = 100  # characters of the suite's name, which every table and the report show
-MAX_REPEAT = 1000  # the plan holds every cell of every repetition before the first runs
+# cells of one plan: each cell's configuration is built (74 KB, 4 ms for the quick suite's) before the first runs
+MAX_CELLS = 10_000
 MAX_SEED = 2**32 - 1  # numpy's RandomState, which draws the weights and the batch order, takes no larger seed
 
 
@@ -259,7 +260,7 @@ def parse(path: Path) -> Suite:
     return Suite(
         name=_name(check, document, path), description=str(document.get("description", "")),
         frameworks=tuple(frameworks), device=device,
-        repeat=check.integer(document, "repeat", 1, maximum=MAX_REPEAT),
+        repeat=check.integer(document, "repeat", 1, maximum=MAX_CELLS),
         seed=check.integer(document, "seed", 0, minimum=0, maximum=MAX_SEED),
         threads=check.integer(document, "threads", None), timeout_s=check.seconds(document, "timeout_s", 3600),
         entries=tuple(_entry(check, document, item) for item in entries),
@@ -331,7 +332,6 @@ def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str]
         raise SuiteError(f"allocator {allocator!r} is not one of: {', '.join(ALLOCATORS)}")
     if gpu_memory is not None and gpu_memory not in GPU_MEMORY:
         raise SuiteError(f"gpu memory policy {gpu_memory!r} is not one of: {', '.join(GPU_MEMORY)}")
-    _check_repetitions(suite, repeat or suite.repeat)
     device = device or suite.device
     if not frameworks and suite.all_frameworks:
         frameworks = frameworks_for(device)
@@ -350,6 +350,7 @@ def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str]
                 raise SuiteError(f"workload {name!r} is not in suite {suite.name!r}; its workloads: "
                                  f"{', '.join(present)}")
         entries = [e for e in entries if e.workload in workloads]
+    _check_size(suite, repeat or suite.repeat, len(entries), len(frameworks or suite.frameworks))
     cells = []
     for repetition in range(1, (repeat or suite.repeat) + 1):
         repetition_cells = []
@@ -369,11 +370,15 @@ def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str]
     return cells
 
 
-def _check_repetitions(suite: Suite, repetitions: int) -> None:
-    """Refuses more repetitions than MAX_REPEAT (--repeat can ask for any number), or so many that the last
-    one's seed (seed + repetitions - 1) is beyond what numpy's RandomState takes."""
-    if repetitions > MAX_REPEAT:
-        raise SuiteError(f"{repetitions} repetitions: at most {MAX_REPEAT} are accepted")
+def _check_size(suite: Suite, repetitions: int, entries: int, frameworks: int) -> None:
+    """Refuses a plan of more than MAX_CELLS cells (--repeat 100000000 ran out of memory building it), or of
+    so many repetitions that the last one's seed (seed + repetitions - 1) is beyond what numpy's RandomState
+    takes."""
+    cells = repetitions * entries * frameworks
+    if cells > MAX_CELLS:
+        raise SuiteError(f"the plan would hold {cells:,} cells ({repetitions:,} repetitions x {entries} workload "
+                         f"entries x {frameworks} frameworks); a plan holds at most {MAX_CELLS:,}: ask for fewer "
+                         "repetitions (repeat, --repeat), workloads (-w) or frameworks (-f)")
     last_seed = suite.seed + repetitions - 1
     if last_seed > MAX_SEED:
         raise SuiteError(f"seed {suite.seed} and {repetitions} repetitions: the last repetition would draw from "
