@@ -222,6 +222,7 @@ TOO_LONG = (f"the name {LONG[:39]!r}"[:-1] + "... (300 characters) in it is 300 
     (["report", "--results", "{long}"], "--results"),
     (["certify", "--show", "--results", "{long}"], "--results"),
     (["compare", "{long}", "{tmp}"], "RESULTS"),
+    (["estimate", "quick", "--results", "{long}"], "--results"),
     (["run", "quick", "--data-dir", "{long}"], "--data-dir"),  # OSError while preparing the data
     (["report", "--results", "{tmp}", "--output", "{long}"], "--output"),  # OSError after the report was built
 ])
