@@ -253,3 +253,11 @@ def test_a_framework_version_too_long_for_a_folder_name_is_refused(capsys, argv)
 def test_a_suite_framework_too_long_for_a_folder_name_is_refused_at_its_line(capsys, tmp_path):
     path = write_suite(tmp_path, f"name: v\nframeworks: [{SPEC}]\n" + ENTRY)
     assert error_of(capsys, ["run", str(path)]).startswith(f"{path}:2: field 'frameworks': {SPEC_REFUSED}")
+
+
+def test_a_weights_path_holding_a_nul_character_is_refused(capsys, tmp_path):
+    path = write_suite(tmp_path, "name: w\nframeworks: [pytorch]\nworkloads:\n  - {workload: cnn-mnist, "
+                                 'dataset: digits-28, weights: "a\\0b.npz"}\n')  # a traceback: embedded null byte
+    assert error_of(capsys, ["run", str(path)]) == (
+        f"{path}:4: field 'weights': a path the file system cannot hold: it holds a NUL character, which no file "
+        "name may hold")

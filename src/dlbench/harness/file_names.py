@@ -1,6 +1,6 @@
 """Paths a user gives (a results or data folder, a suite file, a report) checked against what the file system
 can name, before anything is read or written: the operating system would refuse them later with
-"File name too long", after a store was opened or a report built."""
+"File name too long" (or Python with "embedded null byte"), after a store was opened or a report built."""
 import os
 from pathlib import Path
 
@@ -40,9 +40,11 @@ def _pathconf(folder: Path, name: str, default: int) -> int:
     return value if value > 0 else default
 
 
-def too_long(path: Path) -> str | None:
-    """Why the file system cannot name `path` (one of its names, or the whole, longer than it allows), or
-    None when it can."""
+def unnameable(path: Path) -> str | None:
+    """Why the file system cannot name `path` (a NUL character, one of its names or the whole longer than
+    it allows), or None when it can."""
+    if "\0" in str(path):  # every call on it would raise ValueError: embedded null byte
+        return "it holds a NUL character, which no file name may hold"
     name_max, path_max = _limits(path)
     for name in path.parts:
         size = len(os.fsencode(name))
@@ -57,6 +59,6 @@ def too_long(path: Path) -> str | None:
 
 def check(path: Path, what: str) -> None:
     """Refuses a path the file system cannot name, saying which option or variable gave it (`what`)."""
-    reason = too_long(path)
+    reason = unnameable(path)
     if reason:
         raise FileNameError(f"{what} {shortened(str(path))}: {reason}")

@@ -145,9 +145,9 @@ def builtin_suites() -> list[str]:
 
 def locate(name_or_path: str) -> Path:
     path = Path(name_or_path)
-    too_long = file_names.too_long(path)
-    if too_long:  # before the file system is asked, which would answer "File name too long"
-        raise SuiteError(f"suite file {file_names.shortened(name_or_path)}: {too_long}")
+    unnameable = file_names.unnameable(path)
+    if unnameable:  # before the file system is asked, which would answer "File name too long"
+        raise SuiteError(f"suite file {file_names.shortened(name_or_path)}: {unnameable}")
     if path.suffix in (".yaml", ".yml") or path.exists():
         if path.is_dir():
             raise SuiteError(f"suite file {path} is a folder; give the path of a suite file (.yaml) in it")
@@ -306,9 +306,9 @@ def _weights_path(check: _Checker, item: _Mapping) -> str | None:
         return None
     if not isinstance(item["weights"], str) or not item["weights"]:
         raise check.fail(item, "weights", "expected the path of an .npz of canonical weights")
-    too_long = file_names.too_long(check.path.parent / item["weights"])
-    if too_long:  # before the file system is asked, which would answer "File name too long"
-        raise check.fail(item, "weights", f"a path the file system cannot hold: {too_long}")
+    unnameable = file_names.unnameable(check.path.parent / item["weights"])
+    if unnameable:  # before the file system is asked, which would answer "File name too long"
+        raise check.fail(item, "weights", f"a path the file system cannot hold: {unnameable}")
     path = (check.path.parent / item["weights"]).resolve()
     if not path.is_file():
         raise check.fail(item, "weights", f"no file {path}")
