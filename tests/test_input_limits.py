@@ -82,6 +82,18 @@ def test_a_field_given_twice_is_refused_naming_both_lines(capsys, tmp_path, text
     assert error_of(capsys, ["run", str(path)]) == f"{path}:{message}"
 
 
+@pytest.mark.parametrize(("value", "message"), [
+    ("2001-13-45", "cannot read '2001-13-45' as timestamp: month must be in 1..12"),
+    ('!!int "abc"', "cannot read 'abc' as int: invalid literal for int() with base 10: 'abc'"),
+    ("1" + "0" * 5000, "cannot read '100000000000000000000000000000000000000... (5001 characters) as int: Exceeds "
+                       "the limit (4300 digits) for integer string conversion: value has 5001 digits"),
+])
+def test_a_value_yaml_cannot_construct_is_refused_at_its_line(capsys, tmp_path, value, message):
+    # each raised its constructor's ValueError, a traceback
+    path = write_suite(tmp_path, f"name: v\nframeworks: [pytorch]\ndescription: {value}\n" + ENTRY)
+    assert error_of(capsys, ["run", str(path)]) == f"{path}:3: {message}"
+
+
 def test_deep_nesting_is_refused_before_it_overflows_the_stack(capsys, tmp_path):
     # 400 KB, within the size limit: PyYAML's composer recursed once per bracket (RecursionError)
     path = write_suite(tmp_path, "name: deep\nframeworks: [pytorch]\ndescription: " + "[" * 200_000

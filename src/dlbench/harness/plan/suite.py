@@ -56,7 +56,8 @@ class _Refused(Exception):
 
 class _LineLoader(yaml.SafeLoader):
     """PyYAML's safe loader, refusing anchors and aliases (a few lines of aliases expand to gigabytes wherever
-    the value is read: 'billion laughs') and collections nested deeper than MAX_DEPTH."""
+    the value is read: 'billion laughs') and collections nested deeper than MAX_DEPTH, and saying where a
+    value could not be read instead of raising its constructor's ValueError."""
     depth = 0
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
@@ -73,6 +74,15 @@ class _LineLoader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self.depth -= 1
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, OverflowError) as error:  # a constructor's own: 2001-13-45, !!int "abc", 5,000 digits
+            value = node.value if isinstance(node, yaml.ScalarNode) else node.tag
+            reason = str(error).partition(";")[0]  # not Python's advice on raising its limit of digits
+            raise _Refused(node.start_mark.line + 1, f"cannot read {file_names.shortened(value)} as "
+                           f"{node.tag.rpartition(':')[2]}: {reason}") from None
 
 
 def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> _Mapping:
