@@ -85,6 +85,8 @@ def test_a_field_given_twice_is_refused_naming_both_lines(capsys, tmp_path, text
 @pytest.mark.parametrize(("value", "message"), [
     ("2001-13-45", "cannot read '2001-13-45' as timestamp: month must be in 1..12"),
     ('!!int "abc"', "cannot read 'abc' as int: invalid literal for int() with base 10: 'abc'"),
+    ("!!timestamp 4", "cannot read '4' as timestamp"),  # AttributeError inside PyYAML
+    ('!!float ""', "cannot read '' as float"),  # IndexError inside PyYAML
     ("1" + "0" * 5000, "cannot read '100000000000000000000000000000000000000... (5001 characters) as int: Exceeds "
                        "the limit (4300 digits) for integer string conversion: value has 5001 digits"),
 ])

@@ -79,10 +79,17 @@ class _LineLoader(yaml.SafeLoader):
         try:
             return super().construct_object(node, deep)
         except (ValueError, OverflowError) as error:  # a constructor's own: 2001-13-45, !!int "abc", 5,000 digits
-            value = node.value if isinstance(node, yaml.ScalarNode) else node.tag
-            reason = str(error).partition(";")[0]  # not Python's advice on raising its limit of digits
-            raise _Refused(node.start_mark.line + 1, f"cannot read {file_names.shortened(value)} as "
-                           f"{node.tag.rpartition(':')[2]}: {reason}") from None
+            raise self._unreadable(node, str(error).partition(";")[0]) from None  # not Python's advice on digits
+        # an explicit tag over a value it does not fit fails inside the constructor: !!timestamp 4 on a regular
+        # expression's None, !!float "" on its first character
+        except (TypeError, AttributeError, IndexError):
+            raise self._unreadable(node, None) from None
+
+    @staticmethod
+    def _unreadable(node: yaml.Node, reason: str | None) -> _Refused:
+        value = node.value if isinstance(node, yaml.ScalarNode) else node.tag
+        return _Refused(node.start_mark.line + 1, f"cannot read {file_names.shortened(value)} as "
+                        f"{node.tag.rpartition(':')[2]}" + (f": {reason}" if reason else ""))
 
 
 def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> _Mapping:
