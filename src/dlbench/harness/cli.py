@@ -27,8 +27,7 @@ from dlbench.shared import ir
 
 DEFAULT_RESULTS = Path("dlbench-results")
 USER_ERRORS = (SuiteError, WorkloadError, EnvError, DatasetError, StoreError, probes.CertifyError, AnalysisError,
-               ExecutorError, WeightsError, EstimateError, folders.PathError,
-               file_names.FileNameError)
+               ExecutorError, WeightsError, EstimateError, folders.PathError)
 # 128 + SIGINT: what a shell reports for a command that Ctrl-C stopped
 INTERRUPTED = 130
 BROKEN_PIPE = 141  # 128 + SIGPIPE, the status a shell reports for a writer whose reader closed the pipe

@@ -4,14 +4,12 @@ can name, before anything is read or written: the operating system would refuse 
 import os
 from pathlib import Path
 
+from dlbench.harness.folders import PathError
+
 # POSIX's usual limits, for a file system that does not say its own (os.pathconf)
 DEFAULT_NAME_MAX = 255
 DEFAULT_PATH_MAX = 4096
 SHOWN = 40  # characters of a long name a message shows
-
-
-class FileNameError(ValueError):
-    pass
 
 
 def shortened(value: object) -> str:
@@ -61,4 +59,4 @@ def check(path: Path, what: str) -> None:
     """Refuses a path the file system cannot name, saying which option or variable gave it (`what`)."""
     reason = unnameable(path)
     if reason:
-        raise FileNameError(f"{what} {shortened(str(path))}: {reason}")
+        raise PathError(f"{what} {shortened(str(path))}: {reason}")
