@@ -192,9 +192,9 @@ def test_invalid_yaml(capsys, tmp_path):
     ("frameworks: [pytorch, nosuch]\nworkloads: []\n", 1,
      f"field 'frameworks': unknown framework 'nosuch'; known: {KNOWN}"),
     (GOOD_HEAD.lstrip() + "repeat: 0\nworkloads: [{workload: cnn-mnist, dataset: digits-28}]\n", 3,
-     "field 'repeat': expected an integer >= 1, got 0"),
+     "field 'repeat': expected an integer from 1 to 10000, got 0"),
     (GOOD_HEAD.lstrip() + "timeout_s: true\nworkloads: [{workload: cnn-mnist, dataset: digits-28}]\n", 3,
-     "field 'timeout_s': expected a number of seconds > 0, got True"),
+     "field 'timeout_s': expected a finite number of seconds > 0, got True"),
     (GOOD_HEAD.lstrip() + "workloads: [cnn-mnist]\n", 3, "field 'workloads': each entry is a mapping"),
 ])
 def test_other_shape_errors(tmp_path, text, line, detail):

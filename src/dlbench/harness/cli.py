@@ -1,12 +1,13 @@
 """dlbench's command line: thin wrappers over the modules that do the work."""
 import argparse
+import math
 import os
 import sys
 import textwrap
 import time
 from pathlib import Path
 
-from dlbench.harness import data, folders
+from dlbench.harness import data, file_names, folders
 from dlbench.harness.analysis import compare
 from dlbench.harness.analysis.load import AnalysisError
 from dlbench.harness.certification import machine_store, probes
@@ -30,6 +31,10 @@ USER_ERRORS = (SuiteError, WorkloadError, EnvError, DatasetError, StoreError, pr
 # 128 + SIGINT: what a shell reports for a command that Ctrl-C stopped
 INTERRUPTED = 130
 BROKEN_PIPE = 141  # 128 + SIGPIPE, the status a shell reports for a writer whose reader closed the pipe
+# options and variables that name a folder or file dlbench reads or writes, checked before it does
+PATH_OPTIONS = {"results": "--results", "data_dir": "--data-dir", "node_data_dir": "--node-data-dir",
+                "output": "--output"}
+PATH_VARIABLES = ("DLBENCH_HOME", "DLBENCH_DATA", "DLBENCH_CERTIFICATES")
 
 
 def data_dir(args: argparse.Namespace) -> Path:
@@ -237,8 +242,6 @@ def env_table() -> str:
 
 
 def env_prune(older_than_days: float, dry_run: bool) -> int:
-    if older_than_days < 0:
-        raise EnvError(f"--older-than {older_than_days:g}: expected a number of days >= 0")
     chosen = disk.stale(older_than_days)
     for built in chosen:
         own = disk.disk_usage(built.folder)[1]
@@ -432,8 +435,15 @@ def non_negative_int(text: str) -> int:
 
 def positive_float(text: str) -> float:
     value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text}")
+    if not 0 < value < math.inf:  # NaN compares false too: a NaN timeout never fired, a NaN memory limit never killed
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = float(text)
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
     return value
 
 
@@ -510,7 +520,7 @@ def parser() -> argparse.ArgumentParser:
     env.add_argument("action", choices=("create", "list", "remove", "prune"))
     env.add_argument("names", nargs="*", metavar="NAME", help="a framework, or name@version for another version")
     env.add_argument("--all", action="store_true", help="every known framework at its default version")
-    env.add_argument("--older-than", type=float, default=30, metavar="DAYS",
+    env.add_argument("--older-than", type=non_negative_float, default=30, metavar="DAYS",
                      help="prune: remove environments no run used for this many days (default 30)")
     env.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
                      help="create, remove: the CPU build (default) or the CUDA build of the framework")
@@ -595,9 +605,23 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def refuse_unnameable_paths(args: argparse.Namespace) -> None:
+    """Paths the file system cannot name (a name over 255 bytes, say), refused before anything is read or
+    written under them: the operating system's "File name too long" came as a traceback, after a store
+    was opened or a report built."""
+    for attribute, option in PATH_OPTIONS.items():
+        given = getattr(args, attribute, None)
+        for value in [given] if isinstance(given, str) else given or []:  # compare's RESULTS are a list
+            file_names.check(Path(value), option if isinstance(given, str) else "RESULTS")
+    for variable in PATH_VARIABLES:
+        if os.environ.get(variable):
+            file_names.check(Path(os.environ[variable]), variable)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
+        refuse_unnameable_paths(args)
         status = args.func(args)
         sys.stdout.flush()  # a closed pipe raises here, in the handler below, not at exit
         return status

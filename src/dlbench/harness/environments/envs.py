@@ -19,6 +19,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from dlbench.harness import file_names
+
 
 class EnvError(RuntimeError):
     pass
@@ -26,6 +28,9 @@ class EnvError(RuntimeError):
 
 REFERENCE = "pytorch"  # the framework every other one is certified against
 
+# name@version becomes the environment's folder name and its compile cache's: jax@0.6.2.0.0... (PEP 440 reads
+# it as 0.6.2, a supported version) reached 300 characters and "File name too long"; real ones take under 30
+MAX_SPEC = 100
 BUILD_VERSION = 2  # bump when create() changes what it builds, so older environments are rebuilt
 
 
@@ -213,6 +218,9 @@ def env_root() -> Path:
 def split_spec(spec: str) -> tuple[str, str | None]:
     """("jax", "0.6.2") for "jax@0.6.2", ("jax", None) for "jax"; an unknown name or an empty version
     is refused."""
+    if len(spec) > MAX_SPEC:
+        raise EnvError(f"framework {file_names.shortened(spec)}: longer than {MAX_SPEC} characters, "
+                       f"the most a framework name@version may have; known: {', '.join(RECIPES)}")
     name, at, version = spec.partition("@")
     if name not in RECIPES:
         raise EnvError(f"unknown framework {name!r}; known: {', '.join(RECIPES)} (optionally name@version)")

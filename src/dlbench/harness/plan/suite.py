@@ -1,4 +1,5 @@
 """Suite files: parsing, validation with file:line messages, and the plan of cells they describe."""
+import math
 import random
 from dataclasses import dataclass
 from importlib import resources
@@ -7,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from dlbench.harness import data
+from dlbench.harness import data, file_names
 from dlbench.harness.environments.envs import RECIPES, EnvError, get_recipe
 from dlbench.harness.plan.workloads import WORKLOADS
 
@@ -25,6 +26,14 @@ EXECUTORS = ("local", "ray")  # where the cells run: this machine, or a Ray clus
 SUITE_FIELDS = ("name", "description", "frameworks", "device", "repeat", "seed", "threads", "timeout_s",
                 "compile_cache", "allocator", "gpu_memory", "executor", "workloads")
 ENTRY_FIELDS = ("workload", "dataset", "epochs", "batch_size", "weights")
+# What a suite file may hold. The built-in suites take under 2 KiB and nest four levels (suite, workloads,
+# entry, value); the limits are far above that and far below what would exhaust time or memory.
+MAX_SUITE_BYTES = 1 << 20  # 1 MiB: a 50 MB one took 17 s and 147 MB to parse; 1 MiB, 0.35 s
+MAX_DEPTH = 20  # PyYAML composes nested collections recursively: 200,000 brackets overflowed Python's stack
+MAX_NAME = 100  # characters of the suite's name, which every table and the report show
+# cells of one plan: each cell's configuration is built (74 KB, 4 ms for the quick suite's) before the first runs
+MAX_CELLS = 10_000
+MAX_SEED = 2**32 - 1  # numpy's RandomState, which draws the weights and the batch order, takes no larger seed
 
 
 class SuiteError(ValueError):
@@ -34,17 +43,65 @@ class SuiteError(ValueError):
 class _Mapping(dict):
     """A YAML mapping that remembers the line of each key, for error messages."""
     line = 0
-    lines: dict[str, int] = {}
+    lines: dict[Any, int] = {}
+
+
+class _Refused(Exception):
+    """What a suite file may not hold, at its line; parse() adds the file."""
+
+    def __init__(self, line: int, message: str):
+        super().__init__(message)
+        self.line, self.message = line, message
 
 
 class _LineLoader(yaml.SafeLoader):
-    pass
+    """PyYAML's safe loader, refusing anchors and aliases (a few lines of aliases expand to gigabytes wherever
+    the value is read: 'billion laughs') and collections nested deeper than MAX_DEPTH, and saying where a
+    value could not be read instead of raising its constructor's ValueError."""
+    depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        event = self.peek_event()
+        if event.anchor is not None:  # an alias event's anchor is the name it refers to
+            what = "alias *" if isinstance(event, yaml.AliasEvent) else "anchor &"
+            raise _Refused(event.start_mark.line + 1, f"YAML {what}{event.anchor}: a suite file accepts no anchors "
+                           "(&name) or aliases (*name); write each value out")
+        if self.depth >= MAX_DEPTH:
+            raise _Refused(event.start_mark.line + 1, f"nested deeper than {MAX_DEPTH} levels; a suite nests four "
+                           "(suite, workloads, entry, value)")
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, OverflowError) as error:  # a constructor's own: 2001-13-45, !!int "abc", 5,000 digits
+            raise self._unreadable(node, str(error).partition(";")[0]) from None  # not Python's advice on digits
+        # an explicit tag over a value it does not fit fails inside the constructor: !!timestamp 4 on a regular
+        # expression's None, !!float "" on its first character
+        except (TypeError, AttributeError, IndexError):
+            raise self._unreadable(node, None) from None
+
+    @staticmethod
+    def _unreadable(node: yaml.Node, reason: str | None) -> _Refused:
+        value = node.value if isinstance(node, yaml.ScalarNode) else node.tag
+        return _Refused(node.start_mark.line + 1, f"cannot read {file_names.shortened(value)} as "
+                        f"{node.tag.rpartition(':')[2]}" + (f": {reason}" if reason else ""))
 
 
 def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> _Mapping:
     mapping = _Mapping(loader.construct_mapping(node, deep=True))
     mapping.line = node.start_mark.line + 1
-    mapping.lines = {key.value: key.start_mark.line + 1 for key, _ in node.value}
+    mapping.lines = {}
+    for key_node, _ in node.value:  # construct_mapping keeps the last of two equal keys without a word
+        key, line = loader.construct_object(key_node, deep=True), key_node.start_mark.line + 1
+        if key in mapping.lines:
+            raise _Refused(line, f"field {key!r} appears twice (lines {mapping.lines[key]} and {line}); "
+                           "give each field once")
+        mapping.lines[key] = line
     return mapping
 
 
@@ -105,14 +162,38 @@ def builtin_suites() -> list[str]:
 
 def locate(name_or_path: str) -> Path:
     path = Path(name_or_path)
+    unnameable = file_names.unnameable(path)
+    if unnameable:  # before the file system is asked, which would answer "File name too long"
+        raise SuiteError(f"suite file {file_names.shortened(name_or_path)}: {unnameable}")
     if path.suffix in (".yaml", ".yml") or path.exists():
-        if not path.is_file():
+        if path.is_dir():
+            raise SuiteError(f"suite file {path} is a folder; give the path of a suite file (.yaml) in it")
+        if not path.exists():
             raise SuiteError(f"suite file {path} does not exist")
+        if not path.is_file():
+            raise SuiteError(f"suite file {path} is not a regular file; give the path of a suite file (.yaml)")
         return path
     if name_or_path not in builtin_suites():
         raise SuiteError(f"unknown suite {name_or_path!r}; built-in suites: {', '.join(builtin_suites())}; "
                          "or give the path of a suite file (.yaml)")
     return Path(str(resources.files("dlbench.harness.plan") / "suites" / f"{name_or_path}.yaml"))
+
+
+def _read(path: Path) -> str:
+    """The suite file's text: at most MAX_SUITE_BYTES of UTF-8."""
+    try:
+        with open(path, "rb") as handle:
+            content = handle.read(MAX_SUITE_BYTES + 1)  # no more, whatever the file says its size is
+    except OSError as error:
+        raise SuiteError(f"{path}: cannot read the suite file: {error.strerror}") from None
+    if len(content) > MAX_SUITE_BYTES:
+        raise SuiteError(f"{path}: larger than 1 MiB ({MAX_SUITE_BYTES:,} bytes), the most a suite file may hold")
+    try:
+        return content.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = content.count(b"\n", 0, error.start) + 1
+        raise SuiteError(f"{path}:{line}: not UTF-8 text (byte 0x{content[error.start]:02x} at offset {error.start}); "
+                         "a suite file is YAML in UTF-8") from None
 
 
 class _Checker:
@@ -129,13 +210,23 @@ class _Checker:
             if key not in accepted:
                 raise self.fail(mapping, key, f"unknown field; accepted: {', '.join(accepted)}")
 
-    def integer(self, mapping: _Mapping, key: str, default: Any, minimum: int = 1) -> Any:
+    def integer(self, mapping: _Mapping, key: str, default: Any, minimum: int = 1, maximum: int | None = None) -> Any:
         value = mapping.get(key, default)
         if value is None and default is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.fail(mapping, key, f"expected an integer >= {minimum}, got {value!r}")
+        if (isinstance(value, bool) or not isinstance(value, int) or value < minimum
+                or (maximum is not None and value > maximum)):
+            accepted = f"an integer >= {minimum}" if maximum is None else f"an integer from {minimum} to {maximum}"
+            raise self.fail(mapping, key, f"expected {accepted}, got {file_names.shortened(value)}")
         return value
+
+    def seconds(self, mapping: _Mapping, key: str, default: float) -> float:
+        value = mapping.get(key, default)
+        seconds = _seconds(value)
+        if seconds is None:  # NaN or inf would switch the timeout off: a NaN deadline is never reached
+            shown = file_names.shortened(value)
+            raise self.fail(mapping, key, f"expected a finite number of seconds > 0, got {shown}")
+        return seconds
 
     def choice(self, mapping: _Mapping, key: str, accepted, default: Any = None) -> Any:
         value = mapping.get(key, default)
@@ -144,11 +235,25 @@ class _Checker:
         return value
 
 
+def _seconds(value: Any) -> float | None:
+    """The value as a finite number of seconds > 0, else None: NaN, inf, a bool, a string, or an integer
+    too large for a float."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:
+        return None
+    return seconds if 0 < seconds < math.inf else None
+
+
 def parse(path: Path) -> Suite:
     try:
-        document = yaml.load(path.read_text(), Loader=_LineLoader)
+        document = yaml.load(_read(path), Loader=_LineLoader)
     except yaml.YAMLError as error:
         raise SuiteError(f"{path}: not valid YAML: {error}") from None
+    except _Refused as refused:
+        raise SuiteError(f"{path}:{refused.line}: {refused.message}") from None
     check = _Checker(path)
     if not isinstance(document, _Mapping):
         raise SuiteError(f"{path}:1: a suite is a mapping with the fields {', '.join(SUITE_FIELDS)}")
@@ -166,23 +271,30 @@ def parse(path: Path) -> Suite:
             get_recipe(str(framework), device)
         except EnvError as error:
             raise check.fail(document, "frameworks", str(error)) from None
-    timeout = document.get("timeout_s", 3600)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-        raise check.fail(document, "timeout_s", f"expected a number of seconds > 0, got {timeout!r}")
     entries = document.get("workloads")
     if not isinstance(entries, list) or not entries:
         raise check.fail(document, "workloads", f"expected a non-empty list of mappings with {', '.join(ENTRY_FIELDS)}")
     return Suite(
-        name=str(document.get("name", path.stem)), description=str(document.get("description", "")),
+        name=_name(check, document, path), description=str(document.get("description", "")),
         frameworks=tuple(frameworks), device=device,
-        repeat=check.integer(document, "repeat", 1), seed=check.integer(document, "seed", 0, minimum=0),
-        threads=check.integer(document, "threads", None), timeout_s=float(timeout),
+        repeat=check.integer(document, "repeat", 1, maximum=MAX_CELLS),
+        seed=check.integer(document, "seed", 0, minimum=0, maximum=MAX_SEED),
+        threads=check.integer(document, "threads", None), timeout_s=check.seconds(document, "timeout_s", 3600),
         entries=tuple(_entry(check, document, item) for item in entries),
         compile_cache=check.choice(document, "compile_cache", COMPILE_CACHES, "cold"),
         executor=check.choice(document, "executor", EXECUTORS, "local"),
         allocator=check.choice(document, "allocator", ALLOCATORS, "default"),
         gpu_memory=check.choice(document, "gpu_memory", GPU_MEMORY, "default"), all_frameworks=all_frameworks,
     )
+
+
+def _name(check: _Checker, document: _Mapping, path: Path) -> str:
+    """The suite's name: its field, else the file's name without .yaml."""
+    name = str(document.get("name", path.stem))
+    if "name" in document and len(name) > MAX_NAME:
+        raise check.fail(document, "name", f"{file_names.shortened(name)} is longer than {MAX_NAME} characters, "
+                         "the most a suite's name may have")
+    return name
 
 
 def frameworks_for(device: str) -> list[str]:
@@ -211,6 +323,9 @@ def _weights_path(check: _Checker, item: _Mapping) -> str | None:
         return None
     if not isinstance(item["weights"], str) or not item["weights"]:
         raise check.fail(item, "weights", "expected the path of an .npz of canonical weights")
+    unnameable = file_names.unnameable(check.path.parent / item["weights"])
+    if unnameable:  # before the file system is asked, which would answer "File name too long"
+        raise check.fail(item, "weights", f"a path the file system cannot hold: {unnameable}")
     path = (check.path.parent / item["weights"]).resolve()
     if not path.is_file():
         raise check.fail(item, "weights", f"no file {path}")
@@ -252,6 +367,7 @@ def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str]
                 raise SuiteError(f"workload {name!r} is not in suite {suite.name!r}; its workloads: "
                                  f"{', '.join(present)}")
         entries = [e for e in entries if e.workload in workloads]
+    _check_size(suite, repeat or suite.repeat, len(entries), len(frameworks or suite.frameworks))
     cells = []
     for repetition in range(1, (repeat or suite.repeat) + 1):
         repetition_cells = []
@@ -269,6 +385,21 @@ def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str]
                 ))
         cells += shuffled(repetition_cells, suite.seed, repetition)
     return cells
+
+
+def _check_size(suite: Suite, repetitions: int, entries: int, frameworks: int) -> None:
+    """Refuses a plan of more than MAX_CELLS cells (--repeat 100000000 ran out of memory building it), or of
+    so many repetitions that the last one's seed (seed + repetitions - 1) is beyond what numpy's RandomState
+    takes."""
+    cells = repetitions * entries * frameworks
+    if cells > MAX_CELLS:
+        raise SuiteError(f"the plan would hold {cells:,} cells ({repetitions:,} repetitions x {entries} workload "
+                         f"entries x {frameworks} frameworks); a plan holds at most {MAX_CELLS:,}: ask for fewer "
+                         "repetitions (repeat, --repeat), workloads (-w) or frameworks (-f)")
+    last_seed = suite.seed + repetitions - 1
+    if last_seed > MAX_SEED:
+        raise SuiteError(f"seed {suite.seed} and {repetitions} repetitions: the last repetition would draw from "
+                         f"seed {last_seed}; seed + repetitions - 1 may be at most {MAX_SEED}")
 
 
 def shuffled(cells: list[Cell], seed: int, repetition: int) -> list[Cell]:

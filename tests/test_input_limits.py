@@ -1,0 +1,277 @@
+"""Hostile and careless input (issue #28): suite files that would exhaust memory, time or the stack, values
+that would switch a limit off, names the file system cannot hold, starting-weights files that would
+allocate without bound or are not what they claim. Each is refused with exit status 2 and a message that
+names the file, line, field or option, the value and what is accepted; none runs a framework."""
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from dlbench.harness import file_names
+from dlbench.harness.cli import main, parser
+from dlbench.harness.plan import suite
+from dlbench.harness.plan.suite import SuiteError
+
+ENTRY = "workloads:\n  - {workload: cnn-mnist, dataset: digits-28, epochs: 1}\n"
+
+
+@pytest.fixture(autouse=True)
+def nothing_to_run(tmp_path, monkeypatch):
+    """No framework environment and a results folder of the test's own: should a check let its input through,
+    the command stops at the missing environment instead of training a cell."""
+    monkeypatch.setenv("DLBENCH_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("DLBENCH_DATA", raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+def error_of(capsys, argv: list[str]) -> str:
+    """Runs the CLI, expects a user error (exit 2), returns its one message."""
+    code = main(argv)
+    captured = capsys.readouterr()
+    assert code == 2, captured
+    assert captured.err.startswith("dlbench: error: "), captured.err
+    return captured.err.removeprefix("dlbench: error: ").strip()
+
+
+def write_suite(folder: Path, text: str, name: str = "suite.yaml") -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(text).lstrip("\n"))
+    return path
+
+
+def laughs(levels: int) -> str:
+    """A 'billion laughs' description: each level's alias list repeats the one before nine times, so the text
+    grows as 9 ** levels (9 levels: 387 million strings, 2.35 GB reached in 50 s before aliases were refused).
+    Tests use few levels, so that a loader that lets it through fails the test instead of the machine."""
+    names = "abcdefghij"
+    lines = [f'  {names[0]}: &{names[0]} ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"  {names[i]}: &{names[i]} [{', '.join(['*' + names[i - 1]] * 9)}]" for i in range(1, levels)]
+    return "description:\n" + "\n".join(lines) + "\n"
+
+
+# ---- suite files: what the YAML loader refuses ------------------------------------------------
+
+def test_an_alias_bomb_is_refused_at_its_first_anchor(capsys, tmp_path):
+    path = write_suite(tmp_path, "name: bomb\nframeworks: [pytorch]\n" + laughs(5) + ENTRY)
+    assert error_of(capsys, ["run", str(path)]) == (
+        f"{path}:4: YAML anchor &a: a suite file accepts no anchors (&name) or aliases (*name); write each value out")
+
+
+@pytest.mark.parametrize(("text", "line", "what"), [
+    ("name: &n mine\nframeworks: [pytorch]\n" + ENTRY, 1, "anchor &n"),
+    # an alias to an anchor the file never defines is refused as an alias, before PyYAML's own complaint
+    ("name: mine\nframeworks: *fw\n" + ENTRY, 2, "alias *fw"),
+    ("name: mine\nframeworks: [pytorch]\nworkloads:\n  - {workload: cnn-mnist, dataset: digits-28}\n"
+     "  - {<<: *e, epochs: 2}\n", 5, "alias *e"),
+])
+def test_anchors_and_aliases_are_refused_naming_the_line(tmp_path, text, line, what):
+    with pytest.raises(SuiteError) as caught:
+        suite.load(str(write_suite(tmp_path, text)))
+    assert str(caught.value) == (f"{tmp_path / 'suite.yaml'}:{line}: YAML {what}: a suite file accepts no anchors "
+                                 "(&name) or aliases (*name); write each value out")
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("name: mine\nframeworks: [pytorch]\nrepeat: 1\nrepeat: 3\n" + ENTRY,
+     "4: field 'repeat' appears twice (lines 3 and 4); give each field once"),
+    ("name: mine\nframeworks: [pytorch]\nworkloads:\n  - workload: cnn-mnist\n    dataset: digits-28\n"
+     "    epochs: 1\n    epochs: 5\n", "7: field 'epochs' appears twice (lines 6 and 7); give each field once"),
+])
+def test_a_field_given_twice_is_refused_naming_both_lines(capsys, tmp_path, text, message):
+    path = write_suite(tmp_path, text)
+    assert error_of(capsys, ["run", str(path)]) == f"{path}:{message}"
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("2001-13-45", "cannot read '2001-13-45' as timestamp: month must be in 1..12"),
+    ('!!int "abc"', "cannot read 'abc' as int: invalid literal for int() with base 10: 'abc'"),
+    ("!!timestamp 4", "cannot read '4' as timestamp"),  # AttributeError inside PyYAML
+    ('!!float ""', "cannot read '' as float"),  # IndexError inside PyYAML
+    ("1" + "0" * 5000, "cannot read '100000000000000000000000000000000000000... (5001 characters) as int: Exceeds "
+                       "the limit (4300 digits) for integer string conversion: value has 5001 digits"),
+])
+def test_a_value_yaml_cannot_construct_is_refused_at_its_line(capsys, tmp_path, value, message):
+    # each raised its constructor's ValueError, a traceback
+    path = write_suite(tmp_path, f"name: v\nframeworks: [pytorch]\ndescription: {value}\n" + ENTRY)
+    assert error_of(capsys, ["run", str(path)]) == f"{path}:3: {message}"
+
+
+def test_deep_nesting_is_refused_before_it_overflows_the_stack(capsys, tmp_path):
+    # 400 KB, within the size limit: PyYAML's composer recursed once per bracket (RecursionError)
+    path = write_suite(tmp_path, "name: deep\nframeworks: [pytorch]\ndescription: " + "[" * 200_000
+                       + "]" * 200_000 + "\n" + ENTRY)
+    assert error_of(capsys, ["run", str(path)]) == (
+        f"{path}:3: nested deeper than 20 levels; a suite nests four (suite, workloads, entry, value)")
+
+
+def test_a_suite_file_over_1_mib_is_refused_and_one_within_is_read(capsys, tmp_path):
+    head = "name: big\nframeworks: [pytorch]\n"
+    padding = suite.MAX_SUITE_BYTES - len(head) - len(ENTRY)
+    comment = ("#" * 99 + "\n") * (padding // 100) + "#" * (padding % 100 - 1) + "\n"
+    within = write_suite(tmp_path, head + comment + ENTRY, "within.yaml")
+    assert within.stat().st_size == suite.MAX_SUITE_BYTES
+    assert suite.load(str(within)).name == "big"
+    over = write_suite(tmp_path, head + comment + "#\n" + ENTRY, "over.yaml")
+    assert error_of(capsys, ["run", str(over)]) == (
+        f"{over}: larger than 1 MiB (1,048,576 bytes), the most a suite file may hold")
+
+
+def test_a_suite_file_that_is_not_utf8_is_refused_naming_the_byte(capsys, tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(("name: mine\ndescription: caf\xe9\nframeworks: [pytorch]\n" + ENTRY).encode("latin-1"))
+    assert error_of(capsys, ["run", str(path)]) == (
+        f"{path}:2: not UTF-8 text (byte 0xe9 at offset 27); a suite file is YAML in UTF-8")
+
+
+def test_a_suite_path_that_is_a_folder_says_so(capsys, tmp_path):
+    folder = tmp_path / "suites.yaml"
+    folder.mkdir()
+    assert error_of(capsys, ["run", str(folder)]) == (
+        f"suite file {folder} is a folder; give the path of a suite file (.yaml) in it")
+    assert error_of(capsys, ["run", str(tmp_path)]) == (
+        f"suite file {tmp_path} is a folder; give the path of a suite file (.yaml) in it")
+
+
+# ---- suite files: numbers that would switch a limit off, names too long --------------------------
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", "1e999", "0", "-5", "1" + "0" * 400, "'60'"])
+def test_a_timeout_that_is_not_a_finite_positive_number_is_refused(capsys, tmp_path, value):
+    # a NaN deadline is never reached and an infinite one never comes: either would switch the timeout off
+    path = write_suite(tmp_path, f"name: t\nframeworks: [pytorch]\ntimeout_s: {value}\n" + ENTRY)
+    message = error_of(capsys, ["run", str(path)])
+    assert message.startswith(f"{path}:3: field 'timeout_s': expected a finite number of seconds > 0, got ")
+
+
+def test_a_finite_timeout_is_read_as_seconds(tmp_path):
+    path = write_suite(tmp_path, "name: t\nframeworks: [pytorch]\ntimeout_s: 0.5\n" + ENTRY)
+    assert suite.load(str(path)).timeout_s == 0.5
+
+
+@pytest.mark.parametrize(("field", "value", "accepted"), [
+    ("seed", 2**32, "an integer from 0 to 4294967295"),  # numpy's RandomState refused it in every worker
+    ("seed", -1, "an integer from 0 to 4294967295"),
+    ("repeat", 10_001, "an integer from 1 to 10000"),
+])
+def test_a_seed_or_repeat_out_of_range_is_refused(capsys, tmp_path, field, value, accepted):
+    path = write_suite(tmp_path, f"name: s\nframeworks: [pytorch]\n{field}: {value}\n" + ENTRY)
+    assert error_of(capsys, ["run", str(path)]) == f"{path}:3: field '{field}': expected {accepted}, got {value}"
+
+
+def test_a_plan_over_10000_cells_or_beyond_the_last_seed_is_refused_before_it_is_built(tmp_path):
+    path = write_suite(tmp_path, f"name: s\nframeworks: [pytorch]\nseed: {suite.MAX_SEED}\nrepeat: 2\n" + ENTRY)
+    with pytest.raises(SuiteError, match=r"^seed 4294967295 and 2 repetitions: the last repetition would draw "
+                                         r"from seed 4294967296; seed \+ repetitions - 1 may be at most 4294967295$"):
+        suite.plan(suite.load(str(path)))
+    # --repeat 100000000 built a list of every cell first and ran out of memory (MemoryError); 157 repetitions
+    # of the quick suite's 72 cells are 11,304
+    with pytest.raises(SuiteError, match=r"^the plan would hold 11,304 cells \(157 repetitions x 8 workload entries "
+                                         r"x 9 frameworks\); a plan holds at most 10,000: ask for fewer repetitions "
+                                         r"\(repeat, --repeat\), workloads \(-w\) or frameworks \(-f\)$"):
+        suite.plan(suite.load("quick"), repeat=157)
+    assert len(suite.plan(suite.load("quick"), repeat=157, frameworks=["pytorch"])) == 157 * 8
+    plain = suite.load(str(write_suite(tmp_path, "name: s\nframeworks: [pytorch]\n" + ENTRY)))
+    assert len(suite.plan(plain, repeat=10_000)) == 10_000
+
+
+def test_a_suite_name_over_100_characters_is_refused(capsys, tmp_path):
+    path = write_suite(tmp_path, f"name: {'n' * 400}\nframeworks: [pytorch]\n" + ENTRY)
+    assert error_of(capsys, ["run", str(path)]) == (
+        f"{path}:1: field 'name': 'nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn... (400 characters) is longer than 100 "
+        "characters, the most a suite's name may have")
+    path = write_suite(tmp_path, f"name: {'n' * 100}\nframeworks: [pytorch]\n" + ENTRY)
+    assert suite.load(str(path)).name == "n" * 100
+
+
+def test_a_suite_path_or_weights_path_the_file_system_cannot_name_is_refused(capsys, tmp_path):
+    long_suite = tmp_path / ("s" * 300 + ".yaml")
+    assert error_of(capsys, ["run", str(long_suite)]) == (
+        f"suite file {file_names.shortened(str(long_suite))}: the name 'sssssssssssssssssssssssssssssssssssssss... "
+        "(305 characters) in it is 305 bytes long; this file system allows 255 bytes in a name")
+    path = write_suite(tmp_path, "name: w\nframeworks: [pytorch]\nworkloads:\n  - {workload: cnn-mnist, "
+                                 f"dataset: digits-28, weights: {'w' * 300}.npz}}\n")
+    assert error_of(capsys, ["run", str(path)]) == (
+        f"{path}:4: field 'weights': a path the file system cannot hold: the name 'wwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwwww"
+        "wwww... (304 characters) in it is 304 bytes long; this file system allows 255 bytes in a name")
+
+
+# ---- the command line's numbers ------------------------------------------------------------------
+
+@pytest.mark.parametrize(("argv", "option", "accepted"), [
+    (["run", "quick"], "--timeout", "a finite number > 0"),  # a NaN timeout never fired
+    (["run", "quick"], "--memory-limit-mb", "a finite number > 0"),  # a NaN memory limit never killed
+    (["env", "prune", "--dry-run"], "--older-than", "a finite number >= 0"),
+])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e400", "-1"])
+def test_a_number_that_would_switch_a_limit_off_is_refused_naming_the_option(capsys, argv, option, accepted, value):
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, f"{option}={value}"])  # with '=': argparse takes a lone -inf for an option
+    assert exited.value.code == 2
+    assert f"argument {option}: expected {accepted}, got {value}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("option", "value"), [("--timeout", "0"), ("--memory-limit-mb", "0")])
+def test_a_zero_limit_is_refused(capsys, option, value):
+    with pytest.raises(SystemExit) as exited:
+        main(["run", "quick", option, value])
+    assert exited.value.code == 2
+    assert f"argument {option}: expected a finite number > 0, got 0" in capsys.readouterr().err
+
+
+def test_finite_limits_and_zero_days_are_accepted(capsys):
+    args = parser().parse_args(["run", "--timeout", "0.5", "--memory-limit-mb", "1e5"])
+    assert (args.timeout, args.memory_limit_mb) == (0.5, 1e5)
+    assert main(["env", "prune", "--dry-run", "--older-than", "0"]) == 0  # every environment, none built here
+
+
+# ---- the command line's paths and framework names --------------------------------------------------
+
+LONG = "r" * 300
+TOO_LONG = (f"the name {LONG[:39]!r}"[:-1] + "... (300 characters) in it is 300 bytes long; this file system "
+            "allows 255 bytes in a name")
+
+
+@pytest.mark.parametrize(("argv", "option"), [
+    (["run", "quick", "--results", "{long}"], "--results"),  # the store's folder: OSError from mkdir
+    (["results", "--results", "{long}"], "--results"),
+    (["report", "--results", "{long}"], "--results"),
+    (["certify", "--show", "--results", "{long}"], "--results"),
+    (["compare", "{long}", "{tmp}"], "RESULTS"),
+    (["estimate", "quick", "--results", "{long}"], "--results"),
+    (["run", "quick", "--data-dir", "{long}"], "--data-dir"),  # OSError while preparing the data
+    (["report", "--results", "{tmp}", "--output", "{long}"], "--output"),  # OSError after the report was built
+])
+def test_a_path_the_file_system_cannot_name_is_refused_before_anything_is_written(capsys, tmp_path, argv, option):
+    long = tmp_path / LONG
+    message = error_of(capsys, [arg.format(long=long, tmp=tmp_path) for arg in argv])
+    assert message == f"{option} {file_names.shortened(str(long))}: {TOO_LONG}"
+    assert not list(tmp_path.iterdir())  # no store, no results or data folder, no report
+
+
+@pytest.mark.parametrize("variable", ["DLBENCH_HOME", "DLBENCH_DATA", "DLBENCH_CERTIFICATES"])
+def test_a_variable_naming_a_path_the_file_system_cannot_hold_is_refused(capsys, tmp_path, monkeypatch, variable):
+    monkeypatch.setenv(variable, str(tmp_path / LONG))
+    assert error_of(capsys, ["env", "list"]) == f"{variable} {file_names.shortened(str(tmp_path / LONG))}: {TOO_LONG}"
+
+
+SPEC = "jax@0.6.2" + ".0" * 200  # PEP 440 reads it as 0.6.2, a supported version: it became a folder's name
+SPEC_REFUSED = ("framework 'jax@0.6.2.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0... (409 characters): longer than 100 characters, "
+                "the most a framework name@version may have; known: ")
+
+
+@pytest.mark.parametrize("argv", [["run", "quick", "-f", SPEC], ["env", "create", SPEC, "--dry-run"],
+                                  ["certify", "-f", SPEC, "-w", "cnn-mnist"]])
+def test_a_framework_version_too_long_for_a_folder_name_is_refused(capsys, argv):
+    assert error_of(capsys, argv).startswith(SPEC_REFUSED)
+
+
+def test_a_suite_framework_too_long_for_a_folder_name_is_refused_at_its_line(capsys, tmp_path):
+    path = write_suite(tmp_path, f"name: v\nframeworks: [{SPEC}]\n" + ENTRY)
+    assert error_of(capsys, ["run", str(path)]).startswith(f"{path}:2: field 'frameworks': {SPEC_REFUSED}")
+
+
+def test_a_weights_path_holding_a_nul_character_is_refused(capsys, tmp_path):
+    path = write_suite(tmp_path, "name: w\nframeworks: [pytorch]\nworkloads:\n  - {workload: cnn-mnist, "
+                                 'dataset: digits-28, weights: "a\\0b.npz"}\n')  # a traceback: embedded null byte
+    assert error_of(capsys, ["run", str(path)]) == (
+        f"{path}:4: field 'weights': a path the file system cannot hold: it holds a NUL character, which no file "
+        "name may hold")
