@@ -229,7 +229,7 @@ def test_filters_hide_what_does_not_match(page: Path, tmp_path: Path) -> None:
     timelines = re.findall(r'<figure class="chart" data-framework="(\w+)"( hidden="")?>', dom)
     assert {f for f, hidden in timelines if not hidden} == {"jax"}
     assert {f for f, hidden in timelines if hidden} == {"pytorch", "tensorflow"}
-    cards = re.findall(r'<section class="card" data-workload="([\w-]+)"[^>]*?( hidden="")?>', dom)
+    cards = re.findall(r'<details class="card" data-workload="([\w-]+)"[^>]*?( hidden="")?>', dom)
     assert cards == [("cnn-mnist", ' hidden=""'), ("lstm-ptb", "")]
     rows = re.findall(r'<tr data-workload="([\w-]+)"( hidden="")?>', dom)  # the study's tables, 5 per device
     assert rows == [("cnn-mnist", ' hidden=""'), ("lstm-ptb", "")] * 5

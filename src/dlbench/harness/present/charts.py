@@ -11,6 +11,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend is chosen before pyplot is imported)
+from matplotlib.colors import LogNorm, to_hex, to_rgb  # noqa: E402
+
+from dlbench.harness.environments.envs import RECIPES  # noqa: E402
 
 STYLE = {
     "svg.fonttype": "none",
@@ -25,11 +28,35 @@ STYLE = {
 }
 MAX_POINTS = 120  # per timeline series: enough for the eye at this width, keeps one chart near 10 kB
 PALETTE = plt.get_cmap("tab10").colors
+# one colour per known framework, the same in every figure of every report, whichever frameworks it holds
+FRAMEWORK_COLOURS = {name: PALETTE[i] for i, name in enumerate(sorted(RECIPES))}
+OTHER_COLOURS = plt.get_cmap("Dark2").colors  # for frameworks dlbench does not know (a test's fake one)
+# the ratio scale of the overview and the relative-speed tables: 1 (the lowest median) to 4x and beyond,
+# logarithmic, green to red; the ends of RdYlGn are cut so that dark text stays readable on every colour
+RATIO_SCALE = (1.0, 4.0)
+RATIO_CMAP = plt.get_cmap("RdYlGn_r")
+RATIO_RANGE = (0.12, 0.88)
 
 
 def colours(labels: Sequence[str]) -> dict[str, tuple[float, float, float]]:
-    """One colour per framework, the same in every chart of a report."""
-    return {label: PALETTE[i % len(PALETTE)] for i, label in enumerate(labels)}
+    """Each label's framework colour (FRAMEWORK_COLOURS); a second version of one framework ("jax 0.4.30"
+    beside "jax 0.6.2") gets its framework's colour lightened, unknown frameworks colours of their own."""
+    result: dict[str, tuple[float, float, float]] = {}
+    unknown = 0
+    for label in labels:
+        base = FRAMEWORK_COLOURS.get(label.split(" ")[0])
+        if base is None:
+            base, unknown = OTHER_COLOURS[unknown % len(OTHER_COLOURS)], unknown + 1
+        repeats = sum(1 for seen in result if seen.split(" ")[0] == label.split(" ")[0])
+        result[label] = tuple(c + (1 - c) * min(0.35 * repeats, 0.7) for c in to_rgb(base))
+    return result
+
+
+def ratio_colour(ratio: float) -> str:
+    """The colour of a ratio to the lowest median on the report's scale (RATIO_SCALE), as #rrggbb."""
+    share = float(LogNorm(*RATIO_SCALE, clip=True)(ratio))
+    low, high = RATIO_RANGE
+    return to_hex(RATIO_CMAP(low + (high - low) * share))
 
 
 def to_svg(fig: plt.Figure, chart_id: str) -> str:

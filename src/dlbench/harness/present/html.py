@@ -10,7 +10,7 @@ from html import escape
 from dlbench.harness.analysis.findings import Finding, group, label
 from dlbench.harness.analysis.stats import Estimate
 from dlbench.harness.analysis.summary import WARM, CellSummary
-from dlbench.harness.present import charts
+from dlbench.harness.present import charts, overview, overview_html
 from dlbench.harness.present.contents import Report
 from dlbench.harness.present.tables import Table
 
@@ -42,6 +42,7 @@ figure.chart{background:#fff;border:1px solid #dde1e8;border-radius:8px;margin:1
 figure.chart svg{max-width:100%;height:auto}
 figcaption{font-size:13px;color:#444;margin-bottom:4px}
 details{margin:8px 0}
+details.card summary h3{display:inline;margin:0}
 .timelines{display:grid;grid-template-columns:1fr 1fr;gap:0 12px}
 summary{cursor:pointer;color:#2456a6}
 .pass{color:#176b2c}.fail{color:#b3261e;font-weight:600}
@@ -178,12 +179,13 @@ def _verdict_class(text: str) -> str | None:
 
 
 def finding_html(finding: Finding, frameworks: Iterable[str]) -> str:
+    """One workload's finding, folded: its title shows, its sentences and caveats open on a click."""
     caveats = "".join(f"<li>{escape(c)}</li>" for c in finding.caveats)
-    return (f'<section class="card"{_keys(finding.workload, finding.device, frameworks)}>'
-            f"<h3>{escape(finding.title)}</h3>"
+    return (f'<details class="card"{_keys(finding.workload, finding.device, frameworks)}>'
+            f"<summary><h3>{escape(finding.title)}</h3></summary>"
             f'<p class="finding"><b>Speed</b> {escape(finding.speed)}</p>'
             f'<p class="finding"><b>Final metric</b> {escape(finding.metric)}</p>'
-            + (f'<ul class="caveats">{caveats}</ul>' if caveats else "") + "</section>")
+            + (f'<ul class="caveats">{caveats}</ul>' if caveats else "") + "</details>")
 
 
 def shared_caveats_html(caveats: list[str]) -> str:
@@ -288,27 +290,31 @@ def render(report: Report) -> str:
     palette = charts.colours(sorted({name for g in groups.values() for name in run_labels(g).values()}))
     findings = "".join(finding_html(f, {r["framework"] for r in groups[(f.workload, f.dataset, f.device)]})
                        for f in report.findings)
+    matrices = "".join(overview_html.matrix_html(m, palette) for m in overview.matrices(report.findings))
     cells = group(report.summaries)
     figures = "".join(group_figures(runs_of_group, cells[key], report.samples, palette, i)
                       for i, (key, runs_of_group) in enumerate(groups.items()))
-    nav = ("".join(f'<a href="#{s}">{s.capitalize()}</a>' for s in ("findings", "tables", "figures", "certificates",
-                                                                     "manifest"))
+    sections = ("overview", "findings", "tables", "figures", "certificates", "manifest")
+    nav = ("".join(f'<a href="#{s}">{s.capitalize()}</a>' for s in sections)
            + _select("device", (r.get("device") or "?" for r in runs))
            + _select("workload", (r["workload"] for r in runs))
            + _select("framework", (r["framework"] for r in runs)))
     body = (
         f"<header><h1>dlbench report</h1><p>{escape(_summary(report))}</p></header>"
         f"<nav><div>{nav}</div></nav><main>"
-        f'<h2 id="findings">Findings</h2>{shared_caveats_html(report.caveats)}{findings}'
+        f'<h2 id="overview">Overview</h2>{shared_caveats_html(report.caveats)}{matrices}'
+        f'<h2 id="findings">Findings</h2><p class="note">Each workload\'s verdicts in words, with its own '
+        f'caveats: click a title to open it.</p>{findings}'
         f'<h2 id="tables">Tables</h2>{"".join(table_html(t) for t in report.study_tables)}'
         f'<h2 id="figures">Figures</h2>{figures}'
         f'<h2 id="certificates">Certificates</h2>{table_html(report.certificate_grid)}'
         f'<h2 id="manifest">Manifest</h2>{"".join(table_html(t, sortable=True) for t in report.manifest)}'
         f'<p class="note">Report built by dlbench {escape(report.dlbench_version)}.</p>'
-        f'<p id="render-status" class="note"{attrs(data_expected=str(expected_charts(report)))}>'
+        # the page's own counters are for its tests (they read the data attributes), not for its readers
+        f'<p id="render-status" class="note" hidden{attrs(data_expected=str(expected_charts(report)))}>'
         f"charts not rendered: the page's script did not run</p><pre id=\"js-errors\" hidden></pre></main>"
     )
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>dlbench report</title><style>{STYLE}</style><script>{SCRIPT}</script></head>"
+            f"<title>dlbench report</title><style>{STYLE}{overview_html.STYLE}</style><script>{SCRIPT}</script></head>"
             f"<body>{body}</body></html>\n")
