@@ -485,7 +485,8 @@ def findings(cells: Sequence[CellSummary], seed: int = 0,
 def shared_caveats(cells: Sequence[CellSummary], found: Sequence[Finding]) -> tuple[list[str], list[Finding]]:
     """The caveats that hold for every workload group of findings(cells), to be said once at the top of the
     report, and the findings without them: a framework without a passing certificate, for one reason, in
-    every group; then any caveat that every finding repeats word for word. With one group, none."""
+    every group; stand-in data in every group; then any caveat that every finding repeats word for word.
+    With one group, none."""
     groups = list(group(cells).values())
     if len(groups) < 2:
         return [], list(found)
@@ -497,8 +498,20 @@ def shared_caveats(cells: Sequence[CellSummary], found: Sequence[Finding]) -> tu
             everywhere.update(names)
     found = [_with_certificate_notes(finding, _certificate_notes(cells_of, everywhere), _certificate_notes(cells_of))
              for finding, cells_of in zip(found, groups, strict=True)]
+    stand_ins = [_stand_in_notes(cells_of[0]) for cells_of in groups]
+    if all(stand_ins):  # every group on stand-in data: one note names them all, the groups' own notes go
+        shared.append(_stand_ins_note([cells_of[0] for cells_of in groups]))
+        said = {note for notes in stand_ins for note in notes}
+        found = [replace(f, caveats=tuple(c for c in f.caveats if c not in said)) for f in found]
     repeated = [note for note in found[0].caveats if all(note in finding.caveats for finding in found)]
     return shared + repeated, [replace(f, caveats=tuple(c for c in f.caveats if c not in repeated)) for f in found]
+
+
+def _stand_ins_note(cells: Sequence[CellSummary]) -> str:
+    """Every workload on stand-in data, said once: which dataset stands in for which of the study's."""
+    pairs = dict.fromkeys(f"{cell.dataset} for {WORKLOADS[cell.workload].study_dataset}" for cell in cells)
+    return (f"Every workload runs on stand-in data ({', '.join(pairs)}), not the study's datasets: its metrics "
+            f"are not comparable with the study's, and its targets, set for the study's data, may not be reached.")
 
 
 def _with_certificate_notes(finding: Finding, notes: list[str], replaced: list[str]) -> Finding:
