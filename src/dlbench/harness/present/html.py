@@ -213,8 +213,9 @@ def group_figures(runs: Sequence[Mapping], cells: Sequence[CellSummary], samples
     frameworks = sorted(set(names.values()))
     keys = _keys(first["workload"], first.get("device"), {r["framework"] for r in runs})
     by_label = {label(cell, cells): cell for cell in cells}
-    rows = [(name, _interval(by_label[name].steady_epoch_s), _interval(by_label[name].first_epoch_s))
-            for name in frameworks]
+    # fastest first: the bars read as a ranking of medians (the findings say which gaps are shown)
+    rows = sorted(((name, _interval(by_label[name].steady_epoch_s), _interval(by_label[name].first_epoch_s))
+                   for name in frameworks), key=lambda row: (row[1][0] is None, row[1][0] or 0.0, row[0]))
     # a warm run's curve against time is not drawn where its cell's cold runs give the times (summary.py)
     series = {name: [_curve(r) for r in runs if names[r["id"]] == name and r.get("epochs")
                      and not (r.get("compile_cache") == WARM and not by_label[name].warm)] for name in frameworks}
@@ -222,7 +223,8 @@ def group_figures(runs: Sequence[Mapping], cells: Sequence[CellSummary], samples
     metric = first.get("metric_name") or "metric"
     warm = [name for name in frameworks if by_label[name].warm]
     parts = [figure(charts.epoch_time_bars(rows, palette, f"bars-{index}", warm),
-                    "Epoch time per framework: steady epochs (median of each run's later epochs, median over runs, "
+                    "Epoch time per framework, fastest steady epoch first: steady epochs (median of each run's later "
+                    "epochs, median over runs, "
                     "whiskers: the order-statistic interval of the median, at least 95%, or [min-max] with 2 to 5 "
                     "runs, 50 to 93.7%) and the first epoch apart"
                     + ("; warm compile cache: a first epoch without the compilation earlier runs did" if warm else ""),
@@ -230,15 +232,18 @@ def group_figures(runs: Sequence[Mapping], cells: Sequence[CellSummary], samples
     if series:
         target = first.get("target_value")
         parts.append(figure(charts.convergence(series, palette, metric, f"convergence-{index}", target),
-                            f"{metric} against epoch and against cumulative training time: median over repetitions, "
-                            "band from the lowest to the highest"
+                            (f"{metric} against cumulative training time, one panel per framework with the others "
+                             "in grey: " if len(series) >= charts.SMALL_MULTIPLES else
+                             f"{metric} against epoch and against cumulative training time: ")
+                            + "median over repetitions, band from the lowest to the highest"
                             + ("" if target is None else f"; dashed: the workload's target ({target:g})"), keys))
-    timelines = [figure(charts.timeline(samples[r["id"]], f"timeline-{r['id']}"),
+    limits = charts.timeline_limits([samples[r["id"]] for r in runs if samples.get(r["id"])])
+    timelines = [figure(charts.timeline(samples[r["id"]], f"timeline-{r['id']}", limits),
                         f"{names[r['id']]}, repetition {r.get('repetition')} ({r['status']}): resource use over time",
                         attrs(data_framework=r["framework"]))
                  for r in runs if samples.get(r["id"])]
     if timelines:
-        parts.append(f"<details><summary>Resource timelines of the {len(timelines)} runs: CPU %, RSS"
+        parts.append(f"<details><summary>Resource timelines of the {len(timelines)} runs on shared axes: CPU %, RSS"
                      f"{', GPU' if _has_gpu(runs, samples) else ''}</summary>"
                      f'<div class="timelines">{"".join(timelines)}</div></details>')
     title = f"{first['workload']} on {first.get('dataset') or '?'} ({first.get('device') or '?'})"

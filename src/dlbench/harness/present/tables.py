@@ -251,14 +251,17 @@ def relative_speed(cells: Sequence[CellSummary], columns: list[str], device: str
 
 def certificate_grid(certificates: Sequence[Mapping], runs: Sequence[Mapping]) -> Table:
     """Framework x workload: the newest certificate's verdict and its worst deviation (relative to the
-    reference tensor's scale); the reference framework's own cells say so."""
+    reference tensor's scale); the reference framework's own cells say so. The reference's row first,
+    then the frameworks by name; workloads by name."""
     newest: dict[tuple[str, str], Mapping] = {}
     for cert in certificates:  # oldest first: later ones replace earlier
         newest[(cert["framework"], cert["workload"])] = cert
     reference = {c["reference"] for c in certificates} | {r["framework"] for r in runs
                                                          if r.get("certificate") == "reference"}
-    frameworks = list(dict.fromkeys([*(r["framework"] for r in runs), *(f for f, _ in newest)]))
-    workloads = list(dict.fromkeys([*(r["workload"] for r in runs), *(w for _, w in newest)]))
+    # a stable order, whatever order the runs ran in: the reference first, then by name
+    frameworks = sorted({*(r["framework"] for r in runs), *(f for f, _ in newest)},
+                        key=lambda name: (name not in reference, name))
+    workloads = sorted({*(r["workload"] for r in runs), *(w for _, w in newest)})
     rows = []
     for framework in frameworks:
         row = [framework]
