@@ -1,10 +1,13 @@
 """The report's first screen: the overview matrix counted, its marks and colours read back from a real
 headless Chromium, on a store built here with known answers (one page for the whole module)."""
+import csv
+import io
 import os
 import re
 import shutil
 import struct
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 from matplotlib.colors import to_rgb
@@ -142,3 +145,14 @@ def test_the_first_screen_puts_caveats_above_the_matrix_and_folds_the_findings(d
     status = render_status(dom)
     assert status["errors"] == "0" and status["charts"] == status["expected"]
     assert re.search(r'<p id="render-status"[^>]* hidden', dom)  # the test counters are not page text
+
+
+def test_the_matrix_downloads_as_csv(dom: str) -> None:
+    href = re.search(r'<a class="csv" download="overview-cpu\.csv" href="data:text/csv;charset=utf-8,([^"]*)">', dom)
+    rows = list(csv.reader(io.StringIO(unquote(href.group(1)))))
+    assert rows[0][:6] == ["framework", "cnn-mnist (digits-28) time ratio", "cnn-mnist (digits-28) time gap shown",
+                           "cnn-mnist (digits-28) metric", "cnn-mnist (digits-28) metric gap",
+                           "cnn-mnist (digits-28) metric gap shown"]
+    assert [row[0] for row in rows[1:]] == ["jax", "tensorflow", "pytorch"]
+    assert rows[2][1:3] == ["1.68", "true"] and rows[2][6:8] == ["1", "false"]  # tensorflow: cnn-mnist, lstm-imdb
+    assert rows[1][-1].startswith("of 3 workloads: shown fastest on 2")

@@ -344,10 +344,16 @@ def _steady_notes(cells: Sequence[CellSummary]) -> list[str]:
             f"second epoch alone, not a median over several."]
 
 
-def _stand_in_notes(cell: CellSummary) -> list[str]:
+def stand_in(cell: CellSummary) -> bool:
+    """Whether the cell's dataset stands in for the study's (the workload's target was set for the study's)."""
     workload = WORKLOADS.get(cell.workload)
-    if workload is None or not cell.dataset or cell.dataset == workload.study_dataset:
+    return workload is not None and bool(cell.dataset) and cell.dataset != workload.study_dataset
+
+
+def _stand_in_notes(cell: CellSummary) -> list[str]:
+    if not stand_in(cell):
         return []
+    workload = WORKLOADS[cell.workload]
     return [f"{cell.dataset} is not {workload.study_dataset}, the study's dataset for {workload.name}: its "
             f"{workload.target['metric']} is not comparable with the study's."]
 

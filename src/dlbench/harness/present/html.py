@@ -10,7 +10,7 @@ from html import escape
 from dlbench.harness.analysis.findings import Finding, group, label
 from dlbench.harness.analysis.stats import Estimate
 from dlbench.harness.analysis.summary import WARM, CellSummary
-from dlbench.harness.present import charts, overview, overview_html
+from dlbench.harness.present import charts, overview, overview_html, tables
 from dlbench.harness.present.contents import Report
 from dlbench.harness.present.tables import Table
 
@@ -45,6 +45,7 @@ details{margin:8px 0}
 details.card summary h3{display:inline;margin:0}
 .timelines{display:grid;grid-template-columns:1fr 1fr;gap:0 12px}
 summary{cursor:pointer;color:#2456a6}
+a.csv{font-size:12px;font-weight:400;margin-left:8px;color:#2456a6}
 .pass{color:#176b2c}.fail{color:#b3261e;font-weight:600}
 #js-errors{color:#b3261e;white-space:pre-wrap}
 """
@@ -146,6 +147,11 @@ def attrs(**values: str | None) -> str:
 
 
 def table_html(table: Table, sortable: bool = False) -> str:
+    """The table with its CSV download; cells with a shade (a ratio) coloured on the report's scale. A table
+    without rows shows its title and note alone (the note says why it is empty)."""
+    note = f'<p class="note">{escape(table.note)}</p>' if table.note else ""
+    if not table.rows:
+        return f"<div{_data(table.keys)}><h3>{escape(table.title)}</h3>{note}</div>"
     cls = ' class="sortable"' if sortable else ""
     columns = table.frameworks or [""] * len(table.header)
     head = "".join(f"<th{attrs(data_framework=f or None)}>{escape(h)}</th>"
@@ -153,12 +159,22 @@ def table_html(table: Table, sortable: bool = False) -> str:
     body = []
     for i, row in enumerate(table.rows):
         keys = table.row_keys[i] if table.row_keys else {}
-        cells = "".join(f"<td{attrs(data_framework=f or None, **{'class': _verdict_class(c)})}>{_cell(c)}</td>"
-                        for c, f in zip(row, columns, strict=True))
+        shades = table.shades[i] if table.shades else [None] * len(row)
+        cells = "".join(f"<td{attrs(data_framework=f or None, style=_shade(shade), **{'class': _verdict_class(c)})}>"
+                        f"{_cell(c)}</td>" for c, f, shade in zip(row, columns, shades, strict=True))
         body.append(f"<tr{_data(keys)}>{cells}</tr>")
-    note = f'<p class="note">{escape(table.note)}</p>' if table.note else ""
-    return (f'<div{_data(table.keys)}><h3>{escape(table.title)}</h3><div class="wide"><table{cls}><thead><tr>{head}'
-            f"</tr></thead><tbody>{''.join(body)}</tbody></table></div>{note}</div>")
+    return (f'<div{_data(table.keys)}><h3>{escape(table.title)} {csv_link(table)}</h3><div class="wide">'
+            f"<table{cls}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>{note}</div>")
+
+
+def _shade(ratio: float | None) -> str | None:
+    return None if ratio is None else f"background-color:{charts.ratio_colour(ratio)}"
+
+
+def csv_link(table: Table) -> str:
+    """A link that downloads the table as CSV, the file inline in the page (a data: URI): nothing is fetched."""
+    name, href = tables.csv_download(table)
+    return f'<a class="csv"{attrs(download=name, href=href)}>CSV</a>'
 
 
 def _data(keys: Mapping[str, str]) -> str:

@@ -11,6 +11,7 @@ from html import escape
 from dlbench.harness.analysis.findings import Key
 from dlbench.harness.present import charts
 from dlbench.harness.present.overview import FRACTIONS, Mark, Matrix, metric_gap_text
+from dlbench.harness.present.tables import Table, csv_download
 
 METRIC_NAMES = {"map": "mAP", "accuracy": "acc."}  # a narrow column's words for a metric
 STYLE = """
@@ -106,12 +107,37 @@ def legend() -> str:
             f"not shown</div>")
 
 
+def matrix_table(matrix: Matrix) -> Table:
+    """The matrix as plain rows, for its CSV: per workload the ratio, whether its gap is shown, the metric
+    and its distance to the best, then the framework's line."""
+    header = ["framework"] + [f"{w} ({d or '?'}) {part}" for w, d, _ in matrix.groups
+                              for part in ("time ratio", "time gap shown", "metric", "metric gap", "metric gap shown")]
+    rows = []
+    for name in matrix.frameworks:
+        row = [name]
+        for key in matrix.groups:
+            speed, metric = matrix.speed.get((name, key)), matrix.metric.get((name, key))
+            row += _csv_marks(speed, metric)
+        rows.append(row + [matrix.lines[name]])
+    return Table(f"Overview, {matrix.device}", header + ["summary"], rows)
+
+
+def _csv_marks(speed: Mark | None, metric: Mark | None) -> list[str]:
+    def known(mark: Mark | None, value: float | None) -> str:
+        return "" if mark is None or value is None else f"{value:.4g}"
+    return [known(speed, speed and speed.value), "" if speed is None else str(speed.shown).lower(),
+            known(metric, metric and metric.value), known(metric, metric and metric.gap),
+            "" if metric is None else str(metric.shown).lower()]
+
+
 def matrix_html(matrix: Matrix, palette: Mapping[str, tuple]) -> str:
     rows = "".join(_row(matrix, name, palette) for name in matrix.frameworks)
+    csv_name, csv_href = csv_download(matrix_table(matrix))
     lines = "".join(f'<li data-framework="{escape(name.split(" ")[0])}"><b>{escape(name)}</b>: '
                     f"{escape(matrix.lines[name])}</li>" for name in matrix.frameworks)
     return (f'<section class="card" data-device="{escape(matrix.device)}"><h3>{escape(matrix.device)}: '
-            f"steady epoch time relative to the lowest median, and the final metric's distance to the best</h3>"
+            f"steady epoch time relative to the lowest median, and the final metric's distance to the best "
+            f'<a class="csv" download="{escape(csv_name)}" href="{escape(csv_href)}">CSV</a></h3>'
             f'{legend()}<div class="wide"><table class="overview" data-device="{escape(matrix.device)}">'
             f"{_header(matrix)}<tbody>{rows}</tbody></table></div>"
             f'<p class="note">{NOTE}</p><ul class="lines">{lines}</ul></section>')
