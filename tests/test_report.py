@@ -336,3 +336,17 @@ def test_each_table_downloads_as_csv_from_the_page_and_ratio_cells_are_coloured(
     shaded = re.findall(r'<td data-framework="(\w+)" style="background-color:(#\w{6})">([\d.]+)x', relative)
     assert shaded[0] == ("pytorch", charts.ratio_colour(1.67), "1.67")
     assert "; 8 successful runs per cell" not in text and "; 7 to 8 successful runs per cell" in text
+
+
+def test_results_and_the_report_write_an_accuracy_alike(tmp_path: Path) -> None:
+    """74.3% in `dlbench results`, in its per-epoch column and in the report's table: one form everywhere."""
+    from dlbench.harness.present import listing
+
+    run, epochs, _ = synthetic_run("pytorch", "lstm-imdb", 1, 1.0, 0.743)
+    heading, _, row = listing.table([{**run, "epochs": epochs}]).splitlines()
+    assert row[heading.index(" value ") + 1:].split()[0] == "74.3%"
+    assert listing.epochs_text({**run, "epochs": epochs}).endswith("4:74.3%@1.00s")
+    with Store(tmp_path / "dlbench.sqlite") as store:
+        store.save_run(run, epochs, [])
+    metric = next(t for t in report.load(tmp_path / "dlbench.sqlite").study_tables if t.title == "Final metric, cpu")
+    assert metric.rows[0][1] == "74.3%"

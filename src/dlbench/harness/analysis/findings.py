@@ -12,6 +12,7 @@ import statistics
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from dlbench.harness.analysis.measures import metric_format
 from dlbench.harness.analysis.stats import (
     NO_DIFFERENCE,
     NOISE,
@@ -100,12 +101,6 @@ def samples(cells: Sequence[CellSummary], figure: str) -> dict[str, list[float]]
 
 def seconds(value: float) -> str:
     return f"{value:#.3g} s" if value < 100 else f"{value:,.0f} s"
-
-
-def metric_format(metric: str | None) -> Callable[[float], str]:
-    if metric == "accuracy":
-        return lambda value: f"{value * 100:.1f}%"
-    return lambda value: f"{value:.4g}"
 
 
 def higher_is_better(workload: str) -> bool:

@@ -46,8 +46,10 @@ def table(runs: list[dict]) -> str:
     split, version_column = keys.index("mean_cpu_percent") + 1, keys.index("framework_version")
     rows = [[heading for _, heading in TABLE_COLUMNS[:split]] + [heading for heading, _ in DERIVED_COLUMNS]
             + [heading for _, heading in TABLE_COLUMNS[split:]] + ["code", "epochs (metric@train s)"]]
+    value_column = keys.index("metric_value")
     for run in runs:
         cells = [_cell(run.get(key)) for key, _ in TABLE_COLUMNS]
+        cells[value_column] = metric_text(run.get("metric_name"), run.get("metric_value"))
         rebuilt = (run.get("config") or {}).get("environment_from_run")
         if rebuilt:  # the environment was rebuilt from a stored run's packages (dlbench env create --from-run)
             cells[version_column] += f" (env of run {rebuilt['run_id']})"
@@ -95,8 +97,14 @@ def _sci(value: float | None) -> str:
 
 
 def epochs_text(run: dict) -> str:
-    """Per-epoch metric and training time, compact: "1:0.8123@2.10s 2:...". """
-    return " ".join(f"{e['epoch']}:{_cell(e['metric_value'])}@{e['train_time_s']:.2f}s" for e in run.get("epochs", []))
+    """Per-epoch metric and training time, compact: "1:81.2%@2.10s 2:...". """
+    return " ".join(f"{e['epoch']}:{metric_text(run.get('metric_name'), e['metric_value'])}@{e['train_time_s']:.2f}s"
+                    for e in run.get("epochs", []))
+
+
+def metric_text(metric: str | None, value: float | None) -> str:
+    """A metric's value as the report shows it (an accuracy as 74.3%); CSV and JSON keep the stored number."""
+    return "-" if value is None else measures.metric_format(metric)(value)
 
 
 def to_csv(runs: list[dict]) -> str:
