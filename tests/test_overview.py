@@ -128,6 +128,8 @@ def test_the_metric_column_shows_the_best_and_each_gap_in_points(dom: str) -> No
     assert [text for *_, text in mnist] == ["93.2", "-13.1", "-0.1"]
     assert [(classes, shown) for classes, _, shown, _ in mnist] == [(" best", "false"), (" shown", "true"),
                                                                     ("", "false")]
+    # lstm-imdb: the same accuracy everywhere, so every framework holds the best value and none a gap
+    assert [(classes, text) for classes, _, _, text in metric[1::3]] == [(" best", "80.0")] * 3
 
 
 def test_the_bars_stand_fastest_first(dom: str) -> None:

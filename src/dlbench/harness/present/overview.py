@@ -74,20 +74,26 @@ def _geometric_mean(values: Sequence[float | None]) -> float:
     return math.exp(sum(math.log(v) for v in known) / len(known)) if known else math.inf
 
 
+def _shown(ranked: Standing, name: str) -> bool:
+    return ranked.best_shown if name == ranked.best else ranked.shown_behind(name)
+
+
+def _holds_best(ranked: Standing, name: str) -> bool:
+    """Whether the framework's median is the group's best one (several where they tie)."""
+    return ranked.medians[name] == ranked.medians[ranked.best]
+
+
 def speed_marks(ranked: Standing) -> dict[str, Mark]:
     """Each framework's steady epoch time over the group's lowest median, and whether its gap is shown."""
-    best = ranked.best
-    return {name: Mark(ranked.medians[name] / ranked.medians[best] if ranked.medians[best] else None, None,
-                       ranked.best_shown if name == best else ranked.shown_behind(name), name == best)
-            for name in ranked.order}
+    best = ranked.medians[ranked.best] if ranked.order else None
+    return {name: Mark(ranked.medians[name] / best if best else None, None, _shown(ranked, name),
+                       _holds_best(ranked, name)) for name in ranked.order}
 
 
 def metric_marks(ranked: Standing) -> dict[str, Mark]:
     """Each framework's final metric, its distance to the best median, and whether that is shown."""
-    best = ranked.best
-    return {name: Mark(ranked.medians[name], ranked.medians[name] - ranked.medians[best],
-                       ranked.best_shown if name == best else ranked.shown_behind(name), name == best)
-            for name in ranked.order}
+    return {name: Mark(ranked.medians[name], ranked.medians[name] - ranked.medians[ranked.best],
+                       _shown(ranked, name), _holds_best(ranked, name)) for name in ranked.order}
 
 
 def metric_gap_text(metric: str, gap: float) -> str:
@@ -132,12 +138,15 @@ def summary_line(name: str, found: Sequence[Finding]) -> str:
 
 
 def _against_reference(name: str, mine: Sequence[Finding]) -> str:
-    if name == REFERENCE:
-        return "the reference"
+    """How the framework stands against the reference where a test could rank them, or why none could."""
     tested = [f for f in mine if REFERENCE in f.speed_standing.medians and f.speed_standing.kind == RANKED]
+    reference = "the reference; " if name == REFERENCE else ""
     if not tested:
         kinds = sorted({_unranked(f.speed_standing) or "" for f in mine} - {""})
-        return f"no speed difference can be shown ({', '.join(kinds)})" if kinds else "no reference to compare"
+        return reference + (f"no speed difference can be shown ({', '.join(kinds)})" if kinds
+                            else "no reference to compare")
+    if name == REFERENCE:
+        return "the reference"
     slower = sum(_slower_than(f.speed_standing.tests, name, REFERENCE) for f in tested)
     if not slower:
         return f"never shown slower than the reference ({REFERENCE}) on the {len(tested)} tested"
