@@ -28,6 +28,7 @@ STYLE = {
 }
 WIDE = 10.0  # a panel whose values span more than this factor gets a logarithmic axis
 SMALL_MULTIPLES = 5  # from this many frameworks on, convergence is drawn as one small panel per framework
+CONTEXT_POINTS = 12  # per other framework's grey line in a small panel
 MAX_POINTS = 120  # per timeline series: enough for the eye at this width, keeps one chart near 10 kB
 PALETTE = plt.get_cmap("tab10").colors
 # one colour per known framework, the same in every figure of every report, whichever frameworks it holds
@@ -201,10 +202,12 @@ def small_multiples(curves: Mapping[str, Curve], palette: Mapping[str, tuple], m
         # the grid's last row may hold fewer frameworks than panels: those panels are hidden below
         for ax, (label, (_, times, mids, lows, highs)) in zip(axes.flat, curves.items(), strict=False):
             for other, curve in curves.items():
-                if other != label:
-                    ax.plot(curve[1], curve[2], color="0.82", lw=1)
+                if other != label:  # context only: a thinned line keeps 9 panels x 8 others small
+                    step = max(1, -(-len(curve[1]) // CONTEXT_POINTS))
+                    ax.plot(curve[1][::step], curve[2][::step], color="0.82", lw=1)
             ax.fill_between(times, lows, highs, color=palette[label], alpha=0.2, lw=0)
-            ax.plot(times, mids, marker="o", ms=2.5, color=palette[label], lw=1.6)
+            ax.plot(times, mids, marker="o" if len(times) <= CONTEXT_POINTS else "", ms=2.5, color=palette[label],
+                    lw=1.6)
             if target is not None:
                 ax.axhline(target, color="#555555", lw=1, ls="--")
             ax.set_title(label, loc="left", fontsize=9, color=palette[label])
@@ -213,6 +216,8 @@ def small_multiples(curves: Mapping[str, Curve], palette: Mapping[str, tuple], m
         first = axes.flat[0]
         _metric_axis(first, metric, [v for curve in curves.values() for v in curve[3] + curve[4]])
         _log_if_wide(first, "x", [t for curve in curves.values() for t in curve[1]])
+        for ax in axes.flat:  # a log axis's minor ticks, in every small panel, would double the figure's size
+            ax.minorticks_off()
         fig.supxlabel("cumulative training time (s)", fontsize=9)
         fig.supylabel(metric + ("" if target is None else " (dashed: target)"), fontsize=9)
         return to_svg(fig, chart_id)
