@@ -123,7 +123,8 @@ def test_each_framework_gets_a_line_counted_from_the_findings_verdicts(loaded: r
 
 
 def test_the_metric_column_shows_the_best_and_each_gap_in_points(dom: str) -> None:
-    metric = re.findall(r'<td class="metric([\w ]*)" data-gap="([^"]*)" data-shown="(\w+)">([^<]*)</td>', dom)
+    metric = re.findall(r'<td class="metric([\w ]*)" data-workload="[\w-]+" data-gap="([^"]*)" data-shown="(\w+)">'
+                        r'([^<]*)</td>', dom)
     mnist = metric[0::3]  # jax's, tensorflow's, pytorch's cnn-mnist accuracy
     assert [text for *_, text in mnist] == ["93.2", "-13.1", "-0.1"]
     assert [(classes, shown) for classes, _, shown, _ in mnist] == [(" best", "false"), (" shown", "true"),
@@ -158,3 +159,18 @@ def test_the_matrix_downloads_as_csv(dom: str) -> None:
     assert [row[0] for row in rows[1:]] == ["jax", "tensorflow", "pytorch"]
     assert rows[2][1:3] == ["1.68", "true"] and rows[2][6:8] == ["1", "false"]  # tensorflow: cnn-mnist, lstm-imdb
     assert rows[1][-1].startswith("of 3 workloads: shown fastest on 2")
+
+
+def test_the_filters_hide_whole_rows_and_columns_of_the_matrix(results: Path, dom: str, tmp_path: Path) -> None:
+    """#framework=jax&workload=lstm-imdb leaves jax's row and lstm-imdb's columns, the table still aligned."""
+    page = results / "report.html"  # written by the dom fixture
+    done = browse(tmp_path / "profile", page.as_uri() + "#framework=jax&workload=lstm-imdb", "--dump-dom")
+    matrix = done.stdout[done.stdout.index('<table class="overview"'):]
+    matrix = matrix[:matrix.index("</table>")]
+    rows = re.findall(r'<tr data-framework="([\w-]+)"( hidden="")?>', matrix)
+    assert rows == [("jax", ""), ("tensorflow", ' hidden=""'), ("pytorch", ' hidden=""')]
+    cells = re.findall(r'<t([hd])[^>]* data-workload="([\w-]+)"[^>]*?( hidden="")?>', matrix)
+    assert {(kind, workload) for kind, workload, hidden in cells if not hidden} == {("h", "lstm-imdb"),
+                                                                                 ("d", "lstm-imdb")}
+    assert sum(1 for _, workload, hidden in cells if workload == "lstm-imdb" and not hidden) == 3 + 2 * 3
+    assert sum(1 for _, workload, hidden in cells if workload != "lstm-imdb" and hidden) == 2 * (3 + 2 * 3)

@@ -45,23 +45,25 @@ def speed_background(mark: Mark) -> str:
             f"rgba(255,255,255,.6) 6px 8px)")
 
 
-def _speed_cell(mark: Mark | None) -> str:
+def _speed_cell(mark: Mark | None, workload: str) -> str:
     if mark is None or mark.value is None:
-        return '<td class="speed" data-ratio="">-</td>'
+        return f'<td class="speed" data-workload="{escape(workload)}" data-ratio="">-</td>'
     text = f"{mark.value:.2f}×"
     title = ("lowest median, " + ("shown faster than all others" if mark.shown else "not shown ahead of all")
              if mark.best else f"{text} the lowest median, " + ("gap shown" if mark.shown else "gap not shown"))
-    return (f'<td class="speed" data-ratio="{mark.value:.4g}" data-shown="{str(mark.shown).lower()}" '
+    return (f'<td class="speed" data-workload="{escape(workload)}" data-ratio="{mark.value:.4g}" '
+            f'data-shown="{str(mark.shown).lower()}" '
             f'data-colour="{charts.ratio_colour(mark.value)}" style="{speed_background(mark)}" '
             f'title="{escape(title)}">{text}</td>')
 
 
-def _metric_cell(mark: Mark | None, metric: str, fmt_best: str) -> str:
+def _metric_cell(mark: Mark | None, metric: str, fmt_best: str, workload: str) -> str:
     if mark is None or mark.value is None:
-        return '<td class="metric">-</td>'
+        return f'<td class="metric" data-workload="{escape(workload)}">-</td>'
     classes = "metric" + (" best" if mark.best else "") + (" shown" if mark.shown else "")
     text = fmt_best if mark.best else metric_gap_text(metric, mark.gap)
-    return f'<td class="{classes}" data-gap="{mark.gap:.4g}" data-shown="{str(mark.shown).lower()}">{escape(text)}</td>'
+    return (f'<td class="{classes}" data-workload="{escape(workload)}" data-gap="{mark.gap:.4g}" '
+            f'data-shown="{str(mark.shown).lower()}">{escape(text)}</td>')
 
 
 def _best_value(matrix: Matrix, key: Key) -> str:
@@ -80,7 +82,8 @@ def _header(matrix: Matrix) -> str:
                    f'<span class="why">{escape(dataset or "?")}</span></th>')
         metric = matrix.metric_names[key]
         unit = "pt, " if metric in FRACTIONS else ""
-        bottom.append(f'<th>time ×{_why(speed_why)}</th><th>{escape(METRIC_NAMES.get(metric, metric))}'
+        column = f' data-workload="{escape(workload)}"'  # the page's workload filter hides whole columns
+        bottom.append(f'<th{column}>time ×{_why(speed_why)}</th><th{column}>{escape(METRIC_NAMES.get(metric, metric))}'
                       f'{_why(unit + metric_why if metric_why else unit.removesuffix(", "))}</th>')
     return f"<thead><tr>{''.join(top)}</tr><tr>{''.join(bottom)}</tr></thead>"
 
@@ -91,8 +94,9 @@ def _why(reason: str | None) -> str:
 
 def _row(matrix: Matrix, name: str, palette: Mapping[str, tuple]) -> str:
     swatch = f'<span class="swatch" style="background:{charts.to_hex(palette[name])}"></span>'
-    cells = "".join(_speed_cell(matrix.speed.get((name, key)))
-                    + _metric_cell(matrix.metric.get((name, key)), matrix.metric_names[key], _best_value(matrix, key))
+    cells = "".join(_speed_cell(matrix.speed.get((name, key)), key[0])
+                    + _metric_cell(matrix.metric.get((name, key)), matrix.metric_names[key], _best_value(matrix, key),
+                                   key[0])
                     for key in matrix.groups)
     return f'<tr data-framework="{escape(name.split(" ")[0])}"><th class="fw">{swatch}{escape(name)}</th>{cells}</tr>'
 
