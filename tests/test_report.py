@@ -350,3 +350,15 @@ def test_results_and_the_report_write_an_accuracy_alike(tmp_path: Path) -> None:
         store.save_run(run, epochs, [])
     metric = next(t for t in report.load(tmp_path / "dlbench.sqlite").study_tables if t.title == "Final metric, cpu")
     assert metric.rows[0][1] == "74.3%"
+
+
+def test_time_to_target_of_stand_ins_nobody_reached_is_left_out_and_said_so(tmp_path: Path) -> None:
+    with Store(tmp_path / "dlbench.sqlite") as store:
+        for framework in ("pytorch", "jax"):
+            store.save_run(*synthetic_run(framework, "cnn-mnist", 1, 1.0, 0.9))  # target 0.985: not reached
+    loaded = report.load(tmp_path / "dlbench.sqlite")
+    target = next(t for t in loaded.study_tables if t.title == "Time to target, cpu")
+    assert target.rows == [] and "Left out: cnn-mnist (digits-28): stand-in data" in target.note
+    page = html.render(loaded)
+    shown = page[page.index("<h3>Time to target, cpu</h3>"):]
+    assert shown.index("Left out: cnn-mnist") < shown.index("</div>") < shown.index("<table")  # no table of its own

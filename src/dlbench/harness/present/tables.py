@@ -13,7 +13,8 @@ from statistics import median
 from urllib.parse import quote
 
 from dlbench.harness.analysis import measures
-from dlbench.harness.analysis.findings import group, label, metric_format, seconds, stand_in
+from dlbench.harness.analysis.findings import group, label, seconds, stand_in
+from dlbench.harness.analysis.measures import metric_format
 from dlbench.harness.analysis.stats import CONFIDENCE, NOISE, Estimate, level_text
 from dlbench.harness.analysis.summary import FIRST_EPOCH_FIGURES, CellSummary, speed_ratios
 from dlbench.harness.certification import machine_store
