@@ -139,7 +139,7 @@ def test_results_exports(quick_run):
     as_json = json.loads(dlbench("results", "--results", str(results), "--format", "json").stdout)
     mnist = next(run for run in as_json if run["workload"] == "cnn-mnist")
     assert mnist["config"]["model"]["layers"][0]["type"] == "conv2d"
-    table = dlbench("results", "--results", str(results)).stdout
+    table = dlbench("results", "--results", str(results), "--columns", "all").stdout
     assert "cnn-mnist" in table and "1:" in table
     heading, _, *rows = table.splitlines()[:1 + 1 + 8]
     code = heading.index(" code ") + 1  # every run came from the code this dlbench runs now

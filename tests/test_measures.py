@@ -87,13 +87,13 @@ def test_results_table_shows_gflops_mfu_cores_and_energy():
                                {"epoch": 2, "metric_value": 0.6, "train_time_s": 1.0, "energy_cpu_j": 20.0}],
                        energy_source="cpu: RAPL package-0 (no dram zone); gpu: device cpu"),
             stored_run(framework="old")]
-    lines = listing.table(runs).splitlines()
-    heading = lines[0].split()
+    heading, _, *rows = listing.table(runs, listing.column_names(), width=None).splitlines()
     for name in ("GFLOP/s", "MFU", "cores", "energy/sample"):
-        assert name in heading
-    assert "31.2" in lines[2] and "49.6% of 63 GFLOP/s" in lines[2] and "1.96" in lines[2]  # 31.25 / 0.4961
-    assert "n/a: no /sys/class/powercap" in lines[2]
-    assert "no peak" in lines[3] and "FLAG used 1.0 of 2 cores" in lines[3] and "cpu 0.2 J" in lines[3]
+        assert name in heading.split()
+    row = {line.split()[0]: line for line in rows}  # by framework: rows are sorted, not in stored order
+    assert "31.2" in row["pytorch"] and "49.6% of 63 GFLOP/s" in row["pytorch"] and "1.96" in row["pytorch"]
+    assert "n/a: no /sys/class/powercap" in row["pytorch"]
+    assert "no peak" in row["mxnet"] and "FLAG used 1.0 of 2 cores" in row["mxnet"] and "cpu 0.2 J" in row["mxnet"]
     assert measures.mfu_text(runs[2]) == "-" and measures.cores_text(runs[2]) == "-"
 
 
@@ -173,7 +173,7 @@ def test_results_lists_the_peaks_with_the_reason_of_a_failed_one(tmp_path, capsy
                          "reason": "peak not measured: RuntimeError: no GEMM"})
     assert cli.main(["results", "--results", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    peaks = out[out.index("peak id"):].splitlines()
+    peaks = out[out.index("peak  "):].splitlines()
     assert "60.00" in peaks[2] and "torch.matmul" in peaks[2] and "0.1000" in peaks[2]
     assert "- (peak not measured: RuntimeError: no GEMM)" in peaks[3]
 
@@ -241,10 +241,11 @@ def test_results_and_report_show_where_a_detector_epoch_went(tmp_path):
     assert measures.time_split(runs[0]) == pytest.approx(
         {"host": 0.2, "NMS": 0.1, "framework": 0.6, "rest": 0.1, "framework share": 0.6})
     assert measures.time_split(runs[2]) == {}
-    lines = listing.table(runs).splitlines()
-    assert "detector epoch" in lines[0]
-    assert "host 0.2, NMS 0.1, framework 0.6, rest 0.1 s (framework 60%)" in lines[2]
-    assert "host 0.5, NMS 0.5, framework 0.9, rest 0.1 s (framework 45%)" in lines[3]
+    heading, _, *rows = listing.table(runs, listing.column_names(), width=None).splitlines()
+    assert "detector epoch" in heading
+    row = {line.split()[0]: line for line in rows}  # by framework: rows are sorted, not in stored order
+    assert "host 0.2, NMS 0.1, framework 0.6, rest 0.1 s (framework 60%)" in row["pytorch"]
+    assert "host 0.5, NMS 0.5, framework 0.9, rest 0.1 s (framework 45%)" in row["chainer"]
     loaded = report.load(tmp_path / "dlbench.sqlite")
     [table] = [t for t in loaded.study_tables if t.title == "Detector epoch time by where it went, cpu"]
     assert table.header == ["workload (dataset)", "framework", "host s", "NMS s", "framework s", "rest s",

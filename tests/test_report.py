@@ -312,7 +312,7 @@ def test_results_show_the_compile_cache_state(tmp_path: Path) -> None:
     from dlbench.harness.present import listing
 
     run, epochs, samples = synthetic_run("theano", "cnn-mnist", 1, 1.0, 0.99)
-    table = listing.table([{**run, "compile_cache": "warm", "epochs": epochs}])
+    table = listing.table([{**run, "compile_cache": "warm", "epochs": epochs}], listing.column_names())
     heading, _, row = table.splitlines()
     assert "cache" in heading.split() and "warm" in row.split()
     assert '"compile_cache": "warm"' in listing.to_json([{**run, "compile_cache": "warm"}])
@@ -343,8 +343,8 @@ def test_results_and_the_report_write_an_accuracy_alike(tmp_path: Path) -> None:
     from dlbench.harness.present import listing
 
     run, epochs, _ = synthetic_run("pytorch", "lstm-imdb", 1, 1.0, 0.743)
-    heading, _, row = listing.table([{**run, "epochs": epochs}]).splitlines()
-    assert row[heading.index(" value ") + 1:].split()[0] == "74.3%"
+    assert listing.columns({**run, "epochs": epochs})["final metric"] == "accuracy 74.3%"
+    assert "accuracy 74.3%" in listing.table([{**run, "epochs": epochs}])
     assert listing.epochs_text({**run, "epochs": epochs}).endswith("4:74.3%@1.00s")
     with Store(tmp_path / "dlbench.sqlite") as store:
         store.save_run(run, epochs, [])

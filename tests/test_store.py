@@ -402,3 +402,57 @@ def test_a_version_7_store_gains_the_environments_table(tmp_path: Path) -> None:
         store.save_run({**make_run("new"), "workload_digest": "wl1"}, [], [])
         assert store.runs()[0]["workload_digest"] == "wl1"
     assert schema_version(path) == SCHEMA_VERSION == 10
+
+
+def stored_runs(path: Path, count: int) -> bytes:
+    """A closed store of `count` runs of 3 epochs and 200 samples each (several pages per table); its bytes."""
+    with Store(path) as store:
+        for index in range(count):
+            samples = [{"t_s": i / 10, "cpu_percent": 100.0, "rss_mb": 50.0, "threads": 2} for i in range(200)]
+            store.save_run(make_run(f"h{index}"), [make_epoch(e) for e in range(3)], samples)
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("for_reading", [True, False])
+def test_a_store_damaged_mid_file_is_refused_by_name_and_left_unchanged(tmp_path: Path, for_reading: bool) -> None:
+    path = tmp_path / "dlbench.sqlite"
+    damaged = bytearray(stored_runs(path, 20))
+    page = 4096  # page 1 (the schema, the version) stays whole, so the store opens; the runs table's pages do not
+    damaged[page:page + len(damaged) // 3] = bytes((i * 37) % 251 for i in range(len(damaged) // 3))
+    path.write_bytes(bytes(damaged))
+    with Store(path, for_reading=for_reading) as store, pytest.raises(StoreError) as error:
+        store.runs()
+    assert str(error.value).startswith(f"{path}: the store is damaged (database disk image is malformed)")
+    assert f"sqlite3 {path} .recover" in str(error.value)
+    assert path.read_bytes() == bytes(damaged)
+
+
+@pytest.mark.parametrize(("table", "column", "where", "named"), [
+    ("runs", "config", "id = 2", "table runs, row id 2: column config"),
+    ("epochs", "metrics", "run_id = 1 AND epoch = 2", "table epochs, row run_id 1, epoch 2: column metrics"),
+])
+def test_invalid_json_in_a_column_is_refused_by_table_row_and_column(tmp_path: Path, table: str, column: str,
+                                                                     where: str, named: str) -> None:
+    path = tmp_path / "dlbench.sqlite"
+    stored_runs(path, 3)
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"UPDATE {table} SET {column} = '{{\"lr\": 0.1,' WHERE {where}")
+    conn.close()
+    before = path.read_bytes()
+    with Store(path, for_reading=True) as store, pytest.raises(StoreError) as error:
+        store.runs()
+    assert str(error.value).startswith(f"{path}: {named} holds invalid JSON (")
+    assert path.read_bytes() == before
+
+
+def test_a_reader_creates_nothing(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="no results store at"):
+        Store(tmp_path / "missing" / "dlbench.sqlite", for_reading=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_store_that_cannot_be_created_is_refused_by_name(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("in the way\n")
+    with pytest.raises(StoreError, match=f"{tmp_path / 'afile'}/dlbench.sqlite: cannot create the store"):
+        Store(tmp_path / "afile" / "dlbench.sqlite")
+    assert (tmp_path / "afile").read_text() == "in the way\n"

@@ -1,5 +1,8 @@
 """Suite files, the plan they describe, and the command line's answers to user errors."""
+import csv
 import dataclasses
+import io
+import json
 import os
 import textwrap
 from pathlib import Path
@@ -221,7 +224,8 @@ def test_missing_environment_names_the_create_command_and_runs_nothing(capsys, t
 # ---- list and results -----------------------------------------------------------------------
 
 def table_rows(out: str) -> dict[str, list[str]]:
-    return {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
+    """A text table's rows by their first word, without the heading's underline."""
+    return {line.split()[0]: line.split() for line in out.splitlines() if line.strip() and not line.startswith("--")}
 
 
 def test_list_workloads(capsys):
@@ -229,11 +233,14 @@ def test_list_workloads(capsys):
     rows = table_rows(capsys.readouterr().out)
     assert rows["workload"][:3] == ["workload", "study", "dataset"]
     assert rows["cnn-mnist"][:3] == ["cnn-mnist", "mnist", "1,199,882"]
-    assert " ".join(rows["cnn-mnist"]).endswith("accuracy >= 0.985 2 conv + 2 dense CNN for 28x28 grey digits")
+    assert " ".join(rows["cnn-mnist"]).endswith("accuracy >= 0.985")
+    assert " ".join(rows["cnn-mnist:"]) == "cnn-mnist: 2 conv + 2 dense CNN for 28x28 grey digits"  # below, whole
     assert "perplexity <= 200" in " ".join(rows["lstm-ptb"])
     assert rows["frcnn-voc"][:3] == ["frcnn-voc", "voc2012", "7,729,622"]
-    assert "map >= 0.3 Faster R-CNN: 4-block VGG-style backbone" in " ".join(rows["frcnn-voc"])
-    assert set(rows) == {"workload", *ALL_WORKLOADS.split(", ")}
+    assert " ".join(rows["frcnn-voc"]).endswith("map >= 0.3")
+    assert " ".join(rows["frcnn-voc:"]).startswith("frcnn-voc: Faster R-CNN: 4-block VGG-style backbone")
+    assert set(rows) - {"------------------"} == {"workload", *ALL_WORKLOADS.split(", "),
+                                                   *(name + ":" for name in ALL_WORKLOADS.split(", "))}
 
 
 def test_list_datasets(capsys, tmp_path):
@@ -254,19 +261,26 @@ def test_list_suites(capsys):
 
 def test_list_frameworks_without_environments(capsys, empty_home):
     assert main(["list", "frameworks"]) == 0
-    rows = table_rows(capsys.readouterr().out)
-    assert rows["pytorch"] == ["pytorch", "torch", "2.13.0", "-", "torch==2.13.0", "numpy", "missing:", "dlbench",
-                               "env", "create", "pytorch"]
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith(f"create the missing ones with:\n  dlbench env create {' '.join(envs.RECIPES)}")
+    rows = table_rows(out)
+    assert rows["pytorch"] == ["pytorch", "torch", "2.13.0", "-", "torch==2.13.0", "numpy", "missing"]
     assert rows["jax"][:5] == ["jax", "jax", "0.10.2", "==0.6.2", "jax[cuda12]==0.10.2"]
-    assert rows["theano"][4:11] == ["none", "(dlbench", "env", "create", "theano", "--device", "gpu"]
+    assert " ".join(rows["theano"][4:]).startswith("none (dlbench env create theano --")
+    assert rows["theano"][-2:] == ["--…", "missing"]  # clipped to fit 120 columns
+    assert widest_line(out) <= 120
+    assert main(["list", "frameworks", "--format", "json"]) == 0
+    theano = next(row for row in json.loads(capsys.readouterr().out) if row["framework"] == "theano")
+    assert theano["CUDA build (--device gpu)"] == "none (dlbench env create theano --device gpu says why)"
 
 
 def test_env_list_without_environments(capsys, empty_home):
     assert main(["env", "list"]) == 0
-    rows = table_rows(capsys.readouterr().out)
+    out = capsys.readouterr().out
+    rows = table_rows(out)
     for name, recipe in envs.RECIPES.items():
-        assert rows[name] == [name, name, recipe.default_version, "-", "-", "-", "-", "-",
-                              "missing:", "dlbench", "env", "create", name]
+        assert rows[name] == [name, name, recipe.default_version, "-", "-", "-", "-", "-", "missing"]
+    assert f"create the missing ones with:\n  dlbench env create {' '.join(envs.RECIPES)}" in out
 
 
 def test_env_create_unknown_framework(capsys, empty_home):
@@ -393,3 +407,83 @@ def test_allocator_reaches_every_cell_and_the_command_line_overrides_it(tmp_path
     assert {c.allocator for c in suite.plan(parsed, allocator="retain")} == {"retain"}  # --allocator
     with pytest.raises(SuiteError, match="allocator 'tcmalloc' is not one of: default, retain"):
         suite.plan(parsed, allocator="tcmalloc")
+
+
+# ---- tables that fit a terminal -------------------------------------------------------------
+
+def widest_line(out: str) -> int:
+    return max(len(line) for line in out.splitlines())
+
+
+@pytest.fixture(scope="module")
+def nine_runs(tmp_path_factory) -> Path:
+    """A results folder of two workloads x three frameworks, stored out of order, with a failed run."""
+    from synthetic_store import synthetic_run
+
+    from dlbench.harness.store import Store
+
+    folder = tmp_path_factory.mktemp("results")
+    with Store(folder / "dlbench.sqlite") as store:
+        for position, (framework, workload) in enumerate([("tensorflow", "lstm-ptb"), ("pytorch", "cnn-mnist"),
+                                                          ("jax", "lstm-ptb"), ("tensorflow", "cnn-mnist"),
+                                                          ("pytorch", "lstm-ptb"), ("jax", "cnn-mnist")]):
+            failed = (framework, workload) == ("jax", "lstm-ptb")
+            run, epochs, samples = synthetic_run(
+                framework, workload, 1, 0.5 + position, 0.9 if workload == "cnn-mnist" else 150.0,
+                status="failed" if failed else "ok", position=position,
+                reason="RuntimeError: " + "the worker ran out of patience " * 8 if failed else None)
+            store.save_run(run, epochs, samples)
+    return folder
+
+
+def test_results_fit_120_columns_sorted_by_workload_and_framework(capsys, nine_runs):
+    assert main(["results", "--results", str(nine_runs)]) == 0
+    out = capsys.readouterr().out
+    runs = out[:out.index("\n\n")] if "\n\n" in out else out
+    assert widest_line(runs) <= 120
+    said_once, heading, _, *rows = runs.splitlines()
+    assert said_once == "every run: device cpu, rep 1"  # the same in every row: said once, not a column
+    assert heading.split()[:4] == ["framework", "version", "workload", "dataset"]
+    assert [row.split()[:3:2] for row in rows] == [["jax", "cnn-mnist"], ["pytorch", "cnn-mnist"],
+                                                    ["tensorflow", "cnn-mnist"], ["jax", "lstm-ptb"],
+                                                    ["pytorch", "lstm-ptb"], ["tensorflow", "lstm-ptb"]]
+    assert "accuracy 90.0%" in rows[0] and "perplexity 150 " in rows[4]  # as the report writes them
+    failed = rows[3]
+    assert "RuntimeError: the worker" in failed and failed.endswith("…") and len(failed) == 120
+
+
+def test_results_columns_chosen_or_all(capsys, nine_runs):
+    assert main(["results", "--results", str(nine_runs), "--columns", "workload,framework,steady s"]) == 0
+    heading = capsys.readouterr().out.splitlines()[0]
+    assert heading.split() == ["workload", "framework", "steady", "s"]
+    assert main(["results", "--results", str(nine_runs), "--columns", "all"]) == 0
+    out = capsys.readouterr().out
+    assert "RuntimeError: " + "the worker ran out of patience " * 7 + "the worker ran out of patience" in out  # whole
+    for heading in ("GFLOP/s", "MFU", "peak MiB", "epochs (metric@train s)", "code"):
+        assert heading in out.splitlines()[0]
+
+
+def test_results_unknown_column_exits_2_naming_the_known(capsys, nine_runs):
+    with pytest.raises(SystemExit) as stopped:
+        main(["results", "--results", str(nine_runs), "--columns", "framework,speed"])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert "--columns 'framework,speed': unknown column 'speed'; give 'all' or some of: framework, version," in err
+
+
+@pytest.mark.parametrize("argv", [["list", "frameworks"], ["list", "datasets"], ["list", "workloads"],
+                                  ["list", "suites"], ["data", "list"], ["env", "list"]])
+def test_listings_fit_120_columns_and_csv_json_keep_every_character(capsys, tmp_path, argv):
+    data_dir = ["--data-dir", str(tmp_path)] if argv[0] == "data" or argv[1] == "datasets" else []
+    assert main([*argv, *data_dir]) == 0
+    assert widest_line(capsys.readouterr().out) <= 120
+    if argv == ["env", "list"]:
+        return
+    assert main([*argv, *data_dir, "--format", "json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert main([*argv, *data_dir, "--format", "csv"]) == 0
+    as_csv = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert as_csv == listed and len(listed) >= 3
+    if argv == ["data", "list"]:
+        assert next(row for row in listed if row["dataset"] == "photo-boxes")["source"].endswith(
+            "boxes drawn by hand for dlbench (src/dlbench/data/photo-boxes/)")

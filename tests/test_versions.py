@@ -172,7 +172,7 @@ def test_remove_takes_a_version_even_one_no_longer_supported(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "jax@0.4.1: removed" in done.stdout and not (tmp_path / "envs" / "jax@0.4.1").exists()
     listed = dlbench("env", "list", env=variables)
-    assert "missing: dlbench env create jax" in listed.stdout
+    assert "create the missing ones with:\n  dlbench env create pytorch jax tensorflow" in listed.stdout
 
 
 def test_disk_usage_counts_hard_linked_files_apart(tmp_path):

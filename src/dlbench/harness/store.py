@@ -3,6 +3,8 @@ machine's certificates live in a store of the same schema (dlbench.harness.certi
 
 import dataclasses
 import json
+import os
+import re
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -238,22 +240,70 @@ class StoreError(Exception):
 class Store:
     """Results of all runs in one SQLite file (WAL, so reports can read while the executor writes)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, for_reading: bool = False) -> None:
+        """Opens the store at `path`, created (with its folder) where missing and migrated to this schema.
+        `for_reading`: a reader's open, which creates nothing, and opens a store it cannot write (a read-only
+        folder, another user's store) read-only instead of failing."""
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # Autocommit mode: transactions are explicit, so their extent is exactly what save_run says.
-        self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
+        self.read_only = for_reading and not _writable(self.path)
+        try:
+            self._conn = self._connect(for_reading)
+        except OSError as exc:
+            raise StoreError(f"{self.path}: cannot create the store ({exc.strerror}); its folder must be one this "
+                             "user can create and write") from None
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: cannot open results store: {exc}{self._why_not_writable()}") from exc
         try:
             self._open()
         except sqlite3.DatabaseError as exc:
             self._conn.close()
-            raise StoreError(f"{self.path}: cannot open results store: {exc}") from exc
+            raise StoreError(f"{self.path}: cannot open results store: {exc}{self._why_not_writable()}") from exc
         except BaseException:
             self._conn.close()
             raise
 
+    def _connect(self, for_reading: bool) -> sqlite3.Connection:
+        if for_reading and not self.path.is_file():
+            raise StoreError(f"no results store at {self.path}")
+        if self.read_only:
+            return self._connect_read_only()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Autocommit mode: transactions are explicit, so their extent is exactly what save_run says.
+        return sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """SQLite reads a WAL store through the -shm file beside it, which it cannot create in a read-only
+        folder. Where a -shm is there, mode=ro reads through it; where none is and no -wal holds commits, the
+        file alone is the whole store and is read as immutable (no writer can be using it: a writer keeps a
+        -wal while connected). A -wal holding commits without a -shm cannot be read here."""
+        uri = self.path.absolute().as_uri()
+        conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, isolation_level=None, timeout=30.0)
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return conn
+        except sqlite3.OperationalError:
+            conn.close()
+        wal = self.path.with_name(self.path.name + "-wal")
+        if wal.is_file() and wal.stat().st_size > 0:
+            raise StoreError(
+                f"{self.path}: cannot read the store in a read-only folder: its write-ahead log {wal.name} holds "
+                f"commits, which SQLite reads only by writing {self.path.name}-shm beside it; make "
+                f"{self.path.parent} writable for this user, or copy the folder with its -wal file somewhere "
+                "writable and read the copy")
+        return sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, isolation_level=None)
+
+    def _why_not_writable(self) -> str:
+        """Why SQLite failed, where the cause is a folder or file this user cannot write."""
+        if self.read_only or _writable(self.path):
+            return ""
+        return (f" ({self.path.parent} or the store is read-only for this user: SQLite writes "
+                f"{self.path.name}-wal and {self.path.name}-shm beside the store; make the folder writable)")
+
     def _open(self) -> None:
-        self._check_version()
+        version = self._check_version()
+        if self.read_only:
+            self._refuse_unmigrated(version)
+            return
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA foreign_keys=ON")
         # NORMAL in WAL mode may lose the last commits on power loss, never consistency.
@@ -278,6 +328,16 @@ class Store:
                 f"(version {SCHEMA_VERSION}); use a newer dlbench or another results folder"
             )
         return version
+
+    def _refuse_unmigrated(self, version: int) -> None:
+        """A store opened read-only cannot be migrated, and this dlbench reads only its own schema."""
+        if version == 0:
+            raise StoreError(f"{self.path}: holds no dlbench tables; give a results folder that dlbench run wrote")
+        if version < SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path}: schema version {version}, which this dlbench reads once migrated to version "
+                f"{SCHEMA_VERSION}; migrating writes the store, and {self.path.parent} is read-only for this user: "
+                "make it writable, or copy the folder somewhere writable and read the copy")
 
     def save_run(
         self, run: Mapping[str, Any], epochs: Iterable[Mapping[str, Any]], samples: Iterable[Any]
@@ -357,14 +417,15 @@ class Store:
 
     def completed_hashes(self) -> set[str]:
         """Cell hashes having at least one successful run."""
-        rows = self._conn.execute("SELECT DISTINCT cell_hash FROM runs WHERE status = 'ok'")
-        return {cell_hash for (cell_hash,) in rows}
+        with self._reading():
+            rows = self._conn.execute("SELECT DISTINCT cell_hash FROM runs WHERE status = 'ok'")
+            return {cell_hash for (cell_hash,) in rows}
 
     def runs(self) -> list[dict[str, Any]]:
         """All runs by id, JSON columns decoded, each with its "epochs" ordered by epoch."""
         # One read transaction: a run committed by another process between the two queries
         # would otherwise show up without its epochs.
-        with _transaction(self._conn, "DEFERRED"):
+        with self._reading(), _transaction(self._conn, "DEFERRED"):
             runs = self._select(f"SELECT id, {', '.join(RUN_COLUMNS)} FROM runs ORDER BY id")
             epoch_rows = self._select(
                 f"SELECT run_id, {', '.join(EPOCH_COLUMNS)} FROM epochs ORDER BY run_id, epoch"
@@ -382,9 +443,34 @@ class Store:
         return self._select(sql, (run_id,))
 
     def _select(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
-        cursor = self._conn.execute(sql, params)
-        names = [d[0] for d in cursor.description]
-        return [_decode(dict(zip(names, values, strict=True))) for values in cursor]
+        with self._reading():
+            cursor = self._conn.execute(sql, params)
+            names = [d[0] for d in cursor.description]
+            rows = [dict(zip(names, values, strict=True)) for values in cursor]
+        table = _table_of(sql)
+        return [self._decoded(row, table) for row in rows]
+
+    def _decoded(self, row: dict[str, Any], table: str) -> dict[str, Any]:
+        """The row with its JSON columns decoded. A value that is not JSON is refused by its table, row and
+        column rather than skipped: a report silently missing a run would misstate what was measured."""
+        try:
+            return _decode(row)
+        except _BadJson as bad:
+            raise StoreError(
+                f"{self.path}: table {table}, row {_row_name(row)}: column {bad.column} holds invalid JSON "
+                f"({bad.error}); the store is left as it is: repair that value (sqlite3 {self.path}) to read it"
+            ) from None
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """SQLite's errors while reading, as StoreErrors naming the file; nothing is written to it."""
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            if getattr(exc, "sqlite_errorname", "") in ("SQLITE_CORRUPT", "SQLITE_NOTADB"):
+                raise StoreError(f"{self.path}: the store is damaged ({exc}); it is left as it is. "
+                                 f"`sqlite3 {self.path} .recover` may salvage its rows into a new store") from exc
+            raise StoreError(f"{self.path}: cannot read the store: {exc}{self._why_not_writable()}") from exc
 
     def close(self) -> None:
         self._conn.close()
@@ -434,11 +520,45 @@ def _row(values: Mapping[str, Any], columns: Mapping[str, str], kind: str) -> di
     }
 
 
+class _BadJson(Exception):
+    """A JSON column's value that does not decode; Store._decoded names its table and row."""
+
+    def __init__(self, column: str, error: ValueError | TypeError) -> None:
+        super().__init__(column, error)
+        self.column, self.error = column, error
+
+
 def _decode(row: dict[str, Any]) -> dict[str, Any]:
     for key in JSON_COLUMNS.intersection(row):
         if row[key] is not None:
-            row[key] = json.loads(row[key])
+            try:
+                row[key] = json.loads(row[key])
+            except (ValueError, TypeError) as error:  # TypeError: a number or blob where JSON text belongs
+                raise _BadJson(key, error) from None
     return row
+
+
+def _table_of(sql: str) -> str:
+    """The table a Store query reads (every one names a single table after FROM)."""
+    found = re.search(r"\bFROM\s+(\w+)", sql)
+    return found.group(1) if found else "?"
+
+
+def _row_name(row: Mapping[str, Any]) -> str:
+    """How a user finds the row again: its id, a run's epoch, an environment's digest."""
+    if "id" in row:
+        return f"id {row['id']}"
+    if "epoch" in row and "run_id" in row:
+        return f"run_id {row['run_id']}, epoch {row['epoch']}"
+    if "packages_digest" in row:
+        return f"packages_digest {row['packages_digest']}"
+    return ", ".join(f"{key} {value}" for key, value in row.items() if key not in JSON_COLUMNS)
+
+
+def _writable(path: Path) -> bool:
+    """Whether this user can write the store and its folder (SQLite writes its -wal and -shm files there)."""
+    folder_ok = os.access(path.parent, os.W_OK | os.X_OK)
+    return folder_ok and (not path.exists() or os.access(path, os.R_OK | os.W_OK))
 
 
 def _insert_sql(table: str, names: list[str]) -> str:

@@ -29,7 +29,7 @@ def store_path(path: Path | str) -> Path:
 def read_runs(path: Path | str) -> list[dict]:
     """Every run of the store, as Store.runs() gives them (an older store is migrated on opening), each with
     its certificate's verdict in the machine's store now (machine_store.with_current_verdicts)."""
-    with Store(store_path(path)) as store:
+    with Store(store_path(path), for_reading=True) as store:
         runs = store.runs()
     return machine_store.with_current_verdicts(runs)
 

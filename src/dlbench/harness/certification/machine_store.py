@@ -45,7 +45,7 @@ def open_store() -> Store:
 def existing_store() -> Store | None:
     """The machine's store for reading, or None where there is none yet (nothing is created)."""
     path = store_path()
-    return Store(path) if path.is_file() else None
+    return Store(path, for_reading=True) if path.is_file() else None
 
 
 def key_now(framework: str, workload: Workload) -> Key:

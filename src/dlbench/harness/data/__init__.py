@@ -7,6 +7,7 @@ Layout of the data folder: raw/<dataset>/<file> for downloads, prepared/<dataset
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -72,17 +73,41 @@ def prepare(name: str, data_dir: Path) -> PreparedDataset:
     """
     dataset = _dataset(name)
     final = prepared_dir(name, data_dir)
-    if (final / META_FILE).exists():
-        try:
-            return load_prepared(final)
-        except DatasetError:
-            # Invalid (edited, truncated, older layout): rebuild rather than fail every run.
-            shutil.rmtree(final)
+    existing = _valid_or_removed(name, final)
+    if existing is not None:
+        return existing
     try:
         _build_and_write(name, dataset, Path(data_dir), final)
     except FileExistsError:
         pass  # a concurrent preparation finished first; its result is checked below
     return load_prepared(final)
+
+
+def _valid_or_removed(name: str, final: Path) -> PreparedDataset | None:
+    """The valid dataset prepared at `final`; else None, an invalid one (edited, truncated, older layout)
+    removed first, so that it is rebuilt rather than failing every run. A link there is refused instead."""
+    if final.is_symlink() and not (final / META_FILE).exists():
+        raise _refuse_link(name, final, "which does not exist" if not final.exists() else
+                           f"which holds no prepared dataset ({META_FILE} is missing)")
+    if not (final / META_FILE).exists():
+        return None
+    try:
+        return load_prepared(final)
+    except DatasetError as invalid:
+        if final.is_symlink():
+            reason = str(invalid).removeprefix(f"{final}: ")
+            raise _refuse_link(name, final, f"whose prepared arrays are invalid ({reason})") from None
+        shutil.rmtree(final)
+    return None
+
+
+def _refuse_link(name: str, link: Path, what: str) -> DatasetError:
+    """A prepared folder that is a link (to another disk, say) is the user's arrangement: dlbench neither deletes
+    what it points at nor replaces the link with a folder of its own."""
+    target = os.readlink(link)
+    return DatasetError(f"{link} is a link to {target}, {what}; dlbench deletes nothing a link points at and keeps "
+                        f"the link: remove the link to prepare {name} afresh in the data folder (dlbench data fetch "
+                        f"{name}), or put a valid prepared copy at {target}")
 
 
 def _build_and_write(name: str, dataset: ModuleType | Source, data_dir: Path, final: Path) -> None:

@@ -11,6 +11,7 @@ from dlbench.harness.analysis.summary import CellSummary, summarise
 from dlbench.harness.certification import machine_store
 from dlbench.harness.environments.envs import dlbench_home
 from dlbench.harness.present import manifest, tables
+from dlbench.harness.present.study import StudySection, section
 from dlbench.harness.store import Store
 
 
@@ -29,10 +30,11 @@ class Report:
     certificate_grid: tables.Table
     manifest: list[tables.Table]
     dlbench_version: str
+    study: StudySection  # the study's own results beside the runs on its datasets
 
 
 def load(store_path: Path) -> Report:
-    with Store(store_path) as store:
+    with Store(store_path, for_reading=True) as store:
         # runs from several CPU (or GPU) models are grouped apart: their device names the model
         runs = device_with_hardware(machine_store.with_current_verdicts(store.runs()))
         samples = {run["id"]: store.samples(run["id"]) for run in runs}
@@ -47,4 +49,5 @@ def load(store_path: Path) -> Report:
     return Report(str(store_path), datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), runs, certificates,
                   samples, summaries, shared, found,
                   tables.study_tables(summaries, peaks) + tables.detector_time_split(runs),
-                  tables.certificate_grid(certificates, runs), manifest.manifest(runs), manifest.dlbench_version())
+                  tables.certificate_grid(certificates, runs), manifest.manifest(runs), manifest.dlbench_version(),
+                  section(runs))

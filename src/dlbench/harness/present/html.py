@@ -4,6 +4,7 @@ Every value from the store passes through html.escape (the charts' text through 
 writer, which escapes it). The inline script only filters, sorts, and records how many charts it
 rendered and any script error into #render-status, which the browser test reads.
 """
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 
@@ -12,6 +13,7 @@ from dlbench.harness.analysis.stats import Estimate
 from dlbench.harness.analysis.summary import WARM, CellSummary
 from dlbench.harness.present import charts, overview, overview_html, tables
 from dlbench.harness.present.contents import Report
+from dlbench.harness.present.study import StudySection
 from dlbench.harness.present.tables import Table
 
 STYLE = """
@@ -315,7 +317,7 @@ def render(report: Report) -> str:
     cells = group(report.summaries)
     figures = "".join(group_figures(runs_of_group, cells[key], report.samples, palette, i)
                       for i, (key, runs_of_group) in enumerate(groups.items()))
-    sections = ("overview", "findings", "tables", "figures", "certificates", "manifest")
+    sections = ("overview", "findings", "tables", "study", "figures", "certificates", "manifest")
     nav = ("".join(f'<a href="#{s}">{s.capitalize()}</a>' for s in sections)
            + _select("device", (r.get("device") or "?" for r in runs))
            + _select("workload", (r["workload"] for r in runs))
@@ -327,6 +329,7 @@ def render(report: Report) -> str:
         f'<h2 id="findings">Findings</h2><p class="note">Each workload\'s verdicts in words, with its own '
         f'caveats: click a title to open it.</p>{findings}'
         f'<h2 id="tables">Tables</h2>{"".join(table_html(t) for t in report.study_tables)}'
+        f'<h2 id="study">The study side by side</h2>{study_html(report.study)}'
         f'<h2 id="figures">Figures</h2>{figures}'
         f'<h2 id="certificates">Certificates</h2>{table_html(report.certificate_grid)}'
         f'<h2 id="manifest">Manifest</h2>{"".join(table_html(t, sortable=True) for t in report.manifest)}'
@@ -337,5 +340,27 @@ def render(report: Report) -> str:
     )
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>dlbench report</title><style>{STYLE}{overview_html.STYLE}</style><script>{SCRIPT}</script></head>"
+            f"<title>dlbench report</title><style>{STYLE}{overview_html.STYLE}</style>"
+            f"<script>{SCRIPT}</script></head>"
             f"<body>{body}</body></html>\n")
+
+
+def study_html(section: StudySection) -> str:
+    """The study's results beside the runs on its datasets: each comparison's table and lines, then what to
+    run where none is comparable, the source and the caveats."""
+    blocks = "".join(f"<section{_data(b.table.keys)}>{table_html(b.table)}{_items(b.lines)}</section>"
+                     for b in section.blocks)
+    to_run = (f'<section class="card"><h3>Runs to compare</h3><p>{_code(section.to_run[0])}</p>'
+              f"{_items(section.to_run[1:])}</section>" if section.to_run else "")
+    return (f'<p class="note">{escape(section.source)}</p><p class="note">{escape(section.method)}</p>'
+            f'{blocks}{to_run}<section class="card"><h3>Caveats of the study\'s figures</h3>'
+            f'<ul class="caveats">{"".join(f"<li>{escape(c)}</li>" for c in section.caveats)}</ul></section>')
+
+
+def _items(lines: Sequence[str]) -> str:
+    return f"<ul>{''.join(f'<li>{_code(line)}</li>' for line in lines)}</ul>" if lines else ""
+
+
+def _code(text: str) -> str:
+    """Escaped text whose `commands` become <code>, so a command reads as one."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", escape(text))

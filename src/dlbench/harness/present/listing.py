@@ -7,19 +7,28 @@ from dlbench.harness.analysis import measures
 from dlbench.harness.certification import machine_store
 from dlbench.harness.environments import sources
 
-# (run field, table heading); the table shows these, CSV and JSON carry every field
-TABLE_COLUMNS = (
+# (run field, table heading); CSV and JSON carry every field
+STORED_COLUMNS = (
     ("framework", "framework"), ("framework_version", "version"), ("workload", "workload"),
     ("dataset", "dataset"), ("device", "device"), ("repetition", "rep"), ("status", "status"),
     ("train_time_s", "train s"), ("first_epoch_s", "epoch1 s"), ("steady_epoch_s", "steady s"),
-    ("eval_time_s", "eval s"), ("metric_name", "metric"), ("metric_value", "value"),
-    ("time_to_target_s", "to target s"), ("params", "params"), ("peak_rss_mb", "peak MiB"),
+    ("eval_time_s", "eval s"), ("metric_value", "final metric"), ("time_to_target_s", "to target s"),
+    ("params", "params"), ("peak_rss_mb", "peak MiB"),
     ("mean_cpu_percent", "cpu %"), ("certificate", "certified"), ("compile_cache", "cache"), ("reason", "reason"),
 )
 # derived from the stored columns (dlbench.harness.analysis.measures): heading, text of a run; after "cpu %"
 DERIVED_COLUMNS = (("GFLOP/s", measures.gflops_text), ("MFU", measures.mfu_text), ("cores", measures.cores_text),
                    ("energy/sample", measures.energy_text), ("detector epoch", measures.time_split_text))
 LARGE_FIELDS = ("config", "packages", "stderr_tail")  # kept out of CSV rows; JSON has them
+# The width the text tables fit by default: a terminal's, not the 1,000 columns every field would take.
+# A cell that does not fit is clipped with "…"; --format csv|json keeps every character.
+WIDTH = 120
+# the columns of a run's row that are clipped to fit WIDTH
+RUN_FREE_TEXT = ("reason", "epochs (metric@train s)", "energy/sample", "detector epoch", "MFU", "cores", "version")
+GIVEN_WAY_MIN = 10  # a clipped column keeps this much of its text (or its heading's width, if wider)
+# What `dlbench results` shows unless --columns says otherwise: which run, how it ended, its time and metric
+DEFAULT_COLUMNS = ("framework", "version", "workload", "dataset", "device", "rep", "status", "steady s", "final metric",
+                   "certified", "reason")
 
 
 def _cell(value) -> str:
@@ -30,66 +39,148 @@ def _cell(value) -> str:
     return str(value)
 
 
-def aligned(rows: list[list[str]]) -> str:
-    """A text table: the first row is the heading, underlined."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(text.ljust(width) for text, width in zip(row, widths, strict=True)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * width for width in widths))
+def aligned(rows: list[list[str]], width: int | None = WIDTH, give_way: tuple[str, ...] = ()) -> str:
+    """A text table: the first row is the heading, underlined. With a width, the columns headed as in
+    give_way (free text: reasons, paths, descriptions) are clipped with "…", the widest first, until the
+    table fits it or they are down to their heading's width; the other columns keep every character."""
+    natural = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    floors = [max(len(heading), GIVEN_WAY_MIN) if heading in give_way else size
+              for heading, size in zip(rows[0], natural, strict=True)]
+    widths = natural if width is None else fitted(natural, floors, width)
+    lines = ["  ".join(_clipped(text, size).ljust(size) for text, size in zip(row, widths, strict=True)).rstrip()
+             for row in rows]
+    lines.insert(1, "  ".join("-" * size for size in widths))
     return "\n".join(lines)
 
 
-def table(runs: list[dict]) -> str:
-    """One row per run; "code" says whether the run's worker code is what dlbench runs now."""
+def fitted(natural: list[int], floors: list[int], width: int) -> list[int]:
+    """Column widths whose table (two spaces between columns) is at most width wide, taking characters
+    from the column that has most above its floor. A table that would not fit even at its floors is left
+    whole: clipping it would lose text and still not fit."""
+    widths = list(natural)
+    floors = [min(floor, size) for floor, size in zip(floors, natural, strict=True)]
+    if sum(floors) + 2 * (len(floors) - 1) > width:
+        return widths
+    excess = sum(widths) + 2 * (len(widths) - 1) - width
+    while excess > 0:
+        spare = [size - floor for size, floor in zip(widths, floors, strict=True)]
+        widest = max(range(len(widths)), key=spare.__getitem__)
+        if spare[widest] == 0:
+            break
+        widths[widest] -= 1
+        excess -= 1
+    return widths
+
+
+def rendered(rows: list[list[str]], form: str, give_way: tuple[str, ...] = ()) -> str:
+    """A listing's rows (the first is the heading) as a text table fitting WIDTH, or whole as CSV or JSON
+    (one object per row, keyed by heading)."""
+    if form == "table":
+        return aligned(rows, give_way=give_way)
+    if form == "json":
+        return json.dumps([dict(zip(rows[0], row, strict=True)) for row in rows[1:]], indent=1)
+    if form != "csv":
+        raise ValueError(f"unknown listing format {form!r}; known: table, csv, json")
+    out = io.StringIO()
+    csv.writer(out).writerows(rows)
+    return out.getvalue().rstrip("\n")
+
+
+def _clipped(text: str, size: int) -> str:
+    return text if len(text) <= size else text[:size - 1] + "…"
+
+
+def columns(run: dict) -> dict[str, str]:
+    """Every column of a run's row, by heading, in the order `--columns all` shows them."""
+    stored = {heading: _cell(run.get(key)) for key, heading in STORED_COLUMNS}
+    rebuilt = (run.get("config") or {}).get("environment_from_run")
+    if rebuilt:  # the environment was rebuilt from a stored run's packages (dlbench env create --from-run)
+        stored["version"] += f" (env of run {rebuilt['run_id']})"
+    if run.get("metric_name") and run.get("metric_value") is not None:  # "accuracy 74.3%", "perplexity 412.3"
+        stored["final metric"] = f"{run['metric_name']} {metric_text(run['metric_name'], run['metric_value'])}"
+    headings = [heading for _, heading in STORED_COLUMNS]
+    split = headings.index("cpu %") + 1
+    shown = {heading: stored[heading] for heading in headings[:split]}
+    shown.update({heading: text(run) for heading, text in DERIVED_COLUMNS})
+    shown.update({heading: stored[heading] for heading in headings[split:]})
+    shown["code"] = sources.code_state(run["framework"], run.get("worker_source"))
+    shown["epochs (metric@train s)"] = epochs_text(run)
+    return shown
+
+
+def column_names() -> list[str]:
+    """The headings --columns accepts, in their order."""
+    return [*columns({"framework": "-"})]
+
+
+def chosen_columns(text: str) -> list[str]:
+    """--columns: "all", or headings separated by commas (e.g. "framework,workload,steady s")."""
+    known = column_names()
+    if text.strip() == "all":
+        return known
+    chosen = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in known]
+    if unknown or not chosen:
+        raise ValueError(f"--columns {text!r}: unknown column {', '.join(map(repr, unknown)) or '(none given)'}; "
+                         f"give 'all' or some of: {', '.join(known)}")
+    return chosen
+
+
+def _order(run: dict) -> tuple:
+    """Rows by workload, device, framework and repetition, not by the order the runs happened to finish."""
+    return (run["workload"], run.get("dataset") or "", run.get("device") or "", run["framework"],
+            str(run.get("framework_version")), run.get("repetition") or 0, run.get("id") or 0)
+
+
+def table(runs: list[dict], shown: list[str] | tuple[str, ...] = DEFAULT_COLUMNS, width: int | None = WIDTH) -> str:
+    """One row per run, the chosen columns, clipped to width in their free text; "code" says whether the run's
+    worker code is what dlbench runs now. Fitted to a width, a column the same in every row is said once
+    above the table instead."""
     if not runs:
         return "no runs stored yet"
-    keys = [key for key, _ in TABLE_COLUMNS]
-    split, version_column = keys.index("mean_cpu_percent") + 1, keys.index("framework_version")
-    rows = [[heading for _, heading in TABLE_COLUMNS[:split]] + [heading for heading, _ in DERIVED_COLUMNS]
-            + [heading for _, heading in TABLE_COLUMNS[split:]] + ["code", "epochs (metric@train s)"]]
-    value_column = keys.index("metric_value")
-    for run in runs:
-        cells = [_cell(run.get(key)) for key, _ in TABLE_COLUMNS]
-        cells[value_column] = metric_text(run.get("metric_name"), run.get("metric_value"))
-        rebuilt = (run.get("config") or {}).get("environment_from_run")
-        if rebuilt:  # the environment was rebuilt from a stored run's packages (dlbench env create --from-run)
-            cells[version_column] += f" (env of run {rebuilt['run_id']})"
-        rows.append(cells[:split] + [text(run) for _, text in DERIVED_COLUMNS] + cells[split:]
-                    + [sources.code_state(run["framework"], run.get("worker_source")), epochs_text(run)])
-    return aligned(rows)
+    rows = [[columns(run)[heading] for heading in shown] for run in sorted(runs, key=_order)]
+    fold = width is not None and len(rows) > 1  # the wide form (no width) keeps every column
+    same = [i for i in range(len(shown)) if fold and len({row[i] for row in rows}) == 1]
+    said_once = ", ".join(f"{shown[i]} {rows[0][i]}" for i in same if rows[0][i] != "-")
+    kept = [i for i in range(len(shown)) if i not in same]
+    table_rows = [[shown[i] for i in kept]] + [[row[i] for i in kept] for row in rows]
+    return (f"every run: {said_once}\n" if said_once else "") + aligned(table_rows, width, give_way=RUN_FREE_TEXT)
 
 
 def certificates_table(certificates: list[dict]) -> str:
     """Each certificate's verdict and its worst tensor: deviation relative to the reference tensor's
-    largest magnitude, and that over its tolerance."""
+    largest magnitude, and that over its tolerance ("x tol"); the reference named once above."""
     if not certificates:
         return "no certificates stored yet (dlbench certify)"
-    rows = [["framework", "version", "workload", "reference", "verdict", "worst tensor", "max abs", "max rel",
-             "of tolerance", "code", "model and recipe", "created"]]
+    rows = [["framework", "version", "workload", "verdict", "worst tensor", "max rel", "x tol", "code",
+             "model", "created"]]
     for cert in certificates:
         worst = next(d for d in cert["deviations"] if d["tensor"] == cert["worst_tensor"])
         share = "-" if worst["max_rel"] is None else f"{worst['max_rel'] / worst['tolerance']:.2f}"
         if "error" in worst:  # judged against float64: its error next to the float32 reference's own
             share += f" (float64: {worst['error']:.1e} vs reference {worst['reference_error']:.1e})"
         rows.append([cert["framework"], _cell(cert["framework_version"]), cert["workload"],
-                     f"{cert['reference']} {cert['reference_version']}", "pass" if cert["passed"] else "FAIL",
+                     "pass" if cert["passed"] else "FAIL",
                      cert["worst_tensor"] + ("" if worst["max_abs"] is not None else f" ({worst.get('problem')})"),
-                     _sci(worst["max_abs"]), _sci(worst["max_rel"]), share,
+                     _sci(worst["max_rel"]), share,
                      sources.code_state(cert["framework"], cert.get("worker_source"), cert.get("reference_source")),
-                     machine_store.workload_state(cert), cert["created_at"]])
-    return aligned(rows)
+                     machine_store.workload_state(cert), cert["created_at"][:10]])
+    references = sorted({f"{cert['reference']} {cert['reference_version']}" for cert in certificates})
+    return (f"certificates against the reference {', '.join(references)}:\n"
+            + aligned(rows, give_way=("worst tensor", "x tol")))
 
 
 def peaks_table(peaks: list[dict]) -> str:
     """The float32 GEMM peaks measured (dlbench.worker.peak), each with how busy the rest of the machine was."""
-    rows = [["peak id", "framework", "version", "threads", "device", "n", "GFLOP/s", "call", "others busy (cores)",
-             "measured", "suite"]]
+    rows = [["peak", "framework", "version", "threads", "device", "n", "GFLOP/s", "call", "busy cores", "measured",
+             "suite"]]
     for peak in peaks:
         rows.append([str(peak["id"]), peak["framework"], _cell(peak["framework_version"]), _cell(peak["threads"]),
                      _cell(peak["device"]), _cell(peak["matrix_size"]),
                      _cell(peak["gflops"]) if peak["gflops"] is not None else f"- ({peak['reason']})",
-                     _cell(peak["method"]), _cell(peak.get("others_busy_cores")), _cell(peak["measured_at"]),
-                     _cell(peak["suite"])])
-    return aligned(rows)
+                     _cell(peak["method"]), _cell(peak.get("others_busy_cores")),
+                     _cell(peak["measured_at"])[:16].replace("T", " "), _cell(peak["suite"])])
+    return aligned(rows, give_way=("call", "suite"))
 
 
 def _sci(value: float | None) -> str:

@@ -3,6 +3,7 @@ Charts are left out (a note says where they are)."""
 from html import escape
 
 from dlbench.harness.present.contents import Report
+from dlbench.harness.present.study import StudySection
 from dlbench.harness.present.tables import Table
 
 
@@ -44,6 +45,18 @@ def render(report: Report) -> str:
         parts += [f"- _Caveat_: {_text(caveat)}" for caveat in finding.caveats]
         parts.append("")
     parts += ["## Tables", ""] + [table_md(t) for t in report.study_tables]
+    parts += study_md(report.study)
     parts += ["## Certificates", "", table_md(report.certificate_grid)]
     parts += ["## Manifest", ""] + [table_md(t) for t in report.manifest]
     return "\n".join(parts)
+
+
+def study_md(section: StudySection) -> list[str]:
+    """The study's results beside the runs on its datasets, as the HTML page's section shows them."""
+    parts = ["## The study side by side", "", _text(section.source), "", _text(section.method), ""]
+    for block in section.blocks:
+        parts += [table_md(block.table)] + [f"- {_text(line)}" for line in block.lines] + [""]
+    if section.to_run:
+        parts += [_text(section.to_run[0]), ""] + [f"- {_text(line)}" for line in section.to_run[1:]] + [""]
+    parts += ["### Caveats of the study's figures", ""] + [f"- {_text(c)}" for c in section.caveats] + [""]
+    return parts

@@ -5,6 +5,7 @@ once (contents.load); html and markdown render it.
 """
 from pathlib import Path
 
+from dlbench.harness import folders
 from dlbench.harness.present.contents import Report, load
 from dlbench.harness.store import FILENAME, StoreError
 
@@ -20,7 +21,8 @@ def render(report: Report, fmt: str) -> str:
 
 
 def write(results: Path, fmt: str = "html", output: Path | None = None) -> Path:
-    """Write the report of the store in `results`; returns the file written."""
+    """Write the report of the store in `results`; returns the file written. Where it goes is checked before
+    the report is rendered (seconds to minutes), and it is written whole or not at all."""
     store_path = Path(results) / FILENAME
     if not store_path.exists():
         raise StoreError(f"no results at {store_path}; run a suite first (dlbench run) or pass --results DIR")
@@ -28,6 +30,10 @@ def write(results: Path, fmt: str = "html", output: Path | None = None) -> Path:
     if not report.runs:
         raise StoreError(f"{store_path} holds no runs yet; run a suite first (dlbench run)")
     path = Path(output) if output else Path(results) / FORMATS[fmt]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(report, fmt), encoding="utf-8")
+    if output:
+        example = f", such as {path / FORMATS[fmt]}" if path.is_dir() else ""
+        folders.check_output_file(path, f"--output {output}", f"give a file in a folder this user can write{example}")
+    else:
+        folders.check_output_file(path, f"the report {path}", "write it elsewhere with --output PATH")
+    folders.write_text_atomically(path, render(report, fmt))
     return path
