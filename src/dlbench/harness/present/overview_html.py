@@ -8,6 +8,8 @@ the browser test reads.
 from collections.abc import Mapping
 from html import escape
 
+from matplotlib.colors import to_hex
+
 from dlbench.harness.analysis.findings import Key
 from dlbench.harness.present import charts
 from dlbench.harness.present.overview import FRACTIONS, Mark, Matrix, metric_gap_text
@@ -93,7 +95,7 @@ def _why(reason: str | None) -> str:
 
 
 def _row(matrix: Matrix, name: str, palette: Mapping[str, tuple]) -> str:
-    swatch = f'<span class="swatch" style="background:{charts.to_hex(palette[name])}"></span>'
+    swatch = f'<span class="swatch" style="background:{to_hex(palette[name])}"></span>'
     cells = "".join(_speed_cell(matrix.speed.get((name, key)), key[0])
                     + _metric_cell(matrix.metric.get((name, key)), matrix.metric_names[key], _best_value(matrix, key),
                                    key[0])
