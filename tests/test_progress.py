@@ -103,12 +103,12 @@ def test_live_display_shows_count_epoch_metric_eta_and_failures():
     assert "\x1b[" in terminal.file.getvalue()  # a terminal's display, coloured and redrawn in place
     bar, _, summary = shown[3].partition(" ")
     assert shown[:3] + [summary] + shown[4:] == [
-        "[1/5] pytorch cnn-mnist on digits-28 (cpu, rep 1): ok: accuracy 0.9125, train 48.0 s",
+        "[1/5] pytorch cnn-mnist on digits-28 (cpu, rep 1): ok: accuracy 91.2%, train 48.0 s",
         "[2/5] jax cnn-mnist on digits-28 (cpu, rep 1): failed: ImportError: no module named 'jax'",
         "[3/5] theano lstm-imdb on pang-lee-polarity (cpu, rep 1): already complete, skipped (--force reruns it)",
         f"cell 4/5: 1 ok, 1 failed, 1 skipped; {LEFT_AFTER_SCRIPT}",
         "pytorch lstm-imdb on pang-lee-polarity (cpu, rep 1)",
-        "  epoch 2/4: accuracy 0.6125; train 9.00 s, eval 1.00 s",
+        "  epoch 2/4: accuracy 61.3%; train 9.00 s, eval 1.00 s",
     ]
     assert len(bar) == 30 and set(bar) <= set("━╸╺")  # rich's bar: 3 of 5 cells done
 
@@ -141,19 +141,19 @@ def test_plain_lines_one_per_cell_start_end_and_epoch_without_controls():
     assert text.splitlines() == [
         "[1/5] pytorch cnn-mnist on digits-28 (cpu, rep 1): 4 epochs",
         "    ready after 4.0 s (torch 2.13.0; 2 threads)",
-        "    epoch 1/4: accuracy 0.6000; train 12.00 s, eval 1.50 s",
-        "    epoch 2/4: accuracy 0.7000; train 12.00 s, eval 1.50 s",
-        "    epoch 3/4: accuracy 0.8000; train 12.00 s, eval 1.50 s",
-        "    epoch 4/4: accuracy 0.9000; train 12.00 s, eval 1.50 s",
+        "    epoch 1/4: accuracy 60.0%; train 12.00 s, eval 1.50 s",
+        "    epoch 2/4: accuracy 70.0%; train 12.00 s, eval 1.50 s",
+        "    epoch 3/4: accuracy 80.0%; train 12.00 s, eval 1.50 s",
+        "    epoch 4/4: accuracy 90.0%; train 12.00 s, eval 1.50 s",
         # 4 cells left by cell 1's 15 s an epoch: 4 + 4 + 4 + 2 epochs
-        "    ok: accuracy 0.9125, train 48.0 s (1/5 done, about 3 min 30 s left)",
+        "    ok: accuracy 91.2%, train 48.0 s (1/5 done, about 3 min 30 s left)",
         "[2/5] jax cnn-mnist on digits-28 (cpu, rep 1): 4 epochs",
         "    failed: ImportError: no module named 'jax' (2/5 done, about 2 min 30 s left)",
         "[3/5] theano lstm-imdb on pang-lee-polarity (cpu, rep 1): already complete, skipped (--force reruns it)",
         "[4/5] pytorch lstm-imdb on pang-lee-polarity (cpu, rep 1): 4 epochs",
         "    ready after 4.0 s (torch 2.13.0; 2 threads)",
-        "    epoch 1/4: accuracy 0.5500; train 18.00 s, eval 1.00 s",
-        "    epoch 2/4: accuracy 0.6125; train 9.00 s, eval 1.00 s",
+        "    epoch 1/4: accuracy 55.0%; train 18.00 s, eval 1.00 s",
+        "    epoch 2/4: accuracy 61.3%; train 9.00 s, eval 1.00 s",
     ]
 
 
@@ -161,7 +161,7 @@ def test_plain_last_end_line_has_no_eta(capsys):
     show = PlainProgress(PLAN[:1], Clock())
     show("start", 1, 1, PLAN[0])
     show("end", 1, 1, PLAN[0], ok_row(3.0))
-    assert capsys.readouterr().out.splitlines()[-1] == "    ok: accuracy 0.9125, train 3.0 s (1/1 done)"
+    assert capsys.readouterr().out.splitlines()[-1] == "    ok: accuracy 91.2%, train 3.0 s (1/1 done)"
 
 
 def test_a_pipe_gets_plain_lines_and_plain_is_kept_when_asked(monkeypatch):

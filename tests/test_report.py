@@ -1,5 +1,7 @@
 """dlbench report: the HTML page opened in a real headless Chromium with networking blocked, the Markdown, the CLI."""
+import csv
 import http.server
+import io
 import os
 import re
 import shutil
@@ -158,7 +160,9 @@ def test_markdown_holds_the_findings_and_tables(results: Path) -> None:
     assert "- **Final metric**: No difference shown in final accuracy between jax (93.2%) and pytorch" in text
     assert "| cnn-mnist (digits-28) | 0.60x [0.58-0.62] | reference, 1.01 s | 1.01x [0.98-1.04] |" in text
     assert "### Time to target, cpu" in text
-    assert "| cnn-mnist (digits-28) | not reached (0 of 8 runs) | not reached (0 of 8 runs) | not reached (0" in text
+    # digits-28 stands in for mnist and no run reached the study's target: the row is left out, and said so
+    assert "| cnn-mnist (digits-28) | not reached" not in text
+    assert "Left out: cnn-mnist (digits-28): stand-in data that no run brought to the target" in text
     assert "| lstm-ptb (lee-news-lm) | 9.81 s [9.79-9.84] | 4.53 s [4.46-4.59] |" in text
     assert "<svg" not in text
 
@@ -172,7 +176,8 @@ def test_a_framework_stopped_by_its_time_cap_shows_the_last_epochs_metric(tmp_pa
     metric = next(t for t in loaded.study_tables if t.title == "Final metric, cpu")
     assert metric.header == ["workload (dataset)", "jax", "pytorch"]
     assert metric.rows[0][1] == "47.6% after 94 of 200 epochs (time cap)"
-    assert metric.rows[0][2] == "95.0% (1 run)"
+    assert metric.rows[0][2] == "95.0%"  # one run: the table's note says so, once
+    assert "; one successful run per cell: one measurement, no interval" in metric.note
     machine = next(t for t in loaded.manifest if t.title == "Machine")
     assert ["CPU", "Test CPU @ 2.0GHz"] in machine.rows  # from the run that recorded it
 
@@ -229,10 +234,11 @@ def test_filters_hide_what_does_not_match(page: Path, tmp_path: Path) -> None:
     timelines = re.findall(r'<figure class="chart" data-framework="(\w+)"( hidden="")?>', dom)
     assert {f for f, hidden in timelines if not hidden} == {"jax"}
     assert {f for f, hidden in timelines if hidden} == {"pytorch", "tensorflow"}
-    cards = re.findall(r'<section class="card" data-workload="([\w-]+)"[^>]*?( hidden="")?>', dom)
+    cards = re.findall(r'<details class="card" data-workload="([\w-]+)"[^>]*?( hidden="")?>', dom)
     assert cards == [("cnn-mnist", ' hidden=""'), ("lstm-ptb", "")]
-    rows = re.findall(r'<tr data-workload="([\w-]+)"( hidden="")?>', dom)  # the study's tables, 5 per device
-    assert rows == [("cnn-mnist", ' hidden=""'), ("lstm-ptb", "")] * 5
+    rows = re.findall(r'<tr data-workload="([\w-]+)"( hidden="")?>', dom)  # the study's tables
+    # time to target leaves cnn-mnist out (stand-in data nobody brought to the target)
+    assert rows == [("cnn-mnist", ' hidden=""'), ("lstm-ptb", "")] * 4 + [("lstm-ptb", "")]
     order = re.findall(r'<tr data-framework="(\w+)" data-workload="([\w-]+)" data-device="cpu"( hidden="")?>', dom)
     assert [(f, w) for f, w, hidden in order if not hidden] == [("jax", "lstm-ptb")] * 8
 
@@ -311,3 +317,48 @@ def test_results_show_the_compile_cache_state(tmp_path: Path) -> None:
     assert "cache" in heading.split() and "warm" in row.split()
     assert '"compile_cache": "warm"' in listing.to_json([{**run, "compile_cache": "warm"}])
     assert "compile_cache" in listing.to_csv([{**run, "compile_cache": "warm"}]).splitlines()[0].split(",")
+
+
+def test_each_table_downloads_as_csv_from_the_page_and_ratio_cells_are_coloured(page: Path) -> None:
+    """The CSV is inline (a data: URI) and holds the table's rows; the ratio tables' cells carry the scale's colours."""
+    from urllib.parse import unquote
+
+    from dlbench.harness.present import charts
+
+    text = page.read_text()
+    links = re.findall(r'<a class="csv" download="([\w-]+\.csv)" href="data:text/csv;charset=utf-8,([^"]*)">', text)
+    assert len(links) == text.count("<table")  # one per table
+    name, data = next(link for link in links if link[0] == "steady-epoch-time-relative-to-the-lowest-median-cpu.csv")
+    rows = list(csv.reader(io.StringIO(unquote(data))))
+    assert rows[0] == ["workload (dataset)", "jax", "pytorch", "tensorflow"]
+    assert rows[1][:3] == ["cnn-mnist (digits-28)", "lowest median, 0.604 s", "1.67x [1.62-1.71]"]
+    relative = text[text.index("Steady epoch time relative to the lowest median, cpu"):]
+    shaded = re.findall(r'<td data-framework="(\w+)" style="background-color:(#\w{6})">([\d.]+)x', relative)
+    assert shaded[0] == ("pytorch", charts.ratio_colour(1.67), "1.67")
+    assert "; 8 successful runs per cell" not in text and "; 7 to 8 successful runs per cell" in text
+
+
+def test_results_and_the_report_write_an_accuracy_alike(tmp_path: Path) -> None:
+    """74.3% in `dlbench results`, in its per-epoch column and in the report's table: one form everywhere."""
+    from dlbench.harness.present import listing
+
+    run, epochs, _ = synthetic_run("pytorch", "lstm-imdb", 1, 1.0, 0.743)
+    assert listing.columns({**run, "epochs": epochs})["final metric"] == "accuracy 74.3%"
+    assert "accuracy 74.3%" in listing.table([{**run, "epochs": epochs}])
+    assert listing.epochs_text({**run, "epochs": epochs}).endswith("4:74.3%@1.00s")
+    with Store(tmp_path / "dlbench.sqlite") as store:
+        store.save_run(run, epochs, [])
+    metric = next(t for t in report.load(tmp_path / "dlbench.sqlite").study_tables if t.title == "Final metric, cpu")
+    assert metric.rows[0][1] == "74.3%"
+
+
+def test_time_to_target_of_stand_ins_nobody_reached_is_left_out_and_said_so(tmp_path: Path) -> None:
+    with Store(tmp_path / "dlbench.sqlite") as store:
+        for framework in ("pytorch", "jax"):
+            store.save_run(*synthetic_run(framework, "cnn-mnist", 1, 1.0, 0.9))  # target 0.985: not reached
+    loaded = report.load(tmp_path / "dlbench.sqlite")
+    target = next(t for t in loaded.study_tables if t.title == "Time to target, cpu")
+    assert target.rows == [] and "Left out: cnn-mnist (digits-28): stand-in data" in target.note
+    page = html.render(loaded)
+    shown = page[page.index("<h3>Time to target, cpu</h3>"):]
+    assert shown.index("Left out: cnn-mnist") < shown.index("</div>") < shown.index("<table")  # no table of its own

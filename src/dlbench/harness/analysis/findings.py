@@ -10,8 +10,9 @@ at chance level in every framework, or the same in all, is not ordered at all.
 import math
 import statistics
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
+from dlbench.harness.analysis.measures import metric_format
 from dlbench.harness.analysis.stats import (
     NO_DIFFERENCE,
     NOISE,
@@ -43,6 +44,9 @@ class Finding:
     speed: str
     metric: str  # the final metric's sentence: accuracy, perplexity or mAP
     caveats: tuple[str, ...]
+    # what the sentences say, as values: the report's overview draws them (None: built by hand, no tests)
+    speed_standing: "Standing | None" = field(default=None, compare=False)
+    metric_standing: "Standing | None" = field(default=None, compare=False)
 
     @property
     def title(self) -> str:
@@ -97,12 +101,6 @@ def samples(cells: Sequence[CellSummary], figure: str) -> dict[str, list[float]]
 
 def seconds(value: float) -> str:
     return f"{value:#.3g} s" if value < 100 else f"{value:,.0f} s"
-
-
-def metric_format(metric: str | None) -> Callable[[float], str]:
-    if metric == "accuracy":
-        return lambda value: f"{value * 100:.1f}%"
-    return lambda value: f"{value:.4g}"
 
 
 def higher_is_better(workload: str) -> bool:
@@ -160,48 +158,108 @@ def _ci(test: PairTest, best: str) -> str:
     return f"{level} CI of the ratio {r.low:.3g}-{r.high:.3g}; "
 
 
+# How a group's frameworks stand by one quantity (Standing.kind): why nobody is ranked, or RANKED
+NO_VALUES, ONLY_ONE, EQUAL, AT_CHANCE, SINGLE_RUNS, TOO_FEW_ALL, RANKED = (
+    "no values", "only one", "equal", "at chance", "single runs", "too few", "ranked")
+
+
+@dataclass(frozen=True)
+class Standing:
+    """One group's frameworks by one quantity, as the findings' sentence states it and the report's overview
+    shows it: the medians, best first; whether the tests could order anything (kind); and, where they could,
+    who is shown behind the best (a shown test, beyond the test set's sampling error) and who is level with
+    it, with each level one's reason."""
+    quantity: Quantity
+    medians: dict[str, float]
+    order: tuple[str, ...]  # best first
+    kind: str  # RANKED, or why nobody is ranked (NO_VALUES, ONLY_ONE, EQUAL, AT_CHANCE, SINGLE_RUNS, TOO_FEW_ALL)
+    behind: tuple[str, ...] = ()  # shown behind the best, in order
+    level: tuple[str, ...] = ()  # not shown behind the best, in order
+    reasons: tuple[str, ...] = ()  # why the level ones are not shown behind, sorted, without NO_DIFFERENCE
+    tests: tuple[PairTest, ...] = ()
+
+    @property
+    def best(self) -> str | None:
+        return self.order[0] if self.order else None
+
+    @property
+    def best_shown(self) -> bool:
+        """The best is shown ahead of every other framework of the group."""
+        return self.kind == RANKED and not self.level
+
+    def shown_behind(self, name: str) -> bool:
+        return name in self.behind
+
+
+def standing(values: Mapping[str, Sequence[float]], quantity: Quantity, tests: Sequence[PairTest]) -> Standing:
+    """The frameworks of one group by this quantity. values: label -> one value per successful run;
+    tests: stats.pairwise over the same values."""
+    present = {name: list(v) for name, v in values.items() if v}
+    medians = {name: statistics.median(v) for name, v in present.items()}
+    order = tuple(sorted(present, key=medians.__getitem__, reverse=not quantity.lower_is_better))
+    unranked = Standing(quantity, medians, order, NO_VALUES, tests=tuple(tests))
+    if not present:
+        return unranked
+    if len(order) == 1:
+        return replace(unranked, kind=ONLY_ONE)
+    if len(set(medians.values())) == 1:
+        return replace(unranked, kind=EQUAL)
+    if quantity.chance_ceiling is not None and all(medians[o] <= quantity.chance_ceiling for o in order):
+        return replace(unranked, kind=AT_CHANCE)
+    if all(len(v) == 1 for v in present.values()):
+        return replace(unranked, kind=SINGLE_RUNS)
+    best = order[0]
+    pair = {o: _test_between(tests, best, o) for o in order[1:]}
+    behind = tuple(o for o in order[1:] if pair[o] is not None and pair[o].shown
+                   and not _within_error(medians[best], medians[o], quantity))
+    level = tuple(o for o in order[1:] if o not in behind)
+    verdicts = {_reason(pair[o], medians[best], medians[o], quantity) for o in level}
+    if level and verdicts == {TOO_FEW} and not behind:
+        return replace(unranked, kind=TOO_FEW_ALL)
+    return replace(unranked, kind=RANKED, behind=behind, level=level,
+                   reasons=tuple(sorted(verdicts - {NO_DIFFERENCE})))
+
+
 def ranking(values: Mapping[str, Sequence[float]], quantity: Quantity, tests: Sequence[PairTest]) -> str:
     """One or two sentences naming the best framework by this quantity, or saying no difference is shown.
     values: label -> one value per successful run; tests: stats.pairwise over the same values."""
-    present = {name: list(v) for name, v in values.items() if v}
-    if not present:
-        return f"No {quantity.what}: no successful run recorded one."
-    medians = {name: statistics.median(v) for name, v in present.items()}
-    order = sorted(present, key=medians.__getitem__, reverse=not quantity.lower_is_better)
-    best = order[0]
+    return sentence(standing(values, quantity, tests))
+
+
+def sentence(ranked: Standing) -> str:
+    """The standing in words."""
+    quantity, medians, order = ranked.quantity, ranked.medians, ranked.order
+    best = ranked.best
     listed = ", ".join(f"{o} {quantity.fmt(medians[o])}" for o in order)
-    if len(order) == 1:
+    if ranked.kind == NO_VALUES:
+        return f"No {quantity.what}: no successful run recorded one."
+    if ranked.kind == ONLY_ONE:
         return f"Only {best} completed: {quantity.what} {quantity.fmt(medians[best])}; nothing to compare."
-    if len(set(medians.values())) == 1:
+    if ranked.kind == EQUAL:
         return f"The same {quantity.what} in every framework, {quantity.fmt(medians[best])}: no framework is ranked."
-    if quantity.chance_ceiling is not None and all(medians[o] <= quantity.chance_ceiling for o in order):
+    if ranked.kind == AT_CHANCE:
         return (f"Every framework's {quantity.what} is at chance level ({quantity.fmt(quantity.chance)}, one "
                 f"guess in {round(1 / quantity.chance)}) within the test set's sampling error, so no framework is "
                 f"ranked; the medians: {listed}.")
-    if all(len(v) == 1 for v in present.values()):
+    if ranked.kind == SINGLE_RUNS:
         return (f"Single runs, {quantity.what}: {listed}. One run each: no interval or test, so no framework is "
                 f"ranked.")
-    pair = {o: _test_between(tests, best, o) for o in order[1:]}
-    behind = [o for o in order[1:] if pair[o] is not None and pair[o].shown
-              and not _within_error(medians[best], medians[o], quantity)]
-    level = [o for o in order[1:] if o not in behind]
-    if not level:
-        runner, test = order[1], pair[order[1]]
+    if ranked.kind == TOO_FEW_ALL:
+        return (f"Too few repetitions to show any difference in {quantity.what}, so no framework is ranked; "
+                f"the medians: {listed}.")
+    if not ranked.level:
+        runner = order[1]
+        test = _test_between(ranked.tests, best, runner)
         return (f"{best} is the {quantity.best}: {quantity.what} {quantity.fmt(medians[best])}. "
                 f"The next, {quantity.gap(runner, medians[best], medians[runner])} "
                 f"({_ci(test, best)}shown, Holm-adjusted p = {test.p_adjusted:.2g}).")
-    verdicts = {_reason(pair[o], medians[best], medians[o], quantity) for o in level}
-    if verdicts == {TOO_FEW} and not behind:
-        return (f"Too few repetitions to show any difference in {quantity.what}, so no framework is ranked; "
-                f"the medians: {listed}.")
-    reasons = sorted(verdicts - {NO_DIFFERENCE})
-    tied = ", ".join(f"{o} ({quantity.fmt(medians[o])})" for o in level)
-    why = f" ({'; '.join(reasons)})" if reasons else ""
-    sentence = (f"No difference shown in {quantity.what} between {best} ({quantity.fmt(medians[best])}) and "
-                f"{tied}{why}: none of them is ranked above the others.")
-    if behind:
-        sentence += f" Shown behind all of these: {', '.join(f'{o} ({quantity.fmt(medians[o])})' for o in behind)}."
-    return sentence
+    tied = ", ".join(f"{o} ({quantity.fmt(medians[o])})" for o in ranked.level)
+    why = f" ({'; '.join(ranked.reasons)})" if ranked.reasons else ""
+    text = (f"No difference shown in {quantity.what} between {best} ({quantity.fmt(medians[best])}) and "
+            f"{tied}{why}: none of them is ranked above the others.")
+    if ranked.behind:
+        text += f" Shown behind all of these: {', '.join(f'{o} ({quantity.fmt(medians[o])})' for o in ranked.behind)}."
+    return text
 
 
 def _within_error(best: float, other: float, quantity: Quantity) -> bool:
@@ -281,10 +339,16 @@ def _steady_notes(cells: Sequence[CellSummary]) -> list[str]:
             f"second epoch alone, not a median over several."]
 
 
-def _stand_in_notes(cell: CellSummary) -> list[str]:
+def stand_in(cell: CellSummary) -> bool:
+    """Whether the cell's dataset stands in for the study's (the workload's target was set for the study's)."""
     workload = WORKLOADS.get(cell.workload)
-    if workload is None or not cell.dataset or cell.dataset == workload.study_dataset:
+    return workload is not None and bool(cell.dataset) and cell.dataset != workload.study_dataset
+
+
+def _stand_in_notes(cell: CellSummary) -> list[str]:
+    if not stand_in(cell):
         return []
+    workload = WORKLOADS[cell.workload]
     return [f"{cell.dataset} is not {workload.study_dataset}, the study's dataset for {workload.name}: its "
             f"{workload.target['metric']} is not comparable with the study's."]
 
@@ -386,8 +450,9 @@ def group_finding(cells: Sequence[CellSummary], speed_tests: Sequence[PairTest],
     metric = metric_quantity(first.metric_name, higher_is_better(first.workload), held_out)
     steady, final = samples(cells, speed.figure), samples(cells, metric.figure)
     notes = caveats(cells, speed_tests, comparisons) + (_sampling_notes(final, held_out) if metric.margin else [])
-    return Finding(first.workload, first.dataset, first.device, ranking(steady, speed, speed_tests),
-                   ranking(final, metric, metric_tests), tuple(notes))
+    by_speed, by_metric = standing(steady, speed, speed_tests), standing(final, metric, metric_tests)
+    return Finding(first.workload, first.dataset, first.device, sentence(by_speed), sentence(by_metric),
+                   tuple(notes), by_speed, by_metric)
 
 
 def _sampling_notes(final: Mapping[str, Sequence[float]], held_out: HeldOutSet | None) -> list[str]:
@@ -421,7 +486,8 @@ def findings(cells: Sequence[CellSummary], seed: int = 0,
 def shared_caveats(cells: Sequence[CellSummary], found: Sequence[Finding]) -> tuple[list[str], list[Finding]]:
     """The caveats that hold for every workload group of findings(cells), to be said once at the top of the
     report, and the findings without them: a framework without a passing certificate, for one reason, in
-    every group; then any caveat that every finding repeats word for word. With one group, none."""
+    every group; stand-in data in every group; then any caveat that every finding repeats word for word.
+    With one group, none."""
     groups = list(group(cells).values())
     if len(groups) < 2:
         return [], list(found)
@@ -433,8 +499,20 @@ def shared_caveats(cells: Sequence[CellSummary], found: Sequence[Finding]) -> tu
             everywhere.update(names)
     found = [_with_certificate_notes(finding, _certificate_notes(cells_of, everywhere), _certificate_notes(cells_of))
              for finding, cells_of in zip(found, groups, strict=True)]
+    stand_ins = [_stand_in_notes(cells_of[0]) for cells_of in groups]
+    if all(stand_ins):  # every group on stand-in data: one note names them all, the groups' own notes go
+        shared.append(_stand_ins_note([cells_of[0] for cells_of in groups]))
+        said = {note for notes in stand_ins for note in notes}
+        found = [replace(f, caveats=tuple(c for c in f.caveats if c not in said)) for f in found]
     repeated = [note for note in found[0].caveats if all(note in finding.caveats for finding in found)]
     return shared + repeated, [replace(f, caveats=tuple(c for c in f.caveats if c not in repeated)) for f in found]
+
+
+def _stand_ins_note(cells: Sequence[CellSummary]) -> str:
+    """Every workload on stand-in data, said once: which dataset stands in for which of the study's."""
+    pairs = dict.fromkeys(f"{cell.dataset} for {WORKLOADS[cell.workload].study_dataset}" for cell in cells)
+    return (f"Every workload runs on stand-in data ({', '.join(pairs)}), not the study's datasets: its metrics "
+            f"are not comparable with the study's, and its targets, set for the study's data, may not be reached.")
 
 
 def _with_certificate_notes(finding: Finding, notes: list[str], replaced: list[str]) -> Finding:

@@ -1,9 +1,17 @@
 """Per-run figures derived from the stored columns for display: energy per sample, MFU, cores used.
 Shared by `dlbench results` and the report; reads a run as Store.runs() returns it."""
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from statistics import median
 
 ENERGY_KINDS = (("cpu", "energy_cpu_j"), ("dram", "energy_dram_j"), ("gpu", "energy_gpu_j"))
+
+
+def metric_format(metric: str | None) -> Callable[[float], str]:
+    """How a metric's value reads everywhere dlbench shows one (the report, results, run, compare): an
+    accuracy as a percentage with one decimal (74.3%), any other metric to 4 significant digits."""
+    if metric == "accuracy":
+        return lambda value: f"{value * 100:.1f}%"
+    return lambda value: f"{value:.4g}"
 
 
 def steady_epochs(run: Mapping) -> list[Mapping]:

@@ -11,6 +11,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend is chosen before pyplot is imported)
+from matplotlib.colors import LogNorm, to_hex, to_rgb  # noqa: E402
+
+from dlbench.harness.environments.envs import RECIPES  # noqa: E402
 
 STYLE = {
     "svg.fonttype": "none",
@@ -23,13 +26,40 @@ STYLE = {
     "grid.alpha": 0.3,
     "figure.dpi": 72,
 }
+WIDE = 10.0  # a panel whose values span more than this factor gets a logarithmic axis
+SMALL_MULTIPLES = 5  # from this many frameworks on, convergence is drawn as one small panel per framework
+CONTEXT_POINTS = 12  # per other framework's grey line in a small panel
 MAX_POINTS = 120  # per timeline series: enough for the eye at this width, keeps one chart near 10 kB
 PALETTE = plt.get_cmap("tab10").colors
+# one colour per known framework, the same in every figure of every report, whichever frameworks it holds
+FRAMEWORK_COLOURS = {name: PALETTE[i] for i, name in enumerate(sorted(RECIPES))}
+OTHER_COLOURS = plt.get_cmap("Dark2").colors  # for frameworks dlbench does not know (a test's fake one)
+# the ratio scale of the overview and the relative-speed tables: 1 (the lowest median) to 4x and beyond,
+# logarithmic, green to red; the ends of RdYlGn are cut so that dark text stays readable on every colour
+RATIO_SCALE = (1.0, 4.0)
+RATIO_CMAP = plt.get_cmap("RdYlGn_r")
+RATIO_RANGE = (0.12, 0.88)
 
 
 def colours(labels: Sequence[str]) -> dict[str, tuple[float, float, float]]:
-    """One colour per framework, the same in every chart of a report."""
-    return {label: PALETTE[i % len(PALETTE)] for i, label in enumerate(labels)}
+    """Each label's framework colour (FRAMEWORK_COLOURS); a second version of one framework ("jax 0.4.30"
+    beside "jax 0.6.2") gets its framework's colour lightened, unknown frameworks colours of their own."""
+    result: dict[str, tuple[float, float, float]] = {}
+    unknown = 0
+    for label in labels:
+        base = FRAMEWORK_COLOURS.get(label.split(" ")[0])
+        if base is None:
+            base, unknown = OTHER_COLOURS[unknown % len(OTHER_COLOURS)], unknown + 1
+        repeats = sum(1 for seen in result if seen.split(" ")[0] == label.split(" ")[0])
+        result[label] = tuple(c + (1 - c) * min(0.35 * repeats, 0.7) for c in to_rgb(base))
+    return result
+
+
+def ratio_colour(ratio: float) -> str:
+    """The colour of a ratio to the lowest median on the report's scale (RATIO_SCALE), as #rrggbb."""
+    share = float(LogNorm(*RATIO_SCALE, clip=True)(ratio))
+    low, high = RATIO_RANGE
+    return to_hex(RATIO_CMAP(low + (high - low) * share))
 
 
 def to_svg(fig: plt.Figure, chart_id: str) -> str:
@@ -59,7 +89,9 @@ def epoch_time_bars(rows: Sequence[tuple[str, tuple, tuple]], palette: Mapping[s
                     warm: Collection[str] = ()) -> str:
     """Steady epoch time per framework with CI whiskers, the first epoch in its own panel beside it.
 
-    rows: (label, steady (median, low, high), first (median, low, high)); None where unknown.
+    rows: (label, steady (median, low, high), first (median, low, high)); None where unknown; drawn top
+    down in the order given (the caller sorts them by speed). A panel whose values span more than WIDE
+    gets a logarithmic axis.
     warm: the labels whose first epoch comes from runs with a warm compile cache, marked so on their bar.
     """
     with plt.rc_context(STYLE):
@@ -71,11 +103,20 @@ def epoch_time_bars(rows: Sequence[tuple[str, tuple, tuple]], palette: Mapping[s
             _bars(ax, labels, [row[index] for row in rows], palette, hatch="" if index == 1 else "//")
             ax.set_title(title, loc="left", fontsize=9)
             ax.set_xlabel("seconds")
+        for ax, index in ((steady_ax, 1), (first_ax, 2)):
+            _log_if_wide(ax, "x", [v for row in rows for v in row[index] if v is not None])
         for y, (label, _, first) in enumerate(rows):
             if label in warm and first[0] is not None:
                 first_ax.text(first[0], y, " warm compile cache", va="center", fontsize=8, color="0.3")
         steady_ax.invert_yaxis()
         return to_svg(fig, chart_id)
+
+
+def _log_if_wide(ax: plt.Axes, axis: str, values: Sequence[float]) -> None:
+    """A logarithmic axis where the positive values span more than WIDE (a linear one would flatten the
+    small ones); never where a value is 0 or below (an mAP of 0 has no place on a log axis)."""
+    if values and min(values) > 0 and max(values) > WIDE * min(values):
+        (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
 
 
 def _bars(ax: plt.Axes, labels: list[str], estimates: list[tuple], palette: Mapping[str, tuple], hatch: str) -> None:
@@ -90,65 +131,144 @@ def _bars(ax: plt.Axes, labels: list[str], estimates: list[tuple], palette: Mapp
     ax.grid(axis="y", visible=False)
 
 
+Curve = tuple[list[int], list[float], list[float], list[float], list[float]]  # epochs, times, median, low, high
+
+
+def _curve(runs: Sequence[Sequence[tuple[float, float]]]) -> Curve:
+    """Per epoch over a framework's runs: the median cumulative time, and the median, lowest and highest metric."""
+    depth = max((len(run) for run in runs), default=0)
+    epochs, times, mids, lows, highs = [], [], [], [], []
+    for k in range(depth):
+        points = [run[k] for run in runs if len(run) > k and run[k][1] is not None]
+        if not points:
+            continue
+        values = sorted(p[1] for p in points)
+        epochs.append(k + 1)
+        times.append(_median(sorted(p[0] for p in points)))
+        mids.append(_median(values))
+        lows.append(values[0])
+        highs.append(values[-1])
+    return epochs, times, mids, lows, highs
+
+
+def _metric_axis(ax: plt.Axes, metric: str, values: Sequence[float]) -> None:
+    """Perplexities fall by orders of magnitude: a log axis past WIDE; an accuracy or mAP stays linear
+    (it can be 0)."""
+    if metric not in ("accuracy", "map"):
+        _log_if_wide(ax, "y", values)
+
+
 def convergence(series: Mapping[str, Sequence[Sequence[tuple[float, float]]]], palette: Mapping[str, tuple],
                 metric: str, chart_id: str, target: float | None = None) -> str:
     """Metric against epoch and against cumulative training time, per framework: the median over its
     repetitions with a min-max band, and the workload's target as a dashed line (where a curve crosses
-    it, on the time axis, is its time to target). series: label -> runs -> [(cumulative train s, metric)]."""
+    it, on the time axis, is its time to target). series: label -> runs -> [(cumulative train s, metric)].
+    From SMALL_MULTIPLES frameworks on, whose lines would hide each other, one small panel each
+    (small_multiples). The legend stands outside the axes, so it never covers a curve or the target."""
+    curves = {label: _curve(runs) for label, runs in series.items()}
+    if len(curves) >= SMALL_MULTIPLES:
+        return small_multiples(curves, palette, metric, chart_id, target)
     with plt.rc_context(STYLE):
-        fig, (by_epoch, by_time) = plt.subplots(1, 2, figsize=(8.5, 3.0), sharey=True)
-        for label, runs in series.items():
-            depth = max((len(run) for run in runs), default=0)
-            epochs, times, mids, lows, highs = [], [], [], [], []
-            for k in range(depth):
-                points = [run[k] for run in runs if len(run) > k and run[k][1] is not None]
-                if not points:
-                    continue
-                values = sorted(p[1] for p in points)
-                epochs.append(k + 1)
-                times.append(_median(sorted(p[0] for p in points)))
-                mids.append(_median(values))
-                lows.append(values[0])
-                highs.append(values[-1])
-            colour = palette[label]
+        fig, (by_epoch, by_time) = plt.subplots(1, 2, figsize=(8.5, 3.0), sharey=True, layout="constrained")
+        for label, (epochs, times, mids, lows, highs) in curves.items():
             for ax, xs in ((by_epoch, epochs), (by_time, times)):
-                ax.plot(xs, mids, marker="o", ms=3, color=colour, label=label, lw=1.5)
-                if len(runs) > 1:
-                    ax.fill_between(xs, lows, highs, color=colour, alpha=0.18, lw=0)
+                # one legend entry per framework: the figure's legend collects every axes' labels
+                ax.plot(xs, mids, marker="o", ms=3, color=palette[label], lw=1.5,
+                        label=label if ax is by_epoch else None)
+                if len(series[label]) > 1:
+                    ax.fill_between(xs, lows, highs, color=palette[label], alpha=0.18, lw=0)
         if target is not None:
             for ax in (by_epoch, by_time):
                 ax.axhline(target, color="#555555", lw=1, ls="--", label="target" if ax is by_epoch else None)
-        values = [p[1] for runs in series.values() for run in runs for p in run if p[1] is not None and p[1] > 0]
-        if values and max(values) > 20 * min(values):  # perplexities fall by orders of magnitude
-            by_epoch.set_yscale("log")
+        _metric_axis(by_epoch, metric, [v for curve in curves.values() for v in curve[3] + curve[4]])
+        _log_if_wide(by_time, "x", [t for curve in curves.values() for t in curve[1]])
         by_epoch.xaxis.get_major_locator().set_params(integer=True)
         by_epoch.set_xlabel("epoch")
         by_time.set_xlabel("cumulative training time (s)")
         by_epoch.set_ylabel(metric)
-        by_epoch.legend(fontsize=8, frameon=False)
+        fig.legend(loc="outside right upper", fontsize=8, frameon=False)
         return to_svg(fig, chart_id)
 
 
-def timeline(samples: Sequence[Mapping[str, float | None]], chart_id: str) -> str:
-    """One run's resource use over time: CPU % (process tree and system), RSS, and GPU where sampled."""
-    samples = _thin(samples)
-    t = [s["t_s"] for s in samples]
-    gpu = any(s.get("gpu_util_percent") is not None or s.get("gpu_mem_mb") is not None for s in samples)
+def small_multiples(curves: Mapping[str, Curve], palette: Mapping[str, tuple], metric: str, chart_id: str,
+                    target: float | None = None) -> str:
+    """One panel per framework on shared axes, metric against cumulative training time: its own median
+    curve and band in its colour, the others' medians in light grey behind it, the target dashed."""
+    columns = 3
+    rows = -(-len(curves) // columns)
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(rows, columns, figsize=(8.5, 1.9 * rows + 0.4), sharex=True, sharey=True,
+                                 layout="constrained", squeeze=False)
+        # the grid's last row may hold fewer frameworks than panels: those panels are hidden below
+        for ax, (label, (_, times, mids, lows, highs)) in zip(axes.flat, curves.items(), strict=False):
+            for other, curve in curves.items():
+                if other != label:  # context only: a thinned line keeps 9 panels x 8 others small
+                    step = max(1, -(-len(curve[1]) // CONTEXT_POINTS))
+                    ax.plot(curve[1][::step], curve[2][::step], color="0.82", lw=1)
+            ax.fill_between(times, lows, highs, color=palette[label], alpha=0.2, lw=0)
+            ax.plot(times, mids, marker="o" if len(times) <= CONTEXT_POINTS else "", ms=2.5, color=palette[label],
+                    lw=1.6)
+            if target is not None:
+                ax.axhline(target, color="#555555", lw=1, ls="--")
+            ax.set_title(label, loc="left", fontsize=9, color=palette[label])
+        for ax in axes.flat[len(curves):]:
+            ax.set_visible(False)
+        first = axes.flat[0]
+        _metric_axis(first, metric, [v for curve in curves.values() for v in curve[3] + curve[4]])
+        _log_if_wide(first, "x", [t for curve in curves.values() for t in curve[1]])
+        for ax in axes.flat:  # a log axis's minor ticks, in every small panel, would double the figure's size
+            ax.minorticks_off()
+        fig.supxlabel("cumulative training time (s)", fontsize=9)
+        fig.supylabel(metric + ("" if target is None else " (dashed: target)"), fontsize=9)
+        return to_svg(fig, chart_id)
+
+
+def _panels(gpu: bool) -> list[tuple[str, tuple[tuple[str, str], ...]]]:
+    """A timeline's panels: title and (sample key, line label) of each line."""
     panels = [("CPU %", (("cpu_percent", "process tree"), ("system_cpu_percent", "system"))),
               ("RSS (MiB)", (("rss_mb", "process tree"),))]
     if gpu:
         panels += [("GPU util %", (("gpu_util_percent", "utilisation"),)),
                    ("GPU MiB", (("gpu_mem_mb", "process memory"),))]
+    return panels
+
+
+def _has_gpu(samples: Sequence[Mapping[str, float | None]]) -> bool:
+    return any(s.get("gpu_util_percent") is not None or s.get("gpu_mem_mb") is not None for s in samples)
+
+
+def timeline_limits(sample_sets: Sequence[Sequence[Mapping[str, float | None]]]) -> dict[str, float]:
+    """The largest time and the largest value of each panel over several runs' samples: the runs of one
+    workload are drawn on these shared axes, so their timelines compare at a glance."""
+    samples = [s for samples in sample_sets for s in samples]
+    limits = {"t_s": max((s["t_s"] for s in samples), default=0.0)}
+    for title, keys in _panels(_has_gpu(samples)):
+        limits[title] = max((s[key] for s in samples for key, _ in keys if s.get(key) is not None), default=0.0)
+    return limits
+
+
+def timeline(samples: Sequence[Mapping[str, float | None]], chart_id: str,
+             limits: Mapping[str, float] | None = None) -> str:
+    """One run's resource use over time: CPU % (process tree and system), RSS, and GPU where sampled.
+    limits (timeline_limits): shared axes' ends, where several runs are compared."""
+    samples = _thin(samples)
+    t = [s["t_s"] for s in samples]
+    panels = _panels(_has_gpu(samples))
     with plt.rc_context({**STYLE, "axes.grid": False}):
-        fig, axes = plt.subplots(1, len(panels), figsize=(8.5 if not gpu else 11, 1.9))
+        fig, axes = plt.subplots(1, len(panels), figsize=(8.5 if len(panels) == 2 else 11, 1.9))
         for ax, (title, keys) in zip(axes, panels, strict=True):
             for key, label in keys:
                 ax.plot(t, [s.get(key) if s.get(key) is not None else float("nan") for s in samples],
                         lw=1, label=label)
             ax.set_title(title, loc="left", fontsize=9)
             ax.set_xlabel("s")
+            if limits:
+                ax.set_xlim(0, limits["t_s"] or 1)
+                ax.set_ylim(0, (limits.get(title) or 1) * 1.05)
             if len(keys) > 1:
-                ax.legend(fontsize=7, frameon=False)
+                # above the panel, right of its title: never over the lines
+                ax.legend(fontsize=7, frameon=False, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncols=2,
+                          borderaxespad=0.0)
         fig.tight_layout()
         return to_svg(fig, chart_id)
 

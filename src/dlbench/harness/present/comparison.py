@@ -35,7 +35,7 @@ def render(comparison: Comparison, fail_above: float | None = None) -> str:
         for cell in comparison.cells:
             test = cell.test
             mark = {stats.SLOWER: "+", stats.FASTER: "-"}.get(test.verdict, "")
-            delta = "-" if cell.metric_delta is None else f"{cell.metric_delta:+.4g} {cell.metric_name or ''}".strip()
+            delta = "-" if cell.metric_delta is None else _delta(cell.metric_delta, cell.metric_name)
             verdict = test.verdict
             if cell.exceeds is not None:
                 verdict += f"; FAILS --fail-above {_percent(cell.exceeds)}"
@@ -58,3 +58,10 @@ def render(comparison: Comparison, fail_above: float | None = None) -> str:
         lines.append(f"\n--fail-above {_percent(fail_above)}: " + (
             f"{len(failing)} cell(s) slower by more than that" if failing else "no cell slower by more than that"))
     return "\n".join(lines)
+
+
+def _delta(delta: float, metric: str | None) -> str:
+    """B's metric less A's: an accuracy in points, as the report gives its percentages (74.3%)."""
+    if metric == "accuracy":
+        return f"{delta * 100:+.1f} points accuracy"
+    return f"{delta:+.4g} {metric or ''}".strip()

@@ -11,7 +11,7 @@ from html import escape
 from dlbench.harness.analysis.findings import Finding, group, label
 from dlbench.harness.analysis.stats import Estimate
 from dlbench.harness.analysis.summary import WARM, CellSummary
-from dlbench.harness.present import charts
+from dlbench.harness.present import charts, overview, overview_html, tables
 from dlbench.harness.present.contents import Report
 from dlbench.harness.present.study import StudySection
 from dlbench.harness.present.tables import Table
@@ -44,8 +44,10 @@ figure.chart{background:#fff;border:1px solid #dde1e8;border-radius:8px;margin:1
 figure.chart svg{max-width:100%;height:auto}
 figcaption{font-size:13px;color:#444;margin-bottom:4px}
 details{margin:8px 0}
+details.card summary h3{display:inline;margin:0}
 .timelines{display:grid;grid-template-columns:1fr 1fr;gap:0 12px}
 summary{cursor:pointer;color:#2456a6}
+a.csv{font-size:12px;font-weight:400;margin-left:8px;color:#2456a6}
 .pass{color:#176b2c}.fail{color:#b3261e;font-weight:600}
 #js-errors{color:#b3261e;white-space:pre-wrap}
 """
@@ -147,6 +149,11 @@ def attrs(**values: str | None) -> str:
 
 
 def table_html(table: Table, sortable: bool = False) -> str:
+    """The table with its CSV download; cells with a shade (a ratio) coloured on the report's scale. A table
+    without rows shows its title and note alone (the note says why it is empty)."""
+    note = f'<p class="note">{escape(table.note)}</p>' if table.note else ""
+    if not table.rows:
+        return f"<div{_data(table.keys)}><h3>{escape(table.title)}</h3>{note}</div>"
     cls = ' class="sortable"' if sortable else ""
     columns = table.frameworks or [""] * len(table.header)
     head = "".join(f"<th{attrs(data_framework=f or None)}>{escape(h)}</th>"
@@ -154,12 +161,22 @@ def table_html(table: Table, sortable: bool = False) -> str:
     body = []
     for i, row in enumerate(table.rows):
         keys = table.row_keys[i] if table.row_keys else {}
-        cells = "".join(f"<td{attrs(data_framework=f or None, **{'class': _verdict_class(c)})}>{_cell(c)}</td>"
-                        for c, f in zip(row, columns, strict=True))
+        shades = table.shades[i] if table.shades else [None] * len(row)
+        cells = "".join(f"<td{attrs(data_framework=f or None, style=_shade(shade), **{'class': _verdict_class(c)})}>"
+                        f"{_cell(c)}</td>" for c, f, shade in zip(row, columns, shades, strict=True))
         body.append(f"<tr{_data(keys)}>{cells}</tr>")
-    note = f'<p class="note">{escape(table.note)}</p>' if table.note else ""
-    return (f'<div{_data(table.keys)}><h3>{escape(table.title)}</h3><div class="wide"><table{cls}><thead><tr>{head}'
-            f"</tr></thead><tbody>{''.join(body)}</tbody></table></div>{note}</div>")
+    return (f'<div{_data(table.keys)}><h3>{escape(table.title)} {csv_link(table)}</h3><div class="wide">'
+            f"<table{cls}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>{note}</div>")
+
+
+def _shade(ratio: float | None) -> str | None:
+    return None if ratio is None else f"background-color:{charts.ratio_colour(ratio)}"
+
+
+def csv_link(table: Table) -> str:
+    """A link that downloads the table as CSV, the file inline in the page (a data: URI): nothing is fetched."""
+    name, href = tables.csv_download(table)
+    return f'<a class="csv"{attrs(download=name, href=href)}>CSV</a>'
 
 
 def _data(keys: Mapping[str, str]) -> str:
@@ -180,12 +197,13 @@ def _verdict_class(text: str) -> str | None:
 
 
 def finding_html(finding: Finding, frameworks: Iterable[str]) -> str:
+    """One workload's finding, folded: its title shows, its sentences and caveats open on a click."""
     caveats = "".join(f"<li>{escape(c)}</li>" for c in finding.caveats)
-    return (f'<section class="card"{_keys(finding.workload, finding.device, frameworks)}>'
-            f"<h3>{escape(finding.title)}</h3>"
+    return (f'<details class="card"{_keys(finding.workload, finding.device, frameworks)}>'
+            f"<summary><h3>{escape(finding.title)}</h3></summary>"
             f'<p class="finding"><b>Speed</b> {escape(finding.speed)}</p>'
             f'<p class="finding"><b>Final metric</b> {escape(finding.metric)}</p>'
-            + (f'<ul class="caveats">{caveats}</ul>' if caveats else "") + "</section>")
+            + (f'<ul class="caveats">{caveats}</ul>' if caveats else "") + "</details>")
 
 
 def shared_caveats_html(caveats: list[str]) -> str:
@@ -213,8 +231,9 @@ def group_figures(runs: Sequence[Mapping], cells: Sequence[CellSummary], samples
     frameworks = sorted(set(names.values()))
     keys = _keys(first["workload"], first.get("device"), {r["framework"] for r in runs})
     by_label = {label(cell, cells): cell for cell in cells}
-    rows = [(name, _interval(by_label[name].steady_epoch_s), _interval(by_label[name].first_epoch_s))
-            for name in frameworks]
+    # fastest first: the bars read as a ranking of medians (the findings say which gaps are shown)
+    rows = sorted(((name, _interval(by_label[name].steady_epoch_s), _interval(by_label[name].first_epoch_s))
+                   for name in frameworks), key=lambda row: (row[1][0] is None, row[1][0] or 0.0, row[0]))
     # a warm run's curve against time is not drawn where its cell's cold runs give the times (summary.py)
     series = {name: [_curve(r) for r in runs if names[r["id"]] == name and r.get("epochs")
                      and not (r.get("compile_cache") == WARM and not by_label[name].warm)] for name in frameworks}
@@ -222,7 +241,8 @@ def group_figures(runs: Sequence[Mapping], cells: Sequence[CellSummary], samples
     metric = first.get("metric_name") or "metric"
     warm = [name for name in frameworks if by_label[name].warm]
     parts = [figure(charts.epoch_time_bars(rows, palette, f"bars-{index}", warm),
-                    "Epoch time per framework: steady epochs (median of each run's later epochs, median over runs, "
+                    "Epoch time per framework, fastest steady epoch first: steady epochs (median of each run's later "
+                    "epochs, median over runs, "
                     "whiskers: the order-statistic interval of the median, at least 95%, or [min-max] with 2 to 5 "
                     "runs, 50 to 93.7%) and the first epoch apart"
                     + ("; warm compile cache: a first epoch without the compilation earlier runs did" if warm else ""),
@@ -230,15 +250,18 @@ def group_figures(runs: Sequence[Mapping], cells: Sequence[CellSummary], samples
     if series:
         target = first.get("target_value")
         parts.append(figure(charts.convergence(series, palette, metric, f"convergence-{index}", target),
-                            f"{metric} against epoch and against cumulative training time: median over repetitions, "
-                            "band from the lowest to the highest"
+                            (f"{metric} against cumulative training time, one panel per framework with the others "
+                             "in grey: " if len(series) >= charts.SMALL_MULTIPLES else
+                             f"{metric} against epoch and against cumulative training time: ")
+                            + "median over repetitions, band from the lowest to the highest"
                             + ("" if target is None else f"; dashed: the workload's target ({target:g})"), keys))
-    timelines = [figure(charts.timeline(samples[r["id"]], f"timeline-{r['id']}"),
+    limits = charts.timeline_limits([samples[r["id"]] for r in runs if samples.get(r["id"])])
+    timelines = [figure(charts.timeline(samples[r["id"]], f"timeline-{r['id']}", limits),
                         f"{names[r['id']]}, repetition {r.get('repetition')} ({r['status']}): resource use over time",
                         attrs(data_framework=r["framework"]))
                  for r in runs if samples.get(r["id"])]
     if timelines:
-        parts.append(f"<details><summary>Resource timelines of the {len(timelines)} runs: CPU %, RSS"
+        parts.append(f"<details><summary>Resource timelines of the {len(timelines)} runs on shared axes: CPU %, RSS"
                      f"{', GPU' if _has_gpu(runs, samples) else ''}</summary>"
                      f'<div class="timelines">{"".join(timelines)}</div></details>')
     title = f"{first['workload']} on {first.get('dataset') or '?'} ({first.get('device') or '?'})"
@@ -290,30 +313,35 @@ def render(report: Report) -> str:
     palette = charts.colours(sorted({name for g in groups.values() for name in run_labels(g).values()}))
     findings = "".join(finding_html(f, {r["framework"] for r in groups[(f.workload, f.dataset, f.device)]})
                        for f in report.findings)
+    matrices = "".join(overview_html.matrix_html(m, palette) for m in overview.matrices(report.findings))
     cells = group(report.summaries)
     figures = "".join(group_figures(runs_of_group, cells[key], report.samples, palette, i)
                       for i, (key, runs_of_group) in enumerate(groups.items()))
-    nav = ("".join(f'<a href="#{s}">{s.capitalize()}</a>' for s in ("findings", "tables", "study", "figures",
-                                                                     "certificates", "manifest"))
+    sections = ("overview", "findings", "tables", "study", "figures", "certificates", "manifest")
+    nav = ("".join(f'<a href="#{s}">{s.capitalize()}</a>' for s in sections)
            + _select("device", (r.get("device") or "?" for r in runs))
            + _select("workload", (r["workload"] for r in runs))
            + _select("framework", (r["framework"] for r in runs)))
     body = (
         f"<header><h1>dlbench report</h1><p>{escape(_summary(report))}</p></header>"
         f"<nav><div>{nav}</div></nav><main>"
-        f'<h2 id="findings">Findings</h2>{shared_caveats_html(report.caveats)}{findings}'
+        f'<h2 id="overview">Overview</h2>{shared_caveats_html(report.caveats)}{matrices}'
+        f'<h2 id="findings">Findings</h2><p class="note">Each workload\'s verdicts in words, with its own '
+        f'caveats: click a title to open it.</p>{findings}'
         f'<h2 id="tables">Tables</h2>{"".join(table_html(t) for t in report.study_tables)}'
         f'<h2 id="study">The study side by side</h2>{study_html(report.study)}'
         f'<h2 id="figures">Figures</h2>{figures}'
         f'<h2 id="certificates">Certificates</h2>{table_html(report.certificate_grid)}'
         f'<h2 id="manifest">Manifest</h2>{"".join(table_html(t, sortable=True) for t in report.manifest)}'
         f'<p class="note">Report built by dlbench {escape(report.dlbench_version)}.</p>'
-        f'<p id="render-status" class="note"{attrs(data_expected=str(expected_charts(report)))}>'
+        # the page's own counters are for its tests (they read the data attributes), not for its readers
+        f'<p id="render-status" class="note" hidden{attrs(data_expected=str(expected_charts(report)))}>'
         f"charts not rendered: the page's script did not run</p><pre id=\"js-errors\" hidden></pre></main>"
     )
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>dlbench report</title><style>{STYLE}</style><script>{SCRIPT}</script></head>"
+            f"<title>dlbench report</title><style>{STYLE}{overview_html.STYLE}</style>"
+            f"<script>{SCRIPT}</script></head>"
             f"<body>{body}</body></html>\n")
 
 

@@ -96,8 +96,8 @@ def columns(run: dict) -> dict[str, str]:
     rebuilt = (run.get("config") or {}).get("environment_from_run")
     if rebuilt:  # the environment was rebuilt from a stored run's packages (dlbench env create --from-run)
         stored["version"] += f" (env of run {rebuilt['run_id']})"
-    if run.get("metric_name") and run.get("metric_value") is not None:  # "accuracy 0.7430", "perplexity 412.30"
-        stored["final metric"] = f"{run['metric_name']} {stored['final metric']}"
+    if run.get("metric_name") and run.get("metric_value") is not None:  # "accuracy 74.3%", "perplexity 412.3"
+        stored["final metric"] = f"{run['metric_name']} {metric_text(run['metric_name'], run['metric_value'])}"
     headings = [heading for _, heading in STORED_COLUMNS]
     split = headings.index("cpu %") + 1
     shown = {heading: stored[heading] for heading in headings[:split]}
@@ -188,8 +188,14 @@ def _sci(value: float | None) -> str:
 
 
 def epochs_text(run: dict) -> str:
-    """Per-epoch metric and training time, compact: "1:0.8123@2.10s 2:...". """
-    return " ".join(f"{e['epoch']}:{_cell(e['metric_value'])}@{e['train_time_s']:.2f}s" for e in run.get("epochs", []))
+    """Per-epoch metric and training time, compact: "1:81.2%@2.10s 2:...". """
+    return " ".join(f"{e['epoch']}:{metric_text(run.get('metric_name'), e['metric_value'])}@{e['train_time_s']:.2f}s"
+                    for e in run.get("epochs", []))
+
+
+def metric_text(metric: str | None, value: float | None) -> str:
+    """A metric's value as the report shows it (an accuracy as 74.3%); CSV and JSON keep the stored number."""
+    return "-" if value is None else measures.metric_format(metric)(value)
 
 
 def to_csv(runs: list[dict]) -> str:

@@ -18,6 +18,8 @@ def _cell(text: str) -> str:
 
 
 def table_md(table: Table) -> str:
+    if not table.rows:  # its note says why
+        return f"### {_text(table.title)}\n\n_{table.note}_\n"
     lines = [f"### {_text(table.title)}", "", "| " + " | ".join(_cell(h) for h in table.header) + " |",
              "|" + "---|" * len(table.header)]
     lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in table.rows]

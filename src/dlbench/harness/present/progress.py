@@ -19,6 +19,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from dlbench.harness.analysis.measures import metric_format
 from dlbench.harness.plan.suite import Cell
 from dlbench.shared import protocol
 from dlbench.shared.protocol import EPOCH, READY, kind_of
@@ -124,7 +125,8 @@ def outcome(run: dict) -> str:
     """A finished cell in a few words: its status, and its metric and training time or why it failed."""
     if run["status"] != "ok":
         return f"{run['status']}: {run['reason']}"
-    return f"ok: {run['metric_name']} {run['metric_value']:.4f}, train {run['train_time_s']:.1f} s"
+    return (f"ok: {run['metric_name']} {metric_format(run['metric_name'])(run['metric_value'])}, "
+            f"train {run['train_time_s']:.1f} s")
 
 
 MEASURING_PEAK = "measuring its environment's float32 GEMM peak (once per environment, threads and device)"
@@ -136,7 +138,7 @@ def ready(event: dict) -> str:
 
 
 def epoch(event: dict, cell: Cell) -> str:
-    metrics = ", ".join(f"{k} {v:.4f}" for k, v in event["metrics"].items())
+    metrics = ", ".join(f"{k} {metric_format(k)(v)}" for k, v in event["metrics"].items())
     return (f"epoch {event['epoch']}/{cell.epochs}: {metrics}; train {event['train_time_s']:.2f} s, "
             f"eval {event['eval_time_s']:.2f} s")
 

@@ -4,12 +4,17 @@ One table per device and quantity: workloads down, frameworks across, as the stu
 A framework whose runs all stopped early shows the metric at its last completed epoch and
 "after k of N epochs", as the study's CIFAR-100 rows do.
 """
+import csv
+import io
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import median
+from urllib.parse import quote
 
 from dlbench.harness.analysis import measures
-from dlbench.harness.analysis.findings import group, label, metric_format, seconds
+from dlbench.harness.analysis.findings import group, label, seconds, stand_in
+from dlbench.harness.analysis.measures import metric_format
 from dlbench.harness.analysis.stats import CONFIDENCE, NOISE, Estimate, level_text
 from dlbench.harness.analysis.summary import FIRST_EPOCH_FIGURES, CellSummary, speed_ratios
 from dlbench.harness.certification import machine_store
@@ -35,6 +40,17 @@ class Table:
     # what the page's filters match: per row (framework, workload, device), and for the whole table
     row_keys: list[dict[str, str]] = field(default_factory=list)
     keys: dict[str, str] = field(default_factory=dict)
+    # per row, per column: a ratio to colour the cell by (charts.ratio_colour), None for no colour; empty: none
+    shades: list[list[float | None]] = field(default_factory=list)
+
+
+def csv_download(table: Table) -> tuple[str, str]:
+    """A file name and a data: URI holding the table as CSV (its heading and rows, as the page shows them),
+    for a download link that needs nothing from outside the page."""
+    out = io.StringIO()
+    csv.writer(out).writerows([table.header, *table.rows])
+    name = re.sub(r"\W+", "-", table.title).strip("-").lower() + ".csv"
+    return name, "data:text/csv;charset=utf-8," + quote(out.getvalue())
 
 
 def with_ci(value: Estimate, fmt: Callable[[float], str]) -> str:
@@ -42,8 +58,8 @@ def with_ci(value: Estimate, fmt: Callable[[float], str]) -> str:
     is below CONFIDENCE: 4.55 s [4.52-4.61, 75%]."""
     if value.median is None:
         return "-"
-    if value.low is None or value.high is None:
-        return f"{fmt(value.median)} (1 run)" if value.n == 1 else fmt(value.median)
+    if value.low is None or value.high is None:  # one run: the table's note says how many runs its cells hold
+        return fmt(value.median)
     unit = next((u for u in (" s", "%", "x") if fmt(value.median).endswith(u)), "")
     low, high = (fmt(v).removesuffix(unit) for v in (value.low, value.high))
     level = f", {level_text(value.level)}" if value.level is not None and value.level < CONFIDENCE else ""
@@ -55,8 +71,20 @@ def cores_mark(cell: CellSummary) -> str:
 
 
 def _legend(note: str, cells: Sequence[CellSummary]) -> str:
-    """The note, with the cores marker's legend where a cell of the table carries it."""
-    return note + ("; " + CORES_LEGEND if any(cores_mark(c) for c in cells) else "")
+    """The note, with how many runs its cells hold, said once, and the cores marker's legend where a cell of
+    the table carries it."""
+    return note + runs_note(cells) + ("; " + CORES_LEGEND if any(cores_mark(c) for c in cells) else "")
+
+
+def runs_note(cells: Sequence[CellSummary]) -> str:
+    """How many successful runs the cells hold, said once for a table rather than in every cell."""
+    counts = sorted({c.n_ok for c in cells if c.n_ok})
+    if not counts:
+        return ""
+    if counts == [1]:
+        return "; one successful run per cell: one measurement, no interval"
+    many = f"{counts[0]} to {counts[-1]}" if len(counts) > 1 else f"{counts[0]}"
+    return f"; {many} successful runs per cell" + ("; a cell of one run shows no interval" if 1 in counts else "")
 
 
 WARM_LABEL = " (warm compile cache)"  # after a figure that holds a first epoch from a warm compile cache
@@ -191,9 +219,15 @@ def _throughput_cell(cell: CellSummary, busy: set[int]) -> str:
 
 def time_to_target(cells: Sequence[CellSummary], columns: list[str], device: str) -> Table:
     """Training time until a run's metric first reached the workload's target: the median over the runs
-    that reached it, and how many of the successful runs did."""
-    rows = []
+    that reached it, and how many of the successful runs did. A workload on stand-in data that no run
+    reached is left out, and the note names it: the study's target says nothing of a stand-in dataset, and
+    a row of "not reached" says nothing either."""
+    rows, kept, left_out = [], [], []
     for (workload, dataset, _), group_cells in group(cells).items():
+        if stand_in(group_cells[0]) and not any(c.time_to_target_s.n for c in group_cells):
+            left_out.append(f"{workload} ({dataset or '?'})")
+            continue
+        kept.append(workload)
         by_label = {label(c, group_cells): c for c in group_cells}
         row = [f"{workload} ({dataset or '?'})"]
         for name in columns:
@@ -211,8 +245,16 @@ def time_to_target(cells: Sequence[CellSummary], columns: list[str], device: str
     return Table(f"Time to target, {device}", ["workload (dataset)", *columns], rows,
                  ["", *(c.split(" ")[0] for c in columns)],
                  _legend("training time until the metric first reached the workload's target (dlbench list "
-                         f"workloads), median over the runs that reached it [{INTERVAL}]", cells),
-                 [{"workload": w} for w, _, _ in group(cells)], {"device": device})
+                         f"workloads), median over the runs that reached it [{INTERVAL}]", cells)
+                 + _left_out_note(left_out),
+                 [{"workload": w} for w in kept], {"device": device})
+
+
+def _left_out_note(left_out: Sequence[str]) -> str:
+    if not left_out:
+        return ""
+    return (f". Left out: {', '.join(left_out)}: stand-in data that no run brought to the target the study set for "
+            "its own dataset, so the study's target says nothing here")
 
 
 def relative_speed(cells: Sequence[CellSummary], columns: list[str], device: str, against: str = "fastest") -> Table:
@@ -222,14 +264,16 @@ def relative_speed(cells: Sequence[CellSummary], columns: list[str], device: str
     if against not in ("fastest", "reference"):
         raise ValueError(f"relative_speed against {against!r}: expected 'fastest' or 'reference'")
     ratios = {r.cell.key: r for r in speed_ratios(list(cells))}
-    rows = []
+    rows, shades = [], []
     for (workload, dataset, _), group_cells in group(cells).items():
         row = [f"{workload} ({dataset or '?'})"]
+        shade: list[float | None] = [None]
         by_label = {label(c, group_cells): c for c in group_cells}
         for name in columns:
             found = ratios.get(by_label[name].key) if name in by_label else None
             base = None if found is None else found.fastest if against == "fastest" else found.reference
             ratio = None if found is None else found.to_fastest if against == "fastest" else found.to_reference
+            shade.append(None if ratio is None else ratio.median)
             if found is None:
                 row.append("" if name not in by_label else "-")
             elif found.cell is base:
@@ -238,6 +282,7 @@ def relative_speed(cells: Sequence[CellSummary], columns: list[str], device: str
             else:
                 row.append(("-" if ratio is None else with_ci(ratio, lambda v: f"{v:.2f}x")) + cores_mark(found.cell))
         rows.append(row)
+        shades.append(shade)
     title = "the lowest median" if against == "fastest" else "the reference"
     note = (f"median steady epoch time over {title} in the row [interval of the ratio from the two sides' "
             f"order-statistic intervals, at least {CONFIDENCE:.0%} unless the cell prints its lower level]; a "
@@ -245,20 +290,25 @@ def relative_speed(cells: Sequence[CellSummary], columns: list[str], device: str
             "alone); whether a gap is shown, the findings say: only a gap whose interval lies beyond "
             f"{NOISE:.0%} either way (the noise threshold) and that Holm's correction leaves significant")
     return Table(f"Steady epoch time relative to {title}, {device}", ["workload (dataset)", *columns], rows,
-                 ["", *(c.split(" ")[0] for c in columns)], _legend(note, cells),
-                 [{"workload": w} for w, _, _ in group(cells)], {"device": device})
+                 ["", *(c.split(" ")[0] for c in columns)],
+                 _legend(note + "; colour: the ratio on the overview's scale (1x green to 4x and beyond red; "
+                         "below 1x as green as 1x)", cells),
+                 [{"workload": w} for w, _, _ in group(cells)], {"device": device}, shades)
 
 
 def certificate_grid(certificates: Sequence[Mapping], runs: Sequence[Mapping]) -> Table:
     """Framework x workload: the newest certificate's verdict and its worst deviation (relative to the
-    reference tensor's scale); the reference framework's own cells say so."""
+    reference tensor's scale); the reference framework's own cells say so. The reference's row first,
+    then the frameworks by name; workloads by name."""
     newest: dict[tuple[str, str], Mapping] = {}
     for cert in certificates:  # oldest first: later ones replace earlier
         newest[(cert["framework"], cert["workload"])] = cert
     reference = {c["reference"] for c in certificates} | {r["framework"] for r in runs
                                                          if r.get("certificate") == "reference"}
-    frameworks = list(dict.fromkeys([*(r["framework"] for r in runs), *(f for f, _ in newest)]))
-    workloads = list(dict.fromkeys([*(r["workload"] for r in runs), *(w for _, w in newest)]))
+    # a stable order, whatever order the runs ran in: the reference first, then by name
+    frameworks = sorted({*(r["framework"] for r in runs), *(f for f, _ in newest)},
+                        key=lambda name: (name not in reference, name))
+    workloads = sorted({*(r["workload"] for r in runs), *(w for _, w in newest)})
     rows = []
     for framework in frameworks:
         row = [framework]

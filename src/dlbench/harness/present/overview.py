@@ -1,0 +1,153 @@
+"""The report's first screen: per device, a frameworks x workloads matrix of the steady epoch time relative to
+the lowest median, each cell marked by whether the findings' test shows its gap, the final metric's distance
+to the best beside it, and one line per framework that counts those verdicts.
+
+Nothing here tests anything: every mark comes from the findings' Standing of each group (analysis.findings),
+the same values and verdicts the findings' sentences state, so the matrix and the prose never disagree.
+"""
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dlbench.harness.analysis.findings import RANKED, Finding, Key, Standing
+from dlbench.harness.analysis.stats import FASTER, SLOWER
+from dlbench.harness.environments.envs import REFERENCE
+
+WITHIN = 1.10  # "within 10 %": a ratio to the lowest median up to this
+FRACTIONS = ("accuracy", "map")  # metrics between 0 and 1, whose gaps read in points (hundredths)
+# why no framework of a group is ranked (Standing.kind), in the overview's few words
+UNRANKED_WORDS = {"no values": "no values", "only one": "one framework", "equal": "all equal",
+                  "at chance": "at chance level", "single runs": "single runs", "too few": "too few repetitions"}
+
+
+@dataclass(frozen=True)
+class Mark:
+    """One framework's place in one group by one quantity."""
+    value: float | None  # speed: steady epoch time over the lowest median; metric: the median
+    gap: float | None  # metric only: value - best (None for speed)
+    shown: bool  # the best: shown ahead of all others; any other: shown behind the best
+    best: bool  # holds the group's best median
+
+
+@dataclass(frozen=True)
+class Matrix:
+    device: str
+    groups: list[Key]  # columns
+    frameworks: list[str]  # rows: fastest (geometric mean of ratios) first
+    speed: dict[tuple[str, Key], Mark]
+    metric: dict[tuple[str, Key], Mark]
+    metric_names: dict[Key, str]
+    unranked: dict[Key, tuple[str | None, str | None]]  # per group: why speed, metric are not ranked (None: ranked)
+    lines: dict[str, str]  # framework -> its one-line summary
+
+
+def matrices(found: Sequence[Finding]) -> list[Matrix]:
+    """One matrix per device of the findings that carry their standings."""
+    devices = sorted({f.device or "?" for f in found if f.speed_standing and f.metric_standing})
+    return [_matrix(device, [f for f in found if (f.device or "?") == device and f.speed_standing
+                             and f.metric_standing]) for device in devices]
+
+
+def _matrix(device: str, found: Sequence[Finding]) -> Matrix:
+    groups = [(f.workload, f.dataset, f.device) for f in found]
+    speed = {(name, key): mark for f, key in zip(found, groups, strict=True)
+             for name, mark in speed_marks(f.speed_standing).items()}
+    metric = {(name, key): mark for f, key in zip(found, groups, strict=True)
+              for name, mark in metric_marks(f.metric_standing).items()}
+    names = {name for name, _ in speed} | {name for name, _ in metric}
+    frameworks = sorted(names, key=lambda name: (_geometric_mean([m.value for (n, _), m in speed.items()
+                                                                  if n == name]), name))
+    unranked = {key: (_unranked(f.speed_standing), _unranked(f.metric_standing))
+                for f, key in zip(found, groups, strict=True)}
+    metric_names = {key: f.metric_standing.quantity.what.removeprefix("final ") for f, key in
+                    zip(found, groups, strict=True)}
+    lines = {name: summary_line(name, found) for name in frameworks}
+    return Matrix(device, groups, frameworks, speed, metric, metric_names, unranked, lines)
+
+
+def _unranked(ranked: Standing) -> str | None:
+    return None if ranked.kind == RANKED else UNRANKED_WORDS.get(ranked.kind, ranked.kind)
+
+
+def _geometric_mean(values: Sequence[float | None]) -> float:
+    known = [v for v in values if v]
+    return math.exp(sum(math.log(v) for v in known) / len(known)) if known else math.inf
+
+
+def _shown(ranked: Standing, name: str) -> bool:
+    return ranked.best_shown if name == ranked.best else ranked.shown_behind(name)
+
+
+def _holds_best(ranked: Standing, name: str) -> bool:
+    """Whether the framework's median is the group's best one (several where they tie)."""
+    return ranked.medians[name] == ranked.medians[ranked.best]
+
+
+def speed_marks(ranked: Standing) -> dict[str, Mark]:
+    """Each framework's steady epoch time over the group's lowest median, and whether its gap is shown."""
+    best = ranked.medians[ranked.best] if ranked.order else None
+    return {name: Mark(ranked.medians[name] / best if best else None, None, _shown(ranked, name),
+                       _holds_best(ranked, name)) for name in ranked.order}
+
+
+def metric_marks(ranked: Standing) -> dict[str, Mark]:
+    """Each framework's final metric, its distance to the best median, and whether that is shown."""
+    return {name: Mark(ranked.medians[name], ranked.medians[name] - ranked.medians[ranked.best],
+                       _shown(ranked, name), _holds_best(ranked, name)) for name in ranked.order}
+
+
+def metric_gap_text(metric: str, gap: float) -> str:
+    """A metric's distance to the best: in points (hundredths) for an accuracy or mAP, the plain difference
+    otherwise; the column's heading gives the unit."""
+    if metric in FRACTIONS:
+        return f"{gap * 100:+.1f}"
+    return f"{gap:+.3g}"
+
+
+def _slower_than(tests: Sequence, name: str, other: str) -> bool:
+    """Whether the group's test of name against other shows name slower (the findings' own verdict)."""
+    for test in tests:
+        if {test.a, test.b} == {name, other} and test.shown:
+            return test.verdict == (SLOWER if test.a == name else FASTER)
+    return False
+
+
+def summary_line(name: str, found: Sequence[Finding]) -> str:
+    """What the verdicts of one device's groups say of one framework, counted: where it is shown fastest,
+    holds the lowest median without being shown ahead, is within 10 % of it, is shown slower, against the
+    reference, and where it is shown the most or less accurate."""
+    mine = [f for f in found if name in f.speed_standing.medians]
+    if not mine:
+        return "no steady epoch time on any workload"
+    marks = [speed_marks(f.speed_standing)[name] for f in mine]
+    counts = [(sum(m.best and m.shown for m in marks), "shown fastest on {}"),
+              (sum(m.best and not m.shown for m in marks), "lowest median, not shown ahead, on {}"),
+              (sum(not m.best and m.value is not None and m.value <= WITHIN for m in marks),
+               f"within {WITHIN - 1:.0%} of the lowest median on " + "{}"),
+              (sum(not m.best and m.shown for m in marks), "shown slower than the fastest on {}")]
+    parts = [text.format(count) for count, text in counts if count]
+    parts.append(_against_reference(name, mine))
+    accurate = [metric_marks(f.metric_standing)[name] for f in found if name in f.metric_standing.medians]
+    most = sum(m.best and m.shown for m in accurate)
+    less = sum(not m.best and m.shown for m in accurate)
+    if most:
+        parts.append(f"shown the most accurate on {most}")
+    if less:
+        parts.append(f"shown less accurate than the best on {less}")
+    return f"of {len(mine)} workloads: " + "; ".join(parts)
+
+
+def _against_reference(name: str, mine: Sequence[Finding]) -> str:
+    """How the framework stands against the reference where a test could rank them, or why none could."""
+    tested = [f for f in mine if REFERENCE in f.speed_standing.medians and f.speed_standing.kind == RANKED]
+    reference = "the reference; " if name == REFERENCE else ""
+    if not tested:
+        kinds = sorted({_unranked(f.speed_standing) or "" for f in mine} - {""})
+        return reference + (f"no speed difference can be shown ({', '.join(kinds)})" if kinds
+                            else "no reference to compare")
+    if name == REFERENCE:
+        return "the reference"
+    slower = sum(_slower_than(f.speed_standing.tests, name, REFERENCE) for f in tested)
+    if not slower:
+        return f"never shown slower than the reference ({REFERENCE}) on the {len(tested)} tested"
+    return f"shown slower than the reference ({REFERENCE}) on {slower} of the {len(tested)} tested"
