@@ -79,7 +79,7 @@ def test_the_same_cells_and_metrics_as_the_local_executor_and_a_rerun_skips_them
     on_one_thread = [dataclasses.replace(cell, threads=NODE_CPUS) for cell in plan]  # as on a node
     local_counts, local_hashes = local.run_plan(on_one_thread, Options(tmp_path / "local", data_dir), quiet)
     counts, hashes = ray_plan(cluster, plan, Options(tmp_path / "ray", data_dir))
-    assert counts == local_counts == {"ok": 2, "failed": 0, "timeout": 0, "skipped": 0}
+    assert counts == local_counts == {"ok": 2, "failed": 0, "timeout": 0, "interrupted": 0, "skipped": 0}
     assert hashes == local_hashes  # same configurations: threads, environment, data, code
 
     by_hash = {run["cell_hash"]: run for run in stored(tmp_path / "local")}

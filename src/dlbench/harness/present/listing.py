@@ -24,7 +24,7 @@ LARGE_FIELDS = ("config", "packages", "stderr_tail")  # kept out of CSV rows; JS
 # A cell that does not fit is clipped with "…"; --format csv|json keeps every character.
 WIDTH = 120
 # the columns of a run's row that are clipped to fit WIDTH
-RUN_FREE_TEXT = ("reason", "epochs (metric@train s)", "energy/sample", "detector epoch", "MFU", "cores", "version")
+RUN_FREE_TEXT = ("reason", "epochs (metric@train s)", "energy/sample", "detector epoch", "MFU", "cores")
 GIVEN_WAY_MIN = 10  # a clipped column keeps this much of its text (or its heading's width, if wider)
 # What `dlbench results` shows unless --columns says otherwise: which run, how it ended, its time and metric
 DEFAULT_COLUMNS = ("framework", "version", "workload", "dataset", "device", "rep", "status", "steady s", "final metric",

@@ -4,7 +4,7 @@ interrupted, with its events, samples, run folder and peak, and Interrupted says
 from collections.abc import Callable
 
 from dlbench.harness.plan.suite import Cell
-from dlbench.harness.run import cell_config, gemm_peak, interrupt, one_cell, readiness, record
+from dlbench.harness.run import cell_config, gemm_peak, interrupt, no_endings, one_cell, readiness, record
 from dlbench.harness.run.cell_config import Options
 from dlbench.harness.store import FILENAME, Store
 
@@ -17,7 +17,7 @@ def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None])
     readiness.refuse_gpu_cells_without_a_gpu(cells)
     readiness.prepare(cells, print)
     resolved = [cell_config.resolve(cell, options.data_dir) for cell in cells]
-    counts = {"ok": 0, "failed": 0, "timeout": 0, "interrupted": 0, "skipped": 0}
+    counts = no_endings()
     provenance = record.provenance()
     measured_peaks: dict[tuple, tuple[int, float | None]] = {}  # (framework, env, threads, device) -> peak id, gflops
     with Store(options.results / FILENAME) as store:

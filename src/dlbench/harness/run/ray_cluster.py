@@ -33,7 +33,7 @@ from dlbench.harness.measure import machine
 from dlbench.harness.plan import initial_weights
 from dlbench.harness.plan.suite import Cell
 from dlbench.harness.plan.workloads import get_workload
-from dlbench.harness.run import ExecutorError, cell_config, gemm_peak, one_cell, readiness, record
+from dlbench.harness.run import ExecutorError, cell_config, gemm_peak, no_endings, one_cell, readiness, record
 from dlbench.harness.run.cell_config import Options, Prepared
 from dlbench.harness.run.launch import Outcome
 from dlbench.harness.run.record import Ran
@@ -160,7 +160,7 @@ class Driver:
                  progress: Callable[..., None], store: Store) -> None:
         self.ray, self.cells, self.options, self.ray_options = ray, cells, options, ray_options
         self.progress, self.store = progress, store
-        self.counts = {"ok": 0, "failed": 0, "timeout": 0, "skipped": 0}
+        self.counts = no_endings()
         self.hashes: dict[int, str] = {}  # plan index -> the hash of the configuration it ran (or was skipped) with
         self.peaks: dict[tuple, tuple[int, float | None]] = {}  # (node, framework, env, threads, device) -> id, gflops
         self.running: dict = {}  # ObjectRef -> Dispatched
