@@ -6,6 +6,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from user_errors import error_of
 
 from dlbench.harness import file_names
 from dlbench.harness.cli import main, parser
@@ -22,15 +23,6 @@ def nothing_to_run(tmp_path, monkeypatch):
     monkeypatch.setenv("DLBENCH_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("DLBENCH_DATA", raising=False)
     monkeypatch.chdir(tmp_path)
-
-
-def error_of(capsys, argv: list[str]) -> str:
-    """Runs the CLI, expects a user error (exit 2), returns its one message."""
-    code = main(argv)
-    captured = capsys.readouterr()
-    assert code == 2, captured
-    assert captured.err.startswith("dlbench: error: "), captured.err
-    return captured.err.removeprefix("dlbench: error: ").strip()
 
 
 def write_suite(folder: Path, text: str, name: str = "suite.yaml") -> Path:

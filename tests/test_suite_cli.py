@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from user_errors import error_of
 
 from dlbench.harness import data
 from dlbench.harness.cli import main
@@ -30,15 +31,6 @@ def empty_home(tmp_path, monkeypatch):
     monkeypatch.setenv("DLBENCH_HOME", str(home))
     monkeypatch.delenv("DLBENCH_DATA", raising=False)
     return home
-
-
-def error_of(capsys, argv: list[str]) -> str:
-    """Runs the CLI, expects a user error (exit 2), returns its one message."""
-    code = main(argv)
-    captured = capsys.readouterr()
-    assert code == 2, captured
-    assert captured.err.startswith("dlbench: error: "), captured.err
-    return captured.err.removeprefix("dlbench: error: ").strip()
 
 
 def write_suite(tmp_path: Path, text: str) -> Path:

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from dlbench.harness.analysis.findings import HeldOutSet
 from dlbench.harness.certification import machine_store
+from dlbench.harness.measure.machine import hardware
 from dlbench.harness.store import FILENAME, Store
 from dlbench.shared.protocol import META_FILE
 
@@ -32,17 +33,6 @@ def read_runs(path: Path | str) -> list[dict]:
     with Store(store_path(path), for_reading=True) as store:
         runs = store.runs()
     return machine_store.with_current_verdicts(runs)
-
-
-def hardware(run: dict) -> str | None:
-    """The model of what a run computed on: its machine's CPU model, or its GPUs' names for a GPU run;
-    None for runs stored before machines were recorded."""
-    machine = run.get("machine")
-    if not isinstance(machine, dict):
-        return None
-    if run.get("device") == "gpu":
-        return ", ".join(machine.get("gpus") or []) or None
-    return machine.get("cpu_model")
 
 
 def device_with_hardware(runs: list[dict]) -> list[dict]:

@@ -79,3 +79,14 @@ def _git(*args: str) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.strip() if done.returncode == 0 else None
+
+
+def hardware(run: dict) -> str | None:
+    """The model of what a stored run computed on: its machine's CPU model, or its GPUs' names for a GPU
+    run; None for runs stored before machines were recorded."""
+    machine = run.get("machine")
+    if not isinstance(machine, dict):
+        return None
+    if run.get("device") == "gpu":
+        return ", ".join(machine.get("gpus") or []) or None
+    return machine.get("cpu_model")

@@ -27,6 +27,7 @@ from pathlib import Path
 from statistics import median
 
 from dlbench.harness import data
+from dlbench.harness.measure.machine import hardware
 from dlbench.harness.plan.suite import Cell
 from dlbench.harness.plan.workloads import get_workload
 from dlbench.harness.store import FILENAME, Store
@@ -236,15 +237,6 @@ class Estimator:
         return Forecast(cell, fixed + cell.epochs * epoch_at(median(rates), want),
                         fixed + cell.epochs * epoch_at(max(rates), want),
                         fixed + cell.epochs * epoch_at(min(rates), want), basis, kind)
-
-
-def hardware(run: Mapping) -> str | None:
-    machine = run.get("machine")
-    if not isinstance(machine, dict):
-        return None
-    if run.get("device") == "gpu":
-        return ", ".join(machine.get("gpus") or []) or None
-    return machine.get("cpu_model")
 
 
 def usable_runs(runs: Iterable[dict], here: Mapping) -> tuple[list[dict], str | None]:
