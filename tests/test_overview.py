@@ -14,7 +14,7 @@ from matplotlib.colors import to_rgb
 from synthetic_store import study_store, synthetic_run
 from test_report import browse, render_status
 
-from dlbench.harness.present import charts, overview, report
+from dlbench.harness.present import charts, markdown, overview, overview_html, report
 from dlbench.harness.store import Store
 
 # what the page's test script writes back: each overview cell's computed background, as the browser drew it
@@ -174,3 +174,39 @@ def test_the_filters_hide_whole_rows_and_columns_of_the_matrix(results: Path, do
                                                                                  ("d", "lstm-imdb")}
     assert sum(1 for _, workload, hidden in cells if workload == "lstm-imdb" and not hidden) == 3 + 2 * 3
     assert sum(1 for _, workload, hidden in cells if workload != "lstm-imdb" and hidden) == 2 * (3 + 2 * 3)
+
+
+def test_the_markdown_opens_with_the_same_matrix_and_verdicts_as_the_html(loaded: report.Report) -> None:
+    """The Markdown's overview: the shared caveats once, the same rows, columns, values and shown-or-not
+    marks as the HTML matrix drawn from the same overview data, and the same lines."""
+    text = markdown.render(loaded)
+    caveats, matrix, findings = (text.index(s) for s in ("### Caveats for every workload", "| framework |",
+                                                         "## Findings"))
+    assert text.index("## Overview") < caveats < matrix < findings
+    assert text.count("held no passing equivalence certificate") == 1
+    table = text[matrix:text.index("\n\n", matrix)].splitlines()
+    cells = [[c.strip() for c in line.strip("|").split(" | ")] for line in table]
+    assert cells[0] == ["framework", "cnn-mnist (digits-28) time ×", "cnn-mnist acc., pt",
+                        "lstm-imdb (pang-lee-polarity) time × (single runs)", "lstm-imdb acc., pt (all equal)",
+                        "lstm-ptb (lee-news-lm) time ×", "lstm-ptb perplexity"]
+    rows = cells[2:]
+    assert [row[0] for row in rows] == ["jax", "tensorflow", "pytorch"]
+    # the HTML matrix from the same data: its ratios, shown flags and metric texts, cell for cell
+    [drawn] = overview.matrices(loaded.findings)
+    html = overview_html.matrix_html(drawn, charts.colours(drawn.frameworks))
+    speed = re.findall(r'<td class="speed"[^>]* data-ratio="([^"]*)" data-shown="(\w+)"', html)
+    metric = re.findall(r'<td class="metric[\w ]*" data-workload="[\w-]+" data-gap="[^"]*" data-shown="(\w+)">'
+                        r'([^<]*)</td>', html)
+    mark = {"true": markdown.SHOWN, "false": markdown.NOT_SHOWN}
+    from_html = [[f"{float(ratio):.2f}× {mark[shown]}" for ratio, shown in speed[i:i + 3]] for i in (0, 3, 6)]
+    assert [row[1::2] for row in rows] == from_html
+    assert [row[2::2] for row in rows] == [[f"{text} {mark[shown]}" for shown, text in metric[i:i + 3]]
+                                           for i in (0, 3, 6)]
+    # the known answers: jax shown fastest on cnn-mnist and lstm-ptb, nothing shown on the single runs,
+    # tensorflow shown 13.1 points behind on cnn-mnist
+    assert rows[0][1] == "1.00× ●" and rows[0][3] == "2.00× ○"
+    assert rows[1][1] == "1.68× ●" and rows[1][2] == "-13.1 ●"
+    assert rows[0][2] == "93.2 ○"
+    for name in drawn.frameworks:
+        assert f"- **{name}**: {drawn.lines[name]}" in text
+    assert f"{markdown.SHOWN}: the findings' test shows the gap" in text

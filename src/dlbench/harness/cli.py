@@ -599,7 +599,8 @@ def parser() -> argparse.ArgumentParser:
     rep = commands.add_parser("report", help="write the report of the stored runs: findings, tables, figures")
     rep.add_argument("--results", default=str(DEFAULT_RESULTS), help="results folder holding the store")
     rep.add_argument("--format", choices=("html", "md"), default="html",
-                     help="html: one self-contained page (default); md: findings and tables as Markdown")
+                     help="html: one self-contained page (default); md: the overview, findings and tables "
+                          "as Markdown")
     rep.add_argument("--output", help="file to write (default: <results>/report.html or report.md)")
     rep.set_defaults(func=cmd_report)
     return top

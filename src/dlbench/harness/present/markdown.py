@@ -1,8 +1,13 @@
-"""The report as Markdown: the same findings and tables as the HTML page, for a paper or an issue.
-Charts are left out (a note says where they are)."""
+"""The report as Markdown: the same overview, findings and tables as the HTML page, for a paper or an issue.
+Charts are left out (a note says where they are).
+
+The overview is the HTML page's first screen from the same matrices (present.overview): Markdown has no
+colours, so a text mark says whether the findings' test shows a gap where the HTML draws solid or striped."""
 from html import escape
 
+from dlbench.harness.present import overview
 from dlbench.harness.present.contents import Report
+from dlbench.harness.present.overview_html import METRIC_NAMES
 from dlbench.harness.present.study import StudySection
 from dlbench.harness.present.tables import Table
 
@@ -36,9 +41,9 @@ def render(report: Report) -> str:
              f"{len({r['framework'] for r in runs})} frameworks, from `{_text(report.source)}`, "
              f"built {report.created_at} "
              f"by dlbench {report.dlbench_version}. The figures are in the HTML report "
-             f"(`dlbench report --format html`).", "", "## Findings", ""]
-    if report.caveats:
-        parts += ["### Caveats for every workload", ""] + [f"- _Caveat_: {_text(c)}" for c in report.caveats] + [""]
+             f"(`dlbench report --format html`).", ""]
+    parts += overview_md(report)
+    parts += ["## Findings", ""]
     for finding in report.findings:
         parts += [f"### {_text(finding.title)}", "", f"- **Speed**: {_text(finding.speed)}",
                   f"- **Final metric**: {_text(finding.metric)}"]
@@ -60,3 +65,77 @@ def study_md(section: StudySection) -> list[str]:
         parts += [_text(section.to_run[0]), ""] + [f"- {_text(line)}" for line in section.to_run[1:]] + [""]
     parts += ["### Caveats of the study's figures", ""] + [f"- {_text(c)}" for c in section.caveats] + [""]
     return parts
+
+
+SHOWN, NOT_SHOWN = "●", "○"  # the HTML's solid and striped
+LEGEND = (f"{SHOWN}: the findings' test shows the gap (on the lowest median or the best metric: shown ahead of "
+          f"all others); {NOT_SHOWN}: not shown. Time: the steady epoch time over the lowest median. Metric: the "
+          "best median, and each other framework's distance to it (accuracy and mAP in points, hundredths). Rows: "
+          "the fastest first (geometric mean of the ratios). After a column's name: why its test ranks nobody. "
+          "The findings below say each verdict in words.")
+
+
+def overview_md(report: Report) -> list[str]:
+    """The HTML page's first screen: the caveats of every workload once, then per device the matrix, its
+    legend and one line per framework."""
+    parts = ["## Overview", ""]
+    if report.caveats:
+        parts += ["### Caveats for every workload", ""] + [f"- _Caveat_: {_text(c)}" for c in report.caveats] + [""]
+    for matrix in overview.matrices(report.findings):
+        parts += [f"### {_text(matrix.device)}: steady epoch time relative to the lowest median, and the final "
+                  "metric's distance to the best", "", matrix_md(matrix), "", f"_{LEGEND}_", ""]
+        parts += [f"- **{_text(name)}**: {_text(matrix.lines[name])}" for name in matrix.frameworks] + [""]
+    return parts
+
+
+def _column(name: str, why: str | None) -> str:
+    return f"{name} ({why})" if why else name
+
+
+def matrix_header(matrix: overview.Matrix) -> list[str]:
+    header = ["framework"]
+    for key in matrix.groups:
+        workload, dataset, _ = key
+        speed_why, metric_why = matrix.unranked[key]
+        metric = matrix.metric_names[key]
+        unit = ", pt" if metric in overview.FRACTIONS else ""
+        header += [_column(f"{workload} ({dataset or '?'}) time ×", speed_why),
+                   _column(f"{workload} {METRIC_NAMES.get(metric, metric)}{unit}", metric_why)]
+    return header
+
+
+def _speed(mark: overview.Mark | None) -> str:
+    if mark is None or mark.value is None:
+        return "-"
+    return f"{mark.value:.2f}× {SHOWN if mark.shown else NOT_SHOWN}"
+
+
+def _metric(mark: overview.Mark | None, metric: str) -> str:
+    if mark is None or mark.value is None or mark.gap is None:
+        return "-"
+    if mark.best:
+        text = f"{mark.value * 100:.1f}" if metric in overview.FRACTIONS else f"{mark.value:.4g}"
+    else:
+        text = overview.metric_gap_text(metric, mark.gap)
+    return f"{text} {SHOWN if mark.shown else NOT_SHOWN}"
+
+
+def matrix_rows(matrix: overview.Matrix) -> list[list[str]]:
+    """Per framework, fastest first: per workload its time ratio and its metric (the best's value, or the
+    distance to it), each with its mark."""
+    rows = []
+    for name in matrix.frameworks:
+        row = [name]
+        for key in matrix.groups:
+            row += [_speed(matrix.speed.get((name, key))),
+                    _metric(matrix.metric.get((name, key)), matrix.metric_names[key])]
+        rows.append(row)
+    return rows
+
+
+def matrix_md(matrix: overview.Matrix) -> str:
+    lines = ["| " + " | ".join(_cell(h) for h in matrix_header(matrix)) + " |",
+             "|" + "---|" * (1 + 2 * len(matrix.groups))]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in matrix_rows(matrix)]
+    return "\n".join(lines)
+
