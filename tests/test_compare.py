@@ -42,7 +42,7 @@ def test_a_planted_slowdown_is_found_and_fails_the_guard(capsys, tmp_path, befor
     after_runs = cells_of(tmp_path, {"pytorch": 2.4, "jax": 1.0}, 5, seed=100, metric=0.85)
     after_runs.append(run_dict("jax", "lstm-imdb", 3.0, 1))  # a cell only B has
     after = build_store(tmp_path / "after", after_runs)
-    code, out, _ = cli(capsys, str(before), str(after), "--fail-above", "5%")
+    code, out, _ = cli(capsys, "--baseline", str(before), "--results", str(after), "--fail-above", "5%")
     assert code == 1
     torch = row(out, "pytorch cnn-mnist digits-28 cpu").split()
     assert torch[0] == "+" and "slower;" in torch and "FAILS" in torch and "5/5" in torch
@@ -52,13 +52,14 @@ def test_a_planted_slowdown_is_found_and_fails_the_guard(capsys, tmp_path, befor
     assert "only in B:\n  jax lstm-imdb digits-28 cpu" in out
     assert "--fail-above 5%: 1 cell(s) slower by more than that" in out
     # a guard of 25 % lets the 20 % slowdown through, though it is still shown
-    code, out, _ = cli(capsys, str(before), str(after), "--fail-above", "25")
+    code, out, _ = cli(capsys, "--baseline", str(before), "--results", str(after), "--fail-above", "25")
     assert code == 0 and "slower" in row(out, "pytorch cnn-mnist digits-28 cpu")
 
 
 def test_no_slowdown_passes(capsys, tmp_path, before):
     after = build_store(tmp_path / "after", cells_of(tmp_path, {"pytorch": 2.0, "jax": 1.0}, 5, seed=200))
-    code, out, _ = cli(capsys, str(before / "dlbench.sqlite"), str(after), "--fail-above", "5%")
+    code, out, _ = cli(capsys, "--baseline", str(before / "dlbench.sqlite"), "--results", str(after),
+                       "--fail-above", "5%")
     assert code == 0
     for framework in ("pytorch", "jax"):
         assert "no difference shown" in row(out, f"{framework} cnn-mnist digits-28 cpu")
@@ -81,11 +82,11 @@ def test_comparison_values(tmp_path, before):
 def test_single_runs_are_guarded_on_their_values_and_say_so(capsys, tmp_path):
     before = build_store(tmp_path / "a", [run_dict("pytorch", "cnn-mnist", 2.0, 1)])
     after = build_store(tmp_path / "b", [run_dict("pytorch", "cnn-mnist", 2.3, 1)])
-    code, out, _ = cli(capsys, str(before), str(after), "--fail-above", "10%")
+    code, out, _ = cli(capsys, "--baseline", str(before), "--results", str(after), "--fail-above", "10%")
     assert code == 1 and "single runs; FAILS --fail-above 10%" in out
     assert "compares their medians (single values) alone" in out
-    assert cli(capsys, str(before), str(after), "--fail-above", "20%")[0] == 0
-    assert cli(capsys, str(before), str(after))[0] == 0  # no guard asked for
+    assert cli(capsys, "--baseline", str(before), "--results", str(after), "--fail-above", "20%")[0] == 0
+    assert cli(capsys, "--baseline", str(before), "--results", str(after))[0] == 0  # no guard asked for
 
 
 def test_cells_differing_in_recipe_do_not_match(capsys, tmp_path):
@@ -96,7 +97,7 @@ def test_cells_differing_in_recipe_do_not_match(capsys, tmp_path):
     [only_a], [only_b] = result.only_a, result.only_b
     assert result.cells == () and only_a != only_b
     assert {label.rsplit(" #", 1)[0] for label in (only_a, only_b)} == {"pytorch cnn-mnist digits-28 cpu"}
-    code, out, _ = cli(capsys, str(before), str(after))
+    code, out, _ = cli(capsys, "--baseline", str(before), "--results", str(after))
     assert code == 0 and "no cell has runs on both sides" in out
 
 
@@ -106,20 +107,26 @@ def test_two_framework_versions_in_one_store(capsys, tmp_path):
     for run in runs[5:]:
         run["cell_hash"] += "-new"
     store = build_store(tmp_path / "r", runs)
-    code, out, _ = cli(capsys, str(store), "--versions", "pytorch@2.8.0", "pytorch@2.13.0", "--fail-above", "5%")
+    code, out, _ = cli(capsys, "--results", str(store), "--versions", "pytorch@2.8.0", "pytorch@2.13.0",
+                       "--fail-above", "5%")
     assert code == 1 and "A: pytorch@2.8.0" in out and "slower" in row(out, "cnn-mnist digits-28 cpu")
-    code, _, err = cli(capsys, str(store), "--versions", "pytorch@2.9", "pytorch@2.13.0")
+    code, _, err = cli(capsys, "--results", str(store), "--versions", "pytorch@2.9", "pytorch@2.13.0")
     assert code == 2 and "no runs of pytorch@2.9 in" in err and "there: pytorch@2.13.0, pytorch@2.8.0" in err
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["{missing}", "{store}"], "{missing} does not exist; give a results folder or a dlbench.sqlite file"),
-    (["{empty}", "{store}"], "no results store in {empty} (expected {empty}/dlbench.sqlite)"),
-    (["{store}", "{store}", "--fail-above", "five"], "--fail-above 'five' is not a percentage; expected a number"),
-    (["{store}", "{store}", "--fail-above=-5%"], "--fail-above '-5%' is not a percentage"),
-    (["{store}", "{store}", "--metric", "speed"], "--metric 'speed' is not one of: steady_epoch_s, train_time_s"),
-    (["{store}"], "compare needs two results folders or stores (A B), got 1"),
-    (["{store}", "--versions", "pytorch", "pytorch@2"], "--versions 'pytorch' is not FRAMEWORK@VERSION"),
+    (["--baseline", "{missing}", "--results", "{store}"],
+     "{missing} does not exist; give a results folder or a dlbench.sqlite file"),
+    (["--baseline", "{empty}", "--results", "{store}"],
+     "no results store in {empty} (expected {empty}/dlbench.sqlite)"),
+    (["--baseline", "{store}", "--results", "{missing}"],
+     "{missing} does not exist; give a results folder or a dlbench.sqlite file"),
+    (["--baseline", "{store}", "--results", "{store}", "--fail-above", "five"],
+     "--fail-above 'five' is not a percentage; expected a number"),
+    (["--baseline", "{store}", "--results", "{store}", "--fail-above=-5%"], "--fail-above '-5%' is not a percentage"),
+    (["--baseline", "{store}", "--results", "{store}", "--metric", "speed"],
+     "--metric 'speed' is not one of: steady_epoch_s, train_time_s"),
+    (["--results", "{store}", "--versions", "pytorch", "pytorch@2"], "--versions 'pytorch' is not FRAMEWORK@VERSION"),
 ])
 def test_bad_input_exits_2_naming_the_value(capsys, tmp_path, argv, message):
     paths = {"missing": tmp_path / "nowhere", "empty": tmp_path / "empty",
@@ -128,6 +135,29 @@ def test_bad_input_exits_2_naming_the_value(capsys, tmp_path, argv, message):
     code, _, err = cli(capsys, *(arg.format(**paths) for arg in argv))
     assert code == 2 and err.startswith(f"dlbench: error: {message.format(**paths)}"), err
     assert not paths["missing"].exists()  # nothing created
+
+
+@pytest.mark.parametrize("argv", [["{store}", "{store}"], ["{store}", "--versions", "pytorch@2.8.0", "pytorch@2.13.0"],
+                                  [], ["--baseline", "{store}", "--versions", "pytorch@2.8.0", "pytorch@2.13.0"]])
+def test_the_old_positional_form_and_a_missing_side_are_usage_errors_naming_the_new_form(capsys, tmp_path, argv):
+    """Results folders as arguments were compare's old form: argparse refuses them, saying --results and
+    --baseline; without --baseline or --versions (or with both) there is nothing to compare."""
+    store = build_store(tmp_path / "s", [run_dict("pytorch", "cnn-mnist", 2.0, 1)])
+    with pytest.raises(SystemExit) as stopped:
+        main(["compare", *(arg.format(store=store) for arg in argv)])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and err.startswith("usage: dlbench compare") and "--baseline" in err
+    if argv[:1] == ["{store}"]:
+        assert f"results folders are no longer given as arguments ({store}" in err
+        assert "use --results NEW --baseline OLD for two stores, or --results DIR --versions" in err
+
+
+def test_results_defaults_to_the_results_folder_of_the_other_commands(capsys, tmp_path, before, monkeypatch):
+    """--results is ./dlbench-results when not given, as in results, report and estimate."""
+    build_store(tmp_path / "dlbench-results", cells_of(tmp_path, {"pytorch": 2.0, "jax": 1.0}, 5, seed=200))
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = cli(capsys, "--baseline", str(before))
+    assert code == 0 and f"B: {Path('dlbench-results') / 'dlbench.sqlite'}" in out
 
 
 def test_noise_script_prints_cv_and_repetitions(tmp_path):
@@ -205,7 +235,8 @@ def test_a_significant_gap_inside_the_noise_threshold_is_within_noise(capsys, tm
     # 12 runs a side, 0.5 % slower with almost no spread: the exact test rejects, the 2 % threshold does not
     a = [run_dict("pytorch", "cnn-mnist", 1.0 + 1e-5 * r, r) for r in range(1, 13)]
     b = [run_dict("pytorch", "cnn-mnist", 1.005 + 1e-5 * r, r) for r in range(1, 13)]
-    code, out, _ = cli(capsys, str(build_store(tmp_path / "a", a)), str(build_store(tmp_path / "b", b)))
+    code, out, _ = cli(capsys, "--baseline", str(build_store(tmp_path / "a", a)), "--results",
+                         str(build_store(tmp_path / "b", b)))
     torch = row(out, "pytorch cnn-mnist digits-28 cpu")
     assert code == 0 and "within noise" in torch and not torch.startswith("+")
     assert "98.7%" in torch  # the ratio interval's level: 12 a side, each side's [x_(2), x_(11)] at 99.37 %, squared

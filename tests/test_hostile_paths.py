@@ -68,7 +68,7 @@ def test_a_damaged_store_is_refused_by_name_and_left_unchanged(stores: Path, tmp
     before = tree(stores)
     args = {"results": ["results", "--results", str(stores / name)],
             "report": ["report", "--results", str(stores / name), "--output", str(tmp_path / "report.html")],
-            "compare": ["compare", str(stores / "good"), str(stores / name)],
+            "compare": ["compare", "--baseline", str(stores / "good"), "--results", str(stores / name)],
             "estimate": ["estimate", "quick", "--results", str(stores / name)]}[command]
     assert cli.main(args) == 2
     assert error_line(capsys).startswith(f"dlbench: error: {stores / name / 'dlbench.sqlite'}: {says}")
@@ -88,7 +88,7 @@ def test_readers_of_a_missing_results_folder_create_nothing(tmp_path: Path, args
         else:
             assert code == 2 and "no results at" in error_line(capsys)
     assert list(tmp_path.iterdir()) == []
-    assert cli.main(["compare", str(tmp_path / "missing"), str(tmp_path / "missing")]) == 2
+    assert cli.main(["compare", "--baseline", str(tmp_path / "missing"), "--results", str(tmp_path / "missing")]) == 2
     assert error_line(capsys) == (f"dlbench: error: {tmp_path / 'missing'} does not exist; give a results folder "
                                   "or a dlbench.sqlite file")
     assert list(tmp_path.iterdir()) == []
@@ -139,7 +139,7 @@ def test_readers_read_a_read_only_results_folder(shared_folder: Path) -> None:
     shown = as_reader(["results", "--results", str(results), "--format", "csv"], shared_folder)
     assert shown.returncode == 0, shown.stderr
     assert len(shown.stdout.strip().splitlines()) == 1 + 6  # the header and 3 frameworks x 2 workloads
-    compared = as_reader(["compare", str(results), str(results)], shared_folder)
+    compared = as_reader(["compare", "--results", str(results), "--baseline", str(results)], shared_folder)
     assert compared.returncode == 0, compared.stderr
     forecast = as_reader(["estimate", "quick", "--results", str(results)], shared_folder)
     assert forecast.returncode == 0 and forecast.stdout.startswith("forecast of quick"), forecast.stderr

@@ -227,7 +227,8 @@ TOO_LONG = (f"the name {LONG[:39]!r}"[:-1] + "... (300 characters) in it is 300 
     (["results", "--results", "{long}"], "--results"),
     (["report", "--results", "{long}"], "--results"),
     (["certify", "--show", "--results", "{long}"], "--results"),
-    (["compare", "{long}", "{tmp}"], "RESULTS"),
+    (["compare", "--results", "{long}", "--baseline", "{tmp}"], "--results"),
+    (["compare", "--results", "{tmp}", "--baseline", "{long}"], "--baseline"),
     (["estimate", "quick", "--results", "{long}"], "--results"),
     (["run", "quick", "--data-dir", "{long}"], "--data-dir"),  # OSError while preparing the data
     (["report", "--results", "{tmp}", "--output", "{long}"], "--output"),  # OSError after the report was built

@@ -91,7 +91,7 @@ def test_two_versions_run_in_one_suite_and_are_stored_apart(two_versions):
 
 
 def test_compare_tells_the_two_versions_apart(two_versions):
-    done = dlbench("compare", str(two_versions[0]), "--versions", "jax@0.10.2", OLDER_JAX)
+    done = dlbench("compare", "--results", str(two_versions[0]), "--versions", "jax@0.10.2", OLDER_JAX)
     assert done.returncode == 0, done.stderr
     assert "A: jax@0.10.2" in done.stdout and f"B: {OLDER_JAX}" in done.stdout
     row = next(line for line in done.stdout.splitlines() if line.rstrip().endswith("lstm-ptb lee-news-lm cpu"))

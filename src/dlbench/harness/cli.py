@@ -5,6 +5,7 @@ import os
 import sys
 import textwrap
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from dlbench.harness import data, file_names, folders
@@ -32,8 +33,8 @@ USER_ERRORS = (SuiteError, WorkloadError, EnvError, DatasetError, StoreError, pr
 INTERRUPTED = 130
 BROKEN_PIPE = 141  # 128 + SIGPIPE, the status a shell reports for a writer whose reader closed the pipe
 # options and variables that name a folder or file dlbench reads or writes, checked before it does
-PATH_OPTIONS = {"results": "--results", "data_dir": "--data-dir", "node_data_dir": "--node-data-dir",
-                "output": "--output"}
+PATH_OPTIONS = {"results": "--results", "baseline": "--baseline", "data_dir": "--data-dir",
+                "node_data_dir": "--node-data-dir", "output": "--output"}
 PATH_VARIABLES = ("DLBENCH_HOME", "DLBENCH_DATA", "DLBENCH_CERTIFICATES")
 
 
@@ -278,10 +279,23 @@ def cmd_results(args: argparse.Namespace) -> int:
     return 0
 
 
+class NoPositionalStores(argparse.Action):
+    """compare's old form, `dlbench compare A B` or `dlbench compare DIR --versions ...`, refused with a usage
+    error that gives the new one (argparse alone would only call the folders unrecognized)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: str | Sequence[object] | None, option_string: str | None = None) -> None:
+        if values:
+            given = values if isinstance(values, str) else " ".join(map(str, values))
+            parser.error(f"results folders are no longer given as arguments ({given}): "
+                         "use --results NEW --baseline OLD for two stores, or --results DIR --versions "
+                         "FRAMEWORK@VERSION_A FRAMEWORK@VERSION_B for two versions in one")
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     """Prints the comparison; 1 when a cell breaks --fail-above, else 0."""
     limit = None if args.fail_above is None else compare.parse_fail_above(args.fail_above)
-    result = compare.compare(args.results, args.versions, args.metric, limit)
+    result = compare.compare(args.results, args.baseline, args.versions, args.metric, limit)
     print(comparison.render(result, limit))
     return 1 if compare.fails(result) else 0
 
@@ -569,12 +583,19 @@ def parser() -> argparse.ArgumentParser:
                           f"known: {', '.join(listing.column_names())}")
     res.set_defaults(func=cmd_results)
 
-    cmp = commands.add_parser("compare", help="compare two results folders, or two framework versions in one, "
+    cmp = commands.add_parser("compare", help="compare two results stores, or two framework versions in one, "
                               "cell by cell")
-    cmp.add_argument("results", nargs="+", metavar="RESULTS",
-                     help="results folders or dlbench.sqlite files: A B (A before, B after); one with --versions")
-    cmp.add_argument("--versions", nargs=2, metavar=("FRAMEWORK@VERSION_A", "FRAMEWORK@VERSION_B"),
-                     help="compare two framework versions inside one store, e.g. pytorch@2.8.0 pytorch@2.13.0")
+    cmp.add_argument("--results", default=str(DEFAULT_RESULTS),
+                     help="results folder or dlbench.sqlite file: the new runs (B), or the store holding both "
+                          "--versions (default: ./dlbench-results)")
+    against = cmp.add_mutually_exclusive_group(required=True)
+    against.add_argument("--baseline", metavar="OLD",
+                         help="results folder or dlbench.sqlite file of the runs compared against (A)")
+    against.add_argument("--versions", nargs=2, metavar=("FRAMEWORK@VERSION_A", "FRAMEWORK@VERSION_B"),
+                         help="compare two framework versions inside the --results store, e.g. pytorch@2.8.0 "
+                              "pytorch@2.13.0")
+    # results folders given as arguments were compare's old form: refused with the new one
+    cmp.add_argument("positional", nargs="*", help=argparse.SUPPRESS, action=NoPositionalStores)
     cmp.add_argument("--metric", default="steady_epoch_s",
                      help=f"the time compared (default steady_epoch_s); one of: {', '.join(compare.METRICS)}")
     cmp.add_argument("--fail-above", metavar="PERCENT",
@@ -612,8 +633,8 @@ def refuse_unnameable_paths(args: argparse.Namespace) -> None:
     was opened or a report built."""
     for attribute, option in PATH_OPTIONS.items():
         given = getattr(args, attribute, None)
-        for value in [given] if isinstance(given, str) else given or []:  # compare's RESULTS are a list
-            file_names.check(Path(value), option if isinstance(given, str) else "RESULTS")
+        if given:
+            file_names.check(Path(given), option)
     for variable in PATH_VARIABLES:
         if os.environ.get(variable):
             file_names.check(Path(os.environ[variable]), variable)

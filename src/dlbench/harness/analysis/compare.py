@@ -176,19 +176,17 @@ def compare_versions(path: Path | str, version_a: str, version_b: str, metric: s
     return compare_runs(sides[0], sides[1], version_a, version_b, metric, ignore_framework=True, seed=seed)
 
 
-def compare(results: Sequence[str], versions: Sequence[str] | None, metric: str,
+def compare(results: str, baseline: str | None, versions: Sequence[str] | None, metric: str,
             fail_above: float | None = None) -> Comparison:
-    """The compare command's comparison: two results folders or stores, or two versions inside one,
-    guarded by `fail_above` (a fraction) when given."""
+    """The compare command's comparison: the runs in `results` (B) against those in `baseline` (A), or two
+    versions inside `results`, guarded by `fail_above` (a fraction) when given."""
     if versions:
-        if len(results) != 1:
-            raise AnalysisError(f"--versions compares inside one store; got {len(results)} results paths")
-        comparison = compare_versions(results[0], versions[0], versions[1], metric)
-    elif len(results) != 2:
-        raise AnalysisError(f"compare needs two results folders or stores (A B), got {len(results)}; "
-                            "or one with --versions FRAMEWORK@VERSION FRAMEWORK@VERSION")
+        comparison = compare_versions(results, versions[0], versions[1], metric)
+    elif baseline is None:
+        raise AnalysisError("compare needs --baseline OLD (the store compared against) or "
+                            "--versions FRAMEWORK@VERSION FRAMEWORK@VERSION")
     else:
-        comparison = compare_stores(results[0], results[1], metric)
+        comparison = compare_stores(baseline, results, metric)
     return comparison if fail_above is None else with_guard(comparison, fail_above)
 
 
