@@ -131,7 +131,8 @@ def test_the_config_names_a_shared_compile_cache_only_where_it_changes_the_run(m
         return cell_config.resolve(cell, tmp_path)
 
     for framework in ("theano", "pytorch"):
-        assert set(prepared(framework, "cold").config) == before
+        # digits-28's own target (data.digits.TARGETS) came later still, for cells on stand-ins
+        assert set(prepared(framework, "cold").config) == before | {"target"}
     assert prepared("pytorch", "shared").hash == prepared("pytorch", "cold").hash
     assert prepared("theano", "shared").config["compile_cache"] == "shared"
     assert prepared("theano", "shared").hash != prepared("theano", "cold").hash

@@ -114,6 +114,14 @@ def run_on_ray(cells: list, options: Options, shown, args: argparse.Namespace) -
     return ray_cluster.run_plan(cells, options, shown, ray_options)
 
 
+def own_target(workload: str, target: data.StandInTarget) -> str:
+    """A stand-in's own target for a workload, in the workload's metric and direction: "cnn-mnist accuracy >= 0.6"."""
+    study = get_workload(workload).target
+    if target.value is None:
+        return f"{workload} none"
+    return f"{workload} {study['metric']} {'>=' if study['higher_is_better'] else '<='} {target.value:g}"
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     rows: list[list[str]] = []
     if args.what == "workloads":
@@ -135,11 +143,13 @@ def cmd_list(args: argparse.Namespace) -> int:
             rows.append([name, f"{recipe.version_package} {recipe.default_version}", recipe.supported or "-", cuda,
                          where])
     elif args.what == "datasets":
-        rows.append(["dataset", "task", "status", "source"])
+        rows.append(["dataset", "task", "status", "own target", "source"])
         for name in data.dataset_names():
             info = data.describe(name)
             prepared = (data_dir(args) / "prepared" / name / "meta.json").exists()
-            rows.append([name, info["task"], "prepared" if prepared else "not prepared", info["source"]])
+            rows.append([name, info["task"], "prepared" if prepared else "not prepared",
+                         "; ".join(own_target(workload, target) for workload, target in
+                                   data.stand_in_targets(name).items()) or "-", info["source"]])
     else:
         rows.append(["suite", "description"])
         rows += [[name, suite.load(name).description] for name in suite.builtin_suites()]
@@ -148,8 +158,14 @@ def cmd_list(args: argparse.Namespace) -> int:
         print("\n".join(textwrap.fill(f"{row[0]}: {row[-1]}", listing.WIDTH, subsequent_indent="  ")
                         for row in rows[1:]))
         return 0
-    free_text = ("other versions (name@version)", "CUDA build (--device gpu)", "source", "description")
+    free_text = ("other versions (name@version)", "CUDA build (--device gpu)", "own target", "source", "description")
     print(listing.rendered(rows, args.format, give_way=free_text))  # clipped to fit a terminal
+    if args.what == "datasets" and args.format == "table":  # each stand-in's reasons for its targets, whole
+        print("\n" + textwrap.fill("A stand-in's own target replaces the study's for the workload named (the "
+                                   "study's, set for its own dataset, is out of reach of a quick run); none: no "
+                                   "meaningful target. Why:", listing.WIDTH))
+        print("\n".join(textwrap.fill(f"{name}, {workload}: {target.reason}", listing.WIDTH, subsequent_indent="  ")
+                        for name in data.dataset_names() for workload, target in data.stand_in_targets(name).items()))
     if args.what == "frameworks" and args.format == "table":
         missing = [row[0] for row in rows[1:] if row[-1] == "missing"]
         print(f"environments in {envs.env_root()}"

@@ -8,7 +8,9 @@ seed and repetition are what repeats, and the packages and Python are what a com
 changes. Comparing versions ignores the framework too, since each side names its own. The times that
 hold the first epoch (FIRST_EPOCH_METRICS) match only runs that started from the same compile cache state
 (cold or warm), so a warm first epoch is never compared with a cold one; the suite's compile_cache
-setting itself is ignored, since it changes no steady epoch.
+setting itself is ignored, since it changes no steady epoch, and so is a stand-in dataset's own target
+(config "target"), which changes no time compared: runs stored before the stand-ins had their own targets
+match those after.
 """
 import dataclasses
 import hashlib
@@ -24,7 +26,7 @@ from dlbench.harness.analysis import stats
 from dlbench.harness.analysis.load import AnalysisError, device_with_hardware, read_runs, store_path
 from dlbench.harness.analysis.stats import Estimate, PairTest
 
-MATCH_IGNORED = ("seed", "repetition", "env_packages", "python", "compile_cache")
+MATCH_IGNORED = ("seed", "repetition", "env_packages", "python", "compile_cache", "target")
 METRICS = ("steady_epoch_s", "train_time_s", "first_epoch_s", "eval_time_s", "wall_time_s")  # times: lower wins
 LABEL_FIELDS = ("framework", "workload", "dataset", "device")
 # hold the first epoch (wall time: the framework's import too), which a warm compile cache shortens

@@ -511,8 +511,11 @@ def shared_caveats(cells: Sequence[CellSummary], found: Sequence[Finding]) -> tu
 def _stand_ins_note(cells: Sequence[CellSummary]) -> str:
     """Every workload on stand-in data, said once: which dataset stands in for which of the study's."""
     pairs = dict.fromkeys(f"{cell.dataset} for {WORKLOADS[cell.workload].study_dataset}" for cell in cells)
+    targets = ("its times to target are to each stand-in's own target, or none, not the study's (the "
+               "time-to-target table says which and why)" if all(cell.own_target for cell in cells) else
+               "its targets, set for the study's data, may not be reached")
     return (f"Every workload runs on stand-in data ({', '.join(pairs)}), not the study's datasets: its metrics "
-            f"are not comparable with the study's, and its targets, set for the study's data, may not be reached.")
+            f"are not comparable with the study's, and {targets}.")
 
 
 def _with_certificate_notes(finding: Finding, notes: list[str], replaced: list[str]) -> Finding:

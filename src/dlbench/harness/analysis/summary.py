@@ -72,6 +72,9 @@ class CellSummary:
     peak_gflops: Estimate = NO_ESTIMATE  # the GEMM peaks its runs' mfu divides by, in GFLOP/s
     # figure -> the successful runs' values, one per run (None left out), for ratios and tests
     samples: dict[str, tuple[float, ...]] = field(compare=False, default_factory=dict)
+    # the stand-in's own target its runs were measured against (their config["target"], cell_config.run_target);
+    # None: the workload's
+    own_target: dict | None = None
 
     @property
     def warm(self) -> bool:
@@ -144,6 +147,7 @@ def _summary(key: tuple[Any, ...], runs: list[dict], seed: int) -> CellSummary:
         runs=tuple(_brief(run) for run in runs),
         compile_cache=cache, warm_runs_left_out=len(ok) - len(pooled),
         samples=samples,
+        own_target=next((run["config"]["target"] for run in runs if (run.get("config") or {}).get("target")), None),
     )
 
 

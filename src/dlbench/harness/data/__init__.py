@@ -31,9 +31,10 @@ from . import (
     voc,
 )
 from .download import Source
-from .prepared import META_FILE, DatasetError, PreparedDataset, load_prepared, write_prepared
+from .prepared import META_FILE, DatasetError, PreparedDataset, StandInTarget, load_prepared, write_prepared
 
-__all__ = ["DatasetError", "PreparedDataset", "dataset_names", "describe", "load_prepared", "prepare"]
+__all__ = ["DatasetError", "PreparedDataset", "StandInTarget", "dataset_names", "describe", "load_prepared", "prepare",
+           "stand_in_target", "stand_in_targets"]
 
 _DATASETS: dict[str, ModuleType | Source] = {module.NAME: module for module in (digits, polarity, lee_lm)}
 _DATASETS.update({source.info["name"]: source for source in (
@@ -50,6 +51,20 @@ def dataset_names() -> list[str]:
 def describe(name: str) -> dict:
     dataset = _dataset(name)
     return dict(dataset.info if isinstance(dataset, Source) else dataset.INFO)
+
+
+def stand_in_targets(name: str) -> dict[str, StandInTarget]:
+    """The targets a stand-in dataset declares for itself, per workload (prepared.StandInTarget); none for
+    the study's datasets, or a name no longer known (a stored run's)."""
+    dataset = _DATASETS.get(name)
+    if dataset is None:
+        return {}
+    return dict(dataset.targets if isinstance(dataset, Source) else getattr(dataset, "TARGETS", {}))
+
+
+def stand_in_target(name: str, workload: str) -> StandInTarget | None:
+    """The stand-in's own target for the workload, or None where the workload's (the study's) applies."""
+    return stand_in_targets(name).get(workload)
 
 
 def files(name: str) -> tuple[download.FileSpec, ...]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .prepared import Built, base_meta
+from .prepared import Built, StandInTarget, base_meta
 from .split import stratified_split
 
 NAME = "digits-28"
@@ -27,6 +27,14 @@ INFO = {
     ),
     "licence": "CC BY 4.0 (UCI Machine Learning Repository); bundled with scikit-learn (BSD-3-Clause)",
 }
+
+
+# the quick suite's cnn-mnist (4 epochs): every framework passes 60 % by its 4th epoch in make run's store
+# (the reference at its 3rd, 64 %), where MNIST's 98.5 % is out of reach of 1,438 training images and 4 epochs
+TARGETS = {"cnn-mnist": StandInTarget(0.60, (
+    "6x chance (10 classes) and reached within the quick suite's 4 epochs: in make run's store the reference "
+    "passed it at epoch 3 and every framework by epoch 4 (75-79 %), where MNIST's 98.5 % is out of reach of "
+    "1,438 small training images"))}
 
 
 def build() -> Built:

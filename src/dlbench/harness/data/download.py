@@ -15,10 +15,10 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from .prepared import Built, DatasetError
+from .prepared import Built, DatasetError, StandInTarget
 
 CHUNK = 1 << 20
 TIMEOUT_S = 60
@@ -58,6 +58,8 @@ class Source:
     info: dict
     files: tuple[FileSpec, ...]
     build: Callable[[dict[str, Path], Path], Built]
+    # a stand-in's own targets, per workload it stands in for (prepared.StandInTarget); none for the study's
+    targets: dict[str, StandInTarget] = field(default_factory=dict)
 
 
 def offline_from_env() -> bool:

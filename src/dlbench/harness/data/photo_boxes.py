@@ -16,7 +16,7 @@ from pathlib import Path
 from . import voc
 from .download import Source
 from .photos import WHEEL
-from .prepared import Built, DatasetError
+from .prepared import Built, DatasetError, StandInTarget
 from .wheel import pypi_wheel, read_member
 
 MPL_WHEEL = pypi_wheel(
@@ -126,4 +126,8 @@ PHOTO_BOXES = Source(
         "source": SOURCE, "licence": LICENCE,
     },
     files=(WHEEL, MPL_WHEEL), build=build,
+    targets={"frcnn-voc": StandInTarget(0.10, (
+        "a third of the study's 0.3, which the quick suite's 30 epochs reach: in make run's store the "
+        "reference passed it at epoch 28 and 8 of 9 frameworks by epoch 30; the mAP of 2 test photographs "
+        "jumps from epoch to epoch, so a time to it is rough"))},
 )

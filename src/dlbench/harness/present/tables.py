@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from urllib.parse import quote
 
+from dlbench.harness import data
 from dlbench.harness.analysis import measures
 from dlbench.harness.analysis.findings import group, label, seconds, stand_in
 from dlbench.harness.analysis.measures import metric_format
@@ -218,20 +219,33 @@ def _throughput_cell(cell: CellSummary, busy: set[int]) -> str:
 
 
 def time_to_target(cells: Sequence[CellSummary], columns: list[str], device: str) -> Table:
-    """Training time until a run's metric first reached the workload's target: the median over the runs
-    that reached it, and how many of the successful runs did. A workload on stand-in data that no run
-    reached is left out, and the note names it: the study's target says nothing of a stand-in dataset, and
-    a row of "not reached" says nothing either."""
-    rows, kept, left_out = [], [], []
+    """Training time until a run's metric first reached its target: the median over the runs that reached
+    it, and how many of the successful runs did. The target is the workload's, or the stand-in dataset's own
+    where the runs carried one (its value and why, declared beside the dataset, in the note). Left out, and
+    named in the note: a stand-in that declares no meaningful target (with its reason), and one measured
+    against the study's target that no run reached: the study's target says nothing of a stand-in dataset,
+    and a row of "not reached" says nothing either."""
+    rows, kept, left_out, own_targets = [], [], [], []
     for (workload, dataset, _), group_cells in group(cells).items():
-        if stand_in(group_cells[0]) and not any(c.time_to_target_s.n for c in group_cells):
-            left_out.append(f"{workload} ({dataset or '?'})")
+        name = f"{workload} ({dataset or '?'})"
+        own = next((c.own_target for c in group_cells if c.own_target), None)
+        declared = data.stand_in_target(dataset or "", workload)
+        reason = declared.reason if declared else "its runs carried none"
+        if own is not None and own.get("value") is None:
+            left_out.append(f"{name}: no target, the stand-in declares none: {reason}")
             continue
+        if own is None and stand_in(group_cells[0]) and not any(c.time_to_target_s.n for c in group_cells):
+            left_out.append(f"{name}: stand-in data that no run brought to the target the study set for its own "
+                            "dataset, so the study's target says nothing here")
+            continue
+        if own is not None:
+            own_targets.append(f"{name}: {own['metric']} {'>=' if own['higher_is_better'] else '<='} "
+                               f"{own['value']:g}, {reason}")
         kept.append(workload)
         by_label = {label(c, group_cells): c for c in group_cells}
-        row = [f"{workload} ({dataset or '?'})"]
-        for name in columns:
-            cell = by_label.get(name)
+        row = [name]
+        for column in columns:
+            cell = by_label.get(column)
             if cell is None or not cell.n_ok:
                 row.append("" if cell is None else "-")
                 continue
@@ -245,16 +259,23 @@ def time_to_target(cells: Sequence[CellSummary], columns: list[str], device: str
     return Table(f"Time to target, {device}", ["workload (dataset)", *columns], rows,
                  ["", *(c.split(" ")[0] for c in columns)],
                  _legend("training time until the metric first reached the workload's target (dlbench list "
-                         f"workloads), median over the runs that reached it [{INTERVAL}]", cells)
-                 + _left_out_note(left_out),
+                         "workloads), or the stand-in dataset's own where it declares one (dlbench list datasets), "
+                         f"median over the runs that reached it [{INTERVAL}]", cells)
+                 + _own_targets_note(own_targets) + _left_out_note(left_out),
                  [{"workload": w} for w in kept], {"device": device})
+
+
+def _own_targets_note(own_targets: Sequence[str]) -> str:
+    if not own_targets:
+        return ""
+    return (". The stand-in's own target, not the study's (which was set for the study's dataset and is out of "
+            "reach of a quick run on a stand-in): " + "; ".join(own_targets))
 
 
 def _left_out_note(left_out: Sequence[str]) -> str:
     if not left_out:
         return ""
-    return (f". Left out: {', '.join(left_out)}: stand-in data that no run brought to the target the study set for "
-            "its own dataset, so the study's target says nothing here")
+    return ". Left out: " + "; ".join(left_out)
 
 
 def relative_speed(cells: Sequence[CellSummary], columns: list[str], device: str, against: str = "fastest") -> Table:

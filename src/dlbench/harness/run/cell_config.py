@@ -35,8 +35,26 @@ class Prepared:
     config: dict
 
     @property
+    def target(self) -> dict:
+        """What the run's time to target is measured against: the stand-in's own target where its dataset
+        declares one (config["target"], run_target), else the workload's."""
+        return self.config.get("target") or self.workload.target
+
+    @property
     def hash(self) -> str:
         return hashlib.sha256(json.dumps(self.config, sort_keys=True).encode()).hexdigest()
+
+
+def run_target(workload: Workload, dataset: str) -> dict | None:
+    """The target a stand-in dataset declares for the workload (data.stand_in_target), in the workload's
+    metric and direction, for the cell's configuration: a declared value, so it enters the cell's hash
+    (a changed target runs the cell again). None where the dataset declares none: the workload's target
+    applies and the configuration, and its hash, stay as they were. value None: no meaningful target."""
+    own = data.stand_in_target(dataset, workload.name)
+    if own is None:
+        return None
+    return {"metric": workload.target["metric"], "value": own.value,
+            "higher_is_better": workload.target["higher_is_better"], "set_by": dataset}
 
 
 def resolve(cell: Cell, data_dir: Path, cores: int | None = None) -> Prepared:
@@ -55,6 +73,9 @@ def resolve(cell: Cell, data_dir: Path, cores: int | None = None) -> Prepared:
         # the worker's own code: a fixed adapter runs its cells again (dlbench.harness.environments.sources)
         "worker_source": sources.framework_source(cell.framework),
     }
+    target = run_target(workload, cell.dataset)
+    if target is not None:  # only then: cells on the study's datasets keep their hashes
+        config["target"] = target
     if "from_run" in built:  # an environment rebuilt from a stored run's packages says so
         config["environment_from_run"] = built["from_run"]
     if cell.allocator != "default":  # only then, as for the compile cache: default cells keep their hashes

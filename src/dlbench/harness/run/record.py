@@ -37,7 +37,9 @@ def epoch_rows(events: list[dict], metric: str, energies: dict | None = None) ->
 
 
 def timing_summary(epochs: list[dict], target: dict) -> dict:
-    """Training time excludes evaluation; the first epoch (compilation, warm-up) is kept apart."""
+    """Training time excludes evaluation; the first epoch (compilation, warm-up) is kept apart. The time to
+    target is the training time up to the first epoch whose metric reaches target["value"] (a stand-in's
+    own target or the workload's: Prepared.target); none where the value is None (no meaningful target)."""
     if not epochs:
         return {}
     train_times = [e["train_time_s"] for e in epochs]
@@ -46,6 +48,8 @@ def timing_summary(epochs: list[dict], target: dict) -> dict:
         "steady_epoch_s": statistics.median(train_times[1:]) if len(train_times) > 1 else None,
         "eval_time_s": sum(e["eval_time_s"] for e in epochs), "metric_value": epochs[-1]["metric_value"],
     }
+    if target["value"] is None:
+        return summary
     elapsed = 0.0
     for epoch in epochs:
         elapsed += epoch["train_time_s"]
@@ -64,7 +68,7 @@ def run_row(prepared: Prepared, outcome: Outcome, epochs: list[dict], run_dir: P
     versions = ready.get("versions", {})
     recipe = envs.get_recipe(cell.framework, cell.device)
     resources = summarise(outcome.samples)
-    timing = timing_summary(epochs, prepared.workload.target)
+    timing = timing_summary(epochs, prepared.target)
     flops = ir.train_flops(config["model"])
     used = cores.used(outcome.samples, outcome.events, outcome.event_times)
     return {
@@ -76,7 +80,7 @@ def run_row(prepared: Prepared, outcome: Outcome, epochs: list[dict], run_dir: P
         "wall_time_s": outcome.wall_time_s, "harness_cpu_s": outcome.harness_cpu_s,
         "monitor_cpu_s": outcome.monitor_cpu_s, "worker_source": config["worker_source"],
         "metric_name": prepared.workload.target["metric"],
-        "target_value": prepared.workload.target["value"], "params": ir.count_params(config["model"]),
+        "target_value": prepared.target["value"], "params": ir.count_params(config["model"]),
         "flops_per_sample": flops, "threads": ready.get("threads"), "n_train": ready.get("n_train"),
         "achieved_gflops": peaks.achieved_gflops(flops, ready.get("n_train"), timing.get("steady_epoch_s")),
         "cores_used": used, "energy_source": energy_source,
