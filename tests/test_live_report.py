@@ -112,7 +112,7 @@ def test_a_rewrite_that_fails_does_not_stop_the_run(tmp_path, two_cells, data_di
 
     monkeypatch.setattr(report, "load", broken)
     results = tmp_path / "results"
-    assert run(two_cells, results, data_dir) == 0
+    assert run(two_cells, results, data_dir) == 1  # both cells ok, but no report: make run fails
     out = capsys.readouterr().out
     assert out.count("live report: not rewritten after 1 of 2 cells (ValueError: an analysis that cannot") == 1
     assert "report: not written (ValueError" in out
