@@ -77,8 +77,11 @@ def run_and_show(chosen: suite.Suite, cells: list[suite.Cell], options: Options,
                 counts, hashes = run_on_ray(cells, options, shown, args, live)
             else:
                 counts, hashes = local.run_plan(cells, options, shown, live)
-    except BaseException:
-        live.finish()
+    except BaseException as stopped:
+        try:
+            live.finish(stopped=isinstance(stopped, KeyboardInterrupt))
+        except KeyboardInterrupt:  # a second Ctrl-C while the charts are drawn: no report, the first stop's message
+            pass
         raise
     with Store(options.results / FILENAME) as store:
         latest = {run["cell_hash"]: run for run in store.runs()}  # runs come oldest first

@@ -53,12 +53,16 @@ class LiveReport:
             return
         self.rewrites.append(time.perf_counter() - tic)
 
-    def finish(self) -> Path | None:
+    def finish(self, stopped: bool = False) -> Path | None:
         """The full report (charts, no banner, no refresh), once, when the plan ends however it ends; prints
-        its path and what the report cost this run. None where the store holds no run or the write failed."""
+        its path and what the report cost this run. None where the store holds no run or the write failed.
+        `stopped`: the plan was stopped by Ctrl-C or SIGTERM, and the user is told a second one skips this."""
         if not (self.results / FILENAME).exists():
             return None
         from dlbench.harness.present import report
+
+        if stopped:
+            self.say("writing the report of the cells stored (Ctrl-C again skips it)")
 
         tic = time.perf_counter()
         try:
