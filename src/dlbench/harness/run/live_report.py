@@ -38,12 +38,13 @@ class LiveReport:
         """Rewrites the live page after a cell was stored; `done`: the plan's cells ended or skipped so far."""
         if not self.enabled or done >= self.total:  # after the last cell, the full report comes at once
             return
-        from dlbench.harness.present import report  # the run imports the report's modules only when it writes one
-
-        banner = (f"Live: {done} of {self.total} cells done, rewritten at {time.strftime('%H:%M:%S %Z')}; "
-                  "charts are drawn when the run ends. This page reloads every 30 s.")
         tic = time.perf_counter()
         try:
+            # the run imports the report's modules (matplotlib, scipy) when it first writes one
+            from dlbench.harness.present import html, report
+
+            banner = (f"Live: {done} of {self.total} cells done, rewritten at {time.strftime('%H:%M:%S %Z')}; "
+                      f"charts are drawn when the run ends. This page reloads every {html.LIVE_REFRESH_S} s.")
             report.write(self.results, live=banner)
         except Exception as error:  # noqa: BLE001 - whatever it is, the run goes on: its cells are stored
             self.failures += 1
@@ -59,13 +60,12 @@ class LiveReport:
         `stopped`: the plan was stopped by Ctrl-C or SIGTERM, and the user is told a second one skips this."""
         if not (self.results / FILENAME).exists():
             return None
-        from dlbench.harness.present import report
-
         if stopped:
             self.say("writing the report of the cells stored (Ctrl-C again skips it)")
-
         tic = time.perf_counter()
         try:
+            from dlbench.harness.present import report
+
             path = report.write(self.results)
         except Exception as error:  # noqa: BLE001 - the run's own status stands; say why there is no report
             self.say(f"report: not written ({type(error).__name__}: {error}); "
