@@ -310,7 +310,7 @@ import os, sys
 from dlbench.harness import cli
 from dlbench.harness.run import launch, local
 
-def one_sleeping_worker(cells, options, progress):
+def one_sleeping_worker(cells, options, progress, live=None):
     folder = options.results / "worker"
     folder.mkdir(parents=True)
     sleep = ("import os, time; open('pid.tmp', 'w').write(str(os.getpid())); os.rename('pid.tmp', 'pid'); "

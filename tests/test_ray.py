@@ -29,6 +29,7 @@ from dlbench.harness.environments import envs
 from dlbench.harness.plan import suite
 from dlbench.harness.run import local
 from dlbench.harness.run.cell_config import Options
+from dlbench.harness.run.live_report import LiveReport
 from dlbench.harness.store import Store
 
 ray = pytest.importorskip("ray")
@@ -64,9 +65,10 @@ def cluster():
     made.shutdown()
 
 
-def ray_plan(cluster, cells_, options: Options, **ray_options):
+def ray_plan(cluster, cells_, options: Options, live=None, **ray_options):
     from dlbench.harness.run import ray_cluster
-    return ray_cluster.run_plan(cells_, options, quiet, ray_cluster.RayOptions(cluster.address, **ray_options))
+    return ray_cluster.run_plan(cells_, options, quiet, ray_cluster.RayOptions(cluster.address, **ray_options),
+                                live)
 
 
 def stored(results: Path) -> list[dict]:
@@ -104,11 +106,21 @@ def test_the_same_cells_and_metrics_as_the_local_executor_and_a_rerun_skips_them
 
 def test_packed_nodes_record_how_many_cells_shared_them(cluster, data_dir, tmp_path):
     plan = cells(epochs=1, repeat=2)
-    counts, _ = ray_plan(cluster, plan, Options(tmp_path, data_dir, peak_size=0), cells_per_node=2)
+    live = LiveReport(tmp_path, len(plan), say=pytest.fail)
+    counts, _ = ray_plan(cluster, plan, Options(tmp_path, data_dir, peak_size=0), live, cells_per_node=2)
     assert counts["ok"] == 2
+    # the first cell ended while the second was measured on this machine: the live report waited for the end
+    assert live.rewrites == [] and not (tmp_path / "report.html").exists()
     runs = stored(tmp_path)
     assert len({run["node"]["ray_node_id"] for run in runs}) == 1  # both fit on the first node
     assert [run["cells_on_node"] for run in runs] == [2, 2] and {run["threads"] for run in runs} == {NODE_CPUS}
+
+
+def test_the_live_report_counts_loopback_nodes_and_the_drivers_address_as_this_machine():
+    from dlbench.harness.run.ray_cluster import on_this_machine
+    assert on_this_machine("127.0.0.3", "10.0.0.1") and on_this_machine("10.0.0.1", "10.0.0.1")
+    assert not on_this_machine("10.0.0.2", "10.0.0.1")
+    assert on_this_machine("10.0.0.2", None)  # the driver's address unknown: rewrite only with no cell running
 
 
 def test_a_node_whose_dataset_differs_fails_the_cell_with_the_reason(cluster, data_dir, tmp_path):

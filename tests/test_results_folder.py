@@ -144,6 +144,9 @@ def test_an_interrupted_run_stores_its_cell_as_interrupted_and_leaves_no_orphan(
         f"samples its worker had reported (run folder {results / 'runs'}"), err
     assert err.splitlines()[0].endswith(". The same command resumes: complete cells are skipped")
     assert f"interrupted: interrupted by {name}" in out
+    # the report of what the store holds, written whole once the plan stopped (run/live_report.py)
+    assert "writing the report of the cells stored (Ctrl-C again skips it)" in out
+    assert f"report: {results / 'report.html'}" in out and "<svg" in (results / "report.html").read_text()
 
     [run], [peak] = stored(results)
     assert run["status"] == "interrupted" and run["reason"] == (

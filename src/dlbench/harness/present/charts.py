@@ -39,6 +39,7 @@ OTHER_COLOURS = plt.get_cmap("Dark2").colors  # for frameworks dlbench does not 
 RATIO_SCALE = (1.0, 4.0)
 RATIO_CMAP = plt.get_cmap("RdYlGn_r")
 RATIO_RANGE = (0.12, 0.88)
+_RATIO_NORM = LogNorm(*RATIO_SCALE, clip=True)  # built once: a page colours hundreds of cells
 
 
 def colours(labels: Sequence[str]) -> dict[str, tuple[float, float, float]]:
@@ -57,7 +58,7 @@ def colours(labels: Sequence[str]) -> dict[str, tuple[float, float, float]]:
 
 def ratio_colour(ratio: float) -> str:
     """The colour of a ratio to the lowest median on the report's scale (RATIO_SCALE), as #rrggbb."""
-    share = float(LogNorm(*RATIO_SCALE, clip=True)(ratio))
+    share = float(_RATIO_NORM(ratio))
     low, high = RATIO_RANGE
     return to_hex(RATIO_CMAP(low + (high - low) * share))
 

@@ -50,6 +50,7 @@ summary{cursor:pointer;color:#2456a6}
 a.csv{font-size:12px;font-weight:400;margin-left:8px;color:#2456a6}
 .pass{color:#176b2c}.fail{color:#b3261e;font-weight:600}
 #js-errors{color:#b3261e;white-space:pre-wrap}
+.live{margin:0;padding:8px 24px;background:#fff3c4;border-bottom:1px solid #e0a400;font-weight:600}
 """
 
 SCRIPT = """
@@ -306,7 +307,13 @@ def _summary(report: Report) -> str:
             f"Built {report.created_at} from {report.source} by dlbench {report.dlbench_version}.")
 
 
-def render(report: Report) -> str:
+LIVE_REFRESH_S = 30  # how often an open tab of a live page reloads it
+
+
+def render(report: Report, live: str | None = None) -> str:
+    """The page. `live`: the banner of a page rewritten while `dlbench run` goes on (run/live_report.py):
+    the same page without its charts (drawing them is most of a report's cost), that banner at its top and
+    a refresh tag, so an open tab follows the run."""
     runs = report.runs
     groups = run_groups(runs)
     # labels as each group names them (with versions only where a group holds several)
@@ -315,15 +322,19 @@ def render(report: Report) -> str:
                        for f in report.findings)
     matrices = "".join(overview_html.matrix_html(m, palette) for m in overview.matrices(report.findings))
     cells = group(report.summaries)
-    figures = "".join(group_figures(runs_of_group, cells[key], report.samples, palette, i)
-                      for i, (key, runs_of_group) in enumerate(groups.items()))
+    figures = ("".join(group_figures(runs_of_group, cells[key], report.samples, palette, i)
+                       for i, (key, runs_of_group) in enumerate(groups.items())) if live is None
+               else '<p class="note">The charts are drawn when the run ends.</p>')
     sections = ("overview", "findings", "tables", "study", "figures", "certificates", "manifest")
     nav = ("".join(f'<a href="#{s}">{s.capitalize()}</a>' for s in sections)
            + _select("device", (r.get("device") or "?" for r in runs))
            + _select("workload", (r["workload"] for r in runs))
            + _select("framework", (r["framework"] for r in runs)))
+    banner = "" if live is None else f'<p id="live" class="live">{escape(live)}</p>'
+    expected = expected_charts(report) if live is None else 0
     body = (
-        f"<header><h1>dlbench report</h1><p>{escape(_summary(report))}</p></header>"
+        banner
+        + f"<header><h1>dlbench report</h1><p>{escape(_summary(report))}</p></header>"
         f"<nav><div>{nav}</div></nav><main>"
         f'<h2 id="overview">Overview</h2>{shared_caveats_html(report.caveats)}{matrices}'
         f'<h2 id="findings">Findings</h2><p class="note">Each workload\'s verdicts in words, with its own '
@@ -335,12 +346,13 @@ def render(report: Report) -> str:
         f'<h2 id="manifest">Manifest</h2>{"".join(table_html(t, sortable=True) for t in report.manifest)}'
         f'<p class="note">Report built by dlbench {escape(report.dlbench_version)}.</p>'
         # the page's own counters are for its tests (they read the data attributes), not for its readers
-        f'<p id="render-status" class="note" hidden{attrs(data_expected=str(expected_charts(report)))}>'
+        f'<p id="render-status" class="note" hidden{attrs(data_expected=str(expected))}>'
         f"charts not rendered: the page's script did not run</p><pre id=\"js-errors\" hidden></pre></main>"
     )
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>dlbench report</title><style>{STYLE}{overview_html.STYLE}</style>"
+    return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+            + ("" if live is None else f'<meta http-equiv="refresh" content="{LIVE_REFRESH_S}">')
+            + f"<title>dlbench report</title><style>{STYLE}{overview_html.STYLE}</style>"
             f"<script>{SCRIPT}</script></head>"
             f"<body>{body}</body></html>\n")
 

@@ -6,12 +6,15 @@ from collections.abc import Callable
 from dlbench.harness.plan.suite import Cell
 from dlbench.harness.run import cell_config, gemm_peak, interrupt, no_endings, one_cell, readiness, record
 from dlbench.harness.run.cell_config import Options
+from dlbench.harness.run.live_report import LiveReport
 from dlbench.harness.store import FILENAME, Store
 
 
-def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None]) -> tuple[dict[str, int], list[str]]:
+def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None],
+             live: LiveReport | None = None) -> tuple[dict[str, int], list[str]]:
     """Runs every cell not yet complete, in the order given; a failed cell is stored and the plan goes on.
-    Each run records its 1-based position in `cells`, the machine and the dlbench version.
+    Each run records its 1-based position in `cells`, the machine and the dlbench version. `live`: the
+    report rewritten after each stored cell, before the next one's peak and worker start.
     Returns the count of each ending and the plan's cell hashes, in order."""
     # before any data is prepared or any file written
     readiness.refuse_gpu_cells_without_a_gpu(cells)
@@ -48,6 +51,8 @@ def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None])
             except interrupt.Interrupted as stop:
                 stop.detail = what_was_kept(index, len(cells), cell, stored)
                 raise
+            if live is not None:  # the worker has exited and the run is stored: nothing timed is running
+                live.rewrite(sum(counts.values()))
     return counts, [prepared.hash for prepared in resolved]
 
 

@@ -18,6 +18,7 @@ exception) stored nothing; it is dispatched again to a node still alive, at most
 cell that fails on its own (crash, timeout, out of memory, a dataset or environment that differs from
 the driver's) comes back as a failed run, stored with its reason and not retried.
 """
+import ipaddress
 import os
 import time
 from collections import deque
@@ -36,6 +37,7 @@ from dlbench.harness.plan.workloads import get_workload
 from dlbench.harness.run import ExecutorError, cell_config, gemm_peak, no_endings, one_cell, readiness, record
 from dlbench.harness.run.cell_config import Options, Prepared
 from dlbench.harness.run.launch import Outcome
+from dlbench.harness.run.live_report import LiveReport
 from dlbench.harness.run.record import Ran
 from dlbench.harness.store import FILENAME, Store
 
@@ -157,9 +159,10 @@ class Driver:
     """Dispatches the plan's cells to nodes with a free slot, stores each result as it comes back."""
 
     def __init__(self, ray, cells: list[Cell], options: Options, ray_options: RayOptions,
-                 progress: Callable[..., None], store: Store) -> None:
+                 progress: Callable[..., None], store: Store, live: LiveReport | None = None) -> None:
         self.ray, self.cells, self.options, self.ray_options = ray, cells, options, ray_options
-        self.progress, self.store = progress, store
+        self.progress, self.store, self.live = progress, store, live
+        self.own_address = driver_address(ray)  # rewrites of the live report wait while a cell runs here
         self.counts = no_endings()
         self.hashes: dict[int, str] = {}  # plan index -> the hash of the configuration it ran (or was skipped) with
         self.peaks: dict[tuple, tuple[int, float | None]] = {}  # (node, framework, env, threads, device) -> id, gflops
@@ -171,6 +174,10 @@ class Driver:
 
     def on_node(self, node_id: str) -> list[Dispatched]:
         return [attempt for attempt in self.running.values() if attempt.node_id == node_id]
+
+    def nothing_measured_here(self) -> bool:
+        """No cell is being measured on this machine (on_this_machine)."""
+        return not any(on_this_machine(attempt.address, self.own_address) for attempt in self.running.values())
 
     def resolved(self, task: Task, node: dict) -> Prepared:
         key = (task.index, node_cores(node))
@@ -242,6 +249,10 @@ class Driver:
         run = record.finish_run(self.store, attempt.prepared, ran, peak, recorded)
         self.counts[run["status"]] += 1
         self.progress("end", task.index, len(self.cells), task.cell, run)
+        # only while no cell is measured on this machine (its node may run cells too); cells on other
+        # machines go on meanwhile: the rewrite takes nothing of theirs
+        if self.live is not None and self.nothing_measured_here():
+            self.live.rewrite(sum(self.counts.values()))
 
     def run(self) -> None:
         waiting = deque(Task(index, cell) for index, cell in enumerate(self.cells, 1))
@@ -276,9 +287,29 @@ class Driver:
                 self.dispatch(task, node_id, node)
 
 
+def driver_address(ray) -> str | None:
+    """This machine's IP address as Ray names nodes by it; None where Ray does not say."""
+    try:
+        return ray.util.get_node_ip_address()
+    except Exception:  # noqa: BLE001 - then every node counts as this machine (on_this_machine)
+        return None
+
+
+def on_this_machine(address: str, own: str | None) -> bool:
+    """Whether a node at `address` (its NodeManagerAddress) runs on the driver's machine: the driver's own
+    address, or a loopback one (several Ray nodes started on one machine, as the tests do). Where the
+    driver's address is unknown, every node counts as this machine."""
+    try:
+        loopback = ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        loopback = False
+    return own is None or address == own or loopback
+
+
 def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None],
-             ray_options: RayOptions) -> tuple[dict[str, int], list[str]]:
-    """As local.run_plan, on the cluster at ray_options.address; cells may end out of order."""
+             ray_options: RayOptions, live: LiveReport | None = None) -> tuple[dict[str, int], list[str]]:
+    """As local.run_plan, on the cluster at ray_options.address; cells may end out of order. `live`: the
+    report rewritten after a cell is stored, where no cell is being measured on this machine then."""
     import ray  # only here: the local executor needs no Ray installed
 
     # the driver's environments define the package sets every node must match; the driver needs no GPU
@@ -293,7 +324,7 @@ def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None],
         raise ClusterError(f"cannot join the Ray cluster at {ray_options.address}: {error}") from None
     try:
         with Store(options.results / FILENAME) as store:
-            driver = Driver(ray, cells, options, ray_options, progress, store)
+            driver = Driver(ray, cells, options, ray_options, progress, store, live)
             driver.run()
     finally:
         ray.shutdown()
