@@ -118,6 +118,14 @@ def test_one_finding_per_workload_dataset_and_device(tmp_path: Path) -> None:
     assert all("Only pytorch completed" in f.speed for f in store_findings(tmp_path / "again", runs))
 
 
+def test_a_finding_on_the_first_n_training_samples_says_so_in_its_title(tmp_path: Path) -> None:
+    runs = repeated("pytorch", SAME) + repeated("jax", SAME_SHUFFLED)
+    for row, _, _ in runs:
+        row["config"].update(train_samples=768, dataset_n_train=1438)  # a suite entry's train_samples
+    [finding] = store_findings(tmp_path, runs)
+    assert finding.title == "cnn-mnist on digits-28 (first 768 of 1,438) (cpu)"
+
+
 def test_level_leaders_are_named_together_and_a_clear_laggard_apart(tmp_path: Path) -> None:
     runs = (repeated("pytorch", SAME) + repeated("jax", SAME_SHUFFLED)
             + repeated("tensorflow", [2 * v for v in SAME]))

@@ -47,10 +47,11 @@ class Finding:
     # what the sentences say, as values: the report's overview draws them (None: built by hand, no tests)
     speed_standing: "Standing | None" = field(default=None, compare=False)
     metric_standing: "Standing | None" = field(default=None, compare=False)
+    dataset_label: str | None = field(default=None, compare=False)  # "NAME (first N of M)": data.run_label
 
     @property
     def title(self) -> str:
-        return title(self.workload, self.dataset, self.device)
+        return title(self.workload, self.dataset_label or self.dataset, self.device)
 
 
 @dataclass(frozen=True)
@@ -452,7 +453,7 @@ def group_finding(cells: Sequence[CellSummary], speed_tests: Sequence[PairTest],
     notes = caveats(cells, speed_tests, comparisons) + (_sampling_notes(final, held_out) if metric.margin else [])
     by_speed, by_metric = standing(steady, speed, speed_tests), standing(final, metric, metric_tests)
     return Finding(first.workload, first.dataset, first.device, sentence(by_speed), sentence(by_metric),
-                   tuple(notes), by_speed, by_metric)
+                   tuple(notes), by_speed, by_metric, first.dataset_label)
 
 
 def _sampling_notes(final: Mapping[str, Sequence[float]], held_out: HeldOutSet | None) -> list[str]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dlbench.harness.analysis.stats import Estimate, estimate, ratio
+from dlbench.harness.data import run_label
 from dlbench.harness.environments.envs import REFERENCE
 
 FIGURES = ("steady_epoch_s", "train_time_s", "first_epoch_s", "metric_value", "peak_rss_mb", "mean_cpu_percent",
@@ -72,6 +73,8 @@ class CellSummary:
     peak_gflops: Estimate = NO_ESTIMATE  # the GEMM peaks its runs' mfu divides by, in GFLOP/s
     # figure -> the successful runs' values, one per run (None left out), for ratios and tests
     samples: dict[str, tuple[float, ...]] = field(compare=False, default_factory=dict)
+    # the dataset as tables show it: "NAME (first N of M)" for runs of a suite entry's train_samples
+    dataset_label: str | None = field(compare=False, default=None)
 
     @property
     def warm(self) -> bool:
@@ -134,6 +137,7 @@ def _summary(key: tuple[Any, ...], runs: list[dict], seed: int) -> CellSummary:
     planned = {((run.get("config") or {}).get("recipe") or {}).get("epochs") for run in runs} - {None}
     return CellSummary(
         **dict(zip(CELL_KEYS, key, strict=True)),
+        dataset_label=", ".join(dict.fromkeys(run_label(run) for run in runs)) if key[3] else None,
         metric_name=next((run["metric_name"] for run in runs if run.get("metric_name")), None),
         n_ok=len(ok),
         failures=tuple((run["status"], run.get("reason")) for run in runs if run["status"] != "ok"),

@@ -33,7 +33,7 @@ from . import (
 from .download import Source
 from .prepared import META_FILE, DatasetError, PreparedDataset, load_prepared, write_prepared
 
-__all__ = ["DatasetError", "PreparedDataset", "dataset_names", "describe", "load_prepared", "prepare"]
+__all__ = ["DatasetError", "PreparedDataset", "dataset_names", "describe", "label", "load_prepared", "prepare"]
 
 _DATASETS: dict[str, ModuleType | Source] = {module.NAME: module for module in (digits, polarity, lee_lm)}
 _DATASETS.update({source.info["name"]: source for source in (
@@ -45,6 +45,20 @@ _DATASETS.update({source.info["name"]: source for source in (
 
 def dataset_names() -> list[str]:
     return sorted(_DATASETS)
+
+
+def label(name: str, train_samples: int | None = None, n_train: int | None = None) -> str:
+    """How tables show a cell's dataset: its name, and where a suite entry trains on its first N training
+    samples only, "NAME (first N of M)" (M, the prepared split's size, where known)."""
+    if not train_samples:
+        return name
+    return f"{name} (first {train_samples:,}{f' of {n_train:,}' if n_train else ''})"
+
+
+def run_label(run: dict) -> str:
+    """A stored run's dataset as tables show it (label)."""
+    config = run.get("config") or {}
+    return label(str(run.get("dataset") or ""), config.get("train_samples"), config.get("dataset_n_train"))
 
 
 def describe(name: str) -> dict:

@@ -11,6 +11,7 @@ from html import escape
 from dlbench.harness.analysis.findings import Finding, group, label
 from dlbench.harness.analysis.stats import Estimate
 from dlbench.harness.analysis.summary import WARM, CellSummary
+from dlbench.harness.data import run_label
 from dlbench.harness.present import charts, overview, overview_html, tables
 from dlbench.harness.present.contents import Report
 from dlbench.harness.present.study import StudySection
@@ -264,7 +265,8 @@ def group_figures(runs: Sequence[Mapping], cells: Sequence[CellSummary], samples
         parts.append(f"<details><summary>Resource timelines of the {len(timelines)} runs on shared axes: CPU %, RSS"
                      f"{', GPU' if _has_gpu(runs, samples) else ''}</summary>"
                      f'<div class="timelines">{"".join(timelines)}</div></details>')
-    title = f"{first['workload']} on {first.get('dataset') or '?'} ({first.get('device') or '?'})"
+    shown = ", ".join(dict.fromkeys(run_label(r) for r in runs)) if first.get("dataset") else "?"
+    title = f"{first['workload']} on {shown} ({first.get('device') or '?'})"
     return f"<section{keys}><h3>{escape(title)}</h3>{''.join(parts)}</section>"
 
 
