@@ -342,10 +342,10 @@ def test_a_cell_without_threads_gets_the_cores_of_the_machine_that_runs_it(tmp_p
 
 def test_quick_suite_plan():
     cells = suite.plan(suite.load("quick"))  # every framework, one repetition, in a shuffled order
-    entries = [("cnn-mnist", "digits-28", 4, None), ("cnn-cifar10", "photo-patches-10", 24, None),
-               ("cnn-cifar100", "photo-regions-100", 2, None), ("cnn-svhn", "photo-patches-10", 2, None),
-               ("lstm-imdb", "rt-snippets", 3, None), ("lstm-ptb", "lee-news-lm", 2, None),
-               ("seq2seq-manythings", "django-es-en", 5, None), ("frcnn-voc", "photo-boxes", 40, None)]
+    entries = [("cnn-mnist", "digits-28", 4, 768), ("cnn-cifar10", "photo-patches-10", 10, None),
+               ("cnn-cifar100", "photo-regions-100", 2, 128), ("cnn-svhn", "photo-patches-10", 2, 128),
+               ("lstm-imdb", "rt-snippets", 2, None), ("lstm-ptb", "lee-news-lm", 2, 860),
+               ("seq2seq-manythings", "django-es-en", 3, None), ("frcnn-voc", "photo-boxes", 30, None)]
     assert sorted((c.framework, c.workload, c.dataset, c.epochs, c.train_samples, c.seed) for c in cells) == sorted(
         (framework, *entry, 0) for entry in entries for framework in envs.RECIPES)
     assert {(c.device, c.timeout_s, c.threads) for c in cells} == {("cpu", 600.0, None)}
