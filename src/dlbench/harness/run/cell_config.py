@@ -76,8 +76,10 @@ def resolve(cell: Cell, data_dir: Path, cores: int | None = None) -> Prepared:
 
 def check_train_samples(cell: Cell, dataset: data.PreparedDataset) -> None:
     """Refuses a cell whose suite entry asks for more training samples than the prepared split holds."""
+    if cell.train_samples is None:
+        return
     n_train = dataset.meta["n_train"]
-    if cell.train_samples is not None and cell.train_samples > n_train:
+    if cell.train_samples > n_train:
         raise SuiteError(f"{cell.train_samples_at or cell.suite}: field 'train_samples': entry {cell.workload} on "
                          f"{cell.dataset}: expected a positive integer no larger than {cell.dataset}'s "
                          f"{n_train:,} training samples, got {cell.train_samples:,}")
