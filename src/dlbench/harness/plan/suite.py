@@ -117,7 +117,8 @@ class Entry:
     weights: str | None = None  # an .npz of starting weights (initial_weights.py), absolute
     # train on the dataset's first N training samples (its stored order); the test split stays whole
     train_samples: int | None = None
-    where: str = ""  # FILE:LINE of the entry, for the error when train_samples exceeds the training split
+    # FILE:LINE of the entry, for the error when train_samples exceeds the training split
+    where: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
