@@ -527,3 +527,22 @@ def test_listings_fit_120_columns_and_csv_json_keep_every_character(capsys, tmp_
     if argv == ["data", "list"]:
         assert next(row for row in listed if row["dataset"] == "photo-boxes")["source"].endswith(
             "boxes drawn by hand for dlbench (src/dlbench/data/photo-boxes/)")
+
+
+def test_results_show_the_first_n_training_samples_a_run_trained_on(tmp_path):
+    from synthetic_store import synthetic_run
+
+    from dlbench.harness.present import listing
+
+    runs = []
+    for framework, train_samples in (("pytorch", 768), ("jax", None)):
+        run, _, _ = synthetic_run(framework, "cnn-mnist", 1, 1.0, 0.5)
+        run.update(id=len(runs) + 1, epochs=[])
+        if train_samples:
+            run["config"].update(train_samples=train_samples, dataset_n_train=1438)
+        runs.append(run)
+    rows = {line.split()[0]: line for line in listing.table(runs).splitlines()[2:]}
+    # the table leaves out the split's size (1,438) to stay within 120 columns; the report gives it
+    assert "digits-28 (first 768) " in rows["pytorch"]
+    assert "digits-28 " in rows["jax"] and "first" not in rows["jax"]
+    assert data.run_label(runs[0]) == "digits-28 (first 768 of 1,438)"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 
@@ -55,10 +56,12 @@ def label(name: str, train_samples: int | None = None, n_train: int | None = Non
     return f"{name} (first {train_samples:,}{f' of {n_train:,}' if n_train else ''})"
 
 
-def run_label(run: dict) -> str:
-    """A stored run's dataset as tables show it (label)."""
+def run_label(run: Mapping, of: bool = True) -> str:
+    """A stored run's dataset as tables show it (label); of=False leaves out the split's size, for a table
+    that must fit a terminal's width."""
     config = run.get("config") or {}
-    return label(str(run.get("dataset") or ""), config.get("train_samples"), config.get("dataset_n_train"))
+    return label(str(run.get("dataset") or ""), config.get("train_samples"),
+                 config.get("dataset_n_train") if of else None)
 
 
 def describe(name: str) -> dict:
