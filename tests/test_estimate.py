@@ -18,9 +18,9 @@ MNIST_FLOPS = ir.train_flops(get_workload("cnn-mnist").model())  # digits-28 has
 
 
 def cell(framework: str = "pytorch", workload: str = "cnn-mnist", dataset: str = "digits-28", epochs: int = 10,
-         device: str = "cpu", timeout_s: float = 3600.0) -> Cell:
+         device: str = "cpu", timeout_s: float = 3600.0, train_samples: int | None = None) -> Cell:
     return Cell(suite="test", framework=framework, workload=workload, dataset=dataset, device=device, repetition=1,
-                seed=0, epochs=epochs, batch_size=128, threads=2, timeout_s=timeout_s)
+                seed=0, epochs=epochs, batch_size=128, threads=2, timeout_s=timeout_s, train_samples=train_samples)
 
 
 def run(framework: str, workload: str, repetition: int, steady: float, **fields) -> tuple[dict, list, list]:
@@ -88,6 +88,26 @@ def test_another_dataset_is_scaled_by_work(two_repetitions: Path, tmp_path: Path
     [found] = forecast(two_repetitions, [cell(dataset="mnist", epochs=15)], tmp_path)
     assert found.seconds == pytest.approx(((3.3 + 15 * 1.05 * 60) + (3.4 + 15 * 1.25 * 60)) / 2)
     assert found.extrapolated and found.kind == "scaled" and found.basis == "scaled from digits-28"
+
+
+def test_the_first_n_training_samples_scale_the_work(two_repetitions: Path, tmp_path: Path) -> None:
+    # half of MNIST's 60,000 training samples: every epoch 30 times the runs' 1,000-sample work, not 60 times
+    [half] = forecast(two_repetitions, [cell(dataset="mnist", epochs=15, train_samples=30_000)], tmp_path)
+    assert half.seconds == pytest.approx(((3.3 + 15 * 1.05 * 30) + (3.4 + 15 * 1.25 * 30)) / 2)
+    assert half.basis == "scaled from digits-28"
+    assert shown.cell_table([half]).splitlines()[-1] == "cnn-mnist on mnist trains on its first 30,000 training samples"
+    # the runs trained on all of digits-28: they are not the cell's own runs when it trains on its first 500
+    [first] = forecast(two_repetitions, [cell(epochs=10, train_samples=500)], tmp_path)
+    assert first.kind == "none"  # digits-28 is not prepared in the test's data folder: its size is unknown
+    # runs of the first 500 are the own runs of a cell of the first 500, and the basis says what they trained on
+    row, epochs, samples = run("pytorch", "cnn-mnist", 1, 1.0, n_train=500, flops_per_sample=MNIST_FLOPS)
+    row["config"].update(train_samples=500, dataset_n_train=1000)
+    results = make_store(tmp_path / "first", [(row, epochs, samples)])
+    [own] = forecast(results, [cell(epochs=10, train_samples=500)], tmp_path)
+    assert own.kind == "runs" and own.seconds == pytest.approx(13.8)
+    [more] = forecast(results, [cell(dataset="mnist", epochs=15, train_samples=1000)], tmp_path)
+    assert more.basis == "scaled from digits-28 (first 500 of 1,000)"
+    assert more.seconds == pytest.approx(3.3 + 15 * 1.05 * 2)
 
 
 def test_a_workload_without_runs_goes_by_the_frameworks_gflops(tmp_path: Path) -> None:

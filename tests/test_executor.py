@@ -15,7 +15,9 @@ import pytest
 from dlbench.harness.measure import cores
 from dlbench.harness.run.launch import run_worker
 from dlbench.shared import ir
-from dlbench.worker.base import epoch_order
+from dlbench.shared.detection.pipeline import DetectionSplit
+from dlbench.worker.base import Split, epoch_order
+from dlbench.worker.train import first_samples
 
 REPO = Path(__file__).resolve().parent.parent
 N_TRAIN, N_TEST = 12, 5
@@ -36,14 +38,14 @@ def write_dataset(folder: Path) -> Path:
     return folder
 
 
-def write_cell(tmp_path: Path, epochs: int = 2) -> tuple[list[str], Path]:
+def write_cell(tmp_path: Path, epochs: int = 2, **fields) -> tuple[list[str], Path]:
     """The worker command and the run dir, as runner.run_cell lays them out."""
     data_path = write_dataset(tmp_path / "data")
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     cell = {"adapter": "fake_framework:Adapter", "model": ir.model([4], "float32", [ir.dense(2)]),
             "recipe": RECIPE, "data_path": str(data_path), "seed": 3, "epochs": epochs, "device": "cpu",
-            "threads": 1}
+            "threads": 1, **fields}
     (run_dir / "cell.json").write_text(json.dumps(cell))
     return [sys.executable, "-m", "dlbench.worker.train", str(run_dir / "cell.json")], run_dir
 
@@ -142,6 +144,35 @@ def test_epoch_order_is_the_shared_one():
     assert sorted(first.tolist()) == list(range(N_TRAIN))
     assert np.array_equal(first, epoch_order(3, 1, N_TRAIN))
     assert not np.array_equal(first, epoch_order(3, 2, N_TRAIN))
+
+
+def test_train_samples_hand_every_framework_the_first_n_samples_in_stored_order(tmp_path):
+    """The one place a suite entry's train_samples cuts the training split: what the adapter gets."""
+    data_path = write_dataset(tmp_path / "data")
+    whole = Split(np.load(data_path / "x_train.npy", mmap_mode="r"), np.load(data_path / "y_train.npy"), 255)
+    first = first_samples(whole, 5)
+    assert len(first) == 5 and first.input_scale == 255
+    assert np.array_equal(first.x, np.load(data_path / "x_train.npy")[:5]) and np.array_equal(first.y, Y_TRAIN[:5])
+    assert first_samples(whole, None) is whole and len(first_samples(whole, N_TRAIN)) == N_TRAIN
+    for count in (0, N_TRAIN + 1):
+        with pytest.raises(ValueError, match="train_samples"):
+            first_samples(whole, count)
+    # a detection split: its first images, their boxes found through the same index and spans
+    arrays = [np.arange(12).reshape(4, 3), np.array([[0, 1], [1, 2], [3, 1], [4, 0]]), np.zeros(9, np.uint8),
+              np.zeros((4, 4)), np.arange(4), np.zeros(4, bool)]
+    images = first_samples(DetectionSplit(*arrays), 2)
+    assert len(images) == 2 and [images.truth(i)[1].tolist() for i in range(2)] == [[0], [1, 2]]
+    # the worker reports the samples it trains on, and each epoch's order is drawn over them alone
+    outcome = run_worker(*run_cell_of(tmp_path / "cut", train_samples=8))
+    assert next(e for e in outcome.events if e.get("event") == "ready")["n_train"] == 8
+    accuracy = [e["train_accuracy"] for e in outcome.events if e.get("event") == "epoch"]
+    assert accuracy == [pytest.approx(float(np.mean(Y_TRAIN[:8] == 1)))] * 2  # the fake's mean over its labels
+
+
+def run_cell_of(tmp_path: Path, **fields):
+    tmp_path.mkdir()
+    command, run_dir = write_cell(tmp_path, 2, **fields)
+    return command, fake_env("ok"), run_dir, guard.bound(GUARD_S), None
 
 
 def test_crash_keeps_message_traceback_and_earlier_epochs(tmp_path):

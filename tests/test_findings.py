@@ -118,6 +118,22 @@ def test_one_finding_per_workload_dataset_and_device(tmp_path: Path) -> None:
     assert all("Only pytorch completed" in f.speed for f in store_findings(tmp_path / "again", runs))
 
 
+def test_a_finding_on_the_first_n_training_samples_says_so_in_its_title(tmp_path: Path) -> None:
+    runs = repeated("pytorch", SAME) + repeated("jax", SAME_SHUFFLED)
+    for row, _, _ in runs:
+        row["config"].update(train_samples=768, dataset_n_train=1438)  # a suite entry's train_samples
+    [finding] = store_findings(tmp_path, runs)
+    assert finding.title == "cnn-mnist on digits-28 (first 768 of 1,438) (cpu)"
+    # runs on the whole split do other work per epoch: their own cells and finding, never pooled with these
+    whole = repeated("pytorch", [2.0] * 5, position=10)
+    titles = sorted(f.title for f in store_findings(tmp_path / "both", runs + whole))
+    assert titles == ["cnn-mnist on digits-28 (cpu)", "cnn-mnist on digits-28 (first 768 of 1,438) (cpu)"]
+    with Store(tmp_path / "both" / "dlbench.sqlite") as store:
+        cells = summarise(store.runs())
+    assert sorted((c.framework, c.train_samples or 0, c.n_ok) for c in cells) == [
+        ("jax", 768, 5), ("pytorch", 0, 5), ("pytorch", 768, 5)]
+
+
 def test_level_leaders_are_named_together_and_a_clear_laggard_apart(tmp_path: Path) -> None:
     runs = (repeated("pytorch", SAME) + repeated("jax", SAME_SHUFFLED)
             + repeated("tensorflow", [2 * v for v in SAME]))

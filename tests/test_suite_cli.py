@@ -111,7 +111,7 @@ def test_unknown_field_in_an_entry_names_its_line(capsys, tmp_path):
 """)
     message = error_of(capsys, ["run", str(path)])
     assert message == (f"{path}:6: field 'epoch': unknown field; accepted: workload, dataset, epochs, batch_size, "
-                       "weights")
+                       "train_samples, weights")
 
 
 def test_unknown_dataset_lists_the_known_ones(capsys, tmp_path):
@@ -168,7 +168,7 @@ def test_empty_workloads(capsys, tmp_path):
     path = write_suite(tmp_path, GOOD_HEAD + "workloads: []\n")
     message = error_of(capsys, ["run", str(path)])
     assert message == (f"{path}:3: field 'workloads': expected a non-empty list of mappings with "
-                       "workload, dataset, epochs, batch_size, weights")
+                       "workload, dataset, epochs, batch_size, train_samples, weights")
 
 
 def test_invalid_yaml(capsys, tmp_path):
@@ -348,13 +348,61 @@ def test_a_cell_without_threads_gets_the_cores_of_the_machine_that_runs_it(tmp_p
 
 def test_quick_suite_plan():
     cells = suite.plan(suite.load("quick"))  # every framework, one repetition, in a shuffled order
-    entries = [("cnn-mnist", "digits-28", 4), ("cnn-cifar10", "photo-patches-10", 24),
-               ("cnn-cifar100", "photo-regions-100", 2), ("cnn-svhn", "photo-patches-10", 2),
-               ("lstm-imdb", "rt-snippets", 3), ("lstm-ptb", "lee-news-lm", 2),
-               ("seq2seq-manythings", "django-es-en", 5), ("frcnn-voc", "photo-boxes", 40)]
-    assert sorted((c.framework, c.workload, c.dataset, c.epochs, c.seed) for c in cells) == sorted(
+    entries = [("cnn-mnist", "digits-28", 4, 768), ("cnn-cifar10", "photo-patches-10", 10, None),
+               ("cnn-cifar100", "photo-regions-100", 2, 128), ("cnn-svhn", "photo-patches-10", 2, 128),
+               ("lstm-imdb", "rt-snippets", 2, None), ("lstm-ptb", "lee-news-lm", 2, 860),
+               ("seq2seq-manythings", "django-es-en", 3, None), ("frcnn-voc", "photo-boxes", 30, None)]
+    assert sorted((c.framework, c.workload, c.dataset, c.epochs, c.train_samples, c.seed) for c in cells) == sorted(
         (framework, *entry, 0) for entry in entries for framework in envs.RECIPES)
     assert {(c.device, c.timeout_s, c.threads) for c in cells} == {("cpu", 600.0, None)}
+
+
+FIRST_N_SUITE = """
+name: first-n
+frameworks: [pytorch]
+workloads:
+  - workload: cnn-mnist
+    dataset: digits-28
+    train_samples: {value}
+"""
+
+
+@pytest.mark.parametrize("value, shown", [(0, "0"), (-5, "-5"), ("abc", "'abc'"), (1.5, "1.5"), ("true", "True")])
+def test_train_samples_must_be_a_positive_integer(capsys, tmp_path, value, shown):
+    path = write_suite(tmp_path, FIRST_N_SUITE.format(value=value))
+    assert error_of(capsys, ["run", str(path)]) == (
+        f"{path}:6: field 'train_samples': entry cnn-mnist on digits-28: expected a positive integer no larger than "
+        f"digits-28's training samples (the first N of them are trained on), got {shown}")
+
+
+def test_train_samples_enter_the_cells_configuration_and_hash(tmp_path):
+    def resolved(value: int | None) -> cell_config.Prepared:
+        text = FIRST_N_SUITE.format(value=value) if value else FIRST_N_SUITE.replace("    train_samples: {value}\n", "")
+        [cell] = suite.plan(suite.load(str(write_suite(tmp_path, text))))
+        assert cell.train_samples == value
+        return cell_config.resolve(cell, tmp_path / "data")
+
+    whole, first, other = resolved(None), resolved(100), resolved(101)
+    n_train = whole.dataset.meta["n_train"]
+    assert "train_samples" not in whole.config  # cells of whole splits keep the hashes they had
+    assert (first.config["train_samples"], first.config["dataset_n_train"]) == (100, n_train)
+    assert len({whole.hash, first.hash, other.hash}) == 3
+    assert resolved(n_train).config["train_samples"] == n_train  # the whole split, asked for, is accepted
+
+
+def test_train_samples_beyond_the_training_split_stop_the_plan_before_any_cell(capsys, tmp_path):
+    [cell] = suite.plan(suite.load(str(write_suite(tmp_path, FIRST_N_SUITE.format(value=10**6)))))
+    with pytest.raises(SuiteError) as raised:
+        cell_config.resolve(cell, tmp_path / "data")
+    n_train = data.prepare("digits-28", tmp_path / "data").meta["n_train"]
+    assert str(raised.value) == (
+        f"{tmp_path / 'suite.yaml'}:6: field 'train_samples': entry cnn-mnist on digits-28: expected a positive "
+        f"integer no larger than digits-28's {n_train:,} training samples, got 1,000,000")
+    results = tmp_path / "results"
+    message = error_of(capsys, ["run", str(tmp_path / "suite.yaml"), "--results", str(results),
+                                "--data-dir", str(tmp_path / "data")])
+    assert message == str(raised.value)
+    assert not (results / "runs").exists() or not any((results / "runs").iterdir())
 
 
 def test_recipe_digest_covers_set_fields_but_not_defaults():
@@ -485,3 +533,22 @@ def test_listings_fit_120_columns_and_csv_json_keep_every_character(capsys, tmp_
     if argv == ["data", "list"]:
         assert next(row for row in listed if row["dataset"] == "photo-boxes")["source"].endswith(
             "boxes drawn by hand for dlbench (src/dlbench/data/photo-boxes/)")
+
+
+def test_results_show_the_first_n_training_samples_a_run_trained_on(tmp_path):
+    from synthetic_store import synthetic_run
+
+    from dlbench.harness.present import listing
+
+    runs = []
+    for framework, train_samples in (("pytorch", 768), ("jax", None)):
+        run, _, _ = synthetic_run(framework, "cnn-mnist", 1, 1.0, 0.5)
+        run.update(id=len(runs) + 1, epochs=[])
+        if train_samples:
+            run["config"].update(train_samples=train_samples, dataset_n_train=1438)
+        runs.append(run)
+    rows = {line.split()[0]: line for line in listing.table(runs).splitlines()[2:]}
+    # the table leaves out the split's size (1,438) to stay within 120 columns; the report gives it
+    assert "digits-28 (first 768) " in rows["pytorch"]
+    assert "digits-28 " in rows["jax"] and "first" not in rows["jax"]
+    assert data.run_label(runs[0]) == "digits-28 (first 768 of 1,438)"

@@ -58,6 +58,20 @@ def load_split(folder: str, part: str, scale) -> Split:
     return Split(x, y, scale)
 
 
+def first_samples(split, count):
+    """The split's first `count` samples in their stored order (a suite entry's train_samples), or the whole
+    split for None. The one place where a cell's training set is cut: every framework trains on what this
+    returns, in the epoch orders drawn over its length."""
+    if count is None:
+        return split
+    if count < 1 or count > len(split):
+        raise ValueError("train_samples %r: the training split holds %d samples" % (count, len(split)))
+    if isinstance(split, DetectionSplit):  # an image's pixels and boxes are found through its index and span
+        return DetectionSplit(split.index[:count], split.spans[:count], split.pixels, split.boxes, split.labels,
+                              split.difficult)
+    return Split(split.x[:count], split.y[:count], split.input_scale)
+
+
 def load_adapter_class(path: str):
     module_name, _, class_name = path.partition(":")
     return getattr(importlib.import_module(module_name), class_name)
@@ -83,6 +97,7 @@ def run(cell: dict, events: Events) -> None:
     else:
         train = load_split(cell["data_path"], "train", meta.get("input_scale"))
         test = load_split(cell["data_path"], "test", meta.get("input_scale"))
+    train = first_samples(train, cell.get("train_samples"))
 
     tic = time.perf_counter()
     # imports the framework

@@ -33,7 +33,7 @@ UNCERTIFIED = ("failed", "none")
 Z = 1.96  # two accuracies closer than Z standard errors of their difference are within sampling error
 WITHIN_ERROR = "within the test set's sampling error"
 
-Key = tuple[str, str | None, str | None]  # workload, dataset, device
+Key = tuple[str, str | None, int | None, str | None]  # workload, dataset, train_samples, device (CellSummary.group)
 
 
 @dataclass(frozen=True)
@@ -47,10 +47,12 @@ class Finding:
     # what the sentences say, as values: the report's overview draws them (None: built by hand, no tests)
     speed_standing: "Standing | None" = field(default=None, compare=False)
     metric_standing: "Standing | None" = field(default=None, compare=False)
+    dataset_label: str | None = field(default=None, compare=False)  # "NAME (first N of M)": data.run_label
+    train_samples: int | None = None  # a suite entry's first N training samples; None: the whole split
 
     @property
     def title(self) -> str:
-        return title(self.workload, self.dataset, self.device)
+        return title(self.workload, self.dataset_label or self.dataset, self.device)
 
 
 @dataclass(frozen=True)
@@ -452,7 +454,7 @@ def group_finding(cells: Sequence[CellSummary], speed_tests: Sequence[PairTest],
     notes = caveats(cells, speed_tests, comparisons) + (_sampling_notes(final, held_out) if metric.margin else [])
     by_speed, by_metric = standing(steady, speed, speed_tests), standing(final, metric, metric_tests)
     return Finding(first.workload, first.dataset, first.device, sentence(by_speed), sentence(by_metric),
-                   tuple(notes), by_speed, by_metric)
+                   tuple(notes), by_speed, by_metric, first.dataset_label, first.train_samples)
 
 
 def _sampling_notes(final: Mapping[str, Sequence[float]], held_out: HeldOutSet | None) -> list[str]:

@@ -8,19 +8,32 @@ The figures that hold the first epoch (FIRST_EPOCH_FIGURES) never pool a run tha
 compile cache with cold ones: they come from the cell's cold runs when it has any, else from its warm
 runs, and the summary says which (compile_cache).
 """
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from dlbench.harness.analysis.stats import Estimate, estimate, ratio
+from dlbench.harness.data import run_label
 from dlbench.harness.environments.envs import REFERENCE
 
 FIGURES = ("steady_epoch_s", "train_time_s", "first_epoch_s", "metric_value", "peak_rss_mb", "mean_cpu_percent",
            "time_to_target_s",  # time_to_target_s: the runs that reached the target only
            "achieved_gflops", "mfu",  # of the steady epochs; mfu against the GEMM peak measured for the run
            "peak_gflops")  # that peak, achieved_gflops / mfu: each framework's own, MFU's denominator
-CELL_KEYS = ("framework", "framework_version", "workload", "dataset", "device")
-GROUP_KEYS = ("workload", "dataset", "device")
+# train_samples: a suite entry's first N training samples (None: the whole split), from the run's configuration;
+# runs on another N of the same dataset do other work per epoch, so they are another cell and group
+CELL_KEYS = ("framework", "framework_version", "workload", "dataset", "train_samples", "device")
+GROUP_KEYS = ("workload", "dataset", "train_samples", "device")
+
+
+def key_value(run: Mapping, name: str) -> Any:
+    """The run's value of one of CELL_KEYS."""
+    return (run.get("config") or {}).get("train_samples") if name == "train_samples" else run.get(name)
+
+
+def group_of(run: Mapping) -> tuple[Any, ...]:
+    """The run's workload x dataset x train_samples x device, as CellSummary.group keys it."""
+    return tuple(key_value(run, name) for name in GROUP_KEYS)
 TIME_FIGURES = ("steady_epoch_s", "train_time_s", "first_epoch_s")  # lower is better; speed_ratios' metrics
 # the figures that include the first epoch, hence the compilation a warm compile cache leaves out
 FIRST_EPOCH_FIGURES = ("first_epoch_s", "train_time_s", "time_to_target_s")
@@ -75,6 +88,9 @@ class CellSummary:
     # the stand-in's own target its runs were measured against (their config["target"], cell_config.run_target);
     # None: the workload's
     own_target: dict | None = None
+    # the dataset as tables show it: "NAME (first N of M)" for runs of a suite entry's train_samples
+    dataset_label: str | None = field(compare=False, default=None)
+    train_samples: int | None = None  # a suite entry's first N training samples; None: the whole split
 
     @property
     def warm(self) -> bool:
@@ -87,7 +103,7 @@ class CellSummary:
 
     @property
     def group(self) -> tuple[Any, ...]:
-        """workload, dataset, device: the cells whose speeds are compared with each other."""
+        """workload, dataset, train_samples, device: the cells whose speeds are compared with each other."""
         return tuple(getattr(self, name) for name in GROUP_KEYS)
 
     @property
@@ -115,7 +131,7 @@ def summarise(runs: list[dict], seed: int = 0) -> list[CellSummary]:
     device, framework, version."""
     cells: dict[tuple[Any, ...], list[dict]] = {}
     for run in runs:
-        cells.setdefault(tuple(run.get(name) for name in CELL_KEYS), []).append(run)
+        cells.setdefault(tuple(key_value(run, name) for name in CELL_KEYS), []).append(run)
     summaries = [_summary(key, group, seed) for key, group in cells.items()]
     return sorted(summaries, key=lambda s: _sort_key((*s.group, s.framework, s.framework_version)))
 
@@ -137,6 +153,7 @@ def _summary(key: tuple[Any, ...], runs: list[dict], seed: int) -> CellSummary:
     planned = {((run.get("config") or {}).get("recipe") or {}).get("epochs") for run in runs} - {None}
     return CellSummary(
         **dict(zip(CELL_KEYS, key, strict=True)),
+        dataset_label=", ".join(dict.fromkeys(run_label(run) for run in runs)) if key[3] else None,
         metric_name=next((run["metric_name"] for run in runs if run.get("metric_name")), None),
         n_ok=len(ok),
         failures=tuple((run["status"], run.get("reason")) for run in runs if run["status"] != "ok"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 
@@ -33,8 +34,8 @@ from . import (
 from .download import Source
 from .prepared import META_FILE, DatasetError, PreparedDataset, StandInTarget, load_prepared, write_prepared
 
-__all__ = ["DatasetError", "PreparedDataset", "StandInTarget", "dataset_names", "describe", "load_prepared", "prepare",
-           "stand_in_target", "stand_in_targets"]
+__all__ = ["DatasetError", "PreparedDataset", "StandInTarget", "dataset_names", "describe", "label", "load_prepared",
+           "prepare", "stand_in_target", "stand_in_targets"]
 
 _DATASETS: dict[str, ModuleType | Source] = {module.NAME: module for module in (digits, polarity, lee_lm)}
 _DATASETS.update({source.info["name"]: source for source in (
@@ -46,6 +47,22 @@ _DATASETS.update({source.info["name"]: source for source in (
 
 def dataset_names() -> list[str]:
     return sorted(_DATASETS)
+
+
+def label(name: str, train_samples: int | None = None, n_train: int | None = None) -> str:
+    """How tables show a cell's dataset: its name, and where a suite entry trains on its first N training
+    samples only, "NAME (first N of M)" (M, the prepared split's size, where known)."""
+    if not train_samples:
+        return name
+    return f"{name} (first {train_samples:,}{f' of {n_train:,}' if n_train else ''})"
+
+
+def run_label(run: Mapping, of: bool = True) -> str:
+    """A stored run's dataset as tables show it (label); of=False leaves out the split's size, for a table
+    that must fit a terminal's width."""
+    config = run.get("config") or {}
+    return label(str(run.get("dataset") or ""), config.get("train_samples"),
+                 config.get("dataset_n_train") if of else None)
 
 
 def describe(name: str) -> dict:

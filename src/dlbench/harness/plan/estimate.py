@@ -117,7 +117,13 @@ def threads_asked(run: Mapping) -> int | None:
 def same_cell(run: Mapping, cell: Cell, threads: int) -> bool:
     """Whether the run is of this cell but for its epochs, repetition and seed: what sets an epoch's time."""
     return (run.get("framework"), run.get("workload"), run.get("dataset"), run.get("device"), threads_asked(run),
-            batch_size(run)) == (cell.framework, cell.workload, cell.dataset, cell.device, threads, cell.batch_size)
+            batch_size(run), train_samples(run)) == (cell.framework, cell.workload, cell.dataset, cell.device, threads,
+                                                     cell.batch_size, cell.train_samples)
+
+
+def train_samples(run: Mapping) -> int | None:
+    """The suite entry's train_samples the run trained on (its first N training samples), None: all of them."""
+    return (run.get("config") or {}).get("train_samples")
 
 
 @functools.cache
@@ -131,16 +137,18 @@ def dataset_meta(name: str, data_dir: Path) -> dict | None:
     return meta if isinstance(meta, dict) else None
 
 
-def work_of(workload: str, dataset: str, data_dir: Path) -> Work | None:
+def work_of(workload: str, dataset: str, data_dir: Path, train_samples: int | None = None) -> Work | None:
     """The cell's work per epoch: from the prepared dataset, else from the study dataset's known shapes and
-    sizes; None for a stand-in or variant not prepared here."""
+    sizes; None for a stand-in or variant not prepared here. A cell with train_samples trains on that many
+    samples (at most the split's)."""
     chosen = get_workload(workload)
     meta = dataset_meta(dataset, data_dir)
     if meta is not None and meta.get("n_train"):
-        return Work(meta["n_train"], meta.get("n_test") or 0, ir.train_flops(chosen.model(meta)))
+        return Work(min(meta["n_train"], train_samples or meta["n_train"]), meta.get("n_test") or 0,
+                    ir.train_flops(chosen.model(meta)))
     if dataset == chosen.study_dataset and dataset in STUDY_SIZES:
         n_train, n_test = STUDY_SIZES[dataset]
-        return Work(n_train, n_test, ir.train_flops(chosen.model()))
+        return Work(min(n_train, train_samples or n_train), n_test, ir.train_flops(chosen.model()))
     return None
 
 
@@ -196,7 +204,7 @@ class Estimator:
         own = [r for r in runs if same_cell(r, cell, threads)]
         if own:
             return self.matched(cell, own, prefix)
-        want = work_of(cell.workload, cell.dataset, self.data_dir)
+        want = work_of(cell.workload, cell.dataset, self.data_dir, cell.train_samples)
         if want is None:
             return Forecast(cell, None, None, None, f"{cell.dataset} not prepared: FLOPs unknown", "none")
         kin = [r for r in runs if (r.get("framework"), r.get("workload")) == (cell.framework, cell.workload)]
@@ -228,7 +236,7 @@ class Estimator:
             points.append(t.fixed_s + cell.epochs * epoch)
             lows.append(t.fixed_s + cell.epochs * epoch * spread[0])
             highs.append(t.fixed_s + cell.epochs * epoch * spread[1])
-        datasets = ", ".join(sorted({str(run.get("dataset")) for run, _ in pairs}))
+        datasets = ", ".join(sorted({data.run_label(run) for run, _ in pairs}))
         return Forecast(cell, median(points), min(lows), max(highs), f"{prefix}scaled from {datasets}", "scaled")
 
     def at_rate(self, cell: Cell, runs: list[dict], want: Work, basis: str, kind: str) -> Forecast:

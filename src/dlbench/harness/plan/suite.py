@@ -1,7 +1,7 @@
 """Suite files: parsing, validation with file:line messages, and the plan of cells they describe."""
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ GPU_MEMORY = ("default", "grow")
 EXECUTORS = ("local", "ray")  # where the cells run: this machine, or a Ray cluster's nodes (dlbench.harness.run)
 SUITE_FIELDS = ("name", "description", "frameworks", "device", "repeat", "seed", "threads", "timeout_s",
                 "compile_cache", "allocator", "gpu_memory", "executor", "workloads")
-ENTRY_FIELDS = ("workload", "dataset", "epochs", "batch_size", "weights")
+ENTRY_FIELDS = ("workload", "dataset", "epochs", "batch_size", "train_samples", "weights")
 # What a suite file may hold. The built-in suites take under 2 KiB and nest four levels (suite, workloads,
 # entry, value); the limits are far above that and far below what would exhaust time or memory.
 MAX_SUITE_BYTES = 1 << 20  # 1 MiB: a 50 MB one took 17 s and 147 MB to parse; 1 MiB, 0.35 s
@@ -115,6 +115,10 @@ class Entry:
     epochs: int | None
     batch_size: int | None
     weights: str | None = None  # an .npz of starting weights (initial_weights.py), absolute
+    # train on the dataset's first N training samples (its stored order); the test split stays whole
+    train_samples: int | None = None
+    # FILE:LINE of the entry, for the error when train_samples exceeds the training split
+    where: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,9 @@ class Cell:
     allocator: str = "default"  # one of ALLOCATORS
     gpu_memory: str = "default"  # one of GPU_MEMORY
     weights: str | None = None  # starting weights (initial_weights.py) instead of the canonical ones
+    train_samples: int | None = None  # the first N training samples only (Entry.train_samples)
+    # where the entry's train_samples is set (FILE:LINE), for the error that it exceeds the training split
+    train_samples_at: str = field(default="", compare=False)
 
 
 def builtin_suites() -> list[str]:
@@ -313,7 +320,21 @@ def _entry(check: _Checker, document: _Mapping, item: Any) -> Entry:
         raise check.fail(item, "dataset", f"{dataset!r} is a {task} dataset; {workload} needs "
                          f"{' or '.join(WORKLOADS[workload].tasks)}")
     return Entry(workload, dataset, check.integer(item, "epochs", None), check.integer(item, "batch_size", None),
-                 _weights_path(check, item))
+                 _weights_path(check, item), _train_samples(check, item, workload, dataset),
+                 f"{check.path}:{item.lines.get('train_samples', item.line)}")
+
+
+def _train_samples(check: _Checker, item: _Mapping, workload: str, dataset: str) -> int | None:
+    """An entry's `train_samples`: a positive integer (whether the prepared training split holds that many
+    is checked when the plan's cells are resolved, before the first runs: cell_config.check_train_samples)."""
+    value = item.get("train_samples")
+    if value is None and "train_samples" not in item:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise check.fail(item, "train_samples", f"entry {workload} on {dataset}: expected a positive integer no "
+                         f"larger than {dataset}'s training samples (the first N of them are trained on), "
+                         f"got {file_names.shortened(value)}")
+    return value
 
 
 def _weights_path(check: _Checker, item: _Mapping) -> str | None:
@@ -381,7 +402,7 @@ def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str]
                     batch_size=entry.batch_size or recipe["batch_size"], threads=threads or suite.threads,
                     timeout_s=suite.timeout_s, compile_cache=compile_cache or suite.compile_cache,
                     allocator=allocator or suite.allocator, gpu_memory=gpu_memory or suite.gpu_memory,
-                    weights=entry.weights,
+                    weights=entry.weights, train_samples=entry.train_samples, train_samples_at=entry.where,
                 ))
         cells += shuffled(repetition_cells, suite.seed, repetition)
     return cells

@@ -42,6 +42,10 @@ def cell_table(forecasts: Sequence[Forecast]) -> str:
             interval = "TIMEOUT"
         lines.append(_line([str(index), f.cell.framework[:16], f.cell.workload, f.cell.dataset[:17],
                             str(f.cell.epochs), duration(f.seconds), interval, f.basis]))
+    # entries that train on their dataset's first N training samples (a suite entry's train_samples)
+    lines += [f"{workload} on {dataset} trains on its first {count:,} training samples" for workload, dataset, count
+              in dict.fromkeys((f.cell.workload, f.cell.dataset, f.cell.train_samples) for f in forecasts
+                               if f.cell.train_samples)]
     return "\n".join(lines)
 
 

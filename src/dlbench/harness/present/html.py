@@ -10,7 +10,8 @@ from html import escape
 
 from dlbench.harness.analysis.findings import Finding, group, label
 from dlbench.harness.analysis.stats import Estimate
-from dlbench.harness.analysis.summary import WARM, CellSummary
+from dlbench.harness.analysis.summary import WARM, CellSummary, group_of
+from dlbench.harness.data import run_label
 from dlbench.harness.present import charts, overview, overview_html, tables
 from dlbench.harness.present.contents import Report
 from dlbench.harness.present.study import StudySection
@@ -128,10 +129,11 @@ SCRIPT = """
 
 
 def run_groups(runs: Sequence[Mapping]) -> dict[tuple, list[Mapping]]:
-    """Runs by workload x dataset x device, keyed as CellSummary.group, in the summaries' order."""
+    """Runs by workload x dataset (x train_samples) x device, keyed as CellSummary.group, in the summaries'
+    order."""
     groups: dict[tuple, list[Mapping]] = {}
     for run in runs:
-        groups.setdefault((run["workload"], run.get("dataset"), run.get("device")), []).append(run)
+        groups.setdefault(group_of(run), []).append(run)
     return dict(sorted(groups.items(), key=lambda item: tuple("" if v is None else str(v) for v in item[0])))
 
 
@@ -265,7 +267,8 @@ def group_figures(runs: Sequence[Mapping], cells: Sequence[CellSummary], samples
         parts.append(f"<details><summary>Resource timelines of the {len(timelines)} runs on shared axes: CPU %, RSS"
                      f"{', GPU' if _has_gpu(runs, samples) else ''}</summary>"
                      f'<div class="timelines">{"".join(timelines)}</div></details>')
-    title = f"{first['workload']} on {first.get('dataset') or '?'} ({first.get('device') or '?'})"
+    shown = ", ".join(dict.fromkeys(run_label(r) for r in runs)) if first.get("dataset") else "?"
+    title = f"{first['workload']} on {shown} ({first.get('device') or '?'})"
     return f"<section{keys}><h3>{escape(title)}</h3>{''.join(parts)}</section>"
 
 
@@ -318,7 +321,8 @@ def render(report: Report, live: str | None = None) -> str:
     groups = run_groups(runs)
     # labels as each group names them (with versions only where a group holds several)
     palette = charts.colours(sorted({name for g in groups.values() for name in run_labels(g).values()}))
-    findings = "".join(finding_html(f, {r["framework"] for r in groups[(f.workload, f.dataset, f.device)]})
+    findings = "".join(finding_html(f, {r["framework"] for r in groups[(f.workload, f.dataset, f.train_samples,
+                                                                         f.device)]})
                        for f in report.findings)
     matrices = "".join(overview_html.matrix_html(m, palette) for m in overview.matrices(report.findings))
     cells = group(report.summaries)

@@ -5,6 +5,7 @@ import json
 
 from dlbench.harness.analysis import measures
 from dlbench.harness.certification import machine_store
+from dlbench.harness.data import run_label
 from dlbench.harness.environments import sources
 
 # (run field, table heading); CSV and JSON carry every field
@@ -93,6 +94,8 @@ def _clipped(text: str, size: int) -> str:
 def columns(run: dict) -> dict[str, str]:
     """Every column of a run's row, by heading, in the order `--columns all` shows them."""
     stored = {heading: _cell(run.get(key)) for key, heading in STORED_COLUMNS}
+    # "NAME (first N)" for a suite entry's train_samples; the split's size is left out to keep the table narrow
+    stored["dataset"] = run_label(run, of=False) if run.get("dataset") else stored["dataset"]
     rebuilt = (run.get("config") or {}).get("environment_from_run")
     if rebuilt:  # the environment was rebuilt from a stored run's packages (dlbench env create --from-run)
         stored["version"] += f" (env of run {rebuilt['run_id']})"

@@ -9,7 +9,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dlbench.harness.analysis.findings import RANKED, Finding, Key, Standing
+from dlbench.harness.analysis.findings import RANKED, Finding, Standing
 from dlbench.harness.analysis.stats import FASTER, SLOWER
 from dlbench.harness.environments.envs import REFERENCE
 
@@ -29,15 +29,19 @@ class Mark:
     best: bool  # holds the group's best median
 
 
+# a matrix column: workload, dataset as shown ("NAME (first N of M)" for a suite entry's train_samples), device
+Column = tuple[str, str | None, str | None]
+
+
 @dataclass(frozen=True)
 class Matrix:
     device: str
-    groups: list[Key]  # columns
+    groups: list[Column]  # columns
     frameworks: list[str]  # rows: fastest (geometric mean of ratios) first
-    speed: dict[tuple[str, Key], Mark]
-    metric: dict[tuple[str, Key], Mark]
-    metric_names: dict[Key, str]
-    unranked: dict[Key, tuple[str | None, str | None]]  # per group: why speed, metric are not ranked (None: ranked)
+    speed: dict[tuple[str, Column], Mark]
+    metric: dict[tuple[str, Column], Mark]
+    metric_names: dict[Column, str]
+    unranked: dict[Column, tuple[str | None, str | None]]  # per group: why speed, metric are not ranked (None: ranked)
     lines: dict[str, str]  # framework -> its one-line summary
 
 
@@ -49,7 +53,7 @@ def matrices(found: Sequence[Finding]) -> list[Matrix]:
 
 
 def _matrix(device: str, found: Sequence[Finding]) -> Matrix:
-    groups = [(f.workload, f.dataset, f.device) for f in found]
+    groups = [(f.workload, f.dataset_label or f.dataset, f.device) for f in found]
     speed = {(name, key): mark for f, key in zip(found, groups, strict=True)
              for name, mark in speed_marks(f.speed_standing).items()}
     metric = {(name, key): mark for f, key in zip(found, groups, strict=True)

@@ -10,9 +10,8 @@ from html import escape
 
 from matplotlib.colors import to_hex
 
-from dlbench.harness.analysis.findings import Key
 from dlbench.harness.present import charts
-from dlbench.harness.present.overview import FRACTIONS, Mark, Matrix, metric_gap_text
+from dlbench.harness.present.overview import FRACTIONS, Column, Mark, Matrix, metric_gap_text
 from dlbench.harness.present.tables import Table, csv_download
 
 METRIC_NAMES = {"map": "mAP", "accuracy": "acc."}  # a narrow column's words for a metric
@@ -68,7 +67,7 @@ def _metric_cell(mark: Mark | None, metric: str, fmt_best: str, workload: str) -
             f'data-shown="{str(mark.shown).lower()}">{escape(text)}</td>')
 
 
-def _best_value(matrix: Matrix, key: Key) -> str:
+def _best_value(matrix: Matrix, key: Column) -> str:
     best = next((m.value for (_, k), m in matrix.metric.items() if k == key and m.best), None)
     if best is None:
         return "-"

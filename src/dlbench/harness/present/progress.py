@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dlbench.harness.analysis.measures import metric_format
+from dlbench.harness.data import label as dataset_label
 from dlbench.harness.plan.suite import Cell
 from dlbench.shared import protocol
 from dlbench.shared.protocol import EPOCH, READY, kind_of
@@ -117,7 +118,7 @@ class ETA:
 
 
 def head(index: int, total: int, cell: Cell) -> str:
-    return (f"[{index}/{total}] {cell.framework} {cell.workload} on {cell.dataset} "
+    return (f"[{index}/{total}] {cell.framework} {cell.workload} on {dataset_label(cell.dataset, cell.train_samples)} "
             f"({cell.device}, rep {cell.repetition})")
 
 
@@ -239,8 +240,8 @@ class LiveProgress:
         if self.cell is None:
             return top
         cell = self.cell
-        current = Text(f"{cell.framework} {cell.workload} on {cell.dataset} ({cell.device}, rep {cell.repetition})",
-                       style="bold")
+        current = Text(f"{cell.framework} {cell.workload} on {dataset_label(cell.dataset, cell.train_samples)} "
+                       f"({cell.device}, rep {cell.repetition})", style="bold")
         return Group(top, current, Text(f"  {self.detail}"))
 
 

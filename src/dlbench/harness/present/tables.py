@@ -14,11 +14,12 @@ from urllib.parse import quote
 
 from dlbench.harness import data
 from dlbench.harness.analysis import measures
-from dlbench.harness.analysis.findings import group, label, seconds, stand_in
+from dlbench.harness.analysis.findings import Key, group, label, seconds, stand_in
 from dlbench.harness.analysis.measures import metric_format
 from dlbench.harness.analysis.stats import CONFIDENCE, NOISE, Estimate, level_text
 from dlbench.harness.analysis.summary import FIRST_EPOCH_FIGURES, CellSummary, speed_ratios
 from dlbench.harness.certification import machine_store
+from dlbench.harness.data import run_label
 from dlbench.harness.environments import sources
 from dlbench.harness.measure.cores import BUSY_MACHINE
 
@@ -43,6 +44,12 @@ class Table:
     keys: dict[str, str] = field(default_factory=dict)
     # per row, per column: a ratio to colour the cell by (charts.ratio_colour), None for no colour; empty: none
     shades: list[list[float | None]] = field(default_factory=list)
+
+
+def shown_groups(groups: Mapping[Key, Sequence[CellSummary]]) -> list[tuple[str, str | None, Sequence[CellSummary]]]:
+    """Each group's workload, its dataset as tables show it ("NAME (first N of M)" for a suite entry's
+    train_samples) and its cells."""
+    return [(key[0], cells[0].dataset_label or key[1], cells) for key, cells in groups.items()]
 
 
 def csv_download(table: Table) -> tuple[str, str]:
@@ -119,7 +126,7 @@ def study_tables(cells: Sequence[CellSummary], peaks: Sequence[Mapping] = ()) ->
         columns = list(dict.fromkeys(label(c, g) for g in groups.values() for c in g))
         for heading, figure in (("Final metric", "metric_value"), ("Training time", "train_time_s")):
             rows = []
-            for (workload, dataset, _), group_cells in groups.items():
+            for workload, dataset, group_cells in shown_groups(groups):
                 metric = group_cells[0].metric_name or "metric"
                 fmt = metric_format(metric) if figure == "metric_value" else seconds
                 by_label = {label(c, group_cells): c for c in group_cells}
@@ -133,7 +140,7 @@ def study_tables(cells: Sequence[CellSummary], peaks: Sequence[Mapping] = ()) ->
                              "runs, never pooled with cold ones")
             tables.append(Table(f"{heading}, {device}", ["workload (dataset)", *columns], rows,
                                 ["", *(c.split(" ")[0] for c in columns)], _legend(note, mine),
-                                [{"workload": workload} for workload, _, _ in groups], {"device": device}))
+                                [{"workload": workload} for workload, *_ in groups], {"device": device}))
         tables += [relative_speed(mine, columns, device, against) for against in ("fastest", "reference")]
         tables.append(time_to_target(mine, columns, device))
         if any(c.achieved_gflops.n for c in mine):
@@ -149,8 +156,8 @@ def detector_time_split(runs: Sequence[Mapping]) -> list[Table]:
     for run in runs:
         split = measures.time_split(run) if run.get("status") == "ok" else {}
         if split:
-            key = (run.get("device") or "?", run["workload"], run.get("dataset"), run["framework"],
-                   run.get("framework_version"))
+            key = (run.get("device") or "?", run["workload"], run_label(run) if run.get("dataset") else None,
+                   run["framework"], run.get("framework_version"))
             cells.setdefault(key, []).append(split)
     tables = []
     for device in sorted({key[0] for key in cells}):
@@ -179,7 +186,7 @@ def throughput(cells: Sequence[CellSummary], columns: list[str], device: str, pe
     framework's own environment with the run's threads: each framework's own peak, shown beside it."""
     busy = {p["id"] for p in peaks if p.get("others_busy_cores") is not None and p["others_busy_cores"] >= BUSY_MACHINE}
     rows = []
-    for (workload, dataset, _), group_cells in group(cells).items():
+    for workload, dataset, group_cells in shown_groups(group(cells)):
         by_label = {label(c, group_cells): c for c in group_cells}
         row = [f"{workload} ({dataset or '?'})"]
         for name in columns:
@@ -202,7 +209,7 @@ def throughput(cells: Sequence[CellSummary], columns: list[str], device: str, pe
                  "low, and the MFU against it high")
     return Table(f"Achieved FLOP/s and MFU, {device}", ["workload (dataset)", *columns], rows,
                  ["", *(c.split(" ")[0] for c in columns)], _legend(note, cells),
-                 [{"workload": w} for w, _, _ in group(cells)], {"device": device})
+                 [{"workload": w} for w, *_ in group(cells)], {"device": device})
 
 
 def _throughput_cell(cell: CellSummary, busy: set[int]) -> str:
@@ -226,8 +233,8 @@ def time_to_target(cells: Sequence[CellSummary], columns: list[str], device: str
     against the study's target that no run reached: the study's target says nothing of a stand-in dataset,
     and a row of "not reached" says nothing either."""
     rows, kept, left_out, own_targets = [], [], [], []
-    for (workload, dataset, _), group_cells in group(cells).items():
-        name = f"{workload} ({dataset or '?'})"
+    for (workload, dataset, *_), group_cells in group(cells).items():
+        name = f"{workload} ({group_cells[0].dataset_label or dataset or '?'})"
         own = next((c.own_target for c in group_cells if c.own_target), None)
         declared = data.stand_in_target(dataset or "", workload)
         reason = declared.reason if declared else "its runs carried none"
@@ -286,7 +293,7 @@ def relative_speed(cells: Sequence[CellSummary], columns: list[str], device: str
         raise ValueError(f"relative_speed against {against!r}: expected 'fastest' or 'reference'")
     ratios = {r.cell.key: r for r in speed_ratios(list(cells))}
     rows, shades = [], []
-    for (workload, dataset, _), group_cells in group(cells).items():
+    for workload, dataset, group_cells in shown_groups(group(cells)):
         row = [f"{workload} ({dataset or '?'})"]
         shade: list[float | None] = [None]
         by_label = {label(c, group_cells): c for c in group_cells}
@@ -314,7 +321,7 @@ def relative_speed(cells: Sequence[CellSummary], columns: list[str], device: str
                  ["", *(c.split(" ")[0] for c in columns)],
                  _legend(note + "; colour: the ratio on the overview's scale (1x green to 4x and beyond red; "
                          "below 1x as green as 1x)", cells),
-                 [{"workload": w} for w, _, _ in group(cells)], {"device": device}, shades)
+                 [{"workload": w} for w, *_ in group(cells)], {"device": device}, shades)
 
 
 def certificate_grid(certificates: Sequence[Mapping], runs: Sequence[Mapping]) -> Table:

@@ -10,7 +10,7 @@ from dlbench.harness import data
 from dlbench.harness.environments import envs, sources
 from dlbench.harness.measure import energy, peaks
 from dlbench.harness.plan import initial_weights
-from dlbench.harness.plan.suite import Cell
+from dlbench.harness.plan.suite import Cell, SuiteError
 from dlbench.harness.plan.workloads import Workload, get_workload
 
 
@@ -62,6 +62,7 @@ def resolve(cell: Cell, data_dir: Path, cores: int | None = None) -> Prepared:
     run on: a Ray node's), by default this machine's."""
     workload = get_workload(cell.workload)
     dataset = data.prepare(cell.dataset, data_dir)
+    check_train_samples(cell, dataset)
     env = envs.require(cell.framework, cell.device)
     built = env.info()
     recipe = dict(workload.recipe, epochs=cell.epochs, batch_size=cell.batch_size)
@@ -85,10 +86,24 @@ def resolve(cell: Cell, data_dir: Path, cores: int | None = None) -> Prepared:
     if cell.weights:  # only then: the hashes of canonically initialised cells stay as they were
         sha256 = initial_weights.check(Path(cell.weights), config["model"], cell.workload)
         config["initial_weights"] = {"file": cell.weights, "sha256": sha256}
+    if cell.train_samples:  # only then: the hashes of cells that train on the whole split stay as they were
+        config["train_samples"] = cell.train_samples
+        config["dataset_n_train"] = dataset.meta["n_train"]  # what the tables show it as the first N of
     if shares_compile_cache(cell):
         # only then: the hashes of cold cells, and of frameworks the setting does not touch, stay as they were
         config["compile_cache"] = "shared"
     return Prepared(cell, workload, dataset, env, config)
+
+
+def check_train_samples(cell: Cell, dataset: data.PreparedDataset) -> None:
+    """Refuses a cell whose suite entry asks for more training samples than the prepared split holds."""
+    if cell.train_samples is None:
+        return
+    n_train = dataset.meta["n_train"]
+    if cell.train_samples > n_train:
+        raise SuiteError(f"{cell.train_samples_at or cell.suite}: field 'train_samples': entry {cell.workload} on "
+                         f"{cell.dataset}: expected a positive integer no larger than {cell.dataset}'s "
+                         f"{n_train:,} training samples, got {cell.train_samples:,}")
 
 
 def shares_compile_cache(cell: Cell) -> bool:

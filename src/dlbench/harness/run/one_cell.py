@@ -25,6 +25,8 @@ def run_cell(prepared: Prepared, options: Options, on_event: Callable[[dict], No
     worker_cell = {"adapter": recipe.adapter, "model": config["model"], "recipe": config["recipe"],
                    "data_path": str(prepared.dataset.path), "seed": cell.seed, "epochs": cell.epochs,
                    "device": cell.device, "threads": config["threads"]}
+    if "train_samples" in config:
+        worker_cell["train_samples"] = config["train_samples"]
     if "initial_weights" in config:
         worker_cell["weights"] = config["initial_weights"]["file"]
     (run_dir / "cell.json").write_text(json.dumps(worker_cell, indent=1))

@@ -315,8 +315,10 @@ def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None],
     # the driver's environments define the package sets every node must match; the driver needs no GPU
     # of its own (nodes with one take the GPU cells)
     readiness.prepare(cells, print)
-    for name in sorted({cell.dataset for cell in cells}):
-        data.prepare(name, options.data_dir)  # a dataset the driver cannot prepare fails the plan before any cell
+    prepared = {name: data.prepare(name, options.data_dir)  # a dataset the driver cannot prepare fails the plan
+                for name in sorted({cell.dataset for cell in cells})}  # before any cell
+    for cell in cells:  # and so does an entry that asks for more training samples than its dataset holds
+        cell_config.check_train_samples(cell, prepared[cell.dataset])
     local = {"include_dashboard": False} if ray_options.address is None else {}  # a Ray of our own: no dashboard
     try:
         ray.init(address=ray_options.address, logging_level="WARNING", log_to_driver=False, **local)
