@@ -31,10 +31,10 @@ INFO = {
 
 # the quick suite's cnn-mnist (4 epochs): every framework passes 60 % by its 4th epoch in make run's store
 # (the reference at its 3rd, 64 %), where MNIST's 98.5 % is out of reach of 1,438 training images and 4 epochs
-TARGETS = {"cnn-mnist": StandInTarget(0.60, (
-    "6x chance (10 classes) and reached within the quick suite's 4 epochs: in make run's store the reference "
-    "passed it at epoch 3 and every framework by epoch 4 (75-79 %), where MNIST's 98.5 % is out of reach of "
-    "1,438 small training images"))}
+TARGETS = {"cnn-mnist": StandInTarget(0.50, (
+    "5x chance (10 classes) and reached within the quick suite's 4 epochs on its first 768 training images: "
+    "in a check run the reference and Theano were at 57 % after epoch 3 and 61-66 % after epoch 4, where "
+    "MNIST's 98.5 % is out of reach of so few small images"))}
 
 
 def build() -> Built:
