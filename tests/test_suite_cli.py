@@ -246,7 +246,7 @@ def test_list_datasets(capsys, tmp_path):
     # a stand-in's own target for the workload it stands in for, and why, whole below the table
     assert rows["digits-28"][4:8] == ["cnn-mnist", "accuracy", ">=", "0.5"]
     assert rows["photo-regions-100"][4:6] == ["cnn-cifar100", "none"] and rows["mnist"][4] == "-"
-    assert "digits-28, cnn-mnist: 6x chance (10 classes)" in out
+    assert "digits-28, cnn-mnist: 5x chance (10 classes)" in out
     assert "photo-regions-100, cnn-cifar100: at chance" in out
 
 
