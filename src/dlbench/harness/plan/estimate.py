@@ -44,8 +44,10 @@ STUDY_SIZES: dict[str, tuple[int, int]] = {
 
 
 # what each basis of a forecast is, in words (see the module's docstring)
-KINDS = {"runs": "the cell's own runs", "scaled": "the framework's runs of the workload on another dataset, "
-         "batch size or threads, scaled by work", "rate": "the framework's achieved GFLOP/s in other workloads",
+KINDS = {"runs": "the cell's own runs",
+         "scaled": "the framework's runs of the workload on another dataset, training subset, batch size or "
+                   "threads, scaled by work",
+         "rate": "the framework's achieved GFLOP/s in other workloads",
          "all rate": "every framework's achieved GFLOP/s", "none": "nothing to go by"}
 
 
