@@ -9,8 +9,8 @@ takes fixed + E x epoch. Where the store holds no run of the cell itself, its ep
 1. `N runs`: ok runs of the same framework (and version), workload, dataset, device, threads and batch size;
    the point is their median forecast, the interval runs from the fastest epoch of the fastest run to the
    slowest epoch of the slowest.
-2. `scaled from DATASET`: runs of the same framework and workload on another dataset (or batch size, or
-   threads): their epoch scaled by the ratio of work, their fixed cost kept.
+2. `scaled from DATASET`: runs of the same framework and workload on another dataset (or training subset,
+   batch size, or threads): their epoch scaled by the ratio of work, their fixed cost kept.
 3. `FW GFLOP/s`: the framework's achieved GFLOP/s in its other workloads (median; the interval from the
    slowest and the fastest), its runs' median fixed cost.
 4. `all GFLOP/s`: every framework's, where the store has no run of this one on the device.
