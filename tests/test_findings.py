@@ -347,3 +347,23 @@ def stored_cells(folder: Path, runs: list[tuple]) -> list:
         for run in runs:
             store.save_run(*run)
         return summarise(store.runs())
+
+
+def test_runs_that_shared_the_machine_are_counted_once_above_every_workload(tmp_path: Path) -> None:
+    """Two of six runs flagged by measure.cores as slowed by other processes: the top says how many, and the
+    workload's own findings still name them."""
+    busy = "used 0.7 of 2 cores while other processes kept 1.3 cores busy"
+    runs = [run for workload in ("cnn-mnist", "lstm-imdb") for run in repeated("pytorch", [1.0], workload)
+            + repeated("jax", [0.5], workload) + repeated("mxnet", [0.7], workload)]
+    for run, _, _ in runs[:2]:
+        run["cores_flag"] = busy
+    cells = stored_cells(tmp_path / "busy", runs)
+    shared, found = shared_caveats(cells, findings(cells))
+    assert [note for note in shared if note.startswith("Other processes")] == [
+        "Other processes kept this machine's cores busy during the steady training of 2 of 6 runs: their times "
+        "are slower than the machine's own, and ratios between them say more about the other load than about the "
+        "frameworks (each workload's findings name the runs)."]
+    assert any(busy in caveat for caveat in found[0].caveats)
+    quiet = stored_cells(tmp_path / "quiet", [(dict(run, cores_flag="used 1.0 of 2 cores"), rows, samples)
+                                              for run, rows, samples in runs])
+    assert not [note for note in shared_caveats(quiet, findings(quiet))[0] if note.startswith("Other processes")]

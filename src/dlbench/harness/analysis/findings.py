@@ -26,6 +26,7 @@ from dlbench.harness.analysis.stats import (
     repetitions_needed,
 )
 from dlbench.harness.analysis.summary import CellSummary, summarise
+from dlbench.harness.measure.cores import SHARED_MACHINE
 from dlbench.harness.plan.workloads import WORKLOADS
 
 COMPILATION_FACTOR = 3.0  # a first epoch this many times the steady one is mostly compilation or warm-up
@@ -506,8 +507,21 @@ def shared_caveats(cells: Sequence[CellSummary], found: Sequence[Finding]) -> tu
         shared.append(_stand_ins_note([cells_of[0] for cells_of in groups]))
         said = {note for notes in stand_ins for note in notes}
         found = [replace(f, caveats=tuple(c for c in f.caveats if c not in said)) for f in found]
+    shared += _shared_machine_note(cells)
     repeated = [note for note in found[0].caveats if all(note in finding.caveats for finding in found)]
     return shared + repeated, [replace(f, caveats=tuple(c for c in f.caveats if c not in repeated)) for f in found]
+
+
+def _shared_machine_note(cells: Sequence[CellSummary]) -> list[str]:
+    """How many runs other processes slowed, said once at the top: a reader comparing times must know that
+    before the matrix, not only from each workload's folded findings (_cores_notes names the runs)."""
+    runs = [run for cell in cells for run in cell.runs]
+    slowed = [run for run in runs if run.cores_flag and SHARED_MACHINE in run.cores_flag]
+    if not slowed:
+        return []
+    return [f"Other processes kept this machine's cores busy during the steady training of {len(slowed)} of "
+            f"{len(runs)} runs: their times are slower than the machine's own, and ratios between them say more "
+            f"about the other load than about the frameworks (each workload's findings name the runs)."]
 
 
 def _stand_ins_note(cells: Sequence[CellSummary]) -> str:

@@ -73,6 +73,7 @@ def others(samples: Sequence[Any], events: Sequence[Mapping], times: Sequence[fl
 
 
 BUSY_MACHINE = 0.5  # cores kept busy by other processes, above which a flag names them
+SHARED_MACHINE = "while other processes kept"  # how a flag says so, which the report counts
 
 
 def flag(cores: float | None, threads: int | None, busy: float | None = None) -> str | None:
@@ -83,6 +84,6 @@ def flag(cores: float | None, threads: int | None, busy: float | None = None) ->
     if cores < FEWER * threads or cores > MORE * threads:
         text = f"used {cores:.1f} of {threads} cores"
         if busy is not None and busy >= BUSY_MACHINE:
-            text += f" while other processes kept {busy:.1f} cores busy"
+            text += f" {SHARED_MACHINE} {busy:.1f} cores busy"
         return text
     return None
