@@ -100,7 +100,7 @@ def test_the_report_is_rewritten_between_cells_and_written_whole_at_the_end(tmp_
 
     out = capsys.readouterr().out
     assert f"report: {page}" in out
-    assert "live report rewritten after 1 cells: median " in out and "; full report " in out
+    assert "live report rewritten after 1 cell: median " in out and "; full report " in out
     [kept] = json.loads((results / live_report.COST_FILE).read_text())
     assert kept["cells"] == 2 and kept["live"] and len(kept["rewrites_s"]) == 1 and kept["full_report_s"] > 0
 
@@ -129,3 +129,15 @@ def test_no_live_report_writes_the_report_at_the_end_only(tmp_path, two_cells, d
     assert seen_at_each_cell == [None, None]
     assert "<svg" in (results / "report.html").read_text()
     assert "report not rewritten between cells (--no-live-report); full report " in capsys.readouterr().out
+
+
+def test_a_cost_file_that_is_not_a_list_of_runs_is_left_as_it_is(tmp_path):
+    """live-report.json holds earlier runs' figures: one this run cannot read is said and kept, not replaced."""
+    said: list[str] = []
+    for text in ("{not json", '{"cells": 2}'):
+        (tmp_path / live_report.COST_FILE).write_text(text)
+        live_report.LiveReport(tmp_path, 2, say=said.append).keep_cost(1.0)
+        assert (tmp_path / live_report.COST_FILE).read_text() == text
+    assert [line.split(" (")[0] for line in said] == [
+        f"live report: its cost not kept: {tmp_path / live_report.COST_FILE} is not a JSON list of runs"] * 2
+    assert said[1].endswith("(it holds a JSON dict); left as it is")

@@ -84,7 +84,8 @@ class LiveReport:
         if not self.enabled:
             rewrites = "report not rewritten between cells (--no-live-report)"
         elif self.rewrites:
-            rewrites = (f"live report rewritten after {len(self.rewrites)} cells: median "
+            cells = f"{len(self.rewrites)} cell{'s' if len(self.rewrites) > 1 else ''}"
+            rewrites = (f"live report rewritten after {cells}: median "
                         f"{statistics.median(self.rewrites):.2f} s, {sum(self.rewrites):.1f} s in all")
         else:
             rewrites = "report not rewritten between cells (no cell ended before the last)"
@@ -93,15 +94,19 @@ class LiveReport:
         return rewrites + (f"; full report {full:.1f} s" if full is not None else "")
 
     def keep_cost(self, full: float | None) -> None:
-        """Appends this run's figures to <results>/live-report.json; a file that cannot be written is said, not
-        raised."""
+        """Appends this run's figures to <results>/live-report.json; a file that cannot be read or written is
+        said, not raised, and one that is not a JSON list is left as it is (its earlier runs' figures are not
+        overwritten)."""
         path = self.results / COST_FILE
         try:
-            kept = json.loads(path.read_text()) if path.exists() else []
-        except (OSError, ValueError):
-            kept = []
-        if not isinstance(kept, list):
-            kept = []
+            kept = json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
+            unreadable = None if isinstance(kept, list) else f"it holds a JSON {type(kept).__name__}"
+        except (OSError, ValueError) as error:
+            unreadable = str(error)
+        if unreadable:
+            self.say(f"live report: its cost not kept: {path} is not a JSON list of runs ({unreadable}); "
+                     "left as it is")
+            return
         kept.append({"ended_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cells": self.total, "live": self.enabled,
                      "rewrites_s": [round(t, 3) for t in self.rewrites], "failures": self.failures,
                      "full_report_s": None if full is None else round(full, 3)})
