@@ -94,7 +94,8 @@ def test_layers_are_named_in_order():
 
 
 @pytest.mark.parametrize("layers, message", [
-    ([ir.activation("gelu")], "activation 'gelu'"),
+    ([ir.activation("swish")], "activation 'swish'"),
+    ([ir.activation("gelu_tanh")], "activation 'gelu_tanh'"),
     ([ir.conv2d(4, padding="full")], "padding 'full'"),
     ([ir.flatten(), ir.conv2d(4)], r"needs an \(H, W, C\) input"),
     ([ir.conv2d(4, kernel=9)], "shrinks"),

@@ -17,6 +17,9 @@ Canonical weight layout (what adapters import and export), by layer type:
              recurrent_kernel and bias laid out as an lstm's
 Flatten flattens NHWC activations in C order (height, then width, then channels).
 
+Activations (`activation(fn)`): relu, sigmoid, tanh, and gelu in its exact form,
+gelu(x) = x * 0.5 * (1 + erf(x / sqrt(2))) (Hendrycks & Gimpel), never the tanh approximation.
+
 A detector (Faster R-CNN, `detector`) adds a "detector" dict: its settings and six more parts, each a
 list of layers as above, applied in this order: the backbone ("layers") maps an (H, W, 3) image to a
 stride-16 feature map; "rpn" (a 3x3 conv and ReLU) feeds "rpn_cls" (a 1x1 conv, one objectness logit
@@ -46,7 +49,7 @@ LAYER_SETTINGS = {
     "lstm": ("units", "return_sequences"),
     "seq2seq": ("source_len", "source_vocab", "target_vocab", "embed_dim", "units"),
 }
-ACTIVATIONS = ("relu", "sigmoid", "tanh")
+ACTIVATIONS = ("relu", "sigmoid", "tanh", "gelu")  # gelu: the exact (erf) form
 PADDINGS = ("valid", "same")
 # the losses a recipe may name (each adapter builds each of them)
 LOSSES = ("softmax_cross_entropy", "sigmoid_cross_entropy", "sequence_softmax_cross_entropy",
@@ -74,6 +77,7 @@ def batchnorm(momentum: float = 0.99, epsilon: float = 1e-3) -> dict:
 
 
 def activation(fn: str) -> dict:
+    """fn one of ACTIVATIONS; "gelu" is the exact x * 0.5 * (1 + erf(x / sqrt(2)))."""
     return {"type": "activation", "fn": fn}
 
 

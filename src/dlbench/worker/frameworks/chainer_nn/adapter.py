@@ -126,7 +126,12 @@ def _padding(layer: dict, in_shape) -> "tuple[int, int, tuple]":
     return 0, 0, ((0, 0), (0, 0), (top, bottom), (left, right))
 
 
-ACTIVATIONS = {"relu": F.relu, "sigmoid": F.sigmoid, "tanh": F.tanh}
+def gelu(x):
+    """The exact GELU, x * 0.5 * (1 + erf(x / sqrt(2))): Chainer 7 has no gelu function, F.erf is its own."""
+    return x * 0.5 * (1.0 + F.erf(x * (1.0 / math.sqrt(2.0))))
+
+
+ACTIVATIONS = {"relu": F.relu, "sigmoid": F.sigmoid, "tanh": F.tanh, "gelu": gelu}
 SPATIAL = ("conv2d", "maxpool2d", "batchnorm")
 
 

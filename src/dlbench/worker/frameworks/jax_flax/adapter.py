@@ -63,7 +63,9 @@ jax.config.update("jax_enable_x64", False)  # float32 everywhere, as the other a
 # full float32 matmuls and convolutions on GPU too (no TF32), so results compare with the CPU's
 jax.config.update("jax_default_matmul_precision", "highest")
 
-ACTIVATIONS = {"relu": jax.nn.relu, "sigmoid": jax.nn.sigmoid, "tanh": jnp.tanh}
+# jax.nn.gelu defaults to the tanh approximation: the IR's gelu is the exact (erf) form
+ACTIVATIONS = {"relu": jax.nn.relu, "sigmoid": jax.nn.sigmoid, "tanh": jnp.tanh,
+               "gelu": functools.partial(jax.nn.gelu, approximate=False)}
 
 
 def lstm_scan(x, kernel, recurrent, bias, state=None):

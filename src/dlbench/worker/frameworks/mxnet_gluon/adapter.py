@@ -232,7 +232,8 @@ def build_net(spec: dict):
             made = [BatchNorm(in_shape[-1], layer["epsilon"], spatial=len(in_shape) == 3)]
             norms.append((layer, int(np.prod(in_shape[:-1]))))  # values per channel and sample
         elif kind == "activation":
-            made = [nn.Activation(layer["fn"])]
+            # MXNet's Activation has no gelu; Gluon's GELU (LeakyReLU act_type 'gelu') is the exact (erf) form
+            made = [nn.GELU() if layer["fn"] == "gelu" else nn.Activation(layer["fn"])]
         elif kind == "dropout":
             made = [nn.Dropout(layer["rate"])]
         elif kind == "flatten":

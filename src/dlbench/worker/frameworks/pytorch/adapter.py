@@ -75,7 +75,8 @@ class Seq2Seq(nn.Module):
 
 
 WEIGHTED = ("conv2d", "batchnorm", "dense", "embedding", "lstm", "seq2seq")
-ACTIVATIONS = {"relu": nn.ReLU, "sigmoid": nn.Sigmoid, "tanh": nn.Tanh}
+ACTIVATIONS = {"relu": nn.ReLU, "sigmoid": nn.Sigmoid, "tanh": nn.Tanh,
+               "gelu": lambda: nn.GELU(approximate="none")}  # the exact (erf) form
 
 
 def _spatial(layer: dict, in_shape) -> nn.Module:

@@ -93,7 +93,8 @@ def dense(x, kernel, bias):
     return tf.reshape(flat, tf.concat([tf.shape(x)[:-1], [kernel.shape[1]]], axis=0))
 
 
-ACTIVATIONS = {"relu": tf.nn.relu, "sigmoid": tf.sigmoid, "tanh": tf.tanh}
+ACTIVATIONS = {"relu": tf.nn.relu, "sigmoid": tf.sigmoid, "tanh": tf.tanh,
+               "gelu": lambda x: tf.nn.gelu(x, approximate=False)}  # the exact (erf) form
 
 
 class Model(tf.Module):

@@ -48,6 +48,7 @@ from __future__ import annotations
 import ctypes
 import glob
 import importlib
+import math
 import os
 import sys
 from collections import OrderedDict
@@ -146,7 +147,12 @@ def relu(x):
     return T.switch(x > 0, x, F32(0))
 
 
-ACTIVATIONS = {"relu": relu, "sigmoid": T.nnet.sigmoid, "tanh": T.tanh}
+def gelu(x):
+    """The exact GELU, x * 0.5 * (1 + erf(x / sqrt(2))), with Theano's erf (Theano 1.0 has no gelu op)."""
+    return x * F32(0.5) * (F32(1.0) + T.erf(x * F32(1.0 / math.sqrt(2.0))))
+
+
+ACTIVATIONS = {"relu": relu, "sigmoid": T.nnet.sigmoid, "tanh": T.tanh, "gelu": gelu}
 
 
 def pad_hw(x, pads, value: float):
