@@ -83,6 +83,10 @@ def forward(model, weights, x):
         elif kind == "batchnorm":
             scale = w[name + "gamma"] / np.sqrt(w[name + "moving_var"] + layer["epsilon"])
             x = (x - w[name + "moving_mean"]) * scale + w[name + "beta"]
+        elif kind == "layer_norm":  # over the last axis, biased variance
+            mean = x.mean(axis=-1, keepdims=True)
+            variance = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+            x = (x - mean) / np.sqrt(variance + layer["epsilon"]) * w[name + "gamma"] + w[name + "beta"]
         elif kind == "activation":
             x = {"relu": lambda v: np.maximum(v, 0), "sigmoid": sigmoid, "tanh": np.tanh,
                  "gelu": gelu}[layer["fn"]](x)

@@ -173,8 +173,8 @@ def test_gelu_is_the_exact_erf_form(pieces_checked):
 
 
 def test_transformer_pieces_build_and_compute_the_numpy_forward(pieces_checked):
-    """Every framework builds the exact GELU with its own op: weights round trip, outputs as the
-    independent numpy forward (math.erf), a few steps lower the loss."""
+    """Every framework builds the exact GELU and layer normalisation with its own ops: weights round trip,
+    outputs as the independent numpy forward (math.erf, biased variance), a few steps lower the loss."""
     result = pieces_checked[PIECES["workload"]]
     assert result["same_shapes"] and result["roundtrip_max_abs"] == 0.0
     expected = forward(PIECES["model"], probe_weights(PIECES["model"]), probe_inputs(PIECES["model"]))

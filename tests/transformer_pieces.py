@@ -1,8 +1,10 @@
 """The Transformer family's first pieces (issue #30) in a tiny token classifier that no workload declares
 yet: the exact GELU after an embedding (a layer of its own in every framework) and after dense layers
-(Keras folds it into the Dense), on sequence (steps, features) and flat (features,) activations. The
-adapter checks (test_adapters.py) and the certificate (test_certify.py) run it in every framework; a
-few seconds a framework."""
+(Keras folds it into the Dense), each followed by layer normalisation, on sequence (steps, features) and
+flat (features,) activations. The first layer normalisation sees the embeddings' small variance (about
+8e-4), where its epsilon (1e-5) moves the outputs by far more than the checks' tolerance. The adapter
+checks (test_adapters.py) and the certificate (test_certify.py) run it in every framework; a few seconds
+a framework."""
 import numpy as np
 
 from dlbench.harness.plan.workloads import Workload
@@ -16,9 +18,9 @@ RECIPE = {"optimizer": {"name": "adam", "lr": 1e-2, "beta1": 0.9, "beta2": 0.999
 
 def model(meta: dict = META) -> dict:
     return ir.model([meta["seq_len"]], "int32", [
-        ir.embedding(meta["vocab_size"], 8), ir.activation("gelu"),
-        ir.dense(16), ir.activation("gelu"), ir.flatten(),
-        ir.dense(12), ir.activation("gelu"), ir.dense(meta["num_classes"]),
+        ir.embedding(meta["vocab_size"], 8), ir.activation("gelu"), ir.layer_norm(),
+        ir.dense(16), ir.activation("gelu"), ir.layer_norm(), ir.flatten(),
+        ir.dense(12), ir.activation("gelu"), ir.layer_norm(), ir.dense(meta["num_classes"]),
     ])
 
 
@@ -39,5 +41,5 @@ def gelu_grid_case() -> dict:
 
 def workload() -> Workload:
     """A workload object for the certificate's probes only: not in WORKLOADS, no dataset behind it."""
-    return Workload(NAME, "GELU in a tiny token classifier (test only)", "none", META, model, RECIPE,
-                    {"metric": "accuracy", "value": 0.0, "higher_is_better": True})
+    return Workload(NAME, "GELU and layer normalisation in a tiny token classifier (test only)", "none", META,
+                    model, RECIPE, {"metric": "accuracy", "value": 0.0, "higher_is_better": True})

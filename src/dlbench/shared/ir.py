@@ -10,6 +10,7 @@ Canonical weight layout (what adapters import and export), by layer type:
   conv2d     kernel (kh, kw, in, out)  "HWIO", bias (out,)
   dense      kernel (in, out), bias (out,)
   batchnorm  gamma, beta, moving_mean, moving_var (channels,)
+  layer_norm gamma (the learned scale), beta (the learned offset) (features,)
   embedding  embeddings (vocab, dim)
   lstm       kernel (in, 4u), recurrent_kernel (u, 4u), bias (4u,); gates in the order i, f, g, o
              (input, forget, cell candidate, output), one bias per gate
@@ -19,6 +20,11 @@ Flatten flattens NHWC activations in C order (height, then width, then channels)
 
 Activations (`activation(fn)`): relu, sigmoid, tanh, and gelu in its exact form,
 gelu(x) = x * 0.5 * (1 + erf(x / sqrt(2))) (Hendrycks & Gimpel), never the tanh approximation.
+
+Layer normalisation (`layer_norm(epsilon)`, Ba et al.) normalises each position over its last axis alone,
+y = (x - mean) / sqrt(var + epsilon) * gamma + beta, with the biased variance (divided by the features,
+N, not N - 1), the same in training and evaluation (no moving statistics). Its input is (features,) or
+(steps, features) per sample; it keeps the shape.
 
 A detector (Faster R-CNN, `detector`) adds a "detector" dict: its settings and six more parts, each a
 list of layers as above, applied in this order: the backbone ("layers") maps an (H, W, 3) image to a
@@ -41,6 +47,7 @@ LAYER_SETTINGS = {
     "conv2d": ("filters", "kernel", "stride", "padding"),
     "maxpool2d": ("pool", "stride", "padding"),
     "batchnorm": ("momentum", "epsilon"),
+    "layer_norm": ("epsilon",),
     "activation": ("fn",),
     "dropout": ("rate",),
     "flatten": (),
@@ -74,6 +81,12 @@ def maxpool2d(pool: int = 2, stride: int = 0, padding: str = "valid") -> dict:
 def batchnorm(momentum: float = 0.99, epsilon: float = 1e-3) -> dict:
     """momentum as Keras states it: moving = momentum * moving + (1 - momentum) * batch."""
     return {"type": "batchnorm", "momentum": momentum, "epsilon": epsilon}
+
+
+def layer_norm(epsilon: float = 1e-5) -> dict:
+    """Over the last axis, learned scale gamma (starts at 1) and offset beta (starts at 0), biased variance;
+    epsilon as torch's nn.LayerNorm's default (Keras's is 1e-3, Flax's 1e-6: each adapter passes this one)."""
+    return {"type": "layer_norm", "epsilon": epsilon}
 
 
 def activation(fn: str) -> dict:
@@ -233,6 +246,10 @@ def _check(layer: dict) -> None:
         raise IRError("layer %s: padding %r; accepted: %s" % (layer["name"], layer["padding"], PADDINGS))
     if kind == "activation" and layer["fn"] not in ACTIVATIONS:
         raise IRError("layer %s: activation %r; accepted: %s" % (layer["name"], layer["fn"], ACTIVATIONS))
+    if kind == "layer_norm":
+        epsilon = layer["epsilon"]
+        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 < epsilon < math.inf:
+            raise IRError("layer %s: epsilon %r; a positive number is needed" % (layer["name"], epsilon))
 
 
 def output_shape(layer: dict, shape: Shape) -> Shape:
@@ -261,6 +278,10 @@ def output_shape(layer: dict, shape: Shape) -> Shape:
         if len(shape) != 1 or shape[0] <= layer["source_len"]:
             raise IRError("layer %s needs (source_len + target steps,) token ids, got %s" % (layer["name"], shape))
         return (shape[0] - layer["source_len"], layer["units"])
+    if kind == "layer_norm":
+        if len(shape) not in (1, 2):
+            raise IRError("layer %s needs a (features,) or (steps, features) input, got %s" % (layer["name"], shape))
+        return tuple(shape)
     if kind in ("batchnorm", "activation", "dropout"):
         return tuple(shape)
     raise IRError("layer type %r has no output shape rule" % kind)
@@ -290,6 +311,9 @@ def param_shapes(layer: dict, in_shape: Shape) -> "OrderedDict[str, Shape]":
     elif kind == "batchnorm":
         for key in ("gamma", "beta", "moving_mean", "moving_var"):
             shapes[key] = (in_shape[-1],)
+    elif kind == "layer_norm":
+        shapes["gamma"] = (in_shape[-1],)
+        shapes["beta"] = (in_shape[-1],)
     elif kind == "embedding":
         shapes["embeddings"] = (layer["vocab"], layer["dim"])
     elif kind == "lstm":
@@ -329,7 +353,8 @@ def count_params(spec: dict) -> int:
 
 def forward_flops(spec: dict) -> int:
     """FLOPs of one sample's forward pass: 2 per multiply-add of conv, dense and LSTM layers,
-    plus their bias additions. Element-wise layers (activations, pooling, BatchNorm) are not counted.
+    plus their bias additions. Element-wise layers (activations, pooling, BatchNorm, layer
+    normalisation) are not counted.
     A detector's sample is one landscape image with DETECTOR_ROIS RoIs through its head, as in a
     training step; RoI Align, proposals and NMS are not counted."""
     if "detector" in spec:

@@ -232,6 +232,10 @@ class IRModel(nn.Module):
                 x = max_pool(x, layer)
             elif kind == "batchnorm":
                 x = BatchNorm(layer["momentum"], layer["epsilon"], name=name)(x, train)
+            elif kind == "layer_norm":
+                # over the last axis, biased variance; Flax's default epsilon (1e-6) replaced by the IR's, and its
+                # E[x^2] - E[x]^2 variance ("fast") by the mean of squared deviations, as the other frameworks
+                x = nn.LayerNorm(epsilon=layer["epsilon"], use_fast_variance=False, name=name)(x)
             elif kind == "activation":
                 x = ACTIVATIONS[layer["fn"]](x)
             elif kind == "dropout":
@@ -258,6 +262,8 @@ def _locate(kind: str, key: str) -> "tuple[str, str]":
         return "batch_stats", key
     if kind == "embedding":
         return "params", "embedding"  # nn.Embed's name for the table
+    if kind == "layer_norm":
+        return "params", {"gamma": "scale", "beta": "bias"}[key]  # nn.LayerNorm's names
     return "params", key
 
 

@@ -173,6 +173,8 @@ def build_model(spec: dict):
             module = L.MaxPooling2D(layer["pool"], strides=layer["stride"], padding=layer["padding"], name=name)
         elif kind == "batchnorm":
             module = BatchNorm(momentum=layer["momentum"], epsilon=layer["epsilon"], name=name)
+        elif kind == "layer_norm":  # over the last axis, biased variance (ops.moments); rms_scaling stays off
+            module = L.LayerNormalization(axis=-1, epsilon=layer["epsilon"], name=name)
         elif kind == "activation":
             module = L.Activation(keras_activation(layer["fn"]), name=name)
         elif kind == "dropout":
@@ -194,6 +196,8 @@ def build_model(spec: dict):
             variables.update([(name + "/gamma", module.gamma), (name + "/beta", module.beta),
                               (name + "/moving_mean", module.moving_mean),
                               (name + "/moving_var", module.moving_variance)])
+        elif kind == "layer_norm":
+            variables.update([(name + "/gamma", module.gamma), (name + "/beta", module.beta)])
         elif kind == "embedding":
             variables[name + "/embeddings"] = module.embeddings
         elif kind == "lstm":

@@ -128,6 +128,9 @@ class Model(tf.Module):
             return tf.nn.max_pool2d(x, ksize=layer["pool"], strides=layer["stride"], padding=layer["padding"].upper())
         if kind == "batchnorm":
             return self.batchnorm(layer, w, x, training)
+        if kind == "layer_norm":  # over the last axis; tf.nn.moments' variance is the biased one
+            mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+            return tf.nn.batch_normalization(x, mean, variance, w["beta"], w["gamma"], layer["epsilon"])
         if kind == "activation":
             return ACTIVATIONS[layer["fn"]](x)
         if kind == "dropout":
