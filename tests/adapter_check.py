@@ -4,7 +4,9 @@ steps on tiny generated data, and prints one JSON line of facts per workload.
 
 Usage: python adapter_check.py ADAPTER_PATH < cases.json
 cases.json: [{"workload", "model", "recipe", "task", "n_classes"}...], made by the harness-side test;
-a case with "data": {"x": path, "y": path, "scale"} trains on those arrays' first rows instead. Last,
+a case with "data": {"x": path, "y": path, "scale"} trains on those arrays' first rows instead; a case with
+"grid" (a list of floats) is a dense layer as wide as the grid, then an activation: it gets an identity
+kernel and zero bias, and its row holds only the predictions on the grid (the activation itself). Last,
 one line {"workload": "refusals", ...}: what the adapter raised for a layer type and an optimizer that
 the IR and the recipes would accept (patched in here) but that it has no code for.
 Data come from numpy's legacy RandomState, whose stream is the same in every numpy version, so the
@@ -88,6 +90,16 @@ def check(adapter_class, case):
     }
 
 
+def grid(adapter_class, case):
+    """The activation alone on the case's grid of inputs, through an identity dense layer."""
+    adapter = adapter_class(case["model"], dict(case["recipe"], batch_size=1), case["task"], "cpu", 1, 0)
+    width = len(case["grid"])
+    adapter.set_weights({"dense_1/kernel": np.eye(width, dtype=np.float32),
+                         "dense_1/bias": np.zeros(width, np.float32)})
+    predictions = adapter.predict(np.asarray([case["grid"]], np.float32))
+    return {"workload": case["workload"], "predictions": predictions.tolist()}
+
+
 def raised(build):
     """What build() raised, as "Type: message" (or while training one epoch on what it returned)."""
     try:
@@ -121,7 +133,7 @@ def main():
     adapter_class = load_adapter_class(sys.argv[1])
     cases = json.load(sys.stdin)
     for case in cases:
-        print(json.dumps(check(adapter_class, case)), flush=True)
+        print(json.dumps(grid(adapter_class, case) if "grid" in case else check(adapter_class, case)), flush=True)
     print(json.dumps(refusals(adapter_class, cases[0])), flush=True)
 
 

@@ -1,6 +1,8 @@
 """An independent numpy forward pass of the IR in canonical layout (float64, dropout off, BatchNorm
 with its moving statistics): the yardstick that tells whether an adapter honours the layout."""
 
+import math
+
 import numpy as np
 
 from dlbench.shared.ir import infer_shapes, same_padding
@@ -38,6 +40,14 @@ def sigmoid(x):
     return 1 / (1 + np.exp(-x))
 
 
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def gelu(x):
+    """The exact GELU, x * 0.5 * (1 + erf(x / sqrt(2))), with the standard library's erf."""
+    return x * 0.5 * (1 + _erf(x / math.sqrt(2)))
+
+
 def lstm(x, kernel, recurrent, bias, return_sequences, state=None):
     """Returns the outputs (all steps, or the last) and the final (h, c)."""
     units = recurrent.shape[0]
@@ -73,8 +83,13 @@ def forward(model, weights, x):
         elif kind == "batchnorm":
             scale = w[name + "gamma"] / np.sqrt(w[name + "moving_var"] + layer["epsilon"])
             x = (x - w[name + "moving_mean"]) * scale + w[name + "beta"]
+        elif kind == "layer_norm":  # over the last axis, biased variance
+            mean = x.mean(axis=-1, keepdims=True)
+            variance = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+            x = (x - mean) / np.sqrt(variance + layer["epsilon"]) * w[name + "gamma"] + w[name + "beta"]
         elif kind == "activation":
-            x = {"relu": lambda v: np.maximum(v, 0), "sigmoid": sigmoid, "tanh": np.tanh}[layer["fn"]](x)
+            x = {"relu": lambda v: np.maximum(v, 0), "sigmoid": sigmoid, "tanh": np.tanh,
+                 "gelu": gelu}[layer["fn"]](x)
         elif kind == "flatten":
             x = x.reshape(len(x), -1)
         elif kind == "dense":

@@ -8,9 +8,10 @@ from pathlib import Path
 import guard
 import numpy as np
 import pytest
+import transformer_pieces
 from adapter_check import probe_inputs, probe_weights
 from fixtures_data import prepared_standin
-from numpy_forward import forward
+from numpy_forward import forward, gelu
 
 from dlbench.harness.environments import envs
 from dlbench.harness.environments.process import PACKAGE_PARENT
@@ -150,3 +151,38 @@ def test_theano_reports_the_scan_it_ran(checked):
     for workload, result in case_rows(checked).items():
         architecture = workload.split(" on ")[0]  # a stand-in case is named "<workload> on <dataset>"
         assert result["versions"]["theano-scan"] == (expected if architecture in RECURRENT else "none"), workload
+
+
+# ---- the Transformer family's first pieces (transformer_pieces.py), in a process of their own ----------
+
+PIECES, GELU_GRID = transformer_pieces.case(), transformer_pieces.gelu_grid_case()
+
+
+@pytest.fixture(scope="module", params=FRAMEWORKS)
+def pieces_checked(request, compile_cache) -> dict[str, dict]:
+    return run_check(request.param, [PIECES, GELU_GRID], compile_cache)
+
+
+def test_gelu_is_the_exact_erf_form(pieces_checked):
+    """The activation alone on [-6, 6]: the erf form to float32 rounding (MXNet's erf: 5e-7 off); the tanh
+    approximation, 4.7e-4 off, fails."""
+    got = np.array(pieces_checked[GELU_GRID["workload"]]["predictions"])[0]
+    expected = gelu(np.array(GELU_GRID["grid"], np.float32).astype(np.float64))
+    print(f"gelu: max |framework - erf form| = {np.abs(got - expected).max():.3g}")
+    assert np.abs(got - expected).max() <= 1e-5
+
+
+def test_transformer_pieces_build_and_compute_the_numpy_forward(pieces_checked):
+    """Every framework builds the exact GELU and layer normalisation with its own ops: weights round trip,
+    outputs as the independent numpy forward (math.erf, biased variance), a few steps lower the loss."""
+    result = pieces_checked[PIECES["workload"]]
+    assert result["same_shapes"] and result["roundtrip_max_abs"] == 0.0
+    expected = forward(PIECES["model"], probe_weights(PIECES["model"]), probe_inputs(PIECES["model"]))
+    got = np.array(result["predictions"])
+    assert got.shape == expected.shape
+    deviation, scale = np.abs(got - expected).max(), np.abs(expected).max()
+    print(f"max |output - numpy forward| = {deviation:.3g} (outputs up to {scale:.3g})")
+    assert deviation <= 1e-4 * scale + 1e-5
+    assert np.isfinite(result["train_losses"]).all()
+    assert result["eval_after"]["loss"] < result["eval_before"]["loss"]
+

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import transformer_pieces
 
 from dlbench.harness.certification import certified_model, optimizer, power, probes
 from dlbench.harness.cli import main
@@ -243,6 +244,26 @@ def test_every_workload_certifies(store, certify_dir, reference, framework):
     assert failed == {}
 
 
+@pytest.fixture(scope="session")
+def pieces_reference(certify_dir) -> dict:
+    return probes.reference_probes([transformer_pieces.workload()], certify_dir)
+
+
+@pytest.mark.parametrize("framework", CANDIDATES)
+def test_the_transformer_pieces_certify(store, certify_dir, pieces_reference, framework):
+    """The pieces of issue #30 (transformer_pieces.py), in no workload yet: outputs, loss, gradients and the
+    optimizer's steps against the reference's."""
+    [cert] = probes.certify([framework], [transformer_pieces.workload()], store, certify_dir, quiet, pieces_reference)
+    worst = {}
+    for row in cert["deviations"]:
+        if row["kind"] in ("output", "loss", "grad", "after") and row["max_rel"] is not None:
+            worst[row["kind"]] = max(worst.get(row["kind"], 0.0), row["max_rel"])
+    print(f"{framework}: worst relative deviation by kind {({k: float(f'{v:.3g}') for k, v in worst.items()})}")
+    assert cert["passed"], [(row["tensor"], row["max_rel"], row.get("problem")) for row in cert["deviations"]
+                            if not row["passed"]]
+    assert {"output", "loss", "grad", "after"} <= {row["kind"] for row in cert["deviations"]}
+
+
 def test_the_detectors_certificate_exercises_every_loss(reference):
     """The fixed proposals and boxes of frcnn-voc's probe give every one of the four losses a value."""
     float32, _ = reference["frcnn-voc"]
@@ -358,7 +379,7 @@ def test_changes_cover_every_kind_of_value():
     assert power.changed("epsilon", 1e-7) == pytest.approx(1.1e-7)
     assert power.changed("rate", 0.5) == pytest.approx(0.55)
     assert power.changed("stride", 1) == 2 and power.changed("filters", 64) == 70
-    assert power.changed("padding", "valid") == "same" and power.changed("fn", "tanh") == "relu"
+    assert power.changed("padding", "valid") == "same" and power.changed("fn", "tanh") == "gelu"
     assert power.changed("nesterov", False) is True
     model = get_workload("cnn-mnist").model()
     labels = {change.label for change in power.changes(model, get_workload("cnn-mnist").recipe)}

@@ -94,15 +94,36 @@ def test_layers_are_named_in_order():
 
 
 @pytest.mark.parametrize("layers, message", [
-    ([ir.activation("gelu")], "activation 'gelu'"),
+    ([ir.activation("swish")], "activation 'swish'"),
+    ([ir.activation("gelu_tanh")], "activation 'gelu_tanh'"),
     ([ir.conv2d(4, padding="full")], "padding 'full'"),
     ([ir.flatten(), ir.conv2d(4)], r"needs an \(H, W, C\) input"),
     ([ir.conv2d(4, kernel=9)], "shrinks"),
     ([{"type": "attention"}], "unknown layer type 'attention'"),
+    ([ir.layer_norm()], r"layer_norm_1 needs a \(features,\) or \(steps, features\) input"),
+    ([ir.flatten(), ir.layer_norm(0.0)], "epsilon 0.0; a positive number"),
+    ([ir.flatten(), ir.layer_norm(-1e-5)], "epsilon -1e-05; a positive number"),
+    ([ir.flatten(), ir.layer_norm("1e-5")], "epsilon '1e-5'; a positive number"),
+    ([ir.flatten(), ir.layer_norm(float("nan"))], "epsilon nan; a positive number"),
+    ([ir.flatten(), {"type": "layer_norm"}], "layer_norm_1 lacks 'epsilon'"),
 ])
 def test_bad_models_are_refused_with_the_reason(layers, message):
     with pytest.raises(ir.IRError, match=message):
         ir.model([6, 6, 1], "float32", layers)
+
+
+def test_layer_norm_keeps_the_shape_and_holds_a_scale_and_an_offset_per_feature():
+    model = ir.model([6], "int32", [ir.embedding(30, 8), ir.layer_norm(), ir.flatten(), ir.dense(4),
+                                    ir.layer_norm(1e-6)])
+    assert [out for _, _, out in ir.infer_shapes(model)] == [(6, 8), (6, 8), (48,), (4,), (4,)]
+    assert model["layers"][1] == {"type": "layer_norm", "epsilon": 1e-5, "name": "layer_norm_1"}
+    shapes = ir.weight_shapes(model)
+    assert shapes["layer_norm_1/gamma"] == (8,) and shapes["layer_norm_1/beta"] == (8,)
+    assert shapes["layer_norm_2/gamma"] == (4,) and list(shapes).index("layer_norm_2/gamma") == 5
+    assert ir.count_params(model) == 30 * 8 + 2 * 8 + 48 * 4 + 4 + 2 * 4
+    assert ir.forward_flops(model) == 4 * (2 * 48 + 1)  # element-wise: not counted, as BatchNorm
+    weights = canonical_init(model, 0)
+    assert weights["layer_norm_1/gamma"].tolist() == [1] * 8 and weights["layer_norm_1/beta"].tolist() == [0] * 8
 
 
 def test_unknown_workload_lists_the_known_ones():

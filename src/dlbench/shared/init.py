@@ -2,8 +2,9 @@
 
 Worker side (Python 3.8, numpy >= 1.17). Glorot-uniform kernels, zero biases; LSTM recurrent
 kernels orthogonal with forget-gate bias 1; embeddings uniform(-0.05, 0.05); BatchNorm gamma 1,
-beta 0, moving mean 0, moving variance 1. Each weight draws from its own stream, keyed by the seed
-and the weight's position, so one layer's shape never shifts another's values. The streams are
+beta 0, moving mean 0, moving variance 1; layer normalisation's gamma (scale) 1, beta (offset) 0.
+Each weight draws from its own stream, keyed by the seed and the weight's position, so one layer's
+shape never shifts another's values. The streams are
 numpy's legacy RandomState, whose output numpy promises never to change: framework environments
 hold numpy versions years apart and must still draw identical weights.
 """

@@ -10,12 +10,21 @@ Canonical weight layout (what adapters import and export), by layer type:
   conv2d     kernel (kh, kw, in, out)  "HWIO", bias (out,)
   dense      kernel (in, out), bias (out,)
   batchnorm  gamma, beta, moving_mean, moving_var (channels,)
+  layer_norm gamma (the learned scale), beta (the learned offset) (features,)
   embedding  embeddings (vocab, dim)
   lstm       kernel (in, 4u), recurrent_kernel (u, 4u), bias (4u,); gates in the order i, f, g, o
              (input, forget, cell candidate, output), one bias per gate
   seq2seq    source_embeddings (Vs, E), target_embeddings (Vt, E), then encoder_ and decoder_ kernel,
              recurrent_kernel and bias laid out as an lstm's
 Flatten flattens NHWC activations in C order (height, then width, then channels).
+
+Activations (`activation(fn)`): relu, sigmoid, tanh, and gelu in its exact form,
+gelu(x) = x * 0.5 * (1 + erf(x / sqrt(2))) (Hendrycks & Gimpel), never the tanh approximation.
+
+Layer normalisation (`layer_norm(epsilon)`, Ba et al.) normalises each position over its last axis alone,
+y = (x - mean) / sqrt(var + epsilon) * gamma + beta, with the biased variance (divided by the features,
+N, not N - 1), the same in training and evaluation (no moving statistics). Its input is (features,) or
+(steps, features) per sample; it keeps the shape.
 
 A detector (Faster R-CNN, `detector`) adds a "detector" dict: its settings and six more parts, each a
 list of layers as above, applied in this order: the backbone ("layers") maps an (H, W, 3) image to a
@@ -38,6 +47,7 @@ LAYER_SETTINGS = {
     "conv2d": ("filters", "kernel", "stride", "padding"),
     "maxpool2d": ("pool", "stride", "padding"),
     "batchnorm": ("momentum", "epsilon"),
+    "layer_norm": ("epsilon",),
     "activation": ("fn",),
     "dropout": ("rate",),
     "flatten": (),
@@ -46,7 +56,7 @@ LAYER_SETTINGS = {
     "lstm": ("units", "return_sequences"),
     "seq2seq": ("source_len", "source_vocab", "target_vocab", "embed_dim", "units"),
 }
-ACTIVATIONS = ("relu", "sigmoid", "tanh")
+ACTIVATIONS = ("relu", "sigmoid", "tanh", "gelu")  # gelu: the exact (erf) form
 PADDINGS = ("valid", "same")
 # the losses a recipe may name (each adapter builds each of them)
 LOSSES = ("softmax_cross_entropy", "sigmoid_cross_entropy", "sequence_softmax_cross_entropy",
@@ -73,7 +83,14 @@ def batchnorm(momentum: float = 0.99, epsilon: float = 1e-3) -> dict:
     return {"type": "batchnorm", "momentum": momentum, "epsilon": epsilon}
 
 
+def layer_norm(epsilon: float = 1e-5) -> dict:
+    """Over the last axis, learned scale gamma (starts at 1) and offset beta (starts at 0), biased variance;
+    epsilon as torch's nn.LayerNorm's default (Keras's is 1e-3, Flax's 1e-6: each adapter passes this one)."""
+    return {"type": "layer_norm", "epsilon": epsilon}
+
+
 def activation(fn: str) -> dict:
+    """fn one of ACTIVATIONS; "gelu" is the exact x * 0.5 * (1 + erf(x / sqrt(2)))."""
     return {"type": "activation", "fn": fn}
 
 
@@ -229,6 +246,10 @@ def _check(layer: dict) -> None:
         raise IRError("layer %s: padding %r; accepted: %s" % (layer["name"], layer["padding"], PADDINGS))
     if kind == "activation" and layer["fn"] not in ACTIVATIONS:
         raise IRError("layer %s: activation %r; accepted: %s" % (layer["name"], layer["fn"], ACTIVATIONS))
+    if kind == "layer_norm":
+        epsilon = layer["epsilon"]
+        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 < epsilon < math.inf:
+            raise IRError("layer %s: epsilon %r; a positive number is needed" % (layer["name"], epsilon))
 
 
 def output_shape(layer: dict, shape: Shape) -> Shape:
@@ -257,6 +278,10 @@ def output_shape(layer: dict, shape: Shape) -> Shape:
         if len(shape) != 1 or shape[0] <= layer["source_len"]:
             raise IRError("layer %s needs (source_len + target steps,) token ids, got %s" % (layer["name"], shape))
         return (shape[0] - layer["source_len"], layer["units"])
+    if kind == "layer_norm":
+        if len(shape) not in (1, 2):
+            raise IRError("layer %s needs a (features,) or (steps, features) input, got %s" % (layer["name"], shape))
+        return tuple(shape)
     if kind in ("batchnorm", "activation", "dropout"):
         return tuple(shape)
     raise IRError("layer type %r has no output shape rule" % kind)
@@ -286,6 +311,9 @@ def param_shapes(layer: dict, in_shape: Shape) -> "OrderedDict[str, Shape]":
     elif kind == "batchnorm":
         for key in ("gamma", "beta", "moving_mean", "moving_var"):
             shapes[key] = (in_shape[-1],)
+    elif kind == "layer_norm":
+        shapes["gamma"] = (in_shape[-1],)
+        shapes["beta"] = (in_shape[-1],)
     elif kind == "embedding":
         shapes["embeddings"] = (layer["vocab"], layer["dim"])
     elif kind == "lstm":
@@ -325,7 +353,8 @@ def count_params(spec: dict) -> int:
 
 def forward_flops(spec: dict) -> int:
     """FLOPs of one sample's forward pass: 2 per multiply-add of conv, dense and LSTM layers,
-    plus their bias additions. Element-wise layers (activations, pooling, BatchNorm) are not counted.
+    plus their bias additions. Element-wise layers (activations, pooling, BatchNorm, layer
+    normalisation) are not counted.
     A detector's sample is one landscape image with DETECTOR_ROIS RoIs through its head, as in a
     training step; RoI Align, proposals and NMS are not counted."""
     if "detector" in spec:

@@ -126,7 +126,12 @@ def _padding(layer: dict, in_shape) -> "tuple[int, int, tuple]":
     return 0, 0, ((0, 0), (0, 0), (top, bottom), (left, right))
 
 
-ACTIVATIONS = {"relu": F.relu, "sigmoid": F.sigmoid, "tanh": F.tanh}
+def gelu(x):
+    """The exact GELU, x * 0.5 * (1 + erf(x / sqrt(2))): Chainer 7 has no gelu function, F.erf is its own."""
+    return x * 0.5 * (1.0 + F.erf(x * (1.0 / math.sqrt(2.0))))
+
+
+ACTIVATIONS = {"relu": F.relu, "sigmoid": F.sigmoid, "tanh": F.tanh, "gelu": gelu}
 SPATIAL = ("conv2d", "maxpool2d", "batchnorm")
 
 
@@ -153,6 +158,8 @@ class Model(chainer.Chain):
             # Chainer's decay weighs the running value, as the IR's (Keras's) momentum does; the
             # moving variance follows the unbiased batch variance, as the reference's
             return L.BatchNormalization(in_shape[-1], decay=layer["momentum"], eps=layer["epsilon"])
+        if kind == "layer_norm":  # over the last axis, biased variance
+            return L.LayerNormalization(in_shape[-1], eps=layer["epsilon"])
         if kind == "dense":
             return L.Linear(in_shape[-1], layer["units"], initialW=ZERO)
         if kind == "embedding":
@@ -199,10 +206,12 @@ class Model(chainer.Chain):
             return F.reshape(x, (x.shape[0], -1))
         if kind == "dense":
             return link(x, n_batch_axes=x.ndim - 1)  # on a sequence: the same dense at every step
+        if kind == "layer_norm" and x.ndim > 2:  # Chainer's layer normalisation takes (rows, features) only
+            return F.reshape(link(F.reshape(x, (-1, x.shape[-1]))), x.shape)
         if kind == "lstm":
             outputs, (h, _) = link(x)
             return F.stack(outputs, axis=1) if layer["return_sequences"] else h
-        return link(x)  # batchnorm, embedding, seq2seq
+        return link(x)  # batchnorm, layer_norm, embedding, seq2seq
 
 
 # ---- canonical weights <-> Chainer's arrays ----------------------------------------------------
@@ -216,6 +225,8 @@ def native_arrays(kind: str, link) -> Dict[str, object]:
     """Canonical key -> the Chainer Parameter (or, for moving statistics, the ndarray) holding it."""
     if kind == "batchnorm":
         return {"gamma": link.gamma, "beta": link.beta, "moving_mean": link.avg_mean, "moving_var": link.avg_var}
+    if kind == "layer_norm":
+        return {"gamma": link.gamma, "beta": link.beta}
     if kind == "embedding":
         return {"embeddings": link.W}
     if kind == "lstm":

@@ -63,7 +63,9 @@ jax.config.update("jax_enable_x64", False)  # float32 everywhere, as the other a
 # full float32 matmuls and convolutions on GPU too (no TF32), so results compare with the CPU's
 jax.config.update("jax_default_matmul_precision", "highest")
 
-ACTIVATIONS = {"relu": jax.nn.relu, "sigmoid": jax.nn.sigmoid, "tanh": jnp.tanh}
+# jax.nn.gelu defaults to the tanh approximation: the IR's gelu is the exact (erf) form
+ACTIVATIONS = {"relu": jax.nn.relu, "sigmoid": jax.nn.sigmoid, "tanh": jnp.tanh,
+               "gelu": functools.partial(jax.nn.gelu, approximate=False)}
 
 
 def lstm_scan(x, kernel, recurrent, bias, state=None):
@@ -230,6 +232,10 @@ class IRModel(nn.Module):
                 x = max_pool(x, layer)
             elif kind == "batchnorm":
                 x = BatchNorm(layer["momentum"], layer["epsilon"], name=name)(x, train)
+            elif kind == "layer_norm":
+                # over the last axis, biased variance; Flax's default epsilon (1e-6) replaced by the IR's, and its
+                # E[x^2] - E[x]^2 variance ("fast") by the mean of squared deviations, as the other frameworks
+                x = nn.LayerNorm(epsilon=layer["epsilon"], use_fast_variance=False, name=name)(x)
             elif kind == "activation":
                 x = ACTIVATIONS[layer["fn"]](x)
             elif kind == "dropout":
@@ -256,6 +262,8 @@ def _locate(kind: str, key: str) -> "tuple[str, str]":
         return "batch_stats", key
     if kind == "embedding":
         return "params", "embedding"  # nn.Embed's name for the table
+    if kind == "layer_norm":
+        return "params", {"gamma": "scale", "beta": "bias"}[key]  # nn.LayerNorm's names
     return "params", key
 
 

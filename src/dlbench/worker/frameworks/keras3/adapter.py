@@ -122,11 +122,23 @@ def _lstm_vars(prefix: str, layer) -> Dict[str, object]:
             prefix + "bias": cell.bias}
 
 
+def exact_gelu(x):
+    """The IR's gelu, the exact (erf) form: stated here, not left to keras.activations.gelu's default."""
+    return keras.activations.gelu(x, approximate=False)
+
+
+def keras_activation(fn: str):
+    """The Keras activation of an IR activation: its name, or for gelu the exact form's function."""
+    return exact_gelu if fn == "gelu" else fn
+
+
 def folded_activation(layers, index: int):
     """The activation that directly follows layer `index` (a Conv2D or Dense), which takes it as its
     `activation` argument, as Keras programs write it; None when no activation follows."""
     following = layers[index + 1] if index + 1 < len(layers) else None
-    return following["fn"] if following is not None and following["type"] == "activation" else None
+    if following is None or following["type"] != "activation":
+        return None
+    return keras_activation(following["fn"])
 
 
 def build_model(spec: dict):
@@ -161,8 +173,10 @@ def build_model(spec: dict):
             module = L.MaxPooling2D(layer["pool"], strides=layer["stride"], padding=layer["padding"], name=name)
         elif kind == "batchnorm":
             module = BatchNorm(momentum=layer["momentum"], epsilon=layer["epsilon"], name=name)
+        elif kind == "layer_norm":  # over the last axis, biased variance (ops.moments); rms_scaling stays off
+            module = L.LayerNormalization(axis=-1, epsilon=layer["epsilon"], name=name)
         elif kind == "activation":
-            module = L.Activation(layer["fn"], name=name)
+            module = L.Activation(keras_activation(layer["fn"]), name=name)
         elif kind == "dropout":
             module = L.Dropout(layer["rate"], name=name)
         elif kind == "flatten":
@@ -182,6 +196,8 @@ def build_model(spec: dict):
             variables.update([(name + "/gamma", module.gamma), (name + "/beta", module.beta),
                               (name + "/moving_mean", module.moving_mean),
                               (name + "/moving_var", module.moving_variance)])
+        elif kind == "layer_norm":
+            variables.update([(name + "/gamma", module.gamma), (name + "/beta", module.beta)])
         elif kind == "embedding":
             variables[name + "/embeddings"] = module.embeddings
         elif kind == "lstm":

@@ -195,7 +195,7 @@ class Net(gluon.HybridBlock):
         return [x] + stats
 
 
-WEIGHTED = ("conv2d", "batchnorm", "dense", "embedding", "lstm", "seq2seq")
+WEIGHTED = ("conv2d", "batchnorm", "layer_norm", "dense", "embedding", "lstm", "seq2seq")
 
 
 def _spatial(layer: dict, in_shape) -> List[gluon.HybridBlock]:
@@ -231,8 +231,11 @@ def build_net(spec: dict):
         elif kind == "batchnorm":
             made = [BatchNorm(in_shape[-1], layer["epsilon"], spatial=len(in_shape) == 3)]
             norms.append((layer, int(np.prod(in_shape[:-1]))))  # values per channel and sample
+        elif kind == "layer_norm":  # over the last axis, biased variance
+            made = [nn.LayerNorm(axis=-1, epsilon=layer["epsilon"], in_channels=in_shape[-1])]
         elif kind == "activation":
-            made = [nn.Activation(layer["fn"])]
+            # MXNet's Activation has no gelu; Gluon's GELU (LeakyReLU act_type 'gelu') is the exact (erf) form
+            made = [nn.GELU() if layer["fn"] == "gelu" else nn.Activation(layer["fn"])]
         elif kind == "dropout":
             made = [nn.Dropout(layer["rate"])]
         elif kind == "flatten":
@@ -267,6 +270,8 @@ def gluon_params(kind: str, block) -> Dict[str, gluon.Parameter]:
     if kind == "batchnorm":
         return {"gamma": block.gamma, "beta": block.beta, "moving_mean": block.running_mean,
                 "moving_var": block.running_var}
+    if kind == "layer_norm":
+        return {"gamma": block.gamma, "beta": block.beta}
     if kind == "embedding":
         return {"embeddings": block.weight}
     if kind == "lstm":

@@ -74,8 +74,9 @@ class Seq2Seq(nn.Module):
         return out
 
 
-WEIGHTED = ("conv2d", "batchnorm", "dense", "embedding", "lstm", "seq2seq")
-ACTIVATIONS = {"relu": nn.ReLU, "sigmoid": nn.Sigmoid, "tanh": nn.Tanh}
+WEIGHTED = ("conv2d", "batchnorm", "layer_norm", "dense", "embedding", "lstm", "seq2seq")
+ACTIVATIONS = {"relu": nn.ReLU, "sigmoid": nn.Sigmoid, "tanh": nn.Tanh,
+               "gelu": lambda: nn.GELU(approximate="none")}  # the exact (erf) form
 
 
 def _spatial(layer: dict, in_shape) -> nn.Module:
@@ -110,6 +111,8 @@ def build_module(spec: dict) -> "tuple[nn.Sequential, Dict[str, nn.Module]]":
             norm = nn.BatchNorm2d if len(in_shape) == 3 else nn.BatchNorm1d
             # torch's momentum weighs the new batch; the IR's (Keras's) weighs the running value
             module = norm(in_shape[-1], eps=layer["epsilon"], momentum=1.0 - layer["momentum"])
+        elif kind == "layer_norm":  # over the last axis, biased variance
+            module = nn.LayerNorm(in_shape[-1], eps=layer["epsilon"])
         elif kind == "activation":
             module = ACTIVATIONS[layer["fn"]]()
         elif kind == "dropout":
@@ -138,6 +141,8 @@ def _torch_params(kind: str, module: nn.Module) -> Dict[str, torch.Tensor]:
     if kind == "batchnorm":
         return {"gamma": module.weight, "beta": module.bias,
                 "moving_mean": module.running_mean, "moving_var": module.running_var}
+    if kind == "layer_norm":
+        return {"gamma": module.weight, "beta": module.bias}
     if kind == "embedding":
         return {"embeddings": module.weight}
     if kind == "lstm":

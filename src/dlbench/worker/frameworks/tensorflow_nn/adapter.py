@@ -93,7 +93,8 @@ def dense(x, kernel, bias):
     return tf.reshape(flat, tf.concat([tf.shape(x)[:-1], [kernel.shape[1]]], axis=0))
 
 
-ACTIVATIONS = {"relu": tf.nn.relu, "sigmoid": tf.sigmoid, "tanh": tf.tanh}
+ACTIVATIONS = {"relu": tf.nn.relu, "sigmoid": tf.sigmoid, "tanh": tf.tanh,
+               "gelu": lambda x: tf.nn.gelu(x, approximate=False)}  # the exact (erf) form
 
 
 class Model(tf.Module):
@@ -127,6 +128,9 @@ class Model(tf.Module):
             return tf.nn.max_pool2d(x, ksize=layer["pool"], strides=layer["stride"], padding=layer["padding"].upper())
         if kind == "batchnorm":
             return self.batchnorm(layer, w, x, training)
+        if kind == "layer_norm":  # over the last axis; tf.nn.moments' variance is the biased one
+            mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+            return tf.nn.batch_normalization(x, mean, variance, w["beta"], w["gamma"], layer["epsilon"])
         if kind == "activation":
             return ACTIVATIONS[layer["fn"]](x)
         if kind == "dropout":

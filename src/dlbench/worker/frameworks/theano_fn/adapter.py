@@ -48,6 +48,7 @@ from __future__ import annotations
 import ctypes
 import glob
 import importlib
+import math
 import os
 import sys
 from collections import OrderedDict
@@ -146,7 +147,12 @@ def relu(x):
     return T.switch(x > 0, x, F32(0))
 
 
-ACTIVATIONS = {"relu": relu, "sigmoid": T.nnet.sigmoid, "tanh": T.tanh}
+def gelu(x):
+    """The exact GELU, x * 0.5 * (1 + erf(x / sqrt(2))), with Theano's erf (Theano 1.0 has no gelu op)."""
+    return x * F32(0.5) * (F32(1.0) + T.erf(x * F32(1.0 / math.sqrt(2.0))))
+
+
+ACTIVATIONS = {"relu": relu, "sigmoid": T.nnet.sigmoid, "tanh": T.tanh, "gelu": gelu}
 
 
 def pad_hw(x, pads, value: float):
@@ -239,6 +245,8 @@ class Model(object):
             return pool_2d(x, ws=(size, size), stride=(stride, stride), ignore_border=True, mode="max")
         if kind == "batchnorm":
             return batchnorm(layer, w, x, training, updates)
+        if kind == "layer_norm":
+            return layer_norm(x, w["gamma"], w["beta"], layer["epsilon"])
         if kind == "activation":
             return ACTIVATIONS[layer["fn"]](x)
         if kind == "dropout":
@@ -280,6 +288,14 @@ class Model(object):
         y = conv2d(x, kernel, filter_shape=(layer["filters"], in_shape[-1], size, size), border_mode=border,
                    subsample=(stride, stride), filter_flip=False)
         return y + w["bias"].dimshuffle("x", 0, "x", "x")
+
+
+def layer_norm(x, gamma, beta, epsilon):
+    """Over the last axis, with the biased variance (Theano 1.0 has no layer normalisation op)."""
+    mean = x.mean(axis=-1, keepdims=True)
+    centered = x - mean
+    variance = T.sqr(centered).mean(axis=-1, keepdims=True)
+    return centered / T.sqrt(variance + F32(epsilon)) * gamma + beta
 
 
 def batchnorm(layer, w, x, training, updates):

@@ -1,0 +1,45 @@
+"""The Transformer family's first pieces (issue #30) in a tiny token classifier that no workload declares
+yet: the exact GELU after an embedding (a layer of its own in every framework) and after dense layers
+(Keras folds it into the Dense), each followed by layer normalisation, on sequence (steps, features) and
+flat (features,) activations. The first layer normalisation sees the embeddings' small variance (about
+8e-4), where its epsilon (1e-5) moves the outputs by far more than the checks' tolerance. The adapter
+checks (test_adapters.py) and the certificate (test_certify.py) run it in every framework; a few seconds
+a framework."""
+import numpy as np
+
+from dlbench.harness.plan.workloads import Workload
+from dlbench.shared import ir
+
+NAME = "transformer-pieces"
+META = {"task": "classification", "num_classes": 3, "seq_len": 6, "vocab_size": 30}
+RECIPE = {"optimizer": {"name": "adam", "lr": 1e-2, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-7},
+          "batch_size": 8, "epochs": 1, "loss": "softmax_cross_entropy"}
+
+
+def model(meta: dict = META) -> dict:
+    return ir.model([meta["seq_len"]], "int32", [
+        ir.embedding(meta["vocab_size"], 8), ir.activation("gelu"), ir.layer_norm(),
+        ir.dense(16), ir.activation("gelu"), ir.layer_norm(), ir.flatten(),
+        ir.dense(12), ir.activation("gelu"), ir.layer_norm(), ir.dense(meta["num_classes"]),
+    ])
+
+
+def case() -> dict:
+    """An adapter_check case."""
+    return {"workload": NAME, "model": model(), "recipe": RECIPE, "task": "classification",
+            "n_classes": META["num_classes"], "target_len": None}
+
+
+GELU_GRID = [float(x) for x in np.linspace(-6.0, 6.0, 97)]  # the tanh form strays 4.7e-4 from the erf form here
+
+
+def gelu_grid_case() -> dict:
+    """An adapter_check grid case: the exact GELU alone on GELU_GRID."""
+    return {"workload": "gelu on a grid", "grid": GELU_GRID, "task": "classification", "recipe": RECIPE,
+            "model": ir.model([len(GELU_GRID)], "float32", [ir.dense(len(GELU_GRID)), ir.activation("gelu")])}
+
+
+def workload() -> Workload:
+    """A workload object for the certificate's probes only: not in WORKLOADS, no dataset behind it."""
+    return Workload(NAME, "GELU and layer normalisation in a tiny token classifier (test only)", "none", META,
+                    model, RECIPE, {"metric": "accuracy", "value": 0.0, "higher_is_better": True})
