@@ -154,13 +154,13 @@ def test_a_plan_over_10000_cells_or_beyond_the_last_seed_is_refused_before_it_is
     with pytest.raises(SuiteError, match=r"^seed 4294967295 and 2 repetitions: the last repetition would draw "
                                          r"from seed 4294967296; seed \+ repetitions - 1 may be at most 4294967295$"):
         suite.plan(suite.load(str(path)))
-    # --repeat 100000000 built a list of every cell first and ran out of memory (MemoryError); 157 repetitions
-    # of the quick suite's 72 cells are 11,304
-    with pytest.raises(SuiteError, match=r"^the plan would hold 11,304 cells \(157 repetitions x 8 workload entries "
+    # --repeat 100000000 built a list of every cell first and ran out of memory (MemoryError); 186 repetitions
+    # of the quick suite's 54 cells are 10,044
+    with pytest.raises(SuiteError, match=r"^the plan would hold 10,044 cells \(186 repetitions x 6 workload entries "
                                          r"x 9 frameworks\); a plan holds at most 10,000: ask for fewer repetitions "
                                          r"\(repeat, --repeat\), workloads \(-w\) or frameworks \(-f\)$"):
-        suite.plan(suite.load("quick"), repeat=157)
-    assert len(suite.plan(suite.load("quick"), repeat=157, frameworks=["pytorch"])) == 157 * 8
+        suite.plan(suite.load("quick"), repeat=186)
+    assert len(suite.plan(suite.load("quick"), repeat=186, frameworks=["pytorch"])) == 186 * 6
     plain = suite.load(str(write_suite(tmp_path, "name: s\nframeworks: [pytorch]\n" + ENTRY)))
     assert len(suite.plan(plain, repeat=10_000)) == 10_000
 

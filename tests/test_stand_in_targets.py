@@ -97,7 +97,7 @@ def test_the_table_shows_times_to_the_stand_ins_own_target_with_its_reason(tmp_p
     assert ("The stand-in's own target, not the study's (which was set for the study's dataset and is out of "
             "reach of a quick run on a stand-in): cnn-mnist (digits-28): accuracy >= 0.5, 5x chance") in table.note
     assert ("Left out: cnn-cifar100 (photo-regions-100): no target, the stand-in declares none: at chance after "
-            "the quick suite's 2 epochs") in table.note
+            "the quick-large suite's 2 epochs") in table.note
 
 
 def test_compare_matches_runs_before_and_after_the_stand_ins_had_their_own_target():

@@ -43,7 +43,7 @@ def write_suite(tmp_path: Path, text: str) -> Path:
 
 def test_unknown_suite_lists_the_builtin_ones(capsys):
     message = error_of(capsys, ["run", "nosuch"])
-    assert message.startswith("unknown suite 'nosuch'; built-in suites: paper, paper-gpu, quick;")
+    assert message.startswith("unknown suite 'nosuch'; built-in suites: paper, paper-gpu, quick, quick-large;")
     assert "(.yaml)" in message
 
 
@@ -253,7 +253,7 @@ def test_list_datasets(capsys, tmp_path):
 def test_list_suites(capsys):
     assert main(["list", "suites"]) == 0
     out = capsys.readouterr().out
-    assert table_rows(out)["quick"][1:4] == ["all", "eight", "workloads"]
+    assert table_rows(out)["quick"][1:4] == ["six", "workloads", "on"]
     assert "offline stand-in data" in out
 
 
@@ -346,12 +346,14 @@ def test_a_cell_without_threads_gets_the_cores_of_the_machine_that_runs_it(tmp_p
     assert cell_config.resolve(dataclasses.replace(cell, threads=1), tmp_path, cores=5).config["threads"] == 1
 
 
-def test_quick_suite_plan():
-    cells = suite.plan(suite.load("quick"))  # every framework, one repetition, in a shuffled order
-    entries = [("cnn-mnist", "digits-28", 4, 768), ("cnn-cifar10", "photo-patches-10", 10, None),
-               ("cnn-cifar100", "photo-regions-100", 2, 128), ("cnn-svhn", "photo-patches-10", 2, 128),
+@pytest.mark.parametrize("name, entries", [
+    ("quick", [("cnn-mnist", "digits-28", 4, 768), ("cnn-cifar10", "photo-patches-10", 10, None),
                ("lstm-imdb", "rt-snippets", 2, None), ("lstm-ptb", "lee-news-lm", 2, 860),
-               ("seq2seq-manythings", "django-es-en", 3, None), ("frcnn-voc", "photo-boxes", 30, None)]
+               ("seq2seq-manythings", "django-es-en", 3, None), ("frcnn-voc", "photo-boxes", 30, None)]),
+    ("quick-large", [("cnn-cifar100", "photo-regions-100", 2, 128), ("cnn-svhn", "photo-patches-10", 2, 128)])])
+def test_quick_suite_plans(name, entries):
+    """quick and quick-large hold the eight workloads between them, in every framework."""
+    cells = suite.plan(suite.load(name))  # every framework, one repetition, in a shuffled order
     assert sorted((c.framework, c.workload, c.dataset, c.epochs, c.train_samples, c.seed) for c in cells) == sorted(
         (framework, *entry, 0) for entry in entries for framework in envs.RECIPES)
     assert {(c.device, c.timeout_s, c.threads) for c in cells} == {("cpu", 600.0, None)}

@@ -139,8 +139,8 @@ PHOTO_PATCHES_10 = Source(
             "make run's store the reference passed it at epoch 7 and every framework by epoch 9, where "
             "CIFAR-10's 75 % is out of reach of 300 patches")),
         "cnn-svhn": StandInTarget(None, (
-            "the quick suite's cnn-svhn (2 epochs on 100 samples) stays at chance: its accuracy wandered "
-            "between 10 and 20 % in make run's store, so any target would be passed or missed by noise")),
+            "the quick-large suite's cnn-svhn (2 epochs on 128 samples) stays at chance: its accuracy wandered "
+            "between 10 and 20 % in make run stores, so any target would be passed or missed by noise")),
     },
 )
 PHOTO_REGIONS_100 = Source(
@@ -154,6 +154,6 @@ PHOTO_REGIONS_100 = Source(
           "source": SOURCE, "licence": LICENCE},
     files=(WHEEL,), build=build_photo_regions,
     targets={"cnn-cifar100": StandInTarget(None, (
-        "at chance after the quick suite's 2 epochs (1 to 2 % for every framework in make run's store, chance "
-        "being 1 %): no target would mean anything"))},
+        "at chance after the quick-large suite's 2 epochs (1 to 2 % for every framework in a make run store, "
+        "chance being 1 %): no target would mean anything"))},
 )
