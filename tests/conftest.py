@@ -7,6 +7,7 @@ from pathlib import Path
 import guard
 import pytest
 
+from dlbench.harness import data
 from dlbench.harness.environments import envs
 
 # The last hang guard, for waits inside the test process (a Ray plan, a monitor's thread): longer than any
@@ -26,6 +27,14 @@ def session_dir(tmp_path_factory) -> Path:
     """Shared by every worker of this pytest session (each worker's basetemp sits inside it)."""
     base = tmp_path_factory.getbasetemp()
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="module")
+def digits_dir(tmp_path_factory) -> Path:
+    """A data folder holding digits-28 prepared (from scikit-learn, no download), once per test module."""
+    folder = tmp_path_factory.mktemp("data")
+    data.prepare("digits-28", folder)
+    return folder
 
 
 @pytest.fixture(scope="session")

@@ -46,6 +46,17 @@ def make_environment(home: Path) -> Path:
     return folder
 
 
+def suite_file(folder: Path, monkeypatch, more: str = "") -> Path:
+    """SUITE (with `more` appended) written in `folder`, and fakefw's environment under a DLBENCH_HOME in
+    `folder`, which `monkeypatch` (a test's) sets for the test."""
+    home = folder / "home"
+    make_environment(home)
+    monkeypatch.setenv("DLBENCH_HOME", str(home))
+    path = folder / "fakes.yaml"
+    path.write_text(SUITE + more)
+    return path
+
+
 if __name__ == "__main__":
     register()
     sys.exit(cli.main(sys.argv[1:]))

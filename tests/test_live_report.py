@@ -10,30 +10,18 @@ from pathlib import Path
 import fake_dlbench
 import pytest
 
-from dlbench.harness import cli, data
+from dlbench.harness import cli
 from dlbench.harness.environments import envs
 from dlbench.harness.present import report
 from dlbench.harness.run import live_report, one_cell
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("data")
-    data.prepare("digits-28", folder)  # once, not by every run
-    return folder
 
 
 @pytest.fixture
 def two_cells(tmp_path, monkeypatch) -> Path:
     """The fake framework's suite, two repetitions of its one cell, its environment under a DLBENCH_HOME of
     this test's own."""
-    home = tmp_path / "home"
-    fake_dlbench.make_environment(home)
-    monkeypatch.setenv("DLBENCH_HOME", str(home))
     monkeypatch.setitem(envs.RECIPES, "fakefw", fake_dlbench.RECIPE)
-    path = tmp_path / "fakes.yaml"
-    path.write_text(fake_dlbench.SUITE + "repeat: 2\n")
-    return path
+    return fake_dlbench.suite_file(tmp_path, monkeypatch, "repeat: 2\n")
 
 
 @pytest.fixture
@@ -51,12 +39,12 @@ def seen_at_each_cell(monkeypatch) -> list[str | None]:
     return seen
 
 
-def run(suite_file: Path, results: Path, data_dir: Path, *more: str) -> int:
-    return cli.main(["run", str(suite_file), "--results", str(results), "--data-dir", str(data_dir), "--plain",
+def run(suite_file: Path, results: Path, digits_dir: Path, *more: str) -> int:
+    return cli.main(["run", str(suite_file), "--results", str(results), "--data-dir", str(digits_dir), "--plain",
                      *more])
 
 
-def test_the_report_is_rewritten_between_cells_and_written_whole_at_the_end(tmp_path, two_cells, data_dir,
+def test_the_report_is_rewritten_between_cells_and_written_whole_at_the_end(tmp_path, two_cells, digits_dir,
                                                                              seen_at_each_cell, capsys):
     results = tmp_path / "results"
     page = results / "report.html"
@@ -80,7 +68,7 @@ def test_the_report_is_rewritten_between_cells_and_written_whole_at_the_end(tmp_
     thread = threading.Thread(target=reader)
     thread.start()
     try:
-        assert run(two_cells, results, data_dir) == 0
+        assert run(two_cells, results, digits_dir) == 0
     finally:
         stop.set()
         thread.join()
@@ -105,14 +93,14 @@ def test_the_report_is_rewritten_between_cells_and_written_whole_at_the_end(tmp_
     assert kept["cells"] == 2 and kept["live"] and len(kept["rewrites_s"]) == 1 and kept["full_report_s"] > 0
 
 
-def test_a_rewrite_that_fails_does_not_stop_the_run(tmp_path, two_cells, data_dir, seen_at_each_cell,
+def test_a_rewrite_that_fails_does_not_stop_the_run(tmp_path, two_cells, digits_dir, seen_at_each_cell,
                                                     monkeypatch, capsys):
     def broken(store_path):
         raise ValueError("an analysis that cannot read this store")
 
     monkeypatch.setattr(report, "load", broken)
     results = tmp_path / "results"
-    assert run(two_cells, results, data_dir) == 1  # both cells ok, but no report: make run fails
+    assert run(two_cells, results, digits_dir) == 1  # both cells ok, but no report: make run fails
     out = capsys.readouterr().out
     assert out.count("live report: not rewritten after 1 of 2 cells (ValueError: an analysis that cannot") == 1
     assert "report: not written (ValueError" in out
@@ -122,10 +110,10 @@ def test_a_rewrite_that_fails_does_not_stop_the_run(tmp_path, two_cells, data_di
     assert [r["status"] for r in runs] == ["ok", "ok"]
 
 
-def test_no_live_report_writes_the_report_at_the_end_only(tmp_path, two_cells, data_dir, seen_at_each_cell,
+def test_no_live_report_writes_the_report_at_the_end_only(tmp_path, two_cells, digits_dir, seen_at_each_cell,
                                                           capsys):
     results = tmp_path / "results"
-    assert run(two_cells, results, data_dir, "--no-live-report") == 0
+    assert run(two_cells, results, digits_dir, "--no-live-report") == 0
     assert seen_at_each_cell == [None, None]
     assert "<svg" in (results / "report.html").read_text()
     assert "report not rewritten between cells (--no-live-report); full report " in capsys.readouterr().out

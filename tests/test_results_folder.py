@@ -16,7 +16,7 @@ import guard
 import psutil
 import pytest
 
-from dlbench.harness import cli, data
+from dlbench.harness import cli
 from dlbench.harness.environments import envs
 from dlbench.harness.measure import peaks
 from dlbench.harness.plan import suite
@@ -28,26 +28,14 @@ FAKE_DLBENCH = Path(fake_dlbench.__file__)
 CELL = "cell 1 of 1 (fakefw cnn-mnist on digits-28, rep 1)"
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("data")
-    data.prepare("digits-28", folder)  # once, not by every run
-    return folder
-
-
 @pytest.fixture
 def suite_file(tmp_path, monkeypatch) -> Path:
     """The fake framework's suite, with its environment under a DLBENCH_HOME of this test's own."""
-    home = tmp_path / "home"
-    fake_dlbench.make_environment(home)
-    monkeypatch.setenv("DLBENCH_HOME", str(home))
-    path = tmp_path / "fakes.yaml"
-    path.write_text(fake_dlbench.SUITE)
-    return path
+    return fake_dlbench.suite_file(tmp_path, monkeypatch)
 
 
-def run_args(suite_file: Path, results: Path, data_dir: Path) -> list[str]:
-    return ["run", str(suite_file), "--results", str(results), "--data-dir", str(data_dir), "--plain"]
+def run_args(suite_file: Path, results: Path, digits_dir: Path) -> list[str]:
+    return ["run", str(suite_file), "--results", str(results), "--data-dir", str(digits_dir), "--plain"]
 
 
 def _default_sigint() -> None:
@@ -75,9 +63,9 @@ def events_of(run: dict) -> list[dict]:
     return [json.loads(line) for line in (Path(run["run_dir"]) / "events.jsonl").read_text().splitlines()]
 
 
-def test_a_second_run_into_a_held_folder_is_refused_at_once_naming_the_first(tmp_path, suite_file, data_dir):
+def test_a_second_run_into_a_held_folder_is_refused_at_once_naming_the_first(tmp_path, suite_file, digits_dir):
     results, gate = tmp_path / "results", tmp_path / "gate"
-    first = start(run_args(suite_file, results, data_dir), FAKE_GATE=str(gate))
+    first = start(run_args(suite_file, results, digits_dir), FAKE_GATE=str(gate))
     try:
         guard.read_until(first, lambda line: line.startswith("[1/1]"), 120, "the first run's cell")
         reading = dlbench(["results", "--results", str(results)])  # readers take no lock
@@ -107,7 +95,7 @@ def test_a_second_run_into_a_held_folder_is_refused_at_once_naming_the_first(tmp
     assert (results / "dlbench.lock").read_text() == ""  # released: no holder named any more
 
 
-def test_two_runs_of_one_cell_in_the_same_second_get_folders_of_their_own(tmp_path, suite_file, data_dir,
+def test_two_runs_of_one_cell_in_the_same_second_get_folders_of_their_own(tmp_path, suite_file, digits_dir,
                                                                            monkeypatch):
     """A run folder's name holds the time to the second: with the clock frozen, both runs (and both
     peaks) start in the same second, and none may overwrite the other's files."""
@@ -116,7 +104,7 @@ def test_two_runs_of_one_cell_in_the_same_second_get_folders_of_their_own(tmp_pa
     monkeypatch.setattr(time, "strftime", lambda text, when=None: strftime(text, moment))
     results = tmp_path / "results"
     for _ in range(2):
-        assert cli.main([*run_args(suite_file, results, data_dir), "--force"]) == 0
+        assert cli.main([*run_args(suite_file, results, digits_dir), "--force"]) == 0
     runs, peaks = stored(results)
     assert [run["status"] for run in runs] == ["ok", "ok"] and runs[0]["cell_hash"] == runs[1]["cell_hash"]
     folders = [Path(run["run_dir"]) for run in runs]
@@ -127,10 +115,10 @@ def test_two_runs_of_one_cell_in_the_same_second_get_folders_of_their_own(tmp_pa
 
 
 @pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_an_interrupted_run_stores_its_cell_as_interrupted_and_leaves_no_orphan(tmp_path, suite_file, data_dir,
+def test_an_interrupted_run_stores_its_cell_as_interrupted_and_leaves_no_orphan(tmp_path, suite_file, digits_dir,
                                                                                 signal_number):
     results, gate = tmp_path / "results", tmp_path / "gate"
-    harness = start(run_args(suite_file, results, data_dir), FAKE_GATE=str(gate), FAKE_GATE_EPOCH="2")
+    harness = start(run_args(suite_file, results, digits_dir), FAKE_GATE=str(gate), FAKE_GATE_EPOCH="2")
     try:
         guard.read_until(harness, lambda line: "epoch 1/2" in line, 120, "the cell's first epoch")
         harness.send_signal(signal_number)
@@ -162,7 +150,7 @@ def test_an_interrupted_run_stores_its_cell_as_interrupted_and_leaves_no_orphan(
     with pytest.raises(psutil.NoSuchProcess):  # the worker was stopped with the harness
         psutil.Process(events[0]["pid"]).status()
 
-    again = dlbench(run_args(suite_file, results, data_dir))  # an interrupted cell is not complete
+    again = dlbench(run_args(suite_file, results, digits_dir))  # an interrupted cell is not complete
     assert again.returncode == 0 and "1 ok" in again.stdout, again.stdout + again.stderr
     assert [run["status"] for run in stored(results)[0]] == ["interrupted", "ok"]
 
