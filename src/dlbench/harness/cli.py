@@ -19,9 +19,9 @@ from dlbench.harness.plan import suite
 from dlbench.harness.plan.estimate import EstimateError
 from dlbench.harness.plan.initial_weights import WeightsError
 from dlbench.harness.plan.suite import SuiteError
-from dlbench.harness.plan.workloads import WORKLOADS, Workload, WorkloadError, get_workload
+from dlbench.harness.plan.workloads import WORKLOADS, Workload, WorkloadError, get_workload, target_text
 from dlbench.harness.present import comparison, listing, progress
-from dlbench.harness.run import ExecutorError, interrupt, local, results_folder
+from dlbench.harness.run import ExecutorError, cell_config, interrupt, local, results_folder
 from dlbench.harness.run.cell_config import Options
 from dlbench.harness.run.live_report import LiveReport
 from dlbench.harness.store import FILENAME, Store, StoreError
@@ -128,12 +128,11 @@ def run_on_ray(cells: list, options: Options, shown, args: argparse.Namespace,
     return ray_cluster.run_plan(cells, options, shown, ray_options, live)
 
 
-def own_target(workload: str, target: data.StandInTarget) -> str:
-    """A stand-in's own target for a workload, in the workload's metric and direction: "cnn-mnist accuracy >= 0.6"."""
-    study = get_workload(workload).target
-    if target.value is None:
-        return f"{workload} none"
-    return f"{workload} {study['metric']} {'>=' if study['higher_is_better'] else '<='} {target.value:g}"
+def own_target(workload: str, dataset: str) -> str:
+    """A stand-in's own target for a workload, as the cell's configuration carries it (cell_config.run_target):
+    "cnn-mnist accuracy >= 0.5", or "cnn-mnist none"."""
+    target = cell_config.run_target(get_workload(workload), dataset)
+    return f"{workload} {'none' if target is None or target['value'] is None else target_text(target)}"
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -143,9 +142,9 @@ def cmd_list(args: argparse.Namespace) -> int:
                      "target", "model"])
         for w in WORKLOADS.values():
             model = w.model()
-            target = f"{w.target['metric']} {'>=' if w.target['higher_is_better'] else '<='} {w.target['value']:g}"
             rows.append([w.name, w.study_dataset, f"{ir.count_params(model):,}", f"{ir.train_flops(model) / 1e9:.3f}",
-                         str(w.recipe["epochs"]), str(w.recipe["batch_size"]), w.recipe["optimizer"]["name"], target,
+                         str(w.recipe["epochs"]), str(w.recipe["batch_size"]), w.recipe["optimizer"]["name"],
+                         target_text(w.target),
                          w.description])
     elif args.what == "frameworks":
         rows.append(["framework", "default version", "other versions (name@version)", "CUDA build (--device gpu)",
@@ -162,8 +161,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             info = data.describe(name)
             prepared = (data_dir(args) / "prepared" / name / "meta.json").exists()
             rows.append([name, info["task"], "prepared" if prepared else "not prepared",
-                         "; ".join(own_target(workload, target) for workload, target in
-                                   data.stand_in_targets(name).items()) or "-", info["source"]])
+                         "; ".join(own_target(workload, name) for workload in data.stand_in_targets(name)) or "-",
+                         info["source"]])
     else:
         rows.append(["suite", "description"])
         rows += [[name, suite.load(name).description] for name in suite.builtin_suites()]

@@ -168,6 +168,11 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
 )}
 
 
+def target_text(target: dict) -> str:
+    """A target as listings and tables show it: its metric, direction and value ("accuracy >= 0.985")."""
+    return f"{target['metric']} {'>=' if target['higher_is_better'] else '<='} {target['value']:g}"
+
+
 def get_workload(name: str) -> Workload:
     if name not in WORKLOADS:
         raise WorkloadError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}")

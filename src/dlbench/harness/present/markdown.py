@@ -7,7 +7,6 @@ from html import escape
 
 from dlbench.harness.present import overview
 from dlbench.harness.present.contents import Report
-from dlbench.harness.present.overview_html import METRIC_NAMES
 from dlbench.harness.present.study import StudySection
 from dlbench.harness.present.tables import Table
 
@@ -100,7 +99,7 @@ def matrix_header(matrix: overview.Matrix) -> list[str]:
         metric = matrix.metric_names[key]
         unit = ", pt" if metric in overview.FRACTIONS else ""
         header += [_column(f"{workload} ({dataset or '?'}) time ×", speed_why),
-                   _column(f"{workload} {METRIC_NAMES.get(metric, metric)}{unit}", metric_why)]
+                   _column(f"{workload} {overview.METRIC_NAMES.get(metric, metric)}{unit}", metric_why)]
     return header
 
 
@@ -114,7 +113,7 @@ def _metric(mark: overview.Mark | None, metric: str) -> str:
     if mark is None or mark.value is None or mark.gap is None:
         return "-"
     if mark.best:
-        text = f"{mark.value * 100:.1f}" if metric in overview.FRACTIONS else f"{mark.value:.4g}"
+        text = overview.metric_value_text(metric, mark.value)
     else:
         text = overview.metric_gap_text(metric, mark.gap)
     return f"{text} {SHOWN if mark.shown else NOT_SHOWN}"

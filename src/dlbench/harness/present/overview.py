@@ -100,6 +100,14 @@ def metric_marks(ranked: Standing) -> dict[str, Mark]:
                        _shown(ranked, name), _holds_best(ranked, name)) for name in ranked.order}
 
 
+METRIC_NAMES = {"map": "mAP", "accuracy": "acc."}  # a narrow column's words for a metric
+
+
+def metric_value_text(metric: str, value: float) -> str:
+    """The best median of a metric: in percent for an accuracy or mAP (the gaps' points), plain otherwise."""
+    return f"{value * 100:.1f}" if metric in FRACTIONS else f"{value:.4g}"
+
+
 def metric_gap_text(metric: str, gap: float) -> str:
     """A metric's distance to the best: in points (hundredths) for an accuracy or mAP, the plain difference
     otherwise; the column's heading gives the unit."""

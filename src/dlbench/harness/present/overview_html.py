@@ -11,10 +11,17 @@ from html import escape
 from matplotlib.colors import to_hex
 
 from dlbench.harness.present import charts
-from dlbench.harness.present.overview import FRACTIONS, Column, Mark, Matrix, metric_gap_text
+from dlbench.harness.present.overview import (
+    FRACTIONS,
+    METRIC_NAMES,
+    Column,
+    Mark,
+    Matrix,
+    metric_gap_text,
+    metric_value_text,
+)
 from dlbench.harness.present.tables import Table, csv_download
 
-METRIC_NAMES = {"map": "mAP", "accuracy": "acc."}  # a narrow column's words for a metric
 STYLE = """
 table.overview td,table.overview th{text-align:center;padding:3px 4px;font-size:12px}
 table.overview th.fw{text-align:left;white-space:nowrap}
@@ -71,7 +78,7 @@ def _best_value(matrix: Matrix, key: Column) -> str:
     best = next((m.value for (_, k), m in matrix.metric.items() if k == key and m.best), None)
     if best is None:
         return "-"
-    return f"{best * 100:.1f}" if matrix.metric_names[key] in FRACTIONS else f"{best:.4g}"
+    return metric_value_text(matrix.metric_names[key], best)
 
 
 def _header(matrix: Matrix) -> str:

@@ -22,6 +22,7 @@ from dlbench.harness.certification import machine_store
 from dlbench.harness.data import run_label
 from dlbench.harness.environments import sources
 from dlbench.harness.measure.cores import BUSY_MACHINE
+from dlbench.harness.plan.workloads import target_text
 
 INTERVAL = (f"order-statistic interval of the median, at least {CONFIDENCE:.0%} unless the cell prints the lower "
             "level its runs allow (2 to 5 runs: [min-max], 50 to 93.7%)")
@@ -246,8 +247,7 @@ def time_to_target(cells: Sequence[CellSummary], columns: list[str], device: str
                             "dataset, so the study's target says nothing here")
             continue
         if own is not None:
-            own_targets.append(f"{name}: {own['metric']} {'>=' if own['higher_is_better'] else '<='} "
-                               f"{own['value']:g}, {reason}")
+            own_targets.append(f"{name}: {target_text(own)}, {reason}")
         kept.append(workload)
         by_label = {label(c, group_cells): c for c in group_cells}
         row = [name]
