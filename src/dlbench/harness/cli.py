@@ -521,8 +521,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--results", default=str(DEFAULT_RESULTS), help="results folder (default: ./dlbench-results)")
     run.add_argument("--data-dir", help="data folder (default: $DLBENCH_DATA or ~/.cache/dlbench/data)")
     run.add_argument("--threads", type=positive_int,
-                     help="threads per cell, overriding the suite (default: the suite's, else the cores of the "
-                          "machine or Ray node that runs the cell)")
+                     help="threads per cell, overriding the suite and its entries (default: the entry's, else the "
+                          "suite's, else the cores of the machine or Ray node that runs the cell)")
     run.add_argument("--timeout", type=positive_float, help="seconds per cell, overriding the suite")
     run.add_argument("--memory-limit-mb", type=positive_float,
                      help="kill a worker whose process tree exceeds this RSS")
@@ -648,7 +648,7 @@ def parser() -> argparse.ArgumentParser:
     est.add_argument("--device", choices=suite.DEVICES)
     est.add_argument("--repeat", type=positive_int, help="repetitions per cell")
     est.add_argument("--epochs", type=positive_int, help="epochs per cell, overriding the suite")
-    est.add_argument("--threads", type=positive_int, help="threads per cell, overriding the suite")
+    est.add_argument("--threads", type=positive_int, help="threads per cell, overriding the suite and its entries")
     est.set_defaults(func=cmd_estimate)
 
     rep = commands.add_parser("report", help="write the report of the stored runs: findings, tables, figures")
