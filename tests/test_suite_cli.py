@@ -644,3 +644,19 @@ def test_results_show_the_first_n_training_samples_a_run_trained_on(tmp_path):
     assert "digits-28 (first 768) " in rows["pytorch"]
     assert "digits-28 " in rows["jax"] and "first" not in rows["jax"]
     assert data.run_label(runs[0]) == "digits-28 (first 768 of 1,438)"
+
+
+def test_results_label_a_changed_recipes_batch_size(tmp_path):
+    from synthetic_store import synthetic_run
+
+    from dlbench.harness.present import listing
+
+    runs = []
+    for framework, batch_size in (("pytorch", 64), ("jax", 128)):  # cnn-mnist's recipe: 128
+        run, _, _ = synthetic_run(framework, "cnn-mnist", 1, 1.0, 0.5)
+        run.update(id=len(runs) + 1, epochs=[])
+        run["config"]["recipe"]["batch_size"] = batch_size
+        runs.append(run)
+    rows = {line.split()[0]: line for line in listing.table(runs).splitlines()[2:]}
+    assert "digits-28, batch 64 (recipe 128) " in rows["pytorch"]
+    assert "batch" not in rows["jax"]
