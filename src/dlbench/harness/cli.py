@@ -325,7 +325,7 @@ class NoPositionalStores(argparse.Action):
 def cmd_compare(args: argparse.Namespace) -> int:
     """Prints the comparison; 1 when a cell breaks --fail-above, else 0."""
     limit = None if args.fail_above is None else compare.parse_fail_above(args.fail_above)
-    result = compare.compare(args.results, args.baseline, args.versions, args.metric, limit)
+    result = compare.compare(args.results, args.baseline, args.versions, args.metric, limit, args.across or ())
     print(comparison.render(result, limit))
     return 1 if compare.fails(result) else 0
 
@@ -634,6 +634,9 @@ def parser() -> argparse.ArgumentParser:
                      help=f"the time compared (default steady_epoch_s); one of: {', '.join(compare.METRICS)}")
     cmp.add_argument("--fail-above", metavar="PERCENT",
                      help="exit 1 when a cell of B is slower than A by more than this, e.g. 5%%")
+    cmp.add_argument("--across", action="append", choices=compare.AXES,
+                     help="match cells that differ in this axis of a sweep too (repeatable); without it, cells of "
+                          "other threads or batch sizes never match")
     cmp.set_defaults(func=cmd_compare)
 
     est = commands.add_parser("estimate", help="forecast a suite's wall time from the runs a results store holds")
