@@ -4,6 +4,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dlbench.harness.data import recipe_batch_size
 from dlbench.harness.store import Store
 
 MODEL = {"layers": [{"type": "dense", "units": 10}]}
@@ -14,8 +15,8 @@ def run_dict(framework: str, workload: str, steady_s: float, repetition: int, *,
              planned: int = 3, dataset: str = "digits-28", device: str = "cpu") -> dict:
     config = {"framework": framework, "workload": workload, "dataset": dataset, "device": device, "threads": 2,
               "seed": repetition - 1, "repetition": repetition, "model": MODEL,
-              "recipe": {"epochs": planned, "batch_size": 32}, "env_packages": {framework: version},
-              "python": "3.11.7"}
+              "recipe": {"epochs": planned, "batch_size": recipe_batch_size(workload) or 32},
+              "env_packages": {framework: version}, "python": "3.11.7"}
     ok = status == "ok"
     return {
         "cell_hash": f"{framework}-{workload}-{dataset}-{device}-{planned}-{repetition}", "framework": framework,

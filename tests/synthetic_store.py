@@ -3,6 +3,7 @@ import random
 from pathlib import Path
 
 from dlbench.harness.certification.certified_model import workload_digest
+from dlbench.harness.data import recipe_batch_size
 from dlbench.harness.environments import sources
 from dlbench.harness.plan.workloads import get_workload
 from dlbench.harness.store import Store
@@ -52,7 +53,7 @@ def synthetic_run(framework: str, workload: str, repetition: int, steady: float,
         "peak_rss_mb": 320.0, "mean_cpu_percent": 170.0, "threads": 2, "python": "3.11.2 /envs/python",
         "packages": {framework: VERSIONS.get(framework, "1.0"), "numpy": "2.1.0"},
         "config": {"threads": 2, "seed": repetition - 1, "repetition": repetition,
-                   "recipe": {"epochs": epochs, "batch_size": 128}},
+                   "recipe": {"epochs": epochs, "batch_size": recipe_batch_size(workload) or 128}},
         "certificate": "reference" if framework == "pytorch" else certificate,
         "plan_position": position, "machine": MACHINE if machine else None,
         "dlbench_version": {"version": "0.1.0", "commit": "0123456789abcdef", "dirty": False},

@@ -101,6 +101,37 @@ def test_cells_differing_in_recipe_do_not_match(capsys, tmp_path):
     assert code == 0 and "no cell has runs on both sides" in out
 
 
+def on_axes(run: dict, threads: int, batch_size: int) -> dict:
+    run["config"]["threads"] = threads
+    run["config"]["recipe"]["batch_size"] = batch_size
+    return run
+
+
+def test_cells_of_other_threads_or_batch_sizes_match_only_across_those_axes(capsys, tmp_path):
+    before = build_store(tmp_path / "a", [on_axes(run_dict("pytorch", "cnn-mnist", 2.0, rep), 1, 128)
+                                          for rep in (1, 2, 3)])
+    after = build_store(tmp_path / "b", [on_axes(run_dict("pytorch", "cnn-mnist", 1.0, rep), 2, 64)
+                                         for rep in (1, 2, 3)])
+    alone = compare.compare_stores(before, after)
+    assert alone.cells == () and len(alone.only_a) == len(alone.only_b) == 1
+    # one axis is not enough: the batch sizes differ too
+    assert compare.compare_stores(before, after, across=["threads"]).cells == ()
+    both = compare.compare_stores(before, after, across=["threads", "batch_size"])
+    [cell] = both.cells
+    assert cell.label == "pytorch cnn-mnist digits-28 cpu (threads 1 vs 2, batch_size 128 vs 64)"
+    assert cell.test.ratio.median == pytest.approx(0.5)
+    code, out, _ = cli(capsys, "--baseline", str(before), "--results", str(after))
+    assert code == 0 and "no cell has runs on both sides" in out
+    code, out, _ = cli(capsys, "--baseline", str(before), "--results", str(after), "--across", "threads",
+                       "--across", "batch_size")
+    assert code == 0 and "(threads 1 vs 2, batch_size 128 vs 64)" in out
+    # a side holding several values of an axis in one cell is refused, naming them
+    mixed = build_store(tmp_path / "c", [on_axes(run_dict("pytorch", "cnn-mnist", 1.0, rep), rep, 64)
+                                         for rep in (1, 2)])
+    with pytest.raises(compare.AnalysisError, match=r"--across threads: .* on several values of threads \(1, 2\)"):
+        compare.compare_stores(before, mixed, across=["threads", "batch_size"])
+
+
 def test_two_framework_versions_in_one_store(capsys, tmp_path):
     runs = cells_of(tmp_path, {"pytorch": 2.0}, 5, seed=1, version="2.8.0")
     runs += cells_of(tmp_path, {"pytorch": 2.4}, 5, seed=2, version="2.13.0")

@@ -134,6 +134,27 @@ def test_a_finding_on_the_first_n_training_samples_says_so_in_its_title(tmp_path
         ("jax", 768, 5), ("pytorch", 0, 5), ("pytorch", 768, 5)]
 
 
+def test_a_sweeps_batch_sizes_and_threads_are_groups_of_their_own(tmp_path: Path) -> None:
+    recipe = repeated("pytorch", SAME) + repeated("jax", SAME_SHUFFLED)  # the recipe's batch 128, 2 threads
+    changed = repeated("pytorch", [2.0] * 5, position=10) + repeated("jax", [2.1] * 5, position=20)
+    for row, _, _ in changed:
+        row["config"]["recipe"]["batch_size"] = 64  # a suite entry's batch_size: a changed recipe
+    [finding] = store_findings(tmp_path, changed)
+    assert finding.title == "cnn-mnist on digits-28, batch 64 (recipe 128) (cpu)"
+    titles = sorted(f.title for f in store_findings(tmp_path / "batches", recipe + changed))
+    assert titles == ["cnn-mnist on digits-28 (cpu)", "cnn-mnist on digits-28, batch 64 (recipe 128) (cpu)"]
+    # threads: never pooled either; the headings name them where the same work ran on other thread counts
+    one = repeated("pytorch", [3.0] * 5, position=30)
+    for row, _, _ in one:
+        row["config"]["threads"] = 1
+    titles = sorted(f.title for f in store_findings(tmp_path / "threads", recipe + one))
+    assert titles == ["cnn-mnist on digits-28, 1 thread (cpu)", "cnn-mnist on digits-28, 2 threads (cpu)"]
+    with Store(tmp_path / "threads" / "dlbench.sqlite") as store:
+        cells = summarise(store.runs())
+    assert sorted((c.framework, c.batch_size, c.threads, c.n_ok) for c in cells) == [
+        ("jax", 128, 2, 5), ("pytorch", 128, 1, 5), ("pytorch", 128, 2, 5)]
+
+
 def test_level_leaders_are_named_together_and_a_clear_laggard_apart(tmp_path: Path) -> None:
     runs = (repeated("pytorch", SAME) + repeated("jax", SAME_SHUFFLED)
             + repeated("tensorflow", [2 * v for v in SAME]))

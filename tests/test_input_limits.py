@@ -157,9 +157,17 @@ def test_a_plan_over_10000_cells_or_beyond_the_last_seed_is_refused_before_it_is
     # --repeat 100000000 built a list of every cell first and ran out of memory (MemoryError); 186 repetitions
     # of the quick suite's 54 cells are 10,044
     with pytest.raises(SuiteError, match=r"^the plan would hold 10,044 cells \(186 repetitions x 6 workload entries "
-                                         r"x 9 frameworks\); a plan holds at most 10,000: ask for fewer repetitions "
-                                         r"\(repeat, --repeat\), workloads \(-w\) or frameworks \(-f\)$"):
+                                         r"and axis values x 9 frameworks\); a plan holds at most 10,000: ask for "
+                                         r"fewer repetitions \(repeat, --repeat\), workloads \(-w\), frameworks "
+                                         r"\(-f\) or values of the entries' batch_size and threads$"):
         suite.plan(suite.load("quick"), repeat=186)
+    # a sweep's axes count: 2 batch sizes x 3 threads x 1,667 repetitions are 10,002 cells
+    sweep = suite.load(str(write_suite(tmp_path, "name: s\nframeworks: [pytorch]\nworkloads:\n  - {workload: "
+                                                 "cnn-mnist, dataset: digits-28, batch_size: [32, 64], "
+                                                 "threads: [1, 2, 3]}\n")))
+    with pytest.raises(SuiteError, match=r"^the plan would hold 10,002 cells \(1,667 repetitions x 6 workload "):
+        suite.plan(sweep, repeat=1667)
+    assert len(suite.plan(sweep, repeat=1666)) == 9_996
     assert len(suite.plan(suite.load("quick"), repeat=186, frameworks=["pytorch"])) == 186 * 6
     plain = suite.load(str(write_suite(tmp_path, "name: s\nframeworks: [pytorch]\n" + ENTRY)))
     assert len(suite.plan(plain, repeat=10_000)) == 10_000

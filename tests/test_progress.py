@@ -1,11 +1,13 @@
 """What `dlbench run` shows while it runs: the live display in a fake terminal, plain lines elsewhere,
 and the estimate of the time left, all fed scripted progress calls and a fake clock."""
+import dataclasses
 import io
 import re
 
 import pytest
 from rich.console import Console
 
+from dlbench.harness.data import recipe_batch_size
 from dlbench.harness.plan.suite import Cell
 from dlbench.harness.present import progress
 from dlbench.harness.present.progress import ETA, LiveProgress, PlainProgress, duration
@@ -13,7 +15,14 @@ from dlbench.harness.present.progress import ETA, LiveProgress, PlainProgress, d
 
 def cell(framework: str, workload: str, epochs: int = 4) -> Cell:
     dataset = {"cnn-mnist": "digits-28", "lstm-imdb": "pang-lee-polarity"}[workload]
-    return Cell("quick", framework, workload, dataset, "cpu", 1, 0, epochs, 32, None, 600.0)
+    return Cell("quick", framework, workload, dataset, "cpu", 1, 0, epochs, recipe_batch_size(workload) or 32, None,
+                600.0)
+
+
+def test_a_changed_recipe_batch_size_is_labelled_in_the_run_display():
+    changed = dataclasses.replace(cell("pytorch", "cnn-mnist"), batch_size=64)
+    assert progress.head(1, 2, changed) == "[1/2] pytorch cnn-mnist on digits-28, batch 64 (recipe 128) (cpu, rep 1)"
+    assert progress.head(1, 2, cell("pytorch", "cnn-mnist")) == "[1/2] pytorch cnn-mnist on digits-28 (cpu, rep 1)"
 
 
 PLAN = [cell("pytorch", "cnn-mnist"), cell("jax", "cnn-mnist"), cell("theano", "lstm-imdb"),

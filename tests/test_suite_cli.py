@@ -13,6 +13,7 @@ from user_errors import error_of
 from dlbench.harness import data
 from dlbench.harness.cli import main
 from dlbench.harness.environments import envs
+from dlbench.harness.measure import cores
 from dlbench.harness.plan import suite
 from dlbench.harness.plan.suite import SuiteError
 from dlbench.harness.run import cell_config
@@ -111,7 +112,7 @@ def test_unknown_field_in_an_entry_names_its_line(capsys, tmp_path):
 """)
     message = error_of(capsys, ["run", str(path)])
     assert message == (f"{path}:6: field 'epoch': unknown field; accepted: workload, dataset, epochs, batch_size, "
-                       "train_samples, weights")
+                       "threads, train_samples, weights")
 
 
 def test_unknown_dataset_lists_the_known_ones(capsys, tmp_path):
@@ -168,7 +169,7 @@ def test_empty_workloads(capsys, tmp_path):
     path = write_suite(tmp_path, GOOD_HEAD + "workloads: []\n")
     message = error_of(capsys, ["run", str(path)])
     assert message == (f"{path}:3: field 'workloads': expected a non-empty list of mappings with "
-                       "workload, dataset, epochs, batch_size, train_samples, weights")
+                       "workload, dataset, epochs, batch_size, threads, train_samples, weights")
 
 
 def test_invalid_yaml(capsys, tmp_path):
@@ -336,6 +337,95 @@ def test_plan_overrides(tmp_path, two_frameworks):
     # --epochs beats an entry's own epochs too
     assert {c.epochs for c in suite.plan(planned, epochs=1)} == {1}
     assert {c.threads for c in suite.plan(planned, threads=1)} == {1}  # --threads beats the suite's 3
+
+
+SWEEP_SUITE = """
+name: sweep
+frameworks: [pytorch, fakefw]
+threads: 3
+workloads:
+  - {workload: cnn-mnist, dataset: digits-28, epochs: 1, batch_size: [32, 64], threads: [1, 2, all]}
+  - {workload: lstm-imdb, dataset: pang-lee-polarity, epochs: 1}
+"""
+
+
+def test_a_sweep_plans_the_product_of_its_axes(tmp_path, two_frameworks):
+    sweep = suite.load(str(write_suite(tmp_path, SWEEP_SUITE)))
+    cells = suite.plan(sweep, repeat=2, cores=8)  # `all`: the machine's cores at plan time, as the number
+    assert len(cells) == 2 * (2 * 3 + 1) * 2
+    for repetition in (cells[:14], cells[14:]):
+        assert sorted((c.workload, c.batch_size, c.threads, c.framework) for c in repetition) == sorted(
+            [("cnn-mnist", b, t, f) for b in (32, 64) for t in (1, 2, 8) for f in ("fakefw", "pytorch")]
+            + [("lstm-imdb", 64, 3, f) for f in ("fakefw", "pytorch")])  # the recipe's batch, the suite's threads
+    # shuffled as before: not in listed order
+    assert [(c.batch_size, c.threads) for c in cells[:12]] != sorted((c.batch_size, c.threads) for c in cells[:12])
+    # `all` coming to a listed value is planned once; --threads overrides every entry's threads
+    assert {c.threads for c in suite.plan(sweep, cores=2) if c.workload == "cnn-mnist"} == {1, 2}
+    assert len(suite.plan(sweep, cores=2)) == (2 * 2 + 1) * 2
+    assert {c.threads for c in suite.plan(sweep, threads=4)} == {4}
+    assert len(suite.plan(sweep, threads=4)) == (2 + 1) * 2
+
+
+def test_each_axis_value_enters_the_cells_configuration_and_hash(tmp_path):
+    path = write_suite(tmp_path, """
+        name: sweep
+        frameworks: [pytorch]
+        workloads:
+          - {workload: cnn-mnist, dataset: digits-28, epochs: 1, batch_size: [32, 128], threads: [1, 2]}
+    """)
+    cells = suite.plan(suite.load(str(path)))
+    configs = {(c.batch_size, c.threads): cell_config.resolve(c, tmp_path) for c in cells}
+    assert set(configs) == {(32, 1), (32, 2), (128, 1), (128, 2)}
+    for (batch_size, threads), prepared in configs.items():
+        assert (prepared.config["recipe"]["batch_size"], prepared.config["threads"]) == (batch_size, threads)
+    assert len({prepared.hash for prepared in configs.values()}) == 4
+    # the recipe's own batch size (128) listed in a sweep is the cell an entry without batch_size plans
+    plain = suite.plan(suite.load(str(write_suite(tmp_path, """
+        name: sweep
+        frameworks: [pytorch]
+        threads: 1
+        workloads:
+          - {workload: cnn-mnist, dataset: digits-28, epochs: 1}
+    """))))[0]
+    assert cell_config.resolve(plain, tmp_path).hash == configs[(128, 1)].hash
+
+
+def test_a_run_on_one_thread_of_two_is_still_flagged_inside_a_sweep(tmp_path):
+    path = write_suite(tmp_path, """
+        name: sweep
+        frameworks: [pytorch]
+        workloads:
+          - {workload: cnn-mnist, dataset: digits-28, epochs: 1, threads: [1, 2]}
+    """)
+    by_threads = {c.threads: cell_config.resolve(c, tmp_path).config for c in suite.plan(suite.load(str(path)))}
+    assert cores.flag(1.0, by_threads[2]["threads"]) == "used 1.0 of 2 cores"
+    assert cores.flag(1.0, by_threads[1]["threads"]) is None
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("threads", "[]", "an empty list; expected a positive integer, 'all', or a non-empty list of distinct ones"),
+    ("batch_size", "[]", "an empty list; expected a positive integer, or a non-empty list of distinct ones"),
+    ("threads", "[1, 2, 1]", "value 1 is listed twice"),
+    ("threads", "[all, all]", "value 'all' is listed twice"),
+    ("batch_size", "[32, 0]", "value 0 is not accepted; expected a positive integer"),
+    ("threads", "-2", "value -2 is not accepted"),
+    ("batch_size", "[32, 1.5]", "value 1.5 is not accepted"),
+    ("threads", "[1, true]", "value True is not accepted"),
+    ("batch_size", "[32, all]", "value 'all' is not accepted ('all' is for threads only); expected a positive"),
+    ("threads", "many", "value 'many' is not accepted"),
+])
+def test_a_bad_axis_is_refused_with_its_line_entry_and_value(tmp_path, field, value, message):
+    path = write_suite(tmp_path, f"""
+        name: sweep
+        frameworks: [pytorch]
+        workloads:
+          - workload: cnn-mnist
+            dataset: digits-28
+            {field}: {value}
+    """)
+    with pytest.raises(SuiteError) as refused:
+        suite.load(str(path))
+    assert str(refused.value).startswith(f"{path}:6: field {field!r}: entry cnn-mnist on digits-28: {message}")
 
 
 def test_a_cell_without_threads_gets_the_cores_of_the_machine_that_runs_it(tmp_path):
@@ -554,3 +644,19 @@ def test_results_show_the_first_n_training_samples_a_run_trained_on(tmp_path):
     assert "digits-28 (first 768) " in rows["pytorch"]
     assert "digits-28 " in rows["jax"] and "first" not in rows["jax"]
     assert data.run_label(runs[0]) == "digits-28 (first 768 of 1,438)"
+
+
+def test_results_label_a_changed_recipes_batch_size(tmp_path):
+    from synthetic_store import synthetic_run
+
+    from dlbench.harness.present import listing
+
+    runs = []
+    for framework, batch_size in (("pytorch", 64), ("jax", 128)):  # cnn-mnist's recipe: 128
+        run, _, _ = synthetic_run(framework, "cnn-mnist", 1, 1.0, 0.5)
+        run.update(id=len(runs) + 1, epochs=[])
+        run["config"]["recipe"]["batch_size"] = batch_size
+        runs.append(run)
+    rows = {line.split()[0]: line for line in listing.table(runs).splitlines()[2:]}
+    assert "digits-28, batch 64 (recipe 128) " in rows["pytorch"]
+    assert "batch" not in rows["jax"]

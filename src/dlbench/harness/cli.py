@@ -324,7 +324,7 @@ class NoPositionalStores(argparse.Action):
 def cmd_compare(args: argparse.Namespace) -> int:
     """Prints the comparison; 1 when a cell breaks --fail-above, else 0."""
     limit = None if args.fail_above is None else compare.parse_fail_above(args.fail_above)
-    result = compare.compare(args.results, args.baseline, args.versions, args.metric, limit)
+    result = compare.compare(args.results, args.baseline, args.versions, args.metric, limit, args.across or ())
     print(comparison.render(result, limit))
     return 1 if compare.fails(result) else 0
 
@@ -520,8 +520,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--results", default=str(DEFAULT_RESULTS), help="results folder (default: ./dlbench-results)")
     run.add_argument("--data-dir", help="data folder (default: $DLBENCH_DATA or ~/.cache/dlbench/data)")
     run.add_argument("--threads", type=positive_int,
-                     help="threads per cell, overriding the suite (default: the suite's, else the cores of the "
-                          "machine or Ray node that runs the cell)")
+                     help="threads per cell, overriding the suite and its entries (default: the entry's, else the "
+                          "suite's, else the cores of the machine or Ray node that runs the cell)")
     run.add_argument("--timeout", type=positive_float, help="seconds per cell, overriding the suite")
     run.add_argument("--memory-limit-mb", type=positive_float,
                      help="kill a worker whose process tree exceeds this RSS")
@@ -633,6 +633,9 @@ def parser() -> argparse.ArgumentParser:
                      help=f"the time compared (default steady_epoch_s); one of: {', '.join(compare.METRICS)}")
     cmp.add_argument("--fail-above", metavar="PERCENT",
                      help="exit 1 when a cell of B is slower than A by more than this, e.g. 5%%")
+    cmp.add_argument("--across", action="append", choices=compare.AXES,
+                     help="match cells that differ in this axis of a sweep too (repeatable); without it, cells of "
+                          "other threads or batch sizes never match")
     cmp.set_defaults(func=cmd_compare)
 
     est = commands.add_parser("estimate", help="forecast a suite's wall time from the runs a results store holds")
@@ -647,7 +650,7 @@ def parser() -> argparse.ArgumentParser:
     est.add_argument("--device", choices=suite.DEVICES)
     est.add_argument("--repeat", type=positive_int, help="repetitions per cell")
     est.add_argument("--epochs", type=positive_int, help="epochs per cell, overriding the suite")
-    est.add_argument("--threads", type=positive_int, help="threads per cell, overriding the suite")
+    est.add_argument("--threads", type=positive_int, help="threads per cell, overriding the suite and its entries")
     est.set_defaults(func=cmd_estimate)
 
     rep = commands.add_parser("report", help="write the report of the stored runs: findings, tables, figures")

@@ -10,7 +10,8 @@ hold the first epoch (FIRST_EPOCH_METRICS) match only runs that started from the
 (cold or warm), so a warm first epoch is never compared with a cold one; the suite's compile_cache
 setting itself is ignored, since it changes no steady epoch, and so is a stand-in dataset's own target
 (config "target"), which changes no time compared: runs stored before the stand-ins had their own targets
-match those after.
+match those after. Runs of different threads or batch sizes (a sweep's axes) match only when asked
+(`--across threads`, `--across batch_size`): each side must then hold one value of the axis per cell.
 """
 import dataclasses
 import hashlib
@@ -31,6 +32,13 @@ METRICS = ("steady_epoch_s", "train_time_s", "first_epoch_s", "eval_time_s", "wa
 LABEL_FIELDS = ("framework", "workload", "dataset", "device")
 # hold the first epoch (wall time: the framework's import too), which a warm compile cache shortens
 FIRST_EPOCH_METRICS = ("train_time_s", "first_epoch_s", "wall_time_s")
+AXES = ("threads", "batch_size")  # what --across may match across
+
+
+def axis_value(run: dict, axis: str) -> object:
+    """The run's threads or batch size (config threads, recipe.batch_size)."""
+    config = run.get("config") or {}
+    return (config.get("recipe") or {}).get("batch_size") if axis == "batch_size" else config.get(axis)
 
 
 @dataclass(frozen=True)
@@ -76,12 +84,17 @@ def parse_version(text: str) -> tuple[str, str]:
     return framework, version
 
 
-def match_key(run: dict, ignore_framework: bool = False, metric: str = "steady_epoch_s") -> str:
-    """The run's configuration minus MATCH_IGNORED (and the framework when asked), as canonical JSON; for
-    FIRST_EPOCH_METRICS with the compile cache state the run started from, where it recorded one."""
+def match_key(run: dict, ignore_framework: bool = False, metric: str = "steady_epoch_s",
+              across: Sequence[str] = ()) -> str:
+    """The run's configuration minus MATCH_IGNORED (and the framework when asked, and the AXES in `across`),
+    as canonical JSON; for FIRST_EPOCH_METRICS with the compile cache state the run started from, where it
+    recorded one."""
     config = run.get("config") or {name: run.get(name) for name in LABEL_FIELDS}
-    ignored = MATCH_IGNORED + (("framework",) if ignore_framework else ())
+    ignored = MATCH_IGNORED + (("framework",) if ignore_framework else ()) + (("threads",) if "threads" in across
+                                                                               else ())
     key = {k: v for k, v in config.items() if k not in ignored}
+    if "batch_size" in across and isinstance(key.get("recipe"), dict):
+        key["recipe"] = {k: v for k, v in key["recipe"].items() if k != "batch_size"}
     key["device"] = run.get("device", key.get("device"))  # names the hardware where runs span several
     if metric in FIRST_EPOCH_METRICS and run.get("compile_cache") is not None:
         key["compile_cache"] = run["compile_cache"]
@@ -90,14 +103,31 @@ def match_key(run: dict, ignore_framework: bool = False, metric: str = "steady_e
 
 def compare_runs(runs_a: list[dict], runs_b: list[dict], a_name: str = "A", b_name: str = "B",
                  metric: str = "steady_epoch_s", ignore_framework: bool = False, alpha: float = 0.05,
-                 seed: int = 0) -> Comparison:
+                 seed: int = 0, across: Sequence[str] = ()) -> Comparison:
+    """Runs of A against runs of B, cell by cell; `across`: AXES whose values may differ between matched
+    cells (each side holding one value per cell)."""
     if metric not in METRICS:
         raise AnalysisError(f"--metric {metric!r} is not one of: {', '.join(METRICS)}")
+    for axis in across:
+        if axis not in AXES:
+            raise AnalysisError(f"--across {axis!r} is not one of: {', '.join(AXES)}")
     labelled = device_with_hardware([*runs_a, *runs_b])
     runs_a, runs_b = labelled[:len(runs_a)], labelled[len(runs_a):]
-    cells_a = _by_key(runs_a, ignore_framework, metric)
-    cells_b = _by_key(runs_b, ignore_framework, metric)
+    cells_a = _by_key(runs_a, ignore_framework, metric, across)
+    cells_b = _by_key(runs_b, ignore_framework, metric, across)
     labels = _labels({**cells_a, **cells_b}, ignore_framework, metric)
+    for name, cells in ((a_name, cells_a), (b_name, cells_b)):
+        for key, runs in cells.items():
+            for axis in across:
+                values = sorted({str(axis_value(run, axis)) for run in runs})
+                if len(values) > 1:
+                    raise AnalysisError(f"--across {axis}: {name} holds runs of {labels[key]} on several values "
+                                        f"of {axis} ({', '.join(values)}); compare one value of each side")
+    for key in (k for k in cells_a if k in cells_b):
+        changed = [f"{axis} {axis_value(cells_a[key][0], axis)} vs {axis_value(cells_b[key][0], axis)}"
+                   for axis in across if axis_value(cells_a[key][0], axis) != axis_value(cells_b[key][0], axis)]
+        if changed:
+            labels[key] += f" ({', '.join(changed)})"
     matched = [key for key in cells_a if key in cells_b]
     tests = stats.pair_tests([(b_name, _values(cells_b[k], metric), a_name, _values(cells_a[k], metric))
                               for k in matched], alpha=alpha, seed=seed)
@@ -114,10 +144,11 @@ def compare_runs(runs_a: list[dict], runs_b: list[dict], a_name: str = "A", b_na
                       tuple(labels[k] for k in cells_b if k not in cells_a))
 
 
-def _by_key(runs: list[dict], ignore_framework: bool, metric: str) -> dict[str, list[dict]]:
+def _by_key(runs: list[dict], ignore_framework: bool, metric: str,
+            across: Sequence[str] = ()) -> dict[str, list[dict]]:
     cells: dict[str, list[dict]] = {}
     for run in runs:
-        cells.setdefault(match_key(run, ignore_framework, metric), []).append(run)
+        cells.setdefault(match_key(run, ignore_framework, metric, across), []).append(run)
     return cells
 
 
@@ -157,12 +188,14 @@ def with_guard(comparison: Comparison, fail_above: float) -> Comparison:
     return dataclasses.replace(comparison, cells=tuple(cells))
 
 
-def compare_stores(a: Path | str, b: Path | str, metric: str = "steady_epoch_s", seed: int = 0) -> Comparison:
-    return compare_runs(read_runs(a), read_runs(b), str(store_path(a)), str(store_path(b)), metric, seed=seed)
+def compare_stores(a: Path | str, b: Path | str, metric: str = "steady_epoch_s", seed: int = 0,
+                   across: Sequence[str] = ()) -> Comparison:
+    return compare_runs(read_runs(a), read_runs(b), str(store_path(a)), str(store_path(b)), metric, seed=seed,
+                        across=across)
 
 
 def compare_versions(path: Path | str, version_a: str, version_b: str, metric: str = "steady_epoch_s",
-                     seed: int = 0) -> Comparison:
+                     seed: int = 0, across: Sequence[str] = ()) -> Comparison:
     """Two framework versions, "FRAMEWORK@VERSION" each, inside one store."""
     runs = read_runs(path)
     sides = []
@@ -175,20 +208,21 @@ def compare_versions(path: Path | str, version_a: str, version_b: str, metric: s
             present = sorted({f"{r['framework']}@{r.get('framework_version')}" for r in runs})
             raise AnalysisError(f"no runs of {text} in {store_path(path)}; there: {', '.join(present) or 'no runs'}")
         sides.append(side)
-    return compare_runs(sides[0], sides[1], version_a, version_b, metric, ignore_framework=True, seed=seed)
+    return compare_runs(sides[0], sides[1], version_a, version_b, metric, ignore_framework=True, seed=seed,
+                        across=across)
 
 
 def compare(results: str, baseline: str | None, versions: Sequence[str] | None, metric: str,
-            fail_above: float | None = None) -> Comparison:
+            fail_above: float | None = None, across: Sequence[str] = ()) -> Comparison:
     """The compare command's comparison: the runs in `results` (B) against those in `baseline` (A), or two
     versions inside `results`, guarded by `fail_above` (a fraction) when given."""
     if versions:
-        comparison = compare_versions(results, versions[0], versions[1], metric)
+        comparison = compare_versions(results, versions[0], versions[1], metric, across=across)
     elif baseline is None:
         raise AnalysisError("compare needs --baseline OLD (the store compared against) or "
                             "--versions FRAMEWORK@VERSION FRAMEWORK@VERSION")
     else:
-        comparison = compare_stores(baseline, results, metric)
+        comparison = compare_stores(baseline, results, metric, across=across)
     return comparison if fail_above is None else with_guard(comparison, fail_above)
 
 

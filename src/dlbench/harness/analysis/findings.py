@@ -34,7 +34,8 @@ UNCERTIFIED = ("failed", "none")
 Z = 1.96  # two accuracies closer than Z standard errors of their difference are within sampling error
 WITHIN_ERROR = "within the test set's sampling error"
 
-Key = tuple[str, str | None, int | None, str | None]  # workload, dataset, train_samples, device (CellSummary.group)
+# workload, dataset, train_samples, device, batch_size, threads (CellSummary.group)
+Key = tuple[str, str | None, int | None, str | None, int | None, int | None]
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,8 @@ class Finding:
     metric_standing: "Standing | None" = field(default=None, compare=False)
     dataset_label: str | None = field(default=None, compare=False)  # "NAME (first N of M)": data.run_label
     train_samples: int | None = None  # a suite entry's first N training samples; None: the whole split
+    batch_size: int | None = None  # its cells' batch size (CellSummary.batch_size)
+    threads: int | None = None  # its cells' threads (CellSummary.threads)
 
     @property
     def title(self) -> str:
@@ -455,7 +458,8 @@ def group_finding(cells: Sequence[CellSummary], speed_tests: Sequence[PairTest],
     notes = caveats(cells, speed_tests, comparisons) + (_sampling_notes(final, held_out) if metric.margin else [])
     by_speed, by_metric = standing(steady, speed, speed_tests), standing(final, metric, metric_tests)
     return Finding(first.workload, first.dataset, first.device, sentence(by_speed), sentence(by_metric),
-                   tuple(notes), by_speed, by_metric, first.dataset_label, first.train_samples)
+                   tuple(notes), by_speed, by_metric, first.dataset_label, first.train_samples, first.batch_size,
+                   first.threads)
 
 
 def _sampling_notes(final: Mapping[str, Sequence[float]], held_out: HeldOutSet | None) -> list[str]:

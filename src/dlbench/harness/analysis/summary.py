@@ -22,17 +22,26 @@ FIGURES = ("steady_epoch_s", "train_time_s", "first_epoch_s", "metric_value", "p
            "peak_gflops")  # that peak, achieved_gflops / mfu: each framework's own, MFU's denominator
 # train_samples: a suite entry's first N training samples (None: the whole split), from the run's configuration;
 # runs on another N of the same dataset do other work per epoch, so they are another cell and group
-CELL_KEYS = ("framework", "framework_version", "workload", "dataset", "train_samples", "device")
-GROUP_KEYS = ("workload", "dataset", "train_samples", "device")
+# batch_size and threads (a sweep's axes, issue #31), from the configuration too: runs of another batch size or
+# thread count are other measurements, never pooled nor compared with each other
+CELL_KEYS = ("framework", "framework_version", "workload", "dataset", "train_samples", "device", "batch_size",
+             "threads")
+GROUP_KEYS = ("workload", "dataset", "train_samples", "device", "batch_size", "threads")
 
 
 def key_value(run: Mapping, name: str) -> Any:
     """The run's value of one of CELL_KEYS."""
-    return (run.get("config") or {}).get("train_samples") if name == "train_samples" else run.get(name)
+    config = run.get("config") or {}
+    if name == "batch_size":
+        return (config.get("recipe") or {}).get("batch_size")
+    if name in ("train_samples", "threads"):
+        return config.get(name)
+    return run.get(name)
 
 
 def group_of(run: Mapping) -> tuple[Any, ...]:
-    """The run's workload x dataset x train_samples x device, as CellSummary.group keys it."""
+    """The run's workload x dataset x train_samples x device x batch_size x threads, as CellSummary.group keys
+    it."""
     return tuple(key_value(run, name) for name in GROUP_KEYS)
 TIME_FIGURES = ("steady_epoch_s", "train_time_s", "first_epoch_s")  # lower is better; speed_ratios' metrics
 # the figures that include the first epoch, hence the compilation a warm compile cache leaves out
@@ -91,6 +100,8 @@ class CellSummary:
     # the dataset as tables show it: "NAME (first N of M)" for runs of a suite entry's train_samples
     dataset_label: str | None = field(compare=False, default=None)
     train_samples: int | None = None  # a suite entry's first N training samples; None: the whole split
+    batch_size: int | None = None  # the runs' batch size (config recipe.batch_size); None: not recorded
+    threads: int | None = None  # the runs' threads (config threads); None: not recorded
 
     @property
     def warm(self) -> bool:
@@ -103,7 +114,8 @@ class CellSummary:
 
     @property
     def group(self) -> tuple[Any, ...]:
-        """workload, dataset, train_samples, device: the cells whose speeds are compared with each other."""
+        """workload, dataset, train_samples, device, batch_size, threads: the cells whose speeds are compared
+        with each other."""
         return tuple(getattr(self, name) for name in GROUP_KEYS)
 
     @property
@@ -132,7 +144,11 @@ def summarise(runs: list[dict], seed: int = 0) -> list[CellSummary]:
     cells: dict[tuple[Any, ...], list[dict]] = {}
     for run in runs:
         cells.setdefault(tuple(key_value(run, name) for name in CELL_KEYS), []).append(run)
-    summaries = [_summary(key, group, seed) for key, group in cells.items()]
+    # a group's heading names its threads where the store holds the same work on other thread counts
+    threads: dict[tuple[Any, ...], set[Any]] = {}
+    for key in cells:
+        threads.setdefault(key[2:7], set()).add(key[7])
+    summaries = [_summary(key, group, seed, len(threads[key[2:7]]) > 1) for key, group in cells.items()]
     return sorted(summaries, key=lambda s: _sort_key((*s.group, s.framework, s.framework_version)))
 
 
@@ -145,7 +161,7 @@ def first_epoch_runs(ok: list[dict]) -> tuple[list[dict], str | None]:
     return chosen, (WARM if not cold and ok else "cold" if states else None)
 
 
-def _summary(key: tuple[Any, ...], runs: list[dict], seed: int) -> CellSummary:
+def _summary(key: tuple[Any, ...], runs: list[dict], seed: int, show_threads: bool = False) -> CellSummary:
     ok = [dict(run, peak_gflops=_peak_gflops(run)) for run in runs if run["status"] == "ok"]
     pooled, cache = first_epoch_runs(ok)
     samples = {name: tuple(float(run[name]) for run in (pooled if name in FIRST_EPOCH_FIGURES else ok)
@@ -153,7 +169,8 @@ def _summary(key: tuple[Any, ...], runs: list[dict], seed: int) -> CellSummary:
     planned = {((run.get("config") or {}).get("recipe") or {}).get("epochs") for run in runs} - {None}
     return CellSummary(
         **dict(zip(CELL_KEYS, key, strict=True)),
-        dataset_label=", ".join(dict.fromkeys(run_label(run) for run in runs)) if key[3] else None,
+        dataset_label=", ".join(dict.fromkeys(run_label(run, threads=show_threads) for run in runs))
+        if key[3] else None,
         metric_name=next((run["metric_name"] for run in runs if run.get("metric_name")), None),
         n_ok=len(ok),
         failures=tuple((run["status"], run.get("reason")) for run in runs if run["status"] != "ok"),

@@ -1,5 +1,6 @@
 """Suite files: parsing, validation with file:line messages, and the plan of cells they describe."""
 import math
+import os
 import random
 from dataclasses import dataclass, field
 from importlib import resources
@@ -25,7 +26,8 @@ GPU_MEMORY = ("default", "grow")
 EXECUTORS = ("local", "ray")  # where the cells run: this machine, or a Ray cluster's nodes (dlbench.harness.run)
 SUITE_FIELDS = ("name", "description", "frameworks", "device", "repeat", "seed", "threads", "timeout_s",
                 "compile_cache", "allocator", "gpu_memory", "executor", "workloads")
-ENTRY_FIELDS = ("workload", "dataset", "epochs", "batch_size", "train_samples", "weights")
+ENTRY_FIELDS = ("workload", "dataset", "epochs", "batch_size", "threads", "train_samples", "weights")
+ALL_CORES = "all"  # an entry's threads value for every core of the machine at plan time
 # What a suite file may hold. The built-in suites take under 2 KiB and nest four levels (suite, workloads,
 # entry, value); the limits are far above that and far below what would exhaust time or memory.
 MAX_SUITE_BYTES = 1 << 20  # 1 MiB: a 50 MB one took 17 s and 147 MB to parse; 1 MiB, 0.35 s
@@ -113,7 +115,10 @@ class Entry:
     workload: str
     dataset: str
     epochs: int | None
-    batch_size: int | None
+    # the entry's batch sizes (an axis when more than one); empty: the workload recipe's
+    batch_sizes: tuple[int, ...] = ()
+    # the entry's threads per cell (an axis when more than one), ALL_CORES among them; empty: the suite's
+    threads: tuple[int | str, ...] = ()
     weights: str | None = None  # an .npz of starting weights (initial_weights.py), absolute
     # train on the dataset's first N training samples (its stored order); the test split stays whole
     train_samples: int | None = None
@@ -319,9 +324,37 @@ def _entry(check: _Checker, document: _Mapping, item: Any) -> Entry:
     if task not in WORKLOADS[workload].tasks:
         raise check.fail(item, "dataset", f"{dataset!r} is a {task} dataset; {workload} needs "
                          f"{' or '.join(WORKLOADS[workload].tasks)}")
-    return Entry(workload, dataset, check.integer(item, "epochs", None), check.integer(item, "batch_size", None),
-                 _weights_path(check, item), _train_samples(check, item, workload, dataset),
-                 f"{check.path}:{item.lines.get('train_samples', item.line)}")
+    return Entry(workload, dataset, check.integer(item, "epochs", None),
+                 batch_sizes=_axis(check, item, "batch_size", f"entry {workload} on {dataset}"),
+                 threads=_axis(check, item, "threads", f"entry {workload} on {dataset}"),
+                 weights=_weights_path(check, item), train_samples=_train_samples(check, item, workload, dataset),
+                 where=f"{check.path}:{item.lines.get('train_samples', item.line)}")
+
+
+def _axis(check: _Checker, item: _Mapping, key: str, entry: str) -> tuple[Any, ...]:
+    """An entry's `batch_size` or `threads`: one positive integer, or a non-empty list of distinct ones (an
+    axis of the sweep: the plan holds every value); `threads` also takes ALL_CORES, the machine's cores at
+    plan time. Absent: ()."""
+    if key not in item:
+        return ()
+    value = item[key]
+    takes_all = key == "threads"
+    accepted = (f"a positive integer{', ' + repr(ALL_CORES) if takes_all else ''}, or a non-empty list of "
+                f"distinct ones{' (all: every core of the machine)' if takes_all else ''}")
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        raise check.fail(item, key, f"{entry}: an empty list; expected {accepted}")
+    for one in values:
+        if one == ALL_CORES and takes_all:
+            continue
+        if isinstance(one, bool) or not isinstance(one, int) or one < 1:
+            also = f" ({ALL_CORES!r} is for threads only)" if one == ALL_CORES else ""
+            raise check.fail(item, key, f"{entry}: value {file_names.shortened(one)} is not accepted{also}; "
+                             f"expected {accepted}")
+    for one in values:  # every value is a positive integer or ALL_CORES now (no True, which equals 1)
+        if values.count(one) > 1:
+            raise check.fail(item, key, f"{entry}: value {one!r} is listed twice; expected {accepted}")
+    return tuple(values)
 
 
 def _train_samples(check: _Checker, item: _Mapping, workload: str, dataset: str) -> int | None:
@@ -360,10 +393,13 @@ def load(name_or_path: str) -> Suite:
 def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str] | None = None,
          device: str | None = None, repeat: int | None = None, epochs: int | None = None,
          compile_cache: str | None = None, allocator: str | None = None,
-         gpu_memory: str | None = None, threads: int | None = None) -> list[Cell]:
+         gpu_memory: str | None = None, threads: int | None = None, cores: int | None = None) -> list[Cell]:
     """Cells in run order: repetitions outermost, so a slow drift of the machine touches every
     framework alike rather than all repetitions of one; within a repetition the cells are shuffled
-    (`shuffled`), so no framework always runs first or right after the same neighbour."""
+    (`shuffled`), so no framework always runs first or right after the same neighbour. An entry's axes
+    (`batch_size`, `threads` lists) multiply its cells: entries x batch sizes x threads x frameworks;
+    `threads` (--threads) overrides every entry's threads, and an entry's `all` is `cores` (by default
+    this machine's, at plan time)."""
     if compile_cache is not None and compile_cache not in COMPILE_CACHES:
         raise SuiteError(f"compile cache {compile_cache!r} is not one of: {', '.join(COMPILE_CACHES)}")
     if allocator is not None and allocator not in ALLOCATORS:
@@ -388,24 +424,42 @@ def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str]
                 raise SuiteError(f"workload {name!r} is not in suite {suite.name!r}; its workloads: "
                                  f"{', '.join(present)}")
         entries = [e for e in entries if e.workload in workloads]
-    _check_size(suite, repeat or suite.repeat, len(entries), len(frameworks or suite.frameworks))
+    points = [(entry, batch_size, entry_threads) for entry in entries
+              for batch_size in entry.batch_sizes or (WORKLOADS[entry.workload].recipe["batch_size"],)
+              for entry_threads in _threads(entry, threads or None, suite.threads, cores or os.cpu_count() or 1)]
+    _check_size(suite, repeat or suite.repeat, len(points), len(frameworks or suite.frameworks))
     cells = []
     for repetition in range(1, (repeat or suite.repeat) + 1):
         repetition_cells = []
-        for entry in entries:
+        for entry, batch_size, cell_threads in points:
             recipe = WORKLOADS[entry.workload].recipe
             for framework in frameworks or suite.frameworks:
                 repetition_cells.append(Cell(
                     suite=suite.name, framework=framework, workload=entry.workload, dataset=entry.dataset,
                     device=device, repetition=repetition, seed=suite.seed + repetition - 1,
                     epochs=epochs or entry.epochs or recipe["epochs"],
-                    batch_size=entry.batch_size or recipe["batch_size"], threads=threads or suite.threads,
+                    batch_size=batch_size, threads=cell_threads,
                     timeout_s=suite.timeout_s, compile_cache=compile_cache or suite.compile_cache,
                     allocator=allocator or suite.allocator, gpu_memory=gpu_memory or suite.gpu_memory,
                     weights=entry.weights, train_samples=entry.train_samples, train_samples_at=entry.where,
                 ))
         cells += shuffled(repetition_cells, suite.seed, repetition)
     return cells
+
+
+def _threads(entry: Entry, override: int | None, suite_threads: int | None, cores: int) -> list[int | None]:
+    """An entry's threads per cell: --threads, else the entry's (`all` as `cores`; a value that `all` comes
+    to as well is planned once), else the suite's (None: the cores of the machine that runs the cell)."""
+    if override:
+        return [override]
+    if not entry.threads:
+        return [suite_threads]
+    values: list[int | None] = []
+    for value in entry.threads:
+        number = cores if value == ALL_CORES else int(value)
+        if number not in values:
+            values.append(number)
+    return values
 
 
 def _check_size(suite: Suite, repetitions: int, entries: int, frameworks: int) -> None:
@@ -415,8 +469,9 @@ def _check_size(suite: Suite, repetitions: int, entries: int, frameworks: int) -
     cells = repetitions * entries * frameworks
     if cells > MAX_CELLS:
         raise SuiteError(f"the plan would hold {cells:,} cells ({repetitions:,} repetitions x {entries} workload "
-                         f"entries x {frameworks} frameworks); a plan holds at most {MAX_CELLS:,}: ask for fewer "
-                         "repetitions (repeat, --repeat), workloads (-w) or frameworks (-f)")
+                         f"entries and axis values x {frameworks} frameworks); a plan holds at most {MAX_CELLS:,}: "
+                         "ask for fewer repetitions (repeat, --repeat), workloads (-w), frameworks (-f) or values "
+                         "of the entries' batch_size and threads")
     last_seed = suite.seed + repetitions - 1
     if last_seed > MAX_SEED:
         raise SuiteError(f"seed {suite.seed} and {repetitions} repetitions: the last repetition would draw from "

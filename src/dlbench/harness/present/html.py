@@ -322,7 +322,7 @@ def render(report: Report, live: str | None = None) -> str:
     # labels as each group names them (with versions only where a group holds several)
     palette = charts.colours(sorted({name for g in groups.values() for name in run_labels(g).values()}))
     findings = "".join(finding_html(f, {r["framework"] for r in groups[(f.workload, f.dataset, f.train_samples,
-                                                                         f.device)]})
+                                                                         f.device, f.batch_size, f.threads)]})
                        for f in report.findings)
     matrices = "".join(overview_html.matrix_html(m, palette) for m in overview.matrices(report.findings))
     cells = group(report.summaries)

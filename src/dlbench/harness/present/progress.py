@@ -21,6 +21,7 @@ from rich.text import Text
 
 from dlbench.harness.analysis.measures import metric_format
 from dlbench.harness.data import label as dataset_label
+from dlbench.harness.data import recipe_batch_size
 from dlbench.harness.plan.suite import Cell
 from dlbench.shared import protocol
 from dlbench.shared.protocol import EPOCH, READY, kind_of
@@ -117,8 +118,15 @@ class ETA:
         return "time left not known yet" if left is None else f"about {duration(left)} left"
 
 
+def cell_dataset(cell: Cell) -> str:
+    """The cell's dataset as the run display shows it: "NAME (first N)", ", batch B (recipe R)" for a changed
+    recipe's batch size (data.label)."""
+    return dataset_label(cell.dataset, cell.train_samples, batch_size=cell.batch_size,
+                         recipe_batch_size=recipe_batch_size(cell.workload))
+
+
 def head(index: int, total: int, cell: Cell) -> str:
-    return (f"[{index}/{total}] {cell.framework} {cell.workload} on {dataset_label(cell.dataset, cell.train_samples)} "
+    return (f"[{index}/{total}] {cell.framework} {cell.workload} on {cell_dataset(cell)} "
             f"({cell.device}, rep {cell.repetition})")
 
 
@@ -240,7 +248,7 @@ class LiveProgress:
         if self.cell is None:
             return top
         cell = self.cell
-        current = Text(f"{cell.framework} {cell.workload} on {dataset_label(cell.dataset, cell.train_samples)} "
+        current = Text(f"{cell.framework} {cell.workload} on {cell_dataset(cell)} "
                        f"({cell.device}, rep {cell.repetition})", style="bold")
         return Group(top, current, Text(f"  {self.detail}"))
 
