@@ -77,6 +77,16 @@ def test_the_interval_narrows_with_more_repetitions_and_one_run_has_none(tmp_pat
     assert table.rows[1][3] == "2.00x" and "a value of one run has no interval" in table.note
 
 
+def test_a_thread_count_whose_runs_were_flagged_for_their_cores_is_marked(tmp_path: Path) -> None:
+    runs = thread_sweep({("pytorch", 1): [10.0, 10.0], ("pytorch", 4): [6.0, 6.0]})
+    for run, _, _ in runs[2:]:
+        run["cores_flag"] = "used 1.9 of 4 cores"  # 4 threads on a 2-core machine
+    [figure] = scaling(store_of(tmp_path, runs))
+    table = scaling_text.table(figure)
+    assert [row[2] for row in table.rows] == ["10.0 s [10.0-10.0, 50%]", "6.00 s [6.00-6.00, 50%] †"]
+    assert table.note.endswith("the findings' caveats name it")
+
+
 def test_throughput_over_batch_sizes_says_the_changed_recipe(tmp_path: Path) -> None:
     times = {32: [2.0, 2.5], 64: [1.0, 1.0], 128: [0.8]}
     runs = store_of(tmp_path, [sweep_run("pytorch", t, rep, batch_size=batch, position=batch + rep)

@@ -14,8 +14,9 @@ Batch-size scaling. A run's training throughput is its training samples per epoc
 steady epoch time, in samples per second; a cell's is the median over its successful runs with the
 order-statistic interval of that median (stats.estimate). Runs stored without n_train are left out.
 """
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dlbench.harness.analysis.stats import Estimate, estimate, ratio
@@ -34,6 +35,9 @@ class Point:
     steady_epoch_s: Estimate
     figure: Estimate  # thread scaling: the speed-up over the line's base; batch size: samples per second
     efficiency: Estimate | None = None  # thread scaling only: speed-up / (value / base)
+    # a run of the cell kept far fewer or more cores busy than its threads (summary.RunBrief.cores_flag):
+    # more threads than free cores, say, where a speed-up says more about the machine than the framework
+    cores_flagged: bool = False
 
 
 @dataclass(frozen=True)
@@ -96,12 +100,14 @@ def _figures(cells: Mapping[tuple[Any, ...], list[Mapping]], axis: str, seed: in
     for key, runs in cells.items():
         if key[at] is None:
             continue
+        # a figure: the key less framework, version (a line: key[:2]) and the axis (a point)
         rest = tuple(v for i, v in enumerate(key) if i not in (0, 1, at))
         figures.setdefault(rest, {}).setdefault(key[:2], {})[key[at]] = runs
     found = []
     for _, lines in sorted(figures.items(), key=lambda item: _sort_key(item[0])):
         built = [line for framework, values in sorted(lines.items(), key=lambda item: _sort_key(item[0]))
-                 if (line := _line(framework, values, axis, _versions(lines), seed)) is not None]
+                 if (line := _line(framework, values, axis, Counter(name for name, _ in lines), seed))
+                 is not None]
         if built:  # the figure's setting is every one of its runs': any run says it
             found.append(_figure(axis, next(run for values in lines.values() for runs in values.values()
                                             for run in runs), built))
@@ -112,17 +118,10 @@ def _sort_key(values: Iterable[Any]) -> tuple[str, ...]:
     return tuple("" if v is None else str(v) for v in values)
 
 
-def _versions(lines: Mapping[tuple[Any, ...], Any]) -> dict[str, int]:
-    """Framework -> how many of its versions the figure holds."""
-    counts: dict[str, int] = {}
-    for framework, _ in lines:
-        counts[framework] = counts.get(framework, 0) + 1
-    return counts
-
-
 def _line(framework: tuple[Any, ...], by_value: Mapping[int, list[Mapping]], axis: str,
           versions: Mapping[str, int], seed: int) -> Line | None:
-    """The framework's line, None where fewer than 2 of its values have a steady epoch time."""
+    """The framework's line, None where fewer than 2 of its values have a steady epoch time; versions:
+    framework -> how many of its versions the figure holds."""
     times = {value: [float(r["steady_epoch_s"]) for r in runs if r.get("steady_epoch_s") is not None]
              for value, runs in by_value.items()}
     times = {value: samples for value, samples in sorted(times.items()) if samples}
@@ -133,10 +132,12 @@ def _line(framework: tuple[Any, ...], by_value: Mapping[int, list[Mapping]], axi
     if axis == THREADS:
         base = 1 if 1 in times else min(times)
         points = tuple(_thread_point(value, base, times[value], times[base], seed) for value in times)
-        return Line(shown, name, base, points)
-    points = tuple(Point(value, estimate(times[value], seed), estimate(_throughputs(by_value[value]), seed))
-                   for value in times)
-    return Line(shown, name, None, points)
+    else:
+        points = tuple(Point(value, estimate(times[value], seed), estimate(_throughputs(by_value[value]), seed))
+                       for value in times)
+        base = None
+    flagged = {value for value, runs in by_value.items() if any(r.get("cores_flag") for r in runs)}
+    return Line(shown, name, base, tuple(replace(p, cores_flagged=p.value in flagged) for p in points))
 
 
 def _thread_point(threads: int, base: int, times: list[float], base_times: list[float], seed: int) -> Point:

@@ -4,7 +4,7 @@ from collections.abc import Sequence
 
 from dlbench.harness.analysis.findings import seconds
 from dlbench.harness.analysis.scaling import THREADS, Figure, Line, base_text, batch_text
-from dlbench.harness.present.tables import Table, with_ci
+from dlbench.harness.present.tables import CORES_LEGEND, CORES_MARK, Table, with_ci
 
 SPEED_UP_METHOD = ("speed-up: the base's median steady epoch time over this thread count's (one value per run), "
                    "interval from the two medians' order-statistic intervals, each at the square root of 95% "
@@ -58,7 +58,8 @@ def table(figure: Figure) -> Table:
     for line in figure.lines:
         for point in line.points:
             value = str(point.value) if threads else batch_text(point.value, figure.recipe_batch_size)
-            row = [line_label(line, figure), value, with_ci(point.steady_epoch_s, seconds)]
+            mark = CORES_MARK if point.cores_flagged else ""
+            row = [line_label(line, figure), value, with_ci(point.steady_epoch_s, seconds) + mark]
             if threads:
                 row += [with_ci(point.figure, lambda v: f"{v:.2f}x"),
                         "-" if point.efficiency is None else with_ci(point.efficiency, lambda v: f"{v:.0%}")]
@@ -75,7 +76,9 @@ def _note(figure: Figure) -> str:
     counts = sorted({p.steady_epoch_s.n for line in figure.lines for p in line.points})
     runs = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]} to {counts[-1]}"
     single = "; a value of one run has no interval" if 1 in counts else ""
-    return f"{method}; {runs} successful run{'' if counts == [1] else 's'} per value{single}"
+    flagged = any(p.cores_flagged for line in figure.lines for p in line.points)
+    return (f"{method}; {runs} successful run{'' if counts == [1] else 's'} per value{single}"
+            + (f"; {CORES_LEGEND}" if flagged else ""))
 
 
 def tables(figures: Sequence[Figure]) -> list[Table]:
