@@ -104,3 +104,36 @@ def study_store(path: Path, repetitions: int = 8) -> Path:
                     "deviations": [{"tensor": "grad/dense_1/kernel", "kind": "gradient", "max_abs": worst,
                                     "max_rel": worst, "tolerance": 1e-3, "passed": bool(passed)}]})
     return path / "dlbench.sqlite"
+
+
+SWEEP_N_TRAIN = 1000  # a sweep run's training samples per epoch
+# steady epoch times per framework and thread count (cnn-mnist, the recipe's batch 128); jax has no 1 thread
+THREAD_TIMES = {("pytorch", 1): [9.0, 10.0, 11.0], ("pytorch", 2): [5.0, 5.5, 6.0], ("pytorch", 4): [3.0, 3.0, 3.5],
+                ("jax", 2): [6.0, 6.0, 6.0], ("jax", 4): [4.0, 4.0, 4.0]}
+
+
+def sweep_run(framework: str, steady: float, repetition: int, *, threads: int = 2, batch_size: int = 128,
+              position: int = 0) -> tuple[dict, list[dict], list[dict]]:
+    """A stored cnn-mnist run of one sweep cell: its threads and batch size in its configuration."""
+    run, rows, samples = synthetic_run(framework, "cnn-mnist", repetition, steady, 0.95, position=position,
+                                       n_samples=3)
+    run["config"]["threads"] = run["threads"] = threads
+    run["config"]["recipe"]["batch_size"] = batch_size
+    run["cell_hash"] = f"{framework}-{threads}-{batch_size}-{repetition}"
+    run["n_train"] = SWEEP_N_TRAIN
+    return run, rows, samples
+
+
+def store_of(folder: Path, runs: list[tuple[dict, list[dict], list[dict]]]) -> list[dict]:
+    """A results folder holding these runs; returns them as the store reads them back."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with Store(folder / "dlbench.sqlite") as store:
+        for run in runs:
+            store.save_run(*run)
+        return store.runs()
+
+
+def thread_sweep(times: dict[tuple[str, int], list[float]] = THREAD_TIMES) -> list:
+    """One run per (framework, threads) and time listed, repetitions counted from 1."""
+    return [sweep_run(framework, t, rep, threads=threads, position=10 * threads + rep)
+            for (framework, threads), values in times.items() for rep, t in enumerate(values, 1)]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import guard
 import pytest
-from synthetic_store import study_store, synthetic_run
+from synthetic_store import store_of, study_store, sweep_run, synthetic_run, thread_sweep
 
 from dlbench.harness import cli
 from dlbench.harness.present import html, report
@@ -101,6 +101,20 @@ def test_report_in_a_real_browser_shows_every_chart_without_errors(page: Path, r
     assert header[:8] == b"\x89PNG\r\n\x1a\n"
     assert struct.unpack(">II", header[16:24]) == (1400, 3000)
     assert shot.stat().st_size > 50_000  # charts and text, not a blank page
+
+
+def test_a_sweeps_scaling_charts_render_in_a_real_browser(tmp_path: Path) -> None:
+    store_of(tmp_path / "sweep", thread_sweep() + [sweep_run("pytorch", 2.0, rep, batch_size=64, position=90 + rep)
+                                                   for rep in (1, 2)])
+    page = report.write(tmp_path / "sweep")
+    done = browse(tmp_path / "profile", page.as_uri() + "#expand", "--dump-dom")
+    assert done.returncode == 0, done.stderr[-2000:]
+    # four groups (batch 128 at 1, 2 and 4 threads, batch 64 at 2: bars and convergence each), a timeline
+    # per run (17), and the scaling section's two figures (threads at batch 128, batch sizes at 2 threads)
+    expected = 2 * 4 + 17 + 2
+    assert render_status(done.stdout) == {"expected": str(expected), "charts": str(expected),
+                                          "charts-shown": str(expected), "errors": "0"}
+    assert console_messages(done.stderr) == []
 
 
 def test_script_errors_reach_the_page_status(page: Path, tmp_path: Path) -> None:

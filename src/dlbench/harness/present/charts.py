@@ -282,3 +282,35 @@ def _thin(samples: Sequence[Mapping]) -> list[Mapping]:
 def _median(values: list[float]) -> float:
     mid = len(values) // 2
     return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+ScalingPoint = tuple[float, float | None, float | None, float | None]  # axis value, median, low, high
+
+
+def scaling_lines(lines: Mapping[str, Sequence[ScalingPoint]], palette: Mapping[str, tuple], chart_id: str,
+                  xlabel: str, ylabel: str, ideal: Sequence[tuple[float, float]] = (),
+                  marked: float | None = None, marked_label: str = "") -> str:
+    """A sweep's figure: one line per framework over the axis's values (a log-2 axis: thread counts and
+    batch sizes double), the median with whiskers for its interval where it has one; `ideal`, dashed grey
+    (linear speed-up); `marked`, a dotted vertical line at that axis value (the recipe's batch size)."""
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(6.0, 3.0), layout="constrained")
+        for label, points in lines.items():
+            shown = [p for p in points if p[1] is not None]
+            xs, mids = [p[0] for p in shown], [p[1] for p in shown]
+            ax.plot(xs, mids, marker="o", ms=4, lw=1.5, color=palette[label], label=label)
+            for x, mid, low, high in shown:
+                if low is not None and high is not None:
+                    ax.errorbar(x, mid, yerr=[[mid - low], [high - mid]], color=palette[label], capsize=3, lw=1)
+        if ideal:
+            ax.plot([x for x, _ in ideal], [y for _, y in ideal], color="0.55", lw=1, ls="--", label="linear")
+        if marked is not None:
+            ax.axvline(marked, color="0.4", lw=1, ls=":", label=marked_label)
+        values = sorted({p[0] for points in lines.values() for p in points})
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(values, [f"{v:g}" for v in values])
+        ax.minorticks_off()
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        fig.legend(loc="outside right upper", fontsize=8, frameon=False)
+        return to_svg(fig, chart_id)

@@ -1,12 +1,13 @@
 """What a report shows, read once from the store: the runs, certificates and samples, the analysis's
 summaries and findings, and the tables built from them. Every renderer (html, markdown) reads this."""
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 from dlbench.harness.analysis.findings import Finding, findings, shared_caveats
 from dlbench.harness.analysis.load import device_with_hardware, held_out_sets
+from dlbench.harness.analysis.scaling import Figure, scaling
 from dlbench.harness.analysis.summary import CellSummary, summarise
 from dlbench.harness.certification import machine_store
 from dlbench.harness.environments.envs import dlbench_home
@@ -31,6 +32,7 @@ class Report:
     manifest: list[tables.Table]
     dlbench_version: str
     study: StudySection  # the study's own results beside the runs on its datasets
+    scaling: list[Figure] = field(default_factory=list)  # a sweep's thread and batch-size figures; none without
 
 
 def load(store_path: Path) -> Report:
@@ -50,4 +52,4 @@ def load(store_path: Path) -> Report:
                   samples, summaries, shared, found,
                   tables.study_tables(summaries, peaks) + tables.detector_time_split(runs),
                   tables.certificate_grid(certificates, runs), manifest.manifest(runs), manifest.dlbench_version(),
-                  section(runs))
+                  section(runs), scaling(runs))

@@ -9,10 +9,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 
 from dlbench.harness.analysis.findings import Finding, group, label
+from dlbench.harness.analysis.scaling import THREADS
+from dlbench.harness.analysis.scaling import Figure as ScalingFigure
 from dlbench.harness.analysis.stats import Estimate
 from dlbench.harness.analysis.summary import WARM, CellSummary, group_of
 from dlbench.harness.data import run_label
-from dlbench.harness.present import charts, overview, overview_html, tables
+from dlbench.harness.present import charts, overview, overview_html, scaling, tables
 from dlbench.harness.present.contents import Report
 from dlbench.harness.present.study import StudySection
 from dlbench.harness.present.tables import Table
@@ -289,10 +291,11 @@ def _has_gpu(runs: Sequence[Mapping], samples: Mapping[int, list]) -> bool:
 
 
 def expected_charts(report: Report) -> int:
-    """How many charts render() draws: two per workload group (one when no run has epochs), one per sampled run."""
+    """How many charts render() draws: two per workload group (one when no run has epochs), one per sampled run,
+    one per scaling figure."""
     groups = run_groups(report.runs).values()
     return (len(groups) + sum(1 for g in groups if any(r.get("epochs") for r in g))
-            + sum(1 for r in report.runs if report.samples.get(r["id"])))
+            + sum(1 for r in report.runs if report.samples.get(r["id"])) + len(report.scaling))
 
 
 def _select(name: str, values: Iterable[str]) -> str:
@@ -329,7 +332,8 @@ def render(report: Report, live: str | None = None) -> str:
     figures = ("".join(group_figures(runs_of_group, cells[key], report.samples, palette, i)
                        for i, (key, runs_of_group) in enumerate(groups.items())) if live is None
                else '<p class="note">The charts are drawn when the run ends.</p>')
-    sections = ("overview", "findings", "tables", "study", "figures", "certificates", "manifest")
+    sections = ("overview", "findings", "tables", "study", "figures", *(("scaling",) if report.scaling else ()),
+                "certificates", "manifest")
     nav = ("".join(f'<a href="#{s}">{s.capitalize()}</a>' for s in sections)
            + _select("device", (r.get("device") or "?" for r in runs))
            + _select("workload", (r["workload"] for r in runs))
@@ -346,6 +350,7 @@ def render(report: Report, live: str | None = None) -> str:
         f'<h2 id="tables">Tables</h2>{"".join(table_html(t) for t in report.study_tables)}'
         f'<h2 id="study">The study side by side</h2>{study_html(report.study)}'
         f'<h2 id="figures">Figures</h2>{figures}'
+        + scaling_html(report.scaling, live is None) +
         f'<h2 id="certificates">Certificates</h2>{table_html(report.certificate_grid)}'
         f'<h2 id="manifest">Manifest</h2>{"".join(table_html(t, sortable=True) for t in report.manifest)}'
         f'<p class="note">Report built by dlbench {escape(report.dlbench_version)}.</p>'
@@ -359,6 +364,37 @@ def render(report: Report, live: str | None = None) -> str:
             + f"<title>dlbench report</title><style>{STYLE}{overview_html.STYLE}</style>"
             f"<script>{SCRIPT}</script></head>"
             f"<body>{body}</body></html>\n")
+
+
+def scaling_html(figures: Sequence[ScalingFigure], draw: bool = True) -> str:
+    """The Scaling section, only where the store holds a sweep: per figure its chart (unless `draw` is off,
+    as on a live page) and its table."""
+    if not figures:
+        return ""
+    parts = [f'<h2 id="scaling">Scaling</h2><p class="note">{escape(scaling.INTRO)}</p>']
+    for i, sweep in enumerate(figures):
+        keys = _keys(sweep.workload, sweep.device, {line.framework for line in sweep.lines})
+        chart = figure(scaling_chart(sweep, f"scaling-{i}"), scaling.caption(sweep), keys) if draw else ""
+        parts.append(f"<section{keys}>{chart}{table_html(scaling.table(sweep))}</section>")
+    return "".join(parts)
+
+
+def scaling_chart(sweep: ScalingFigure, chart_id: str) -> str:
+    """A sweep's figure drawn: speed-up with the linear one dashed (where every line shares its base), or
+    throughput with the recipe's batch size dotted."""
+    labels = {line.label: scaling.line_label(line, sweep) for line in sweep.lines}
+    palette = charts.colours(list(labels.values()))
+    lines = {labels[line.label]: [(p.value, p.figure.median, p.figure.low, p.figure.high) for p in line.points]
+             for line in sweep.lines}
+    x_label, y_label = scaling.x_label(sweep), scaling.y_label(sweep)
+    if sweep.axis == THREADS:
+        (base, *others) = sweep.bases
+        values = sorted({p.value for line in sweep.lines for p in line.points})
+        ideal = [(v, v / base) for v in values] if base and not others else []
+        return charts.scaling_lines(lines, palette, chart_id, x_label, y_label, ideal)
+    recipe = sweep.recipe_batch_size
+    return charts.scaling_lines(lines, palette, chart_id, x_label, y_label, marked=recipe,
+                                marked_label=f"recipe ({recipe})")
 
 
 def study_html(section: StudySection) -> str:

@@ -5,7 +5,7 @@ The overview is the HTML page's first screen from the same matrices (present.ove
 colours, so a text mark says whether the findings' test shows a gap where the HTML draws solid or striped."""
 from html import escape
 
-from dlbench.harness.present import overview
+from dlbench.harness.present import overview, scaling
 from dlbench.harness.present.contents import Report
 from dlbench.harness.present.study import StudySection
 from dlbench.harness.present.tables import Table
@@ -50,6 +50,8 @@ def render(report: Report) -> str:
         parts.append("")
     parts += ["## Tables", ""] + [table_md(t) for t in report.study_tables]
     parts += study_md(report.study)
+    if report.scaling:  # only where the store holds a sweep; where the HTML page has it, after the study
+        parts += ["## Scaling", "", _text(scaling.INTRO), ""] + [table_md(t) for t in scaling.tables(report.scaling)]
     parts += ["## Certificates", "", table_md(report.certificate_grid)]
     parts += ["## Manifest", ""] + [table_md(t) for t in report.manifest]
     return "\n".join(parts)
