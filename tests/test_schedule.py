@@ -8,6 +8,8 @@ import pytest
 from dlbench.harness.plan.workloads import WorkloadError, get_workload
 from dlbench.harness.run.cell_config import cell_recipe
 from dlbench.shared import schedule as schedules
+from dlbench.worker.base import BaseAdapter
+from dlbench.worker.detector import DetectorAdapter
 
 WARMUP_COSINE = {"name": "warmup_cosine", "warmup_steps": 4, "total_steps": 12, "final_lr_fraction": 0.1}
 
@@ -53,3 +55,15 @@ def test_total_steps_auto_becomes_the_cells_updates():
     with pytest.raises(WorkloadError, match="workload lstm-imdb: recipe: schedule warmup_cosine: total_steps: "
                                             r"expected a whole number above warmup_steps \(4\), got 1"):
         cell_recipe(workload, 1, 1000, 1000)  # one update, fewer than the warm-up
+
+
+def test_the_worker_refuses_a_bad_schedule_and_a_detector_any_schedule():
+    """Every adapter's contract (worker/base.py) validates the recipe's schedule before building anything;
+    the detectors step their optimisers at a constant rate and refuse one by name."""
+    lstm = get_workload("lstm-imdb")
+    with pytest.raises(schedules.ScheduleError, match="final_lr_fraction: expected a number in"):
+        BaseAdapter(lstm.model(), dict(lstm.recipe, schedule=dict(WARMUP_COSINE, final_lr_fraction=-0.1)),
+                    "binary", "cpu", 1, 0)
+    frcnn = get_workload("frcnn-voc")
+    with pytest.raises(NotImplementedError, match="learning-rate schedule 'warmup_cosine': this adapter does not"):
+        DetectorAdapter(frcnn.model(), dict(frcnn.recipe, schedule=WARMUP_COSINE), "detection", "cpu", 1, 0)
