@@ -25,7 +25,9 @@ reference's SGD exactly (velocity kept as -lr times torch's, the same arithmetic
 reference's Adadelta with lr 1 (Chainer's has no learning rate: another lr is refused). Chainer's
 Adam puts epsilon outside the bias correction of the second moment (eps * sqrt(1 - beta2^t) in the
 reference's terms, 30x the reference's at step 1), which moves parameters with small gradients
-visibly differently; the reference's Adam is written out as a Chainer UpdateRule instead.
+visibly differently; the reference's Adam is written out as a Chainer UpdateRule instead, with Chainer's
+Adam's eta (a schedule's multiplier, set by an optimizer hook before each update) and weight_decay_rate
+(AdamW's decoupled decay, which Chainer scales by eta but not by the learning rate).
 
 Threads: Chainer computes with numpy on the CPU, so the threads are the BLAS's; threadpoolctl sets
 them from the `threads` argument and threads_used() reports what the BLAS library says it uses.

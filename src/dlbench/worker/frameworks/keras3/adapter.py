@@ -35,7 +35,9 @@ Where Keras differs from the reference (PyTorch) semantics, it is corrected here
   reported loss stays the data loss, as torch's.
 - Adam: Keras adds epsilon to sqrt(v) before v's bias correction (p -= lr*sqrt(1-b2^t)/(1-b1^t) * m /
   (sqrt(v) + eps)); torch after it (p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)). TorchAdam
-  applies torch's formula.
+  applies torch's formula. AdamW is TorchAdam with Keras's own decoupled weight_decay (p -= lr_t * wd * p
+  before each update, as keras.optimizers.AdamW and torch's AdamW), and a schedule is Keras's CosineDecay
+  with warm-up, evaluated at the optimizer's iterations before each update counts itself.
 - Adadelta: Keras's formula is torch's (checked in keras 3.15 source, generic and torch-parallel).
 - BatchNormalization: Keras updates the moving variance with the biased batch variance; BatchNorm
   below updates it with the unbiased one (n/(n-1)), as torch does, and normalises with the biased one.
