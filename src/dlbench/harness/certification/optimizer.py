@@ -8,9 +8,10 @@ The framework's adapter applies synthetic gradient sequences to a small dense la
 apply_gradients (the optimiser object it trains with), and its weights after chosen steps are
 compared with the rule computed in float64 from the same start. Each check makes some terms dominate
 (`checks`):
-- decay: zero gradients, so that only the coupled L2 moves the weights. SGD's learning rate is
-  raised for it so that a step moves a weight by DECAY_STEP of itself (at the recipe's, a
-  zero-gradient step rounds away in float32); every other value is the recipe's;
+- decay: zero gradients, so that only the coupled L2 (or AdamW's decoupled decay) moves the weights.
+  SGD's and AdamW's learning rate is raised for it so that a step moves a weight by DECAY_STEP of
+  itself (at the recipe's, a zero-gradient step rounds away in float32); every other value is the
+  recipe's;
 - epsilon: gradients at the scale where epsilon is as large as the term it is added to;
 - sequence: SEQUENCE_STEPS steps, one large gradient then small ones with a drift, which exposes
   momentum, Nesterov (from the first step), the betas, rho and the bias corrections;
@@ -20,8 +21,8 @@ compared with the rule computed in float64 from the same start. Each check makes
   the warm-up (from its learning rate 0), the cosine decay and the constant rate after it. The
   recipe's own warm-up and total run to thousands of steps; the adapter reads the three settings
   from the recipe it is handed, so a setting it misread or ignored shows in these steps.
-AdamW's decoupled decay (torch.optim.AdamW: p <- p - lr_t * weight_decay * p, then Adam's step with
-lr_t) gets the decay check as SGD's coupled L2 does: a zero gradient leaves Adam's step at 0.
+AdamW's decay is decoupled (torch.optim.AdamW: p <- p - lr_t * weight_decay * p, then Adam's step with
+lr_t): with a zero gradient Adam's step is 0, so the raised rate moves the weights by the decay alone.
 A weight passes when it deviates from the rule by at most TOLERANCE of the rule's change of that
 weight since the start.
 """
@@ -44,7 +45,7 @@ DECOUPLED = ("adamw",)  # whose weight_decay is decoupled (torch.optim.AdamW's),
 RAISED_LR = ("sgd", "adamw")  # whose zero-gradient step is the decay alone, so the decay check raises lr
 MODEL = ir.model([5], "float32", [ir.dense(4)])  # kernel (5, 4) and bias (4,): 24 weights
 START_SCALE = 0.05  # start weights uniform in +-this: small, so float32 rounds them finely
-DECAY_STEP = 1e-3  # the decay check's SGD moves a weight by this share of itself a step
+DECAY_STEP = 1e-3  # the decay check's SGD or AdamW moves a weight by this share of itself a step
 DECAY_STEPS = 10
 EPSILON_STEPS = 10
 SEQUENCE_STEPS = 300  # enough for beta2 = 0.999's memory of the first gradient to show (see the tests)
