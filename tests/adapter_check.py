@@ -6,8 +6,10 @@ Usage: python adapter_check.py ADAPTER_PATH < cases.json
 cases.json: [{"workload", "model", "recipe", "task", "n_classes"}...], made by the harness-side test;
 a case with "data": {"x": path, "y": path, "scale"} trains on those arrays' first rows instead; a case with
 "grid" (a list of floats) is a dense layer as wide as the grid, then an activation: it gets an identity
-kernel and zero bias, and its row holds only the predictions on the grid (the activation itself). Last,
-one line {"workload": "refusals", ...}: what the adapter raised for a layer type and an optimizer that
+kernel and zero bias, and its row holds only the predictions on the grid (the activation itself); a case
+with "gradients" (weight name -> a list of steps) applies them one step each through apply_gradients from
+the case's "weights", and its row holds the weights after every step. Last, one line {"workload":
+"refusals", ...}: what the adapter raised for a layer type, an optimizer and a learning-rate schedule that
 the IR and the recipes would accept (patched in here) but that it has no code for.
 Data come from numpy's legacy RandomState, whose stream is the same in every numpy version, so the
 harness side regenerates the probe inputs exactly.
@@ -19,6 +21,7 @@ import sys
 import numpy as np
 
 from dlbench.shared import ir
+from dlbench.shared import schedule as schedules
 from dlbench.shared.init import canonical_init
 from dlbench.shared.ir import input_vocab
 from dlbench.worker import base
@@ -100,6 +103,18 @@ def grid(adapter_class, case):
     return {"workload": case["workload"], "predictions": predictions.tolist()}
 
 
+def optimizer_steps(adapter_class, case):
+    """The weights after each apply_gradients of the case's gradient sequence, from its weights."""
+    adapter = adapter_class(case["model"], dict(case["recipe"], batch_size=1), case["task"], "cpu", 1, 0)
+    adapter.set_weights({name: np.asarray(value, np.float32) for name, value in case["weights"].items()})
+    after = []
+    gradients = {name: np.asarray(value, np.float32) for name, value in case["gradients"].items()}
+    for step in range(len(next(iter(gradients.values())))):
+        adapter.apply_gradients({name: value[step] for name, value in gradients.items()})
+        after.append({name: value.tolist() for name, value in adapter.get_weights().items()})
+    return {"workload": case["workload"], "after": after}
+
+
 def raised(build):
     """What build() raised, as "Type: message" (or while training one epoch on what it returned)."""
     try:
@@ -122,10 +137,13 @@ def refusals(adapter_class, case):
     plain = ir.model([8], "float32", [ir.dense(4), ir.activation("relu"), ir.dense(2)])
     base.OPTIMIZERS += (NOVEL,)
     novel_optimizer = dict(recipe, optimizer={"name": NOVEL, "lr": 0.1})
+    schedules.SCHEDULES[NOVEL] = ()
+    novel_schedule = dict(recipe, schedule={"name": NOVEL})
     return {
         "workload": "refusals",
         "layer": raised(lambda: adapter_class(with_novel_layer, recipe, "classification", "cpu", 1, 0)),
         "optimizer": raised(lambda: adapter_class(plain, novel_optimizer, "classification", "cpu", 1, 0)),
+        "schedule": raised(lambda: adapter_class(plain, novel_schedule, "classification", "cpu", 1, 0)),
     }
 
 
@@ -133,7 +151,8 @@ def main():
     adapter_class = load_adapter_class(sys.argv[1])
     cases = json.load(sys.stdin)
     for case in cases:
-        print(json.dumps(grid(adapter_class, case) if "grid" in case else check(adapter_class, case)), flush=True)
+        run = grid if "grid" in case else optimizer_steps if "gradients" in case else check
+        print(json.dumps(run(adapter_class, case)), flush=True)
     print(json.dumps(refusals(adapter_class, cases[0])), flush=True)
 
 

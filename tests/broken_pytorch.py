@@ -135,3 +135,34 @@ class ChangedRho(_OptimizerBug):
     @staticmethod
     def changed(config):
         return dict(config, rho=0.9)
+
+
+class _ScheduleBug(adapter.Adapter):
+    """A schedule setting read wrongly: the recipe's learning-rate schedule is built with one value changed."""
+
+    @staticmethod
+    def changed(schedule: dict) -> dict:
+        raise NotImplementedError
+
+    def __init__(self, model, recipe, *args):
+        if "schedule" in recipe:  # the certificate's other checks run at a constant rate
+            recipe = dict(recipe, schedule=self.changed(dict(recipe["schedule"])))
+        super().__init__(model, recipe, *args)
+
+
+class LateWarmup(_ScheduleBug):
+    @staticmethod
+    def changed(schedule):
+        return dict(schedule, warmup_steps=schedule["warmup_steps"] + 1)
+
+
+class LongerTotal(_ScheduleBug):
+    @staticmethod
+    def changed(schedule):
+        return dict(schedule, total_steps=schedule["total_steps"] + 1)
+
+
+class HigherFinalRate(_ScheduleBug):
+    @staticmethod
+    def changed(schedule):
+        return dict(schedule, final_lr_fraction=1.1 * schedule["final_lr_fraction"])

@@ -42,7 +42,9 @@ def broken(monkeypatch):
                           ("pytorch-channel-dropout", "ChannelDropout"), ("pytorch-keras-momentum", "KerasMomentum"),
                           ("pytorch-hundredfold-decay", "HundredfoldDecay"),
                           ("pytorch-nesterov-dropped", "NesterovDropped"),
-                          ("pytorch-tenfold-epsilon", "TenfoldEpsilon"), ("pytorch-changed-rho", "ChangedRho")):
+                          ("pytorch-tenfold-epsilon", "TenfoldEpsilon"), ("pytorch-changed-rho", "ChangedRho"),
+                          ("pytorch-late-warmup", "LateWarmup"), ("pytorch-longer-total", "LongerTotal"),
+                          ("pytorch-higher-final-rate", "HigherFinalRate")):
         monkeypatch.setitem(envs.RECIPES, name, dataclasses.replace(
             reference, framework=name, adapter=f"broken_pytorch:{adapter}",
             worker_env={"PYTHONPATH": f"{PACKAGE_PARENT}:{TESTS}"}))
@@ -96,15 +98,26 @@ def test_a_hundredfold_weight_decay_fails_the_certificate(broken, store, tmp_pat
 
 
 SGD_NESTEROV = {"name": "sgd", "lr": 0.01, "momentum": 0.9, "nesterov": True, "weight_decay": 1e-4}
+# a Transformer's usual AdamW, with a schedule whose warm-up and total the certificate's own replace
+ADAMW = {"name": "adamw", "lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "weight_decay": 0.01}
+WARMUP_COSINE = {"name": "warmup_cosine", "warmup_steps": 1000, "total_steps": 50000, "final_lr_fraction": 0.1}
 
 
-@pytest.mark.parametrize("framework, config, culprits", [
-    ("pytorch-nesterov-dropped", SGD_NESTEROV, {"sequence"}),
-    ("pytorch-tenfold-epsilon", get_workload("lstm-imdb").recipe["optimizer"], {"epsilon"}),
-    ("pytorch-changed-rho", get_workload("lstm-ptb").recipe["optimizer"], {"epsilon", "sequence"}),
+@pytest.mark.parametrize("framework, config, schedule, culprits", [
+    ("pytorch-nesterov-dropped", SGD_NESTEROV, None, {"sequence"}),
+    ("pytorch-tenfold-epsilon", get_workload("lstm-imdb").recipe["optimizer"], None, {"epsilon"}),
+    ("pytorch-changed-rho", get_workload("lstm-ptb").recipe["optimizer"], None, {"epsilon", "sequence"}),
+    ("pytorch-hundredfold-decay", ADAMW, WARMUP_COSINE, {"decay"}),
+    ("pytorch-tenfold-epsilon", ADAMW, WARMUP_COSINE, {"epsilon"}),
+    ("pytorch-late-warmup", ADAMW, WARMUP_COSINE, {"schedule"}),
+    ("pytorch-longer-total", ADAMW, WARMUP_COSINE, {"schedule"}),
+    ("pytorch-higher-final-rate", ADAMW, WARMUP_COSINE, {"schedule"}),
+    ("pytorch-late-warmup", SGD_NESTEROV, WARMUP_COSINE, {"schedule"}),
 ])
-def test_a_broken_optimiser_term_fails_its_check(broken, tmp_path, framework, config, culprits):
-    made = optimizer.requests("probe", config, probes.probe_folder(framework, tmp_path))
+def test_a_broken_optimiser_term_fails_its_check(broken, tmp_path, framework, config, schedule, culprits):
+    """Each broken term fails its check and the reference passes every check: AdamW's decoupled decay 100x
+    fails the decay check, a schedule's warm-up, total or final rate read wrongly the schedule check."""
+    made = optimizer.requests("probe", config, probes.probe_folder(framework, tmp_path), schedule)
     arrays = probes.run_probes(framework, [request for _, request in made], tmp_path)
     failed = {check.name for (check, _), out in zip(made, arrays, strict=True)
               if not all(row["passed"] for row in optimizer.rows(check, out))}
@@ -331,8 +344,13 @@ def test_the_cache_state_is_cold_until_the_shared_folder_holds_a_file(tmp_path):
 
 
 def test_the_optimiser_rule_refuses_what_it_has_no_formula_for():
-    with pytest.raises(optimizer.OptimizerError, match="optimizer 'adamw': no rule for it; known: sgd"):
-        optimizer.checks({"name": "adamw", "lr": 1e-3})
+    with pytest.raises(optimizer.OptimizerError, match="optimizer 'lamb': no rule for it; known: sgd"):
+        optimizer.checks({"name": "lamb", "lr": 1e-3})
+    with pytest.raises(optimizer.OptimizerError, match="optimizer adamw: missing weight_decay"):
+        optimizer.checks({k: v for k, v in ADAMW.items() if k != "weight_decay"})
+    with pytest.raises(optimizer.OptimizerError, match="schedule 'step': no rule for it; known: warmup_cosine"):
+        optimizer.rule_steps(ADAMW, optimizer.start_weights(), optimizer.checks(ADAMW)[0].gradients, (1,),
+                             {"name": "step"})
     with pytest.raises(optimizer.OptimizerError, match="unknown setting.*amsgrad.*accepted: lr, beta1"):
         optimizer.checks(dict(get_workload("lstm-imdb").recipe["optimizer"], amsgrad=True))
     with pytest.raises(optimizer.OptimizerError, match="optimizer sgd: missing nesterov"):
@@ -400,3 +418,48 @@ def test_batchnorms_epsilon_is_checked_where_it_dominates(tmp_path):
     layer = dict(requests[0]["model"]["layers"][0], epsilon=1.1e-3)
     [wrong] = probes.batchnorm_rows(dict(requests[0], model=probes.batchnorm_model(layer)), output["output"])
     assert not wrong["passed"] and wrong["max_rel"] > 100 * probes.TOLERANCES["output"]
+
+
+def test_every_value_of_adamw_and_its_schedule_is_seen_by_the_optimiser_certificate(tmp_path):
+    """certify --power on a recipe with AdamW and warmup_cosine: each optimiser and schedule value, changed,
+    fails the true reference's optimiser certificate (a schedule value in the probe's own schedule)."""
+    recipe = dict(get_workload("lstm-imdb").recipe, optimizer=ADAMW, schedule=WARMUP_COSINE)
+    workload = dataclasses.replace(get_workload("lstm-imdb"), recipe=recipe)
+    checks = probes.optimizer_requests(workload, probes.probe_folder(REFERENCE, tmp_path))
+    assert [check.name for check, _ in checks] == ["decay", "epsilon", "sequence", "schedule"]
+    outputs = probes.run_probes(REFERENCE, [request for _, request in checks], tmp_path)
+    assert all(row["passed"] for (check, _), out in zip(checks, outputs, strict=True)
+               for row in optimizer.rows(check, out))
+    changes = [change for change in power.changes(workload.model(), recipe)
+               if change.path[1] in ("optimizer", "schedule")]
+    settings = [f"optimizer.{key}" for key in ("name", *optimizer.SETTINGS["adamw"])]
+    settings += [f"schedule.{key}" for key in ("warmup_steps", "total_steps", "final_lr_fraction")]
+    assert sorted(change.label for change in changes) == sorted(f"recipe.{setting}" for setting in settings)
+    for change in changes:
+        rows = power._optimizer_rows(change, checks, outputs)
+        assert not all(row["passed"] for row in rows), change.label
+
+
+def pieces_with_adamw():
+    """The Transformer pieces trained with AdamW and a warm-up and cosine schedule whose total the harness would
+    resolve per cell ("auto"): the certificate runs its own warm-up and total (optimizer.PROBE_SCHEDULE)."""
+    pieces = transformer_pieces.workload()
+    schedule = dict(WARMUP_COSINE, total_steps="auto")
+    return dataclasses.replace(pieces, name=f"{pieces.name}-adamw",
+                               recipe=dict(pieces.recipe, optimizer=ADAMW, schedule=schedule))
+
+
+@pytest.fixture(scope="session")
+def adamw_reference(certify_dir) -> dict:
+    return probes.reference_probes([pieces_with_adamw()], certify_dir)
+
+
+@pytest.mark.parametrize("framework", CANDIDATES)
+def test_adamw_with_warmup_cosine_certifies(store, certify_dir, adamw_reference, framework):
+    """Each framework's AdamW and schedule pass every check of the optimiser certificate (the decay, epsilon,
+    sequence and schedule checks), beside the pieces' outputs, gradients and steps."""
+    [cert] = probes.certify([framework], [pieces_with_adamw()], store, certify_dir, quiet, adamw_reference)
+    checked = {row["tensor"].split("/")[1] for row in cert["deviations"] if row["kind"] == "optimizer"}
+    assert checked == {"decay", "epsilon", "sequence", "schedule"}
+    assert cert["passed"], [(row["tensor"], row["max_rel"], row.get("problem")) for row in cert["deviations"]
+                            if not row["passed"]]

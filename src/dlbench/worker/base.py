@@ -11,15 +11,17 @@ from typing import Dict, Iterator
 
 import numpy as np
 
+from dlbench.shared import schedule as schedules
 from dlbench.shared.ir import LOSSES
 
 PAD_ID = 0  # the label the masked loss and its accuracy leave out
-OPTIMIZERS = ("sgd", "adam", "adadelta")
+OPTIMIZERS = ("sgd", "adam", "adadelta", "adamw")
 
 
 def not_built(what: str, name: str) -> NotImplementedError:
-    """The error for a layer type the IR declares, or an optimizer OPTIMIZERS names, that an adapter
-    has no code for: raised, so that no other layer or optimizer ever stands in for it."""
+    """The error for a layer type the IR declares, an optimizer OPTIMIZERS names, or a learning-rate
+    schedule shared/schedule.py names, that an adapter has no code for: raised, so that no other layer,
+    optimizer or schedule ever stands in for it."""
     return NotImplementedError("%s %r: this adapter does not build it" % (what, name))
 
 
@@ -102,6 +104,8 @@ class BaseAdapter(object):
             raise ValueError("unknown loss %r; known: %s" % (recipe["loss"], ", ".join(LOSSES)))
         if recipe["optimizer"]["name"] not in OPTIMIZERS:
             raise ValueError("unknown optimizer %r; known: %s" % (recipe["optimizer"]["name"], ", ".join(OPTIMIZERS)))
+        if "schedule" in recipe:  # the learning rate's (shared/schedule.py); none: constant
+            schedules.validate(recipe["schedule"])
         self.model_ir = model
         self.recipe = recipe
         self.task = task

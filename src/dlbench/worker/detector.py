@@ -30,7 +30,7 @@ import numpy as np
 
 from dlbench.shared.detection import pipeline
 from dlbench.shared.detection.voc_eval import voc_map
-from dlbench.worker.base import BaseAdapter, sibling_module
+from dlbench.worker.base import BaseAdapter, not_built, sibling_module
 
 LOSS_NAMES = ("rpn_objectness", "rpn_box", "head_class", "head_box")
 
@@ -85,6 +85,8 @@ class DetectorAdapter(BaseAdapter):
         super().__init__(model, recipe, task, device, threads, seed)
         if recipe["batch_size"] != 1:  # the loop below takes one image a step, whatever a recipe says
             raise ValueError("a detector trains on one image a step: batch_size %r; accepted: 1" % recipe["batch_size"])
+        if "schedule" in recipe:  # the detectors step their optimisers at the recipe's constant rate
+            raise not_built("learning-rate schedule", recipe["schedule"]["name"])
         self.config = pipeline.settings(recipe)
         self.scale = 255.0
         self.epochs_trained = 0  # the worker's epochs count from 1: each image's stream is keyed by it

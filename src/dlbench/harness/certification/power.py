@@ -139,7 +139,7 @@ def power(workload: Workload, workdir: Path) -> list[dict]:
     pending: list[tuple[Change, list[dict], Callable[[list[dict]], list[dict]]]] = []
     rows = []
     for index, change in enumerate(changes(true_model, workload.recipe)):
-        if change.path[:2] == ("recipe", "optimizer"):
+        if change.path[:2] in (("recipe", "optimizer"), ("recipe", "schedule")):
             rows.append(_row(workload, true_model, change, _optimizer_rows(change, optimizer_checks, optimizer_out)))
             continue
         model, recipe = _applied(true_model, workload.recipe, change)
@@ -162,12 +162,19 @@ def power(workload: Workload, workdir: Path) -> list[dict]:
 
 
 def _optimizer_rows(change: Change, checks: list, outputs: list[dict]) -> list[dict]:
-    """The true optimiser's outputs against the rule with the changed value, check by check."""
+    """The true optimiser's outputs against the rule with the changed value, check by check. A schedule's
+    value changes in the schedule check alone, where the probe's own warm-up and total steps are changed
+    as the recipe's would be (an adapter that misread one would misread the probe's)."""
     key = change.path[-1]
     judged = []
     for (check, _), out in zip(checks, outputs, strict=True):
-        to = changed(key, check.config[key]) if key == "lr" else change.to  # the decay check's raised rate
         try:
+            if change.path[1] == "schedule":
+                if check.schedule is not None:
+                    judged += optimizer.rows(check, out, None, dict(check.schedule,
+                                                                    **{key: changed(key, check.schedule[key])}))
+                continue
+            to = changed(key, check.config[key]) if key == "lr" else change.to  # the decay check's raised rate
             judged += optimizer.rows(check, out, dict(check.config, **{key: to}))
         except optimizer.OptimizerError as error:
             return [{"tensor": f"optimizer rule: {error}", "passed": False, "max_rel": None, "max_abs": None,
@@ -182,10 +189,10 @@ def _probes(workload: Workload, model: dict, recipe: dict, folder: Path,
     layers = {layer["name"]: layer for layer, _, _ in ir.all_shapes(model)}  # an IRError if it makes no model
     folder.mkdir(parents=True, exist_ok=True)
     if workload.study_meta["task"] == "detection":
-        certified, training = model, recipe
+        certified, training = model, probes.constant_rate(recipe)
     else:
         certified = without_dropout(model)
-        training = dict(recipe, batch_size=truth.weights["recipe"]["batch_size"])
+        training = dict(probes.constant_rate(recipe), batch_size=truth.weights["recipe"]["batch_size"])
     weights = dict(truth.weights, model=certified, recipe=training, out=str(folder / "weights.npz"))
     # the dropout and BatchNorm checks on the true inputs and weights, with the changed layer's settings
     dropout = [dict(request, model=probes.dropout_model(layers[request["layer"]]["rate"], tuple(request["shape"])),

@@ -110,7 +110,8 @@ def detector_request(workload: Workload, folder: Path, exact: bool) -> dict:
     for stale in (out, out.with_name(out.name + ".error")):
         stale.unlink(missing_ok=True)
     return {"kind": "detector", "name": f"{workload.name}{' (float64)' if exact else ''}", "model": model,
-            "recipe": dict(workload.recipe, **({"dtype": "float64"} if exact else {})), "task": "detection",
+            "recipe": dict(constant_rate(workload.recipe), **({"dtype": "float64"} if exact else {})),
+            "task": "detection",
             "x": str(folder / f"{name}-x.npy"), "targets": str(folder / f"{name}-targets.npz"), "seed": SEED,
             "steps": STEPS, "out": str(out)}
 
@@ -127,7 +128,7 @@ def weights_request(workload: Workload, folder: Path, exact: bool) -> dict:
     out = folder / f"{name}.npz"
     for stale in (out, out.with_name(out.name + ".error")):
         stale.unlink(missing_ok=True)
-    training = dict(workload.recipe, batch_size=len(x), **({"dtype": "float64"} if exact else {}))
+    training = dict(constant_rate(workload.recipe), batch_size=len(x), **({"dtype": "float64"} if exact else {}))
     return {"name": f"{workload.name}{' (float64)' if exact else ''}", "model": model, "recipe": training,
             "task": workload.study_meta["task"], "x": str(folder / f"{name}-x.npy"),
             "y": str(folder / f"{name}-y.npy"), "seed": SEED, "steps": STEPS, "out": str(out)}
@@ -162,7 +163,8 @@ def dropout_requests(workload: Workload, folder: Path) -> list[dict]:
         requests.append({
             "kind": "dropout", "name": f"{workload.name} {layer['name']} (dropout)", "layer": layer["name"],
             "rate": layer["rate"], "shape": list(shape), "model": dropout_model(layer["rate"], shape),
-            "recipe": dict(workload.recipe, batch_size=count), "task": workload.study_meta["task"], "x": str(x),
+            "recipe": dict(constant_rate(workload.recipe), batch_size=count), "task": workload.study_meta["task"],
+            "x": str(x),
             "weights": str(weights), "seed": SEED, "out": str(out)})
     return requests
 
@@ -200,9 +202,15 @@ def _dropout_row(tensor: str, deviation: float, scale: float, allowed: float) ->
             "max_rel": deviation / scale, "passed": bool(deviation <= allowed)}
 
 
+def constant_rate(recipe: dict) -> dict:
+    """The recipe without its learning-rate schedule: the few steps of the other probes run at the base rate
+    (a schedule's first update has rate 0); the optimiser certificate's schedule check certifies the schedule."""
+    return {key: value for key, value in recipe.items() if key != "schedule"}
+
+
 def optimizer_requests(workload: Workload, folder: Path) -> list[tuple[optimizer.Check, dict]]:
     """The optimiser certificate's probes of the workload's recipe (certification/optimizer.py)."""
-    return optimizer.requests(workload.name, workload.recipe["optimizer"], folder)
+    return optimizer.requests(workload.name, workload.recipe["optimizer"], folder, workload.recipe.get("schedule"))
 
 
 def batchnorm_requests(workload: Workload, folder: Path) -> list[dict]:
@@ -228,7 +236,7 @@ def batchnorm_requests(workload: Workload, folder: Path) -> list[dict]:
             stale.unlink(missing_ok=True)
         requests.append({
             "kind": "inference", "name": f"{workload.name} {layer['name']} (batchnorm)", "layer": layer["name"],
-            "model": batchnorm_model(layer), "recipe": dict(workload.recipe, batch_size=BATCH),
+            "model": batchnorm_model(layer), "recipe": dict(constant_rate(workload.recipe), batch_size=BATCH),
             "task": workload.study_meta["task"], "x": str(x), "weights": str(weights_file), "seed": SEED,
             "out": str(out)})
     return requests

@@ -2,6 +2,7 @@
 configuration whose hash identifies its runs in the store, with the compile-cache policy it asks for."""
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,7 +12,8 @@ from dlbench.harness.environments import envs, sources
 from dlbench.harness.measure import energy, peaks
 from dlbench.harness.plan import initial_weights
 from dlbench.harness.plan.suite import Cell, SuiteError
-from dlbench.harness.plan.workloads import Workload, get_workload
+from dlbench.harness.plan.workloads import Workload, WorkloadError, get_workload
+from dlbench.shared import schedule as schedules
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ def resolve(cell: Cell, data_dir: Path, cores: int | None = None) -> Prepared:
     check_train_samples(cell, dataset)
     env = envs.require(cell.framework, cell.device)
     built = env.info()
-    recipe = dict(workload.recipe, epochs=cell.epochs, batch_size=cell.batch_size)
+    recipe = cell_recipe(workload, cell.epochs, cell.batch_size, cell.train_samples or dataset.meta["n_train"])
     config = {
         "framework": cell.framework, "workload": cell.workload, "dataset": cell.dataset,
         "dataset_hash": dataset.hash, "device": cell.device, "threads": cell.threads or cores or os.cpu_count(),
@@ -93,6 +95,24 @@ def resolve(cell: Cell, data_dir: Path, cores: int | None = None) -> Prepared:
         # only then: the hashes of cold cells, and of frameworks the setting does not touch, stay as they were
         config["compile_cache"] = "shared"
     return Prepared(cell, workload, dataset, env, config)
+
+
+def cell_recipe(workload: Workload, epochs: int, batch_size: int, train_count: int) -> dict:
+    """The workload's recipe at the cell's epochs and batch size, its schedule's total_steps "auto" resolved
+    to the updates the cell makes (epochs x batches of its training samples, the last batch maybe short), so
+    that the worker sees a number and the cell's hash holds it; a bad schedule is refused naming the workload."""
+    recipe = dict(workload.recipe, epochs=epochs, batch_size=batch_size)
+    if "schedule" not in recipe:
+        return recipe
+    schedule = dict(recipe["schedule"])
+    if schedule.get("total_steps") == "auto":
+        schedule["total_steps"] = epochs * math.ceil(train_count / batch_size)
+    try:
+        schedules.validate(schedule)
+    except schedules.ScheduleError as error:
+        raise WorkloadError(f"workload {workload.name}: recipe: {error}") from None
+    recipe["schedule"] = schedule
+    return recipe
 
 
 def check_train_samples(cell: Cell, dataset: data.PreparedDataset) -> None:

@@ -25,7 +25,9 @@ reference's SGD exactly (velocity kept as -lr times torch's, the same arithmetic
 reference's Adadelta with lr 1 (Chainer's has no learning rate: another lr is refused). Chainer's
 Adam puts epsilon outside the bias correction of the second moment (eps * sqrt(1 - beta2^t) in the
 reference's terms, 30x the reference's at step 1), which moves parameters with small gradients
-visibly differently; the reference's Adam is written out as a Chainer UpdateRule instead.
+visibly differently; the reference's Adam is written out as a Chainer UpdateRule instead, with Chainer's
+Adam's eta (a schedule's multiplier, set by an optimizer hook before each update) and weight_decay_rate
+(AdamW's decoupled decay, which Chainer scales by eta but not by the learning rate).
 
 Threads: Chainer computes with numpy on the CPU, so the threads are the BLAS's; threadpoolctl sets
 them from the `threads` argument and threads_used() reports what the BLAS library says it uses.
@@ -46,8 +48,9 @@ import numpy as np
 import threadpoolctl
 from chainer import optimizer_hooks
 
+from dlbench.shared import schedule as schedules
 from dlbench.shared.ir import infer_shapes, same_padding
-from dlbench.worker.base import PAD_ID, BaseAdapter, Split, batch_slices, finish_metrics, not_built
+from dlbench.worker.base import PAD_ID, BaseAdapter, Split, batch_slices, finish_metrics, lookup, not_built
 
 ZERO = chainer.initializers.Zero()  # every weight is set from the canonical ones before use
 CANONICAL_TO_CHAINER_GATES = (2, 0, 1, 3)  # F.lstm's (a, i, f, o) as positions in (i, f, g, o)
@@ -273,8 +276,10 @@ class TorchAdamRule(chainer.optimizer.UpdateRule):
         m += (1.0 - hp.beta1) * (grad - m)
         v *= hp.beta2
         v += (1.0 - hp.beta2) * grad * grad
-        step_size = hp.lr / (1.0 - hp.beta1 ** self.t)  # self.t counts this update already
+        step_size = hp.eta * hp.lr / (1.0 - hp.beta1 ** self.t)  # self.t counts this update already
         denominator = np.sqrt(v) / math.sqrt(1.0 - hp.beta2 ** self.t) + hp.eps
+        if hp.weight_decay_rate:  # decoupled, scaled by eta as Chainer's Adam scales it
+            param.data -= (hp.eta * hp.weight_decay_rate) * param.data
         param.data -= step_size * m / denominator
 
 
@@ -283,11 +288,16 @@ class TorchAdam(chainer.optimizer.GradientMethod):
     beta1 = chainer.optimizer.HyperparameterProxy("beta1")
     beta2 = chainer.optimizer.HyperparameterProxy("beta2")
     eps = chainer.optimizer.HyperparameterProxy("eps")
+    eta = chainer.optimizer.HyperparameterProxy("eta")
+    weight_decay_rate = chainer.optimizer.HyperparameterProxy("weight_decay_rate")
 
-    def __init__(self, lr: float, beta1: float, beta2: float, eps: float):
+    def __init__(self, lr: float, beta1: float, beta2: float, eps: float, weight_decay_rate: float = 0.0):
+        """eta and weight_decay_rate as Chainer's Adam has them: every step scaled by the schedule multiplier
+        eta (1 without a schedule), param -= eta * (step + weight_decay_rate * param)."""
         super().__init__()
         self.hyperparam.lr, self.hyperparam.beta1 = lr, beta1
         self.hyperparam.beta2, self.hyperparam.eps = beta2, eps
+        self.hyperparam.eta, self.hyperparam.weight_decay_rate = 1.0, weight_decay_rate
 
     def create_update_rule(self):
         return TorchAdamRule(self.hyperparam)
@@ -301,6 +311,11 @@ def make_optimizer(config: dict) -> chainer.Optimizer:
         return chainer.optimizers.MomentumSGD(lr=config["lr"], momentum=config.get("momentum", 0.0))
     if name == "adam":
         return TorchAdam(config["lr"], config["beta1"], config["beta2"], config["epsilon"])
+    if name == "adamw":
+        # Chainer scales the decoupled decay by eta but not by alpha (lr): the rate holds lr * weight_decay,
+        # so that eta * rate * param is torch's lr_t * weight_decay * param
+        return TorchAdam(config["lr"], config["beta1"], config["beta2"], config["epsilon"],
+                         weight_decay_rate=config["lr"] * config["weight_decay"])
     if name != "adadelta":
         raise not_built("optimizer", name)
     if config["lr"] != 1.0:
@@ -330,12 +345,35 @@ def loss_terms(loss: str, logits, labels: np.ndarray):
     return F.softmax_cross_entropy(flat, flat_labels), len(labels), int(np.count_nonzero(right)), flat_labels.size
 
 
-def optimizer_for(link: chainer.Link, config: dict) -> chainer.Optimizer:
-    """make_optimizer's optimiser set up on `link`, with coupled L2 (a WeightDecay hook) when asked."""
+class WarmupCosine(object):
+    """Optimizer hook: before each update, eta (Adam's schedule multiplier) for the update numbered
+    optimizer.t (from 0; the update counts itself after the pre-update hooks)."""
+
+    name = "WarmupCosine"
+    timing = "pre"
+    call_for_each_param = False
+
+    def __init__(self, schedule: dict):
+        self.schedule = schedule
+
+    def __call__(self, optimizer):
+        optimizer.eta = schedules.factor(self.schedule, optimizer.t)
+
+
+def optimizer_for(link: chainer.Link, config: dict, schedule=None) -> chainer.Optimizer:
+    """make_optimizer's optimiser set up on `link`, with coupled L2 (a WeightDecay hook) when asked, and the
+    recipe's learning-rate schedule (a hook setting eta) when it has one."""
     optimizer = make_optimizer(config)
     optimizer.setup(link)
-    if config.get("weight_decay"):
+    if config.get("weight_decay") and config["name"] != "adamw":  # adamw's is decoupled: in its update rule
         optimizer.add_hook(optimizer_hooks.WeightDecay(config["weight_decay"]))
+    if schedule is not None:
+        hook = lookup({"warmup_cosine": WarmupCosine}, "schedule", schedule["name"])
+        if not isinstance(optimizer, TorchAdam):
+            raise ValueError("chainer adapter: a learning-rate schedule is built for adam and adamw (eta); "
+                             "MomentumSGD keeps lr inside its velocity and AdaDelta has no learning rate: %r"
+                             % config["name"])
+        optimizer.add_hook(hook(schedule))
     return optimizer
 
 
@@ -356,7 +394,7 @@ class Adapter(BaseAdapter):
         self._thread_limit = cpu_threads(device, threads)
         np.random.seed(seed)  # Chainer's dropout masks come from numpy's global generator
         self.model = Model(model)
-        self.optimizer = optimizer_for(self.model, recipe["optimizer"])
+        self.optimizer = optimizer_for(self.model, recipe["optimizer"], recipe.get("schedule"))
         self.float_inputs = model["input_dtype"].startswith("float")
         self._arrays = {}  # id of a Split -> (the split, x, y) in memory: read once
 

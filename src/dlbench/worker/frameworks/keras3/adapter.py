@@ -35,7 +35,9 @@ Where Keras differs from the reference (PyTorch) semantics, it is corrected here
   reported loss stays the data loss, as torch's.
 - Adam: Keras adds epsilon to sqrt(v) before v's bias correction (p -= lr*sqrt(1-b2^t)/(1-b1^t) * m /
   (sqrt(v) + eps)); torch after it (p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)). TorchAdam
-  applies torch's formula.
+  applies torch's formula. AdamW is TorchAdam with Keras's own decoupled weight_decay (p -= lr_t * wd * p
+  before each update, as keras.optimizers.AdamW and torch's AdamW), and a schedule is Keras's CosineDecay
+  with warm-up, evaluated at the optimizer's iterations before each update counts itself.
 - Adadelta: Keras's formula is torch's (checked in keras 3.15 source, generic and torch-parallel).
 - BatchNormalization: Keras updates the moving variance with the biased batch variance; BatchNorm
   below updates it with the unbiased one (n/(n-1)), as torch does, and normalises with the biased one.
@@ -344,23 +346,47 @@ def backend_class(cls, kwargs: dict):
     return type(cls(learning_rate=1.0, **kwargs))
 
 
-def make_optimizer(config: dict):
+def learning_rate(config: dict, schedule=None):
+    """The recipe's learning rate, or its schedule as a Keras LearningRateSchedule of the optimizer's
+    iterations (from 0, read before each update increments them)."""
+    if schedule is None:
+        return config["lr"]
+    if schedule["name"] != "warmup_cosine":
+        raise not_built("schedule", schedule["name"])
+    if config["name"] == "sgd" and config["momentum"]:
+        raise ValueError("keras adapter: momentum SGD with a learning-rate schedule: Keras's SGD keeps lr inside "
+                         "its velocity (m = momentum*m - lr*g), the reference's does not, so a changing lr "
+                         "differs; not built")
+    # from initial_learning_rate 0 up to warmup_target over warmup_steps, then cosine to alpha * warmup_target
+    # over decay_steps
+    return keras.optimizers.schedules.CosineDecay(
+        0.0, schedule["total_steps"] - schedule["warmup_steps"], alpha=schedule["final_lr_fraction"],
+        warmup_target=config["lr"], warmup_steps=schedule["warmup_steps"])
+
+
+def make_optimizer(config: dict, schedule=None):
     name = config["name"]
+    coupled = float(config.get("weight_decay") or 0.0)
     if name == "sgd":
         cls, kwargs = keras.optimizers.SGD, {"momentum": config["momentum"], "nesterov": config["nesterov"]}
     elif name == "adam":
         cls, kwargs = TorchAdam, {"beta_1": config["beta1"], "beta_2": config["beta2"], "epsilon": config["epsilon"]}
     elif name == "adadelta":
         cls, kwargs = keras.optimizers.Adadelta, {"rho": config["rho"], "epsilon": config["epsilon"]}
+    elif name == "adamw":
+        # keras.optimizers.AdamW is Adam with Keras's own decoupled weight_decay (p -= lr_t * wd * p before
+        # each update), torch's AdamW's; TorchAdam keeps torch's epsilon placement
+        cls, kwargs = TorchAdam, {"beta_1": config["beta1"], "beta_2": config["beta2"], "epsilon": config["epsilon"],
+                                  "weight_decay": config["weight_decay"]}
+        coupled = 0.0
     else:
         raise not_built("optimizer", name)
     cls = backend_class(cls, kwargs)
-    decay = float(config.get("weight_decay") or 0.0)
-    if decay:
+    if coupled:
         mixin = CoupledL2Parallel if hasattr(cls, "_parallel_update_step") else CoupledL2
-        cls = type("CoupledL2" + cls.__name__, (mixin, cls), {"coupled_l2": decay})
+        cls = type("CoupledL2" + cls.__name__, (mixin, cls), {"coupled_l2": coupled})
     cls = type("Dense" + cls.__name__, (DenseGradients, cls), {})
-    return cls(learning_rate=config["lr"], **kwargs)
+    return cls(learning_rate=learning_rate(config, schedule), **kwargs)
 
 
 # ---- the adapter ------------------------------------------------------------------------------
@@ -408,7 +434,7 @@ class Adapter(BaseAdapter):
         with keras.device(self.device_name):
             self.core, self.variables = build_model(model)
         self.trainable = [key for key in self.variables if "/moving_" not in key]
-        self.optimizer = make_optimizer(recipe["optimizer"])
+        self.optimizer = make_optimizer(recipe["optimizer"], recipe.get("schedule"))
         self._trainers = {}  # input scale -> compiled Trainer (the weights and optimizer are shared)
         self._arrays = {}  # id of a Split -> (the split, x, y in memory)
 

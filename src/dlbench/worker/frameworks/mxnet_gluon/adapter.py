@@ -63,6 +63,7 @@ import numpy as np  # noqa: E402
 from mxnet import autograd, gluon, nd  # noqa: E402
 from mxnet.gluon import nn, rnn  # noqa: E402
 
+from dlbench.shared import schedule as schedules  # noqa: E402
 from dlbench.shared.ir import infer_shapes, same_padding  # noqa: E402
 from dlbench.worker.base import (  # noqa: E402
     PAD_ID,
@@ -302,13 +303,24 @@ def from_gluon_layout(kind: str, key: str, value: np.ndarray) -> np.ndarray:
 # ---- optimisers: the reference's (torch's) formulas, with nd operators ---------------------------
 # In place where the reference is (torch's mul_, add_): the same roundings, fewer temporaries.
 
+def learning_rate(config: dict, schedule=None):
+    """Each update's learning rate by its number (from 0), a host float as MXNet's lr_scheduler gives its
+    optimisers one per update: the recipe's constant, or its schedule's (shared/schedule.py)."""
+    if schedule is None:
+        return lambda update: config["lr"]
+    factor = lookup({"warmup_cosine": schedules.factor}, "schedule", schedule["name"])
+    return lambda update: config["lr"] * factor(schedule, update)
+
+
 class SGD(object):
-    def __init__(self, params: List[nd.NDArray], config: dict):
-        self.lr, self.momentum = config["lr"], config.get("momentum", 0.0)
+    def __init__(self, params: List[nd.NDArray], config: dict, schedule=None):
+        self.rate, self.updates = learning_rate(config, schedule), 0
+        self.momentum = config.get("momentum", 0.0)
         self.nesterov, self.weight_decay = config.get("nesterov", False), config.get("weight_decay", 0.0)
         self.velocity = [nd.zeros_like(p) for p in params] if self.momentum else []
 
     def step(self, params, grads):
+        lr, self.updates = self.rate(self.updates), self.updates + 1
         for k, (p, g) in enumerate(zip(params, grads)):
             if self.weight_decay:
                 g = g + self.weight_decay * p  # coupled L2, on every trainable weight
@@ -317,21 +329,27 @@ class SGD(object):
                 v *= self.momentum
                 v += g
                 g = g + self.momentum * v if self.nesterov else v
-            p -= self.lr * g
+            p -= lr * g
 
 
 class Adam(object):
-    def __init__(self, params: List[nd.NDArray], config: dict):
-        self.lr, self.b1, self.b2, self.eps = config["lr"], config["beta1"], config["beta2"], config["epsilon"]
+    decoupled_decay = 0.0  # AdamW's: p -= lr_t * weight_decay * p before the step
+
+    def __init__(self, params: List[nd.NDArray], config: dict, schedule=None):
+        self.rate = learning_rate(config, schedule)
+        self.b1, self.b2, self.eps = config["beta1"], config["beta2"], config["epsilon"]
         self.t = 0
         self.m = [nd.zeros_like(p) for p in params]
         self.v = [nd.zeros_like(p) for p in params]
 
     def step(self, params, grads):
+        lr = self.rate(self.t)
         self.t += 1  # the step count lives on the host: the bias corrections are plain floats
-        step_size = self.lr / (1.0 - self.b1 ** self.t)
+        step_size = lr / (1.0 - self.b1 ** self.t)
         bc2_sqrt = (1.0 - self.b2 ** self.t) ** 0.5
         for p, g, m, v in zip(params, grads, self.m, self.v):
+            if self.decoupled_decay:
+                p *= 1.0 - lr * self.decoupled_decay
             m *= self.b1
             m += (1.0 - self.b1) * g
             v *= self.b2
@@ -342,13 +360,25 @@ class Adam(object):
             p -= step_size * m / denominator
 
 
+class AdamW(Adam):
+    """The reference's (torch's) AdamW: Adam above with the decoupled decay first. MXNet 1.9's own
+    (nd.contrib.adamw_update, w -= eta * (lr * m / (sqrt(v) + eps) + wd * w)) has no bias correction: its
+    callers fold it into lr, which moves epsilon, as MXNet's Adam does."""
+
+    def __init__(self, params: List[nd.NDArray], config: dict, schedule=None):
+        super().__init__(params, config, schedule)
+        self.decoupled_decay = config["weight_decay"]
+
+
 class Adadelta(object):
-    def __init__(self, params: List[nd.NDArray], config: dict):
-        self.lr, self.rho, self.eps = config["lr"], config["rho"], config["epsilon"]
+    def __init__(self, params: List[nd.NDArray], config: dict, schedule=None):
+        self.rate, self.updates = learning_rate(config, schedule), 0
+        self.rho, self.eps = config["rho"], config["epsilon"]
         self.square_avg = [nd.zeros_like(p) for p in params]
         self.delta_avg = [nd.zeros_like(p) for p in params]
 
     def step(self, params, grads):
+        lr, self.updates = self.rate(self.updates), self.updates + 1
         for p, g, v, u in zip(params, grads, self.square_avg, self.delta_avg):
             v *= self.rho
             v += (1.0 - self.rho) * nd.square(g)
@@ -357,10 +387,10 @@ class Adadelta(object):
             d *= g
             u *= self.rho
             u += (1.0 - self.rho) * nd.square(d)
-            p -= self.lr * d
+            p -= lr * d
 
 
-OPTIMIZERS = {"sgd": SGD, "adam": Adam, "adadelta": Adadelta}
+OPTIMIZERS = {"sgd": SGD, "adam": Adam, "adadelta": Adadelta, "adamw": AdamW}
 
 
 # ---- the objective: the network and its loss in one hybridized graph -----------------------------
@@ -428,7 +458,8 @@ class Adapter(BaseAdapter):
         self.objective.hybridize(static_alloc=True, static_shape=True)
         self.trainable = [p for p in self.objective.collect_params().values() if p.grad_req != "null"]
         optimizer = lookup(OPTIMIZERS, "optimizer", recipe["optimizer"]["name"])
-        self.optimizer = optimizer([p.data(self.ctx) for p in self.trainable], recipe["optimizer"])
+        self.optimizer = optimizer([p.data(self.ctx) for p in self.trainable], recipe["optimizer"],
+                                   recipe.get("schedule"))
         self.float_inputs = model["input_dtype"].startswith("float")
         self._arrays = {}  # id of a Split -> (the split, x, y on the device): converted once
 

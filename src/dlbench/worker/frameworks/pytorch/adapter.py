@@ -12,8 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dlbench.shared import schedule as schedules
 from dlbench.shared.ir import infer_shapes, same_padding
-from dlbench.worker.base import PAD_ID, BaseAdapter, Split, batch_slices, finish_metrics, not_built
+from dlbench.worker.base import PAD_ID, BaseAdapter, Split, batch_slices, finish_metrics, lookup, not_built
 
 
 class Permute(nn.Module):
@@ -184,7 +185,20 @@ def make_optimizer(params, config: dict) -> torch.optim.Optimizer:
                                 eps=config["epsilon"])
     if name == "adadelta":
         return torch.optim.Adadelta(params, lr=config["lr"], rho=config["rho"], eps=config["epsilon"])
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=config["lr"], betas=(config["beta1"], config["beta2"]),
+                                 eps=config["epsilon"], weight_decay=config["weight_decay"])
     raise not_built("optimizer", name)
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, recipe: dict):
+    """The recipe's learning-rate schedule as a LambdaLR stepped after every update (Hugging Face's
+    get_cosine_schedule_with_warmup is one); None without a schedule: the rate stays constant."""
+    if "schedule" not in recipe:
+        return None
+    schedule = recipe["schedule"]
+    factor = lookup({"warmup_cosine": schedules.factor}, "schedule", schedule["name"])
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: factor(schedule, step))
 
 
 def loss_terms(loss: str, logits: torch.Tensor, labels: torch.Tensor):
@@ -230,6 +244,7 @@ class Adapter(BaseAdapter):
         self.module.to(self.torch_device)
         trainable = [p for p in self.module.parameters() if p.requires_grad]
         self.optimizer = make_optimizer(trainable, recipe["optimizer"])
+        self.scheduler = make_scheduler(self.optimizer, recipe)
         self.float_inputs = model["input_dtype"].startswith("float")
         # float64 only for certification, which measures float32 rounding against it
         self.dtype = torch.float64 if recipe.get("dtype") == "float64" else torch.float32
@@ -298,8 +313,13 @@ class Adapter(BaseAdapter):
                 canonical = key[:-len("_hh")] if key.endswith("bias_hh") else key
                 value = to_torch_layout(layer["type"], canonical, gradients[layer["name"] + "/" + canonical])
                 param.grad = torch.from_numpy(np.ascontiguousarray(value)).to(param.device, param.dtype)
-        self.optimizer.step()
+        self._step()
         self.optimizer.zero_grad(set_to_none=True)
+
+    def _step(self):
+        self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
 
     def _on_device(self, data: Split):
         """Inputs and labels as device tensors, made once per split: pixels stay uint8 until a batch."""
@@ -330,7 +350,7 @@ class Adapter(BaseAdapter):
             logits = self.module(self._inputs(x_all[index], data.input_scale))
             loss, weight, right, made = loss_terms(loss_name, logits, y_all[index])
             loss.backward()
-            self.optimizer.step()
+            self._step()
             sums += batch_sums(loss.detach(), weight, right, made)
         return finish_metrics(loss_name, *sums.tolist())
 

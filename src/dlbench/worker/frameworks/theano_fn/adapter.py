@@ -325,10 +325,25 @@ def zeros_like(p):
     return theano.shared(np.zeros(p.get_value(borrow=True).shape, np.float32))
 
 
-def sgd(params, grads, config):
-    lr, momentum = F32(config["lr"]), F32(config.get("momentum", 0.0))
+def learning_rate(config, schedule):
+    """The update's learning rate (float64) and the update list that counts updates: the recipe's constant, or
+    its schedule (shared/schedule.py) of a shared update counter, from 0."""
+    if schedule is None:
+        return np.float64(config["lr"]), []
+    if schedule["name"] != "warmup_cosine":
+        raise not_built("schedule", schedule["name"])
+    k = theano.shared(np.float64(0.0))
+    warmup, total = float(schedule["warmup_steps"]), float(schedule["total_steps"])
+    final = schedule["final_lr_fraction"]
+    warm = k / max(warmup, 1.0)  # taken only while k < warmup
+    decayed = final + (1.0 - final) * 0.5 * (1.0 + T.cos(np.pi * T.minimum(1.0, (k - warmup) / (total - warmup))))
+    return config["lr"] * T.switch(T.lt(k, warmup), warm, decayed), [(k, k + 1.0)]
+
+
+def sgd(params, grads, config, schedule=None):
+    lr, updates = learning_rate(config, schedule)
+    lr, momentum = T.cast(lr, "float32"), F32(config.get("momentum", 0.0))
     nesterov, weight_decay = config.get("nesterov", False), F32(config.get("weight_decay", 0.0))
-    updates = []
     for p, g in zip(params, grads):
         if weight_decay:
             g = g + weight_decay * p  # coupled L2, on every trainable weight
@@ -341,24 +356,32 @@ def sgd(params, grads, config):
     return updates
 
 
-def adam(params, grads, config):
-    lr, b1, b2, eps = config["lr"], config["beta1"], config["beta2"], F32(config["epsilon"])
+def adam(params, grads, config, schedule=None, decoupled_decay=0.0):
+    """Adam; with decoupled_decay, AdamW: p -= lr_t * decoupled_decay * p, then Adam's step."""
+    lr, updates = learning_rate(config, schedule)
+    b1, b2, eps = config["beta1"], config["beta2"], F32(config["epsilon"])
     step = theano.shared(np.float64(0.0))
     t = step + 1.0
     step_size = T.cast(lr / (1.0 - np.float64(b1) ** t), "float32")  # bias corrections in float64, as torch
     bc2_sqrt = T.cast(T.sqrt(1.0 - np.float64(b2) ** t), "float32")
-    updates = [(step, t)]
+    kept = T.cast(1.0 - lr * decoupled_decay, "float32")
+    updates.append((step, t))
     for p, g in zip(params, grads):
         m, v = zeros_like(p), zeros_like(p)
         m_new = F32(b1) * m + F32(1.0 - b1) * g
         v_new = F32(b2) * v + F32(1.0 - b2) * T.sqr(g)
-        updates += [(m, m_new), (v, v_new), (p, p - step_size * m_new / (T.sqrt(v_new) / bc2_sqrt + eps))]
+        decayed = kept * p if decoupled_decay else p
+        updates += [(m, m_new), (v, v_new), (p, decayed - step_size * m_new / (T.sqrt(v_new) / bc2_sqrt + eps))]
     return updates
 
 
-def adadelta(params, grads, config):
-    lr, rho, eps = F32(config["lr"]), F32(config["rho"]), F32(config["epsilon"])
-    updates = []
+def adamw(params, grads, config, schedule=None):
+    return adam(params, grads, config, schedule, decoupled_decay=config["weight_decay"])
+
+
+def adadelta(params, grads, config, schedule=None):
+    lr, updates = learning_rate(config, schedule)
+    lr, rho, eps = T.cast(lr, "float32"), F32(config["rho"]), F32(config["epsilon"])
     for p, g in zip(params, grads):
         square_avg, delta_avg = zeros_like(p), zeros_like(p)
         v = rho * square_avg + (F32(1) - rho) * T.sqr(g)
@@ -367,7 +390,7 @@ def adadelta(params, grads, config):
     return updates
 
 
-OPTIMIZERS = {"sgd": sgd, "adam": adam, "adadelta": adadelta}
+OPTIMIZERS = {"sgd": sgd, "adam": adam, "adadelta": adadelta, "adamw": adamw}
 
 
 def loss_terms(loss: str, logits, labels):
@@ -456,7 +479,7 @@ class Adapter(BaseAdapter):
             grads = [T.TensorType("float32", p.broadcastable)(name)
                      for p, name in zip(self.params, self.model.trainable_names)]
             updates = lookup(OPTIMIZERS, "optimizer", self.recipe["optimizer"]["name"])(
-                self.params, grads, self.recipe["optimizer"])
+                self.params, grads, self.recipe["optimizer"], self.recipe.get("schedule"))
             function = theano.function(grads, [], updates=updates)
         elif kind == "evaluate":
             logits, _ = self.model(self.x, training=False)
@@ -469,7 +492,7 @@ class Adapter(BaseAdapter):
                 function = theano.function([self.x, self.y], [terms[0]] + grads)
             else:
                 updates = statistics + lookup(OPTIMIZERS, "optimizer", self.recipe["optimizer"]["name"])(
-                    self.params, grads, self.recipe["optimizer"])
+                    self.params, grads, self.recipe["optimizer"], self.recipe.get("schedule"))
                 function = theano.function([self.x, self.y], batch_sums(*terms), updates=updates)
         ran = set(scans_run(function))
         if ran - {self.scan}:
