@@ -25,7 +25,8 @@ def model(meta):
 
 
 WORKLOAD = user.Workload(name="mine", description="one conv, one dense", model=model,
-                         optimizer={"name": "sgd", "lr": 0.1, "momentum": 0.0, "nesterov": False},
+                         optimizer={"name": "sgd", "lr": 0.1, "momentum": 0.0, "nesterov": False,
+                                    "weight_decay": 0.0},
                          loss="softmax_cross_entropy", batch_size=8, epochs=2, metric="accuracy", target=0.5)
 '''
 TEXT_MODEL = '''from dlbench import ir, user
@@ -282,3 +283,42 @@ def test_certify_suite_certifies_a_users_workload(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "jax" in done.stdout and "mine" in done.stdout and "pass" in done.stdout
 
+
+
+def test_a_workload_file_needs_a_dataset_in_a_plain_format(tmp_path, fake):
+    path = write(tmp_path)
+    path.write_text("name: mine\nframeworks: [fakefw]\nworkloads:\n  - {workload: mine.py, dataset: digits-28}\n")
+    refused(path, "suite.yaml:4: field 'workload'", "goes with a dataset in a plain format")
+
+
+def test_a_built_in_workload_trains_on_a_users_dataset(tmp_path, fake):
+    arrays = images(classes=10, side=10)
+    path = write(tmp_path, arrays)
+    path.write_text("name: mine\nframeworks: [fakefw]\nworkloads:\n"
+                    "  - {workload: cnn-mnist, dataset: {path: data.npz, task: classification}}\n")
+    cells = suite.plan(suite.load(str(path)))
+    assert [(cell.workload, cell.dataset, cell.batch_size) for cell in cells] == [("cnn-mnist", "data", 128)]
+    arrays = images(classes=10, side=4)  # cnn-mnist's two valid 3x3 convs leave nothing of 4x4 images
+    np.savez(tmp_path / "data.npz", **arrays)
+    refused(path, "suite.yaml:4: field 'dataset'", "cnn-mnist", "shrinks")
+
+
+def test_the_ray_executor_refuses_a_users_workload(tmp_path):
+    path = write(tmp_path)
+    fake_dlbench.make_environment(tmp_path / "home")
+    done = guard.run([sys.executable, str(Path(fake_dlbench.__file__)), "run", str(path), "--executor", "ray",
+                      "--results", str(tmp_path / "results"), "--data-dir", str(tmp_path / "cache"), "--plain",
+                      "--no-live-report"], 120, env=dict(os.environ, DLBENCH_HOME=str(tmp_path / "home")))
+    assert done.returncode != 0
+    assert f"workload mine ({tmp_path / 'mine.py'}) is a user's file: user workloads run with the local executor" \
+        in done.stderr
+
+
+def test_a_built_in_workload_that_needs_meta_a_plain_dataset_lacks(tmp_path, fake):
+    rng = np.random.RandomState(1)
+    arrays = {"x_train": rng.randint(0, 10, (12, 5)), "y_train": rng.randint(0, 2, 12),
+              "x_test": rng.randint(0, 10, (4, 5)), "y_test": rng.randint(0, 2, 4)}
+    path = write(tmp_path, arrays)
+    path.write_text("name: mine\nframeworks: [fakefw]\nworkloads:\n"
+                    "  - {workload: lstm-imdb, dataset: {path: data.npz, task: binary}}\n")
+    refused(path, "lstm-imdb builds its model from meta 'seq_len', which a dataset in a plain format does not hold")

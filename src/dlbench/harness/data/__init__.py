@@ -79,8 +79,8 @@ def label(name: str, train_samples: int | None = None, n_train: int | None = Non
 
 def recipe_batch_size(workload: str | None) -> int | None:
     """The workload recipe's batch size, None for a workload this version does not know."""
-    from dlbench.harness.plan.workloads import WORKLOADS  # here: the plan imports this package
-    known = WORKLOADS.get(str(workload))
+    from dlbench.harness.plan.workloads import known_workloads  # here: the plan imports this package
+    known = known_workloads().get(str(workload))
     return known.recipe["batch_size"] if known else None
 
 

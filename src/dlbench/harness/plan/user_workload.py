@@ -15,7 +15,7 @@ import numpy as np
 
 from dlbench import user
 from dlbench.harness import data
-from dlbench.harness.certification.optimizer import OPTIONAL, SETTINGS
+from dlbench.harness.certification.optimizer import SETTINGS
 from dlbench.harness.data.user import UserDataset
 from dlbench.harness.plan import workloads
 from dlbench.harness.plan.workloads import Workload
@@ -131,8 +131,9 @@ def _check_recipe(path: Path, declared: user.Workload) -> None:
                                 f"{', '.join(SETTINGS)}")
     needed = SETTINGS[optimizer["name"]]
     given = set(optimizer) - {"name"}
-    missing = [key for key in needed if key not in given and key not in OPTIONAL]
-    unknown = sorted(given - set(needed) - set(OPTIONAL))
+    # exactly these: an adapter reads sgd's weight_decay, and not every adapter applies one to adam or adadelta
+    missing = [key for key in needed if key not in given]
+    unknown = sorted(given - set(needed))
     if missing or unknown:
         raise UserWorkloadError(f"{path}: optimizer {optimizer['name']}: " + "; ".join(
             ([f"missing {', '.join(missing)}"] if missing else []) + ([f"unknown {', '.join(unknown)}"] if unknown
@@ -153,7 +154,14 @@ def check_fit(workload: Workload, dataset: UserDataset, where: str) -> None:
     """Refuses a dataset the workload's model cannot train on: its input shape and type, its labels against the
     model's outputs, its token ids against the embedding's vocabulary."""
     meta, arrays = dataset.built.meta, dataset.built.arrays
-    model = workload.model(meta)
+    try:
+        model = workload.model(meta)
+    except ir.IRError as error:  # a built-in workload's model on the user's shapes (a user's names its file)
+        raise UserWorkloadError(f"{where}: the model of {workload.name} cannot take this dataset's samples "
+                                f"({list(arrays['x_train'].shape[1:])}): {error}") from None
+    except KeyError as error:  # a built-in workload that needs what a plain dataset's meta does not hold
+        raise UserWorkloadError(f"{where}: {workload.name} builds its model from meta {error}, which a dataset "
+                                f"in a plain format does not hold (it holds {', '.join(sorted(meta))})") from None
     shape = list(arrays["x_train"].shape[1:])
     if list(model["input_shape"]) != shape:
         raise UserWorkloadError(f"{where}: the model of {workload.name} takes input_shape {model['input_shape']}, "
