@@ -322,3 +322,9 @@ def test_a_built_in_workload_that_needs_meta_a_plain_dataset_lacks(tmp_path, fak
     path.write_text("name: mine\nframeworks: [fakefw]\nworkloads:\n"
                     "  - {workload: lstm-imdb, dataset: {path: data.npz, task: binary}}\n")
     refused(path, "lstm-imdb builds its model from meta 'seq_len', which a dataset in a plain format does not hold")
+
+
+def test_a_name_that_could_not_name_a_folder_is_refused(tmp_path, fake):
+    refused(write(tmp_path, fields="task: classification, name: ../up"),
+            "the dataset's name '../up'; accepted: 1 to 64")
+    refused(write(tmp_path, model=MODEL.replace('name="mine"', 'name="a b"')), "the workload's name 'a b'")

@@ -8,7 +8,8 @@ The file defines WORKLOAD, a `dlbench.user.Workload`; a suite entry names the fi
         return ir.model(meta["input_shape"], meta["input_dtype"], [ir.flatten(), ir.dense(meta["num_classes"])])
 
     WORKLOAD = user.Workload(description="a linear classifier", model=model,
-                             optimizer={"name": "sgd", "lr": 0.1, "momentum": 0.0, "nesterov": False},
+                             optimizer={"name": "sgd", "lr": 0.1, "momentum": 0.0, "nesterov": False,
+                                        "weight_decay": 0.0},
                              loss="softmax_cross_entropy", batch_size=32, epochs=5, metric="accuracy", target=0.9)
 """
 from collections.abc import Callable

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import math
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from dlbench import user
-from dlbench.harness import data
+from dlbench.harness import data, file_names
 from dlbench.harness.certification.optimizer import SETTINGS
 from dlbench.harness.data.user import UserDataset
 from dlbench.harness.plan import workloads
@@ -22,6 +23,9 @@ from dlbench.harness.plan.workloads import Workload
 from dlbench.shared import ir
 
 DECLARED = "WORKLOAD"  # the name a workload file binds its dlbench.user.Workload to
+# a user's workload or dataset name: tables show it and a prepared folder is named by it, so no path separators
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+NAME_ACCEPTED = "1 to 64 letters, digits, '.', '_' or '-', the first a letter or digit"
 
 
 class UserWorkloadError(ValueError):
@@ -41,6 +45,9 @@ def load(path: Path, dataset: UserDataset | None) -> Workload:
     digest = sha256(path)
     declared = _declared(path)
     name = declared.name or path.stem
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise UserWorkloadError(f"{path}: the workload's name {file_names.shortened(name)}; accepted: "
+                                f"{NAME_ACCEPTED} (give the Workload name=)")
     if name in workloads.WORKLOADS:
         raise UserWorkloadError(f"{path}: the name {name!r} is a built-in workload's; give the file another name, "
                                 "or the Workload another name=")
@@ -196,6 +203,9 @@ def check_fit(workload: Workload, dataset: UserDataset, where: str) -> None:
 
 def read_dataset(path: Path, name: str, task: Any, num_classes: Any, input_scale: Any) -> UserDataset:
     """The entry's plain-format dataset, registered under `name`."""
+    if not NAME.fullmatch(name):
+        raise UserWorkloadError(f"{path}: the dataset's name {file_names.shortened(name)}; accepted: {NAME_ACCEPTED} "
+                                "(give the entry's dataset a name:)")
     registered = data.user_dataset(name)
     if name in data.dataset_names() and registered is None:
         raise UserWorkloadError(f"{path}: the name {name!r} is a built-in dataset's; give it another name")
