@@ -19,7 +19,14 @@ from dlbench.harness.plan import suite
 from dlbench.harness.plan.estimate import EstimateError
 from dlbench.harness.plan.initial_weights import WeightsError
 from dlbench.harness.plan.suite import SuiteError
-from dlbench.harness.plan.workloads import WORKLOADS, Workload, WorkloadError, get_workload, target_text
+from dlbench.harness.plan.workloads import (
+    USER_FILES,
+    WORKLOADS,
+    Workload,
+    WorkloadError,
+    get_workload,
+    target_text,
+)
 from dlbench.harness.present import comparison, listing, progress
 from dlbench.harness.run import ExecutorError, cell_config, interrupt, local, results_folder
 from dlbench.harness.run.cell_config import Options
@@ -118,6 +125,10 @@ def certify_hint(count: int, command: str) -> str:
 
 def run_on_ray(cells: list, options: Options, shown, args: argparse.Namespace,
                live: LiveReport) -> tuple[dict[str, int], list[str]]:
+    own = sorted({cell.workload for cell in cells if cell.workload in USER_FILES})
+    if own:  # a node resolves its cell by the workload's name, and only this process has read the user's file
+        raise SuiteError(f"workload {own[0]} ({USER_FILES[own[0]][0]}) is a user's file: user workloads run with "
+                         "the local executor (--executor local), as a Ray node does not read the suite's files")
     try:
         from dlbench.harness.run import ray_cluster
     except ImportError as error:  # pragma: no cover - depends on what is installed

@@ -11,7 +11,7 @@ from typing import NamedTuple
 from dlbench.harness.certification.certified_model import workload_digest
 from dlbench.harness.environments import envs, sources
 from dlbench.harness.plan.suite import Cell
-from dlbench.harness.plan.workloads import WORKLOADS, Workload, get_workload
+from dlbench.harness.plan.workloads import Workload, get_workload, known_workloads
 from dlbench.harness.store import Store
 
 FILENAME = "certificates.sqlite"
@@ -105,9 +105,10 @@ def workload_state(cert: dict) -> str:
     (store schema 10), "unknown" for a workload this dlbench does not know."""
     if cert.get("workload_digest") is None:
         return "unrecorded"
-    if cert["workload"] not in WORKLOADS:
+    known = known_workloads()  # a user's workload where its suite was loaded in this process
+    if cert["workload"] not in known:
         return "unknown"
-    return "current" if cert["workload_digest"] == workload_digest(WORKLOADS[cert["workload"]]) else "older"
+    return "current" if cert["workload_digest"] == workload_digest(known[cert["workload"]]) else "older"
 
 
 def pairs_of(cells: Sequence[Cell]) -> list[tuple[str, str]]:

@@ -29,6 +29,7 @@ from . import (
     ptb,
     rt_snippets,
     svhn,
+    user,
     voc,
 )
 from .download import Source
@@ -43,6 +44,17 @@ _DATASETS.update({source.info["name"]: source for source in (
     manythings.SPA_ENG, voc.VOC2012, voc.VOC2012_300, rt_snippets.RT_SNIPPETS,
     photos.PHOTO_PATCHES_10, photos.PHOTO_REGIONS_100, django_es.DJANGO_ES_EN, photo_boxes.PHOTO_BOXES,
 )})
+
+
+def register_user(dataset: user.UserDataset) -> None:
+    """Makes a user's dataset (a suite entry's plain-format file) known to this process under its name."""
+    _DATASETS[dataset.NAME] = dataset  # type: ignore[assignment]  # NAME, INFO and build(), as a quick set's module
+
+
+def user_dataset(name: str) -> user.UserDataset | None:
+    """The user's dataset registered under `name`, or None (a built-in dataset's name, or an unknown one)."""
+    dataset = _DATASETS.get(name)
+    return dataset if isinstance(dataset, user.UserDataset) else None
 
 
 def dataset_names() -> list[str]:
@@ -67,8 +79,8 @@ def label(name: str, train_samples: int | None = None, n_train: int | None = Non
 
 def recipe_batch_size(workload: str | None) -> int | None:
     """The workload recipe's batch size, None for a workload this version does not know."""
-    from dlbench.harness.plan.workloads import WORKLOADS  # here: the plan imports this package
-    known = WORKLOADS.get(str(workload))
+    from dlbench.harness.plan.workloads import known_workloads  # here: the plan imports this package
+    known = known_workloads().get(str(workload))
     return known.recipe["batch_size"] if known else None
 
 
@@ -111,6 +123,11 @@ def raw_dir(name: str, data_dir: Path) -> Path:
 
 
 def prepared_dir(name: str, data_dir: Path) -> Path:
+    """Where the dataset is prepared; a user's in a folder named by its content hash as well, so a changed
+    file is prepared afresh beside the old one rather than the old one read as it."""
+    dataset = user_dataset(name)
+    if dataset is not None:
+        return Path(data_dir) / "prepared" / f"{name}@{dataset.hash[:16]}"
     return Path(data_dir) / "prepared" / name
 
 

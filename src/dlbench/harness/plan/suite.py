@@ -11,7 +11,8 @@ import yaml
 
 from dlbench.harness import data, file_names
 from dlbench.harness.environments.envs import RECIPES, EnvError, get_recipe
-from dlbench.harness.plan.workloads import WORKLOADS
+from dlbench.harness.plan import user_workload
+from dlbench.harness.plan.workloads import WORKLOADS, get_workload, known_workloads
 
 DEVICES = ("cpu", "gpu")
 # cold: every run compiles into its own empty folder; shared: the runs of one results folder share one
@@ -318,17 +319,70 @@ def _entry(check: _Checker, document: _Mapping, item: Any) -> Entry:
     if not isinstance(item, _Mapping):
         raise check.fail(document, "workloads", f"each entry is a mapping with the fields {', '.join(ENTRY_FIELDS)}")
     check.known_keys(item, ENTRY_FIELDS)
-    workload = check.choice(item, "workload", tuple(WORKLOADS))
-    dataset = check.choice(item, "dataset", tuple(data.dataset_names()))
+    own_dataset = _user_dataset(check, item) if isinstance(item.get("dataset"), dict) else None
+    if isinstance(item.get("workload"), str) and item["workload"].endswith(".py"):
+        workload = _user_workload(check, item, own_dataset)
+    else:
+        workload = check.choice(item, "workload", tuple(WORKLOADS))
+    dataset = own_dataset.NAME if own_dataset else check.choice(item, "dataset", tuple(data.dataset_names()))
     task = data.describe(dataset)["task"]
-    if task not in WORKLOADS[workload].tasks:
+    if task not in get_workload(workload).tasks:
         raise check.fail(item, "dataset", f"{dataset!r} is a {task} dataset; {workload} needs "
-                         f"{' or '.join(WORKLOADS[workload].tasks)}")
+                         f"{' or '.join(get_workload(workload).tasks)}")
+    if own_dataset is not None:
+        try:
+            user_workload.check_fit(get_workload(workload), own_dataset, str(own_dataset.path))
+        except user_workload.UserWorkloadError as error:
+            raise check.fail(item, "dataset", str(error)) from None
     return Entry(workload, dataset, check.integer(item, "epochs", None),
                  batch_sizes=_axis(check, item, "batch_size", f"entry {workload} on {dataset}"),
                  threads=_axis(check, item, "threads", f"entry {workload} on {dataset}"),
                  weights=_weights_path(check, item), train_samples=_train_samples(check, item, workload, dataset),
                  where=f"{check.path}:{item.lines.get('train_samples', item.line)}")
+
+
+USER_DATASET_FIELDS = ("path", "task", "name", "num_classes", "input_scale")
+
+
+def _user_file(check: _Checker, item: _Mapping, key: str, value: Any) -> Path:
+    """A path an entry gives, relative to the suite file's folder."""
+    unnameable = file_names.unnameable(check.path.parent / str(value))
+    if unnameable:  # before the file system is asked, which would answer "File name too long"
+        raise check.fail(item, key, f"a path the file system cannot hold: {unnameable}")
+    return (check.path.parent / str(value)).resolve()
+
+
+def _user_workload(check: _Checker, item: _Mapping, dataset: Any) -> str:
+    """An entry's `workload: FILE.py`: the user's workload it declares, loaded and registered; its name."""
+    path = _user_file(check, item, "workload", item["workload"])
+    try:
+        return user_workload.load(path, dataset).name
+    except user_workload.UserWorkloadError as error:
+        raise check.fail(item, "workload", str(error)) from None
+
+
+def _user_dataset(check: _Checker, item: _Mapping) -> Any:
+    """An entry's `dataset: {path: FILE.npz or FOLDER, task: ..., name, num_classes, input_scale}`: the
+    user's dataset, read, checked and registered (data/user.py)."""
+    fields = item["dataset"]
+    accepted = f"a dataset's name, or a mapping with {', '.join(USER_DATASET_FIELDS)} (path and task required)"
+    unknown = [key for key in fields if key not in USER_DATASET_FIELDS]
+    if unknown or not isinstance(fields.get("path"), str) or "task" not in fields:
+        what = f"unknown field {unknown[0]!r}" if unknown else "path (a string) and task are required"
+        raise check.fail(item, "dataset", f"{what}; expected {accepted}")
+    num_classes, scale = fields.get("num_classes"), fields.get("input_scale")
+    if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int)
+                                    or num_classes < 2):
+        raise check.fail(item, "dataset", f"num_classes {file_names.shortened(num_classes)}; expected an integer >= 2")
+    if scale is not None and _seconds(scale) is None:  # the same test: a finite number > 0
+        raise check.fail(item, "dataset", f"input_scale {file_names.shortened(scale)}; expected a finite number > 0 "
+                         "(what the inputs are divided by: 255 for 0..255 pixels)")
+    path = _user_file(check, item, "dataset", fields["path"])
+    name = str(fields.get("name") or path.name.removesuffix(".npz"))
+    try:
+        return user_workload.read_dataset(path, name, fields["task"], num_classes, scale)
+    except (user_workload.UserWorkloadError, data.user.UserDataError) as error:
+        raise check.fail(item, "dataset", str(error)) from None
 
 
 def _axis(check: _Checker, item: _Mapping, key: str, entry: str) -> tuple[Any, ...]:
@@ -418,21 +472,21 @@ def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str]
     if workloads:
         present = [e.workload for e in entries]
         for name in workloads:
-            if name not in WORKLOADS:
-                raise SuiteError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}")
+            if name not in known_workloads():
+                raise SuiteError(f"unknown workload {name!r}; known: {', '.join(known_workloads())}")
             if name not in present:
                 raise SuiteError(f"workload {name!r} is not in suite {suite.name!r}; its workloads: "
                                  f"{', '.join(present)}")
         entries = [e for e in entries if e.workload in workloads]
     points = [(entry, batch_size, entry_threads) for entry in entries
-              for batch_size in entry.batch_sizes or (WORKLOADS[entry.workload].recipe["batch_size"],)
+              for batch_size in entry.batch_sizes or (get_workload(entry.workload).recipe["batch_size"],)
               for entry_threads in _threads(entry, threads or None, suite.threads, cores or os.cpu_count() or 1)]
     _check_size(suite, repeat or suite.repeat, len(points), len(frameworks or suite.frameworks))
     cells = []
     for repetition in range(1, (repeat or suite.repeat) + 1):
         repetition_cells = []
         for entry, batch_size, cell_threads in points:
-            recipe = WORKLOADS[entry.workload].recipe
+            recipe = get_workload(entry.workload).recipe
             for framework in frameworks or suite.frameworks:
                 repetition_cells.append(Cell(
                     suite=suite.name, framework=framework, workload=entry.workload, dataset=entry.dataset,

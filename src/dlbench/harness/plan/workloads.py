@@ -173,7 +173,25 @@ def target_text(target: dict) -> str:
     return f"{target['metric']} {'>=' if target['higher_is_better'] else '<='} {target['value']:g}"
 
 
+# Workloads declared in users' files (plan/user_workload.py), registered as a suite naming them is loaded:
+# name -> the workload, and name -> (the file, its SHA-256), which the cell's configuration carries
+USER_WORKLOADS: dict[str, Workload] = {}
+USER_FILES: dict[str, tuple[str, str]] = {}
+
+
+def register_user(workload: Workload, file: str, sha256: str) -> None:
+    """Makes a user's workload known to this process under its name (a suite's file names it)."""
+    USER_WORKLOADS[workload.name] = workload
+    USER_FILES[workload.name] = (file, sha256)
+
+
+def known_workloads() -> dict[str, Workload]:
+    """The built-in workloads, then those of users' files this process has loaded."""
+    return {**WORKLOADS, **USER_WORKLOADS}
+
+
 def get_workload(name: str) -> Workload:
-    if name not in WORKLOADS:
-        raise WorkloadError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}")
-    return WORKLOADS[name]
+    known = known_workloads()
+    if name not in known:
+        raise WorkloadError(f"unknown workload {name!r}; known: {', '.join(known)}")
+    return known[name]

@@ -12,7 +12,7 @@ from dlbench.harness.environments import envs, sources
 from dlbench.harness.measure import energy, peaks
 from dlbench.harness.plan import initial_weights
 from dlbench.harness.plan.suite import Cell, SuiteError
-from dlbench.harness.plan.workloads import Workload, WorkloadError, get_workload
+from dlbench.harness.plan.workloads import USER_FILES, Workload, WorkloadError, get_workload
 from dlbench.shared import schedule as schedules
 
 
@@ -76,6 +76,9 @@ def resolve(cell: Cell, data_dir: Path, cores: int | None = None) -> Prepared:
         # the worker's own code: a fixed adapter runs its cells again (dlbench.harness.environments.sources)
         "worker_source": sources.framework_source(cell.framework),
     }
+    if cell.workload in USER_FILES:  # a user's workload: an edited file runs its cells again
+        file, sha256 = USER_FILES[cell.workload]
+        config["workload_file"] = {"file": file, "sha256": sha256}
     target = run_target(workload, cell.dataset)
     if target is not None:  # only then: cells on the study's datasets keep their hashes
         config["target"] = target

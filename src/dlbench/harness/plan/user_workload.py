@@ -1,0 +1,217 @@
+"""A suite entry's own workload and dataset: a Python file that declares a dlbench.user.Workload (WORKLOAD), and a
+dataset in a plain format (data/user.py). Both are read, checked against each other and registered when the
+suite is loaded, before any cell runs; every error names the file and what it accepts."""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import math
+import re
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dlbench import user
+from dlbench.harness import data, file_names
+from dlbench.harness.certification.optimizer import SETTINGS
+from dlbench.harness.data.user import UserDataset
+from dlbench.harness.plan import workloads
+from dlbench.harness.plan.workloads import Workload
+from dlbench.shared import ir
+
+DECLARED = "WORKLOAD"  # the name a workload file binds its dlbench.user.Workload to
+# a user's workload or dataset name: tables show it and a prepared folder is named by it, so no path separators
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+NAME_ACCEPTED = "1 to 64 letters, digits, '.', '_' or '-', the first a letter or digit"
+
+
+class UserWorkloadError(ValueError):
+    pass
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def load(path: Path, dataset: UserDataset | None) -> Workload:
+    """The workload the file at `path` declares, registered under its name; `dataset`, the entry's plain-format
+    dataset, is the one it is described (study_meta) and checked by."""
+    if not path.is_file():
+        raise UserWorkloadError(f"{path}: no such file; a workload file is Python that binds {DECLARED} to a "
+                                "dlbench.user.Workload")
+    digest = sha256(path)
+    declared = _declared(path)
+    name = declared.name or path.stem
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise UserWorkloadError(f"{path}: the workload's name {file_names.shortened(name)}; accepted: "
+                                f"{NAME_ACCEPTED} (give the Workload name=)")
+    if name in workloads.WORKLOADS:
+        raise UserWorkloadError(f"{path}: the name {name!r} is a built-in workload's; give the file another name, "
+                                "or the Workload another name=")
+    if name in workloads.USER_FILES and workloads.USER_FILES[name][0] != str(path):
+        raise UserWorkloadError(f"{path}: the name {name!r} is declared by {workloads.USER_FILES[name][0]} as "
+                                "well; give one of them another name=")
+    _check_recipe(path, declared)
+    if dataset is None:
+        raise UserWorkloadError(f"{path}: a workload file goes with a dataset in a plain format in the same entry "
+                                "(dataset: {path: FILE.npz, task: ...}), whose meta its model is built from")
+    meta = dataset.built.meta
+    # the first entry's dataset describes it, as a built-in workload's study dataset does
+    existing = workloads.USER_WORKLOADS.get(name)
+    fresh = existing is None or workloads.USER_FILES[name][1] != digest
+    study = (dataset.NAME, meta) if fresh else (existing.study_dataset, existing.study_meta)
+    workload = Workload(name, str(declared.description), study[0], study[1], _builder(path, declared.model),
+                        {"optimizer": dict(declared.optimizer), "batch_size": declared.batch_size,
+                         "epochs": declared.epochs, "loss": declared.loss},
+                        {"metric": declared.metric, "value": float(declared.target), "higher_is_better": True},
+                        (declared.task,))
+    workload.model(meta)  # the model's own errors (an unknown layer, a shape) name the workload's field
+    workloads.register_user(workload, str(path), digest)
+    return workload
+
+
+def _declared(path: Path) -> user.Workload:
+    """Runs the file as a module of its own and returns its WORKLOAD."""
+    module_name = f"dlbench_user_workload_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise UserWorkloadError(f"{path}: Python cannot load it as a module; a workload file is a .py file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # dataclasses and pickling look the module up by name
+    try:
+        spec.loader.exec_module(module)
+    except (Exception, SystemExit) as error:  # the user's code: any exception, reported with its line
+        raise UserWorkloadError(f"{_where(path, error)}: the workload file raised {type(error).__name__}: "
+                                f"{error}") from None
+    declared = getattr(module, DECLARED, None)
+    if declared is None:
+        raise UserWorkloadError(f"{path}: declares no {DECLARED}; bind {DECLARED} to a dlbench.user.Workload(...)")
+    if not isinstance(declared, user.Workload):
+        raise UserWorkloadError(f"{path}: {DECLARED} is a {type(declared).__name__}; expected a "
+                                "dlbench.user.Workload(...)")
+    return declared
+
+
+def _where(path: Path, error: BaseException) -> str:
+    """FILE:LINE of the last line of the file the error passed through (a SyntaxError's own line)."""
+    if isinstance(error, SyntaxError) and error.lineno:
+        return f"{path}:{error.lineno}"
+    lines = [frame.lineno for frame in traceback.extract_tb(error.__traceback__)
+             if Path(frame.filename) == path]
+    return f"{path}:{lines[-1]}" if lines else str(path)
+
+
+def _builder(path: Path, model: Any):
+    """The workload's model function, its errors (an IRError, a missing meta key) named with the file."""
+    def build(meta: dict) -> dict:
+        try:
+            spec = model(meta)
+        except Exception as error:  # the user's code
+            raise UserWorkloadError(f"{_where(path, error)}: the model raised {type(error).__name__}: "
+                                    f"{error}") from None
+        if not isinstance(spec, dict) or "layers" not in spec:
+            raise UserWorkloadError(f"{path}: the model returned a {type(spec).__name__}; expected what "
+                                    "dlbench.ir.model(input_shape, input_dtype, layers) returns")
+        try:
+            ir.infer_shapes(spec)
+        except (ir.IRError, KeyError, TypeError) as error:
+            raise UserWorkloadError(f"{path}: the model: {error}") from None
+        return spec
+    return build
+
+
+def _check_recipe(path: Path, declared: user.Workload) -> None:
+    if not callable(declared.model):
+        raise UserWorkloadError(f"{path}: model is a {type(declared.model).__name__}; expected a function of the "
+                                "dataset's meta that returns dlbench.ir.model(...)")
+    if declared.task not in user.TASK_LOSSES:
+        raise UserWorkloadError(f"{path}: task {declared.task!r}; accepted: {', '.join(user.TASK_LOSSES)}")
+    loss = user.TASK_LOSSES[declared.task]
+    if declared.loss != loss:
+        raise UserWorkloadError(f"{path}: loss {declared.loss!r} for a {declared.task} task; accepted: {loss!r}")
+    optimizer = declared.optimizer
+    if not isinstance(optimizer, dict) or optimizer.get("name") not in SETTINGS:
+        raise UserWorkloadError(f"{path}: optimizer {optimizer!r}; expected a dict whose name is one of "
+                                f"{', '.join(SETTINGS)}")
+    needed = SETTINGS[optimizer["name"]]
+    given = set(optimizer) - {"name"}
+    # exactly these: an adapter reads sgd's weight_decay, and not every adapter applies one to adam or adadelta
+    missing = [key for key in needed if key not in given]
+    unknown = sorted(given - set(needed))
+    if missing or unknown:
+        raise UserWorkloadError(f"{path}: optimizer {optimizer['name']}: " + "; ".join(
+            ([f"missing {', '.join(missing)}"] if missing else []) + ([f"unknown {', '.join(unknown)}"] if unknown
+                                                                      else []))
+            + f"; it takes {', '.join(needed)}")
+    for key in ("batch_size", "epochs"):
+        value = getattr(declared, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UserWorkloadError(f"{path}: {key} {value!r}; expected an integer >= 1")
+    if declared.metric not in user.METRICS:
+        raise UserWorkloadError(f"{path}: metric {declared.metric!r}; accepted: {', '.join(user.METRICS)}")
+    target = declared.target
+    if isinstance(target, bool) or not isinstance(target, int | float) or not 0 < target <= 1 or math.isnan(target):
+        raise UserWorkloadError(f"{path}: target {target!r}; an accuracy target is a number in (0, 1]")
+
+
+def check_fit(workload: Workload, dataset: UserDataset, where: str) -> None:
+    """Refuses a dataset the workload's model cannot train on: its input shape and type, its labels against the
+    model's outputs, its token ids against the embedding's vocabulary."""
+    meta, arrays = dataset.built.meta, dataset.built.arrays
+    try:
+        model = workload.model(meta)
+    except ir.IRError as error:  # a built-in workload's model on the user's shapes (a user's names its file)
+        raise UserWorkloadError(f"{where}: the model of {workload.name} cannot take this dataset's samples "
+                                f"({list(arrays['x_train'].shape[1:])}): {error}") from None
+    except KeyError as error:  # a built-in workload that needs what a plain dataset's meta does not hold
+        raise UserWorkloadError(f"{where}: {workload.name} builds its model from meta {error}, which a dataset "
+                                f"in a plain format does not hold (it holds {', '.join(sorted(meta))})") from None
+    shape = list(arrays["x_train"].shape[1:])
+    if list(model["input_shape"]) != shape:
+        raise UserWorkloadError(f"{where}: the model of {workload.name} takes input_shape {model['input_shape']}, "
+                                f"but x_train's samples are {shape}: build the model from meta['input_shape']")
+    integer_input = arrays["x_train"].dtype == np.int32
+    if integer_input != (model["input_dtype"] == "int32"):
+        raise UserWorkloadError(f"{where}: the model of {workload.name} takes {model['input_dtype']} inputs, but "
+                                f"x_train is {arrays['x_train'].dtype}: int32 for token ids, float32 for uint8 "
+                                "or float32 inputs")
+    first = model["layers"][0] if model["layers"] else None
+    if first is not None and first["type"] == "embedding":
+        for key in ("x_train", "x_test"):
+            largest = int(arrays[key].max())
+            if largest >= first["vocab"]:
+                raise UserWorkloadError(f"{where}: array {key} holds token id {largest}, beyond the vocabulary of "
+                                        f"{first['name']} ({first['vocab']} ids: 0 to {first['vocab'] - 1})")
+    units = ir.infer_shapes(model)[-1][2][-1] if model["layers"] else shape[-1]
+    task = meta["task"]
+    if task == "binary" and units != 1:
+        raise UserWorkloadError(f"{where}: the model of {workload.name} ends in {units} units; a binary task's "
+                                "model ends in one (a sigmoid logit)")
+    if task == "classification":
+        for key in ("y_train", "y_test"):
+            largest = int(arrays[key].max())
+            if largest >= units:
+                raise UserWorkloadError(f"{where}: array {key} holds label {largest}, out of range for the "
+                                        f"{units} output units of {workload.name}'s model (labels 0 to {units - 1})")
+    if task not in workload.tasks:
+        raise UserWorkloadError(f"{where}: the dataset is for {task}; {workload.name} trains for "
+                                f"{' or '.join(workload.tasks)}")
+
+
+def read_dataset(path: Path, name: str, task: Any, num_classes: Any, input_scale: Any) -> UserDataset:
+    """The entry's plain-format dataset, registered under `name`."""
+    if not NAME.fullmatch(name):
+        raise UserWorkloadError(f"{path}: the dataset's name {file_names.shortened(name)}; accepted: {NAME_ACCEPTED} "
+                                "(give the entry's dataset a name:)")
+    registered = data.user_dataset(name)
+    if name in data.dataset_names() and registered is None:
+        raise UserWorkloadError(f"{path}: the name {name!r} is a built-in dataset's; give it another name")
+    dataset = data.user.read(path, name, task, num_classes, input_scale)
+    if registered is not None and registered.path != dataset.path:
+        raise UserWorkloadError(f"{path}: the name {name!r} is given to {registered.path} as well; "
+                                "give each dataset its own name")
+    data.register_user(dataset)
+    return dataset

@@ -1,0 +1,330 @@
+"""A suite entry's own workload (a Python file declaring a dlbench.user.Workload) on its own dataset (an .npz or
+a folder of .npy files): checked when the suite is loaded, prepared into the data cache by content hash, its
+file's SHA-256 in the cell's configuration, and run end to end (fake framework, then one PyTorch cell)."""
+import os
+import sys
+from pathlib import Path
+
+import fake_dlbench
+import guard
+import numpy as np
+import pytest
+
+from dlbench.harness import data
+from dlbench.harness.environments import envs
+from dlbench.harness.plan import suite, workloads
+from dlbench.harness.run import cell_config
+from dlbench.harness.store import Store
+
+MODEL = '''from dlbench import ir, user
+
+
+def model(meta):
+    return ir.model(meta["input_shape"], "float32", [
+        ir.conv2d(4, kernel=3, padding="same"), ir.relu(), ir.flatten(), ir.dense(meta["num_classes"])])
+
+
+WORKLOAD = user.Workload(name="mine", description="one conv, one dense", model=model,
+                         optimizer={"name": "sgd", "lr": 0.1, "momentum": 0.0, "nesterov": False,
+                                    "weight_decay": 0.0},
+                         loss="softmax_cross_entropy", batch_size=8, epochs=2, metric="accuracy", target=0.5)
+'''
+TEXT_MODEL = '''from dlbench import ir, user
+
+
+def model(meta):
+    return ir.model(meta["input_shape"], "int32", [ir.embedding(10, 4), ir.lstm(3), ir.dense(1)])
+
+
+WORKLOAD = user.Workload(description="a tiny LSTM", model=model, task="binary",
+                         optimizer={"name": "adam", "lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-7},
+                         loss="sigmoid_cross_entropy", batch_size=4, epochs=1, metric="accuracy", target=0.6)
+'''
+
+
+@pytest.fixture(autouse=True)
+def fresh_registries():
+    """Each test registers users' workloads and datasets in this process; none outlives it."""
+    before = dict(data._DATASETS)
+    yield
+    workloads.USER_WORKLOADS.clear()
+    workloads.USER_FILES.clear()
+    data._DATASETS.clear()
+    data._DATASETS.update(before)
+
+
+def images(n_train: int = 24, n_test: int = 8, classes: int = 3, side: int = 6) -> dict[str, np.ndarray]:
+    rng = np.random.RandomState(0)
+    return {"x_train": rng.randint(0, 256, (n_train, side, side, 1)).astype(np.uint8),
+            "y_train": rng.randint(0, classes, n_train), "x_test": rng.randint(0, 256, (n_test, side, side, 1))
+            .astype(np.uint8), "y_test": rng.randint(0, classes, n_test)}
+
+
+def write(folder: Path, arrays: dict | None = None, model: str = MODEL, dataset: str = "data.npz",
+          fields: str = "task: classification", frameworks: str = "[fakefw]") -> Path:
+    """A workload file, an .npz (unless `dataset` is a folder written by the test) and a suite naming both."""
+    (folder / "mine.py").write_text(model)
+    if dataset.endswith(".npz"):
+        np.savez(folder / dataset, **(images() if arrays is None else arrays))
+    path = folder / "suite.yaml"
+    path.write_text(f"name: mine\nframeworks: {frameworks}\nthreads: 1\nworkloads:\n"
+                    f"  - workload: mine.py\n    dataset: {{path: {dataset}, {fields}}}\n")
+    return path
+
+
+def refused(path: Path, *expected: str) -> str:
+    with pytest.raises(suite.SuiteError) as error:
+        suite.load(str(path))
+    for words in expected:
+        assert words in str(error.value), str(error.value)
+    return str(error.value)
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    monkeypatch.setitem(envs.RECIPES, "fakefw", fake_dlbench.RECIPE)
+
+
+def test_a_valid_file_and_npz_load_plan_and_prepare_as_a_dataset(tmp_path, fake):
+    path = write(tmp_path)
+    loaded = suite.load(str(path))
+    cells = suite.plan(loaded)
+    assert [(c.workload, c.dataset, c.epochs, c.batch_size) for c in cells] == [("mine", "data", 2, 8)]
+    fake_dlbench.make_environment(tmp_path / "home")
+    os.environ["DLBENCH_HOME"] = str(tmp_path / "home")
+    try:
+        prepared = cell_config.resolve(cells[0], tmp_path / "cache")
+    finally:
+        del os.environ["DLBENCH_HOME"]
+    meta = prepared.dataset.meta
+    assert (meta["task"], meta["num_classes"], meta["input_shape"], meta["input_scale"]) == \
+        ("classification", 3, [6, 6, 1], 255.0)
+    assert prepared.dataset.path.name == f"data@{prepared.dataset.hash[:16]}"
+    stored = np.load(prepared.dataset.path / "y_train.npy")
+    assert stored.dtype == np.int32 and stored.tolist() == images()["y_train"].tolist()
+    assert prepared.config["dataset_hash"] == prepared.dataset.hash
+    assert prepared.config["workload_file"]["sha256"] == workloads.USER_FILES["mine"][1]
+    assert prepared.config["model"]["layers"][-1]["units"] == 3
+    assert prepared.config["recipe"]["optimizer"]["lr"] == 0.1
+
+
+def test_editing_the_file_or_the_data_changes_the_cell_hash(tmp_path, fake, monkeypatch):
+    fake_dlbench.make_environment(tmp_path / "home")
+    monkeypatch.setenv("DLBENCH_HOME", str(tmp_path / "home"))
+    path = write(tmp_path)
+
+    def cell_hash() -> str:
+        return cell_config.resolve(suite.plan(suite.load(str(path)))[0], tmp_path / "cache").hash
+
+    first = cell_hash()
+    assert cell_hash() == first
+    (tmp_path / "mine.py").write_text(MODEL + "# a comment changes the file\n")
+    edited = cell_hash()
+    assert edited != first
+    arrays = images()
+    arrays["y_train"][0] = (arrays["y_train"][0] + 1) % 3
+    np.savez(tmp_path / "data.npz", **arrays)
+    assert cell_hash() not in (first, edited)
+
+
+def test_a_folder_of_npy_files_prepares_as_the_npz_does(tmp_path, fake):
+    npz = tmp_path / "a"
+    npz.mkdir()
+    from_npz = suite.load(str(write(npz)))
+    hash_npz = data.user_dataset(from_npz.entries[0].dataset).hash
+    fresh_registries_now()
+    folder = tmp_path / "b"
+    (folder / "data").mkdir(parents=True)
+    for name, array in images().items():
+        np.save(folder / "data" / f"{name}.npy", array)
+    from_folder = suite.load(str(write(folder, dataset="data")))
+    assert data.user_dataset(from_folder.entries[0].dataset).hash == hash_npz
+
+
+def fresh_registries_now() -> None:
+    workloads.USER_WORKLOADS.clear()
+    workloads.USER_FILES.clear()
+    for name in [name for name in data.dataset_names() if data.user_dataset(name)]:
+        del data._DATASETS[name]
+
+
+def test_a_workload_file_that_does_not_exist(tmp_path, fake):
+    path = write(tmp_path)
+    (tmp_path / "mine.py").unlink()
+    refused(path, "suite.yaml:5: field 'workload'", "mine.py: no such file", "WORKLOAD")
+
+
+def test_a_file_that_raises_names_its_exception_and_line(tmp_path, fake):
+    path = write(tmp_path, model=MODEL.replace("def model", "1 / 0\n\n\ndef model"))
+    refused(path, "mine.py:4: the workload file raised ZeroDivisionError: division by zero")
+
+
+def test_a_syntax_error_names_its_line(tmp_path, fake):
+    path = write(tmp_path, model="from dlbench import ir\nWORKLOAD = (\n")
+    refused(path, "mine.py:2", "SyntaxError")
+
+
+def test_an_unknown_layer_type_is_refused_naming_the_file(tmp_path, fake):
+    path = write(tmp_path, model=MODEL.replace("ir.conv2d(4, kernel=3, padding=\"same\")", "ir.conv3d(4)"))
+    refused(path, "suite.yaml:5: field 'workload'", "mine.py:6: the model raised AttributeError", "conv3d")
+    path = write(tmp_path, model=MODEL.replace("ir.relu()", "{'type': 'swish'}"))
+    refused(path, "mine.py", "unknown layer type 'swish'; known: conv2d")
+
+
+def test_a_file_that_declares_nothing_or_the_wrong_type(tmp_path, fake):
+    path = write(tmp_path, model="x = 1\n")
+    refused(path, "mine.py: declares no WORKLOAD")
+    path = write(tmp_path, model="WORKLOAD = {'model': None}\n")
+    refused(path, "WORKLOAD is a dict; expected a dlbench.user.Workload")
+
+
+def test_a_recipe_outside_what_the_adapters_build(tmp_path, fake):
+    path = write(tmp_path, model=MODEL.replace('"momentum": 0.0, ', ""))
+    refused(path, "optimizer sgd: missing momentum; it takes lr, momentum, nesterov, weight_decay")
+    path = write(tmp_path, model=MODEL.replace('loss="softmax_cross_entropy"', 'loss="mse"'))
+    refused(path, "loss 'mse' for a classification task; accepted: 'softmax_cross_entropy'")
+
+
+def test_wrong_input_shapes_are_refused_naming_both(tmp_path, fake):
+    path = write(tmp_path, model=MODEL.replace('meta["input_shape"]', "[8, 8, 1]"))
+    refused(path, "data.npz: the model of mine takes input_shape [8, 8, 1], but x_train's samples are [6, 6, 1]")
+
+
+def test_labels_out_of_range_for_the_output_units(tmp_path, fake):
+    path = write(tmp_path, model=MODEL.replace('ir.dense(meta["num_classes"])', "ir.dense(2)"))
+    refused(path, "array y_train holds label 2, out of range for the 2 output units of mine's model (labels 0 to 1)")
+    path = write(tmp_path, fields="task: classification, num_classes: 2")
+    refused(path, "holds label 2, out of range for num_classes 2")
+
+
+def test_input_and_label_dtypes(tmp_path, fake):
+    arrays = images()
+    arrays["y_train"] = arrays["y_train"].astype(np.float32)
+    refused(write(tmp_path, arrays), "array y_train is float32; labels are integers")
+    arrays = images()
+    arrays["x_train"] = arrays["x_train"].astype(np.float64)
+    refused(write(tmp_path, arrays), "array x_train is float64; accepted: uint8 or float32")
+
+
+def test_a_missing_array_and_a_length_mismatch(tmp_path, fake):
+    arrays = images()
+    del arrays["y_test"]
+    refused(write(tmp_path, arrays), "data.npz: missing array y_test; it holds x_train, y_train, x_test")
+    arrays = images()
+    arrays["y_train"] = arrays["y_train"][:-1]
+    refused(write(tmp_path, arrays), "x_train holds 24 samples and y_train 23")
+
+
+def test_a_pickled_object_array_is_refused(tmp_path, fake):
+    arrays = images()
+    arrays["y_test"] = np.array([1, "two", None], dtype=object)
+    refused(write(tmp_path, arrays), "array y_test cannot be read without pickles")
+
+
+def test_a_missing_npy_file_in_a_folder(tmp_path, fake):
+    (tmp_path / "data").mkdir()
+    for name, array in images().items():
+        if name != "x_test":
+            np.save(tmp_path / "data" / f"{name}.npy", array)
+    refused(write(tmp_path, dataset="data"), "missing x_test.npy")
+
+
+def test_a_dataset_that_does_not_exist(tmp_path, fake):
+    path = write(tmp_path)
+    (tmp_path / "data.npz").unlink()
+    refused(path, "suite.yaml:6: field 'dataset'", "data.npz: no such file or folder")
+
+
+def test_token_ids_beyond_the_embedding_vocabulary(tmp_path, fake):
+    rng = np.random.RandomState(1)
+    arrays = {"x_train": rng.randint(0, 10, (12, 5)), "y_train": rng.randint(0, 2, 12),
+              "x_test": rng.randint(0, 10, (4, 5)), "y_test": rng.randint(0, 2, 4)}
+    suite.load(str(write(tmp_path, arrays, TEXT_MODEL, fields="task: binary")))  # ids 0..9: accepted
+    arrays["x_test"][2, 3] = 10
+    refused(write(tmp_path, arrays, TEXT_MODEL, fields="task: binary"),
+            "array x_test holds token id 10, beyond the vocabulary of embedding_1 (10 ids: 0 to 9)")
+
+
+def test_runs_end_to_end_through_the_fake_framework(tmp_path, monkeypatch):
+    path = write(tmp_path)
+    fake_dlbench.make_environment(tmp_path / "home")
+    results = tmp_path / "results"
+    done = guard.run([sys.executable, str(Path(fake_dlbench.__file__)), "run", str(path), "--results", str(results),
+                      "--data-dir", str(tmp_path / "cache"), "--plain", "--no-live-report"], 120,
+                     env=dict(os.environ, DLBENCH_HOME=str(tmp_path / "home")))
+    assert done.returncode == 0, done.stdout + done.stderr
+    with Store(results / "dlbench.sqlite") as store:
+        runs = store.runs()
+    assert [(run["workload"], run["dataset"], run["status"]) for run in runs] == [("mine", "data", "ok")]
+    assert runs[0]["config"]["workload_file"]["file"] == str(tmp_path / "mine.py")
+
+
+def test_one_pytorch_cell_trains_on_a_users_data(tmp_path):
+    envs.require("pytorch")  # make test builds it; without it this fails naming the command
+    path = write(tmp_path, frameworks="[pytorch]")
+    results = tmp_path / "results"
+    done = guard.run([sys.executable, "-m", "dlbench", "run", str(path), "--results", str(results),
+                      "--data-dir", str(tmp_path / "cache"), "--plain", "--no-live-report"], 600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    with Store(results / "dlbench.sqlite") as store:
+        runs = store.runs()
+    assert [(run["framework"], run["workload"], run["status"]) for run in runs] == [("pytorch", "mine", "ok")]
+    epochs = runs[0]["epochs"]
+    assert len(epochs) == 2 and all(0 <= epoch["metrics"]["accuracy"] <= 1 for epoch in epochs)
+
+
+def test_certify_suite_certifies_a_users_workload(tmp_path):
+    """`dlbench certify --suite` probes the user's model against the reference like a built-in workload's."""
+    envs.require("pytorch")
+    envs.require("jax")
+    path = write(tmp_path, frameworks="[jax]")
+    done = guard.run([sys.executable, "-m", "dlbench", "certify", "--suite", str(path), "--results",
+                      str(tmp_path / "results")], 600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "jax" in done.stdout and "mine" in done.stdout and "pass" in done.stdout
+
+
+
+def test_a_workload_file_needs_a_dataset_in_a_plain_format(tmp_path, fake):
+    path = write(tmp_path)
+    path.write_text("name: mine\nframeworks: [fakefw]\nworkloads:\n  - {workload: mine.py, dataset: digits-28}\n")
+    refused(path, "suite.yaml:4: field 'workload'", "goes with a dataset in a plain format")
+
+
+def test_a_built_in_workload_trains_on_a_users_dataset(tmp_path, fake):
+    arrays = images(classes=10, side=10)
+    path = write(tmp_path, arrays)
+    path.write_text("name: mine\nframeworks: [fakefw]\nworkloads:\n"
+                    "  - {workload: cnn-mnist, dataset: {path: data.npz, task: classification}}\n")
+    cells = suite.plan(suite.load(str(path)))
+    assert [(cell.workload, cell.dataset, cell.batch_size) for cell in cells] == [("cnn-mnist", "data", 128)]
+    arrays = images(classes=10, side=4)  # cnn-mnist's two valid 3x3 convs leave nothing of 4x4 images
+    np.savez(tmp_path / "data.npz", **arrays)
+    refused(path, "suite.yaml:4: field 'dataset'", "cnn-mnist", "shrinks")
+
+
+def test_the_ray_executor_refuses_a_users_workload(tmp_path):
+    path = write(tmp_path)
+    fake_dlbench.make_environment(tmp_path / "home")
+    done = guard.run([sys.executable, str(Path(fake_dlbench.__file__)), "run", str(path), "--executor", "ray",
+                      "--results", str(tmp_path / "results"), "--data-dir", str(tmp_path / "cache"), "--plain",
+                      "--no-live-report"], 120, env=dict(os.environ, DLBENCH_HOME=str(tmp_path / "home")))
+    assert done.returncode != 0
+    assert f"workload mine ({tmp_path / 'mine.py'}) is a user's file: user workloads run with the local executor" \
+        in done.stderr
+
+
+def test_a_built_in_workload_that_needs_meta_a_plain_dataset_lacks(tmp_path, fake):
+    rng = np.random.RandomState(1)
+    arrays = {"x_train": rng.randint(0, 10, (12, 5)), "y_train": rng.randint(0, 2, 12),
+              "x_test": rng.randint(0, 10, (4, 5)), "y_test": rng.randint(0, 2, 4)}
+    path = write(tmp_path, arrays)
+    path.write_text("name: mine\nframeworks: [fakefw]\nworkloads:\n"
+                    "  - {workload: lstm-imdb, dataset: {path: data.npz, task: binary}}\n")
+    refused(path, "lstm-imdb builds its model from meta 'seq_len', which a dataset in a plain format does not hold")
+
+
+def test_a_name_that_could_not_name_a_folder_is_refused(tmp_path, fake):
+    refused(write(tmp_path, fields="task: classification, name: ../up"),
+            "the dataset's name '../up'; accepted: 1 to 64")
+    refused(write(tmp_path, model=MODEL.replace('name="mine"', 'name="a b"')), "the workload's name 'a b'")
