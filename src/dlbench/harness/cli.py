@@ -296,7 +296,13 @@ def cmd_results(args: argparse.Namespace) -> int:
     if args.format == "table":
         # every column is the wide form: nothing clipped
         width = None if args.columns == listing.column_names() else listing.WIDTH
-        print(listing.table(runs, args.columns, width))
+        served = [run for run in runs if listing.is_inference(run)]
+        trained = [run for run in runs if not listing.is_inference(run)]
+        if trained or not served:
+            print(listing.table(trained, args.columns, width))
+        if served:  # their own table: they have no epochs, and latencies and throughput instead
+            print("\n" if trained else "", end="")
+            print(listing.serving_table(served, width))
     else:
         print(listing.to_csv(runs) if args.format == "csv" else listing.to_json(runs))
     if args.format == "table" and peaks:
