@@ -1,8 +1,10 @@
 """Inference mode, harness half (issue #31): the serving figures of a run (measure/serving.py) and a plan of
 inference cells run end to end through the real command line with the fake framework, whose serving path
 tests/fake_serve_worker.py drives as the inference protocol says."""
+import dataclasses
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import fake_dlbench
 import numpy as np
@@ -11,6 +13,8 @@ import pytest
 from dlbench.harness import cli
 from dlbench.harness.environments import envs
 from dlbench.harness.measure import serving
+from dlbench.harness.plan.suite import Cell, Serve
+from dlbench.harness.run import cell_config
 from dlbench.harness.store import Store
 from dlbench.shared.protocol import SERVE_FIRST_CALL, SERVE_LATENCY, SERVE_THROUGHPUT
 
@@ -86,3 +90,45 @@ def test_an_inference_plan_runs_end_to_end_and_stores_its_serving_figures(tmp_pa
     row = served.splitlines()[3]
     assert f"{run['latency_p50_ms']:.3g}/{run['latency_p90_ms']:.3g}/{run['latency_p99_ms']:.3g}" in row
     assert "digits-28" in row  # clipped to fit: its batch size is in the configuration
+
+
+# ---- the configuration and its hash ---------------------------------------------------------
+
+# the hash of TRAINING (below) as dlbench computed it before inference mode (commit e404931, the same stand-ins
+# for the dataset, environment and worker code): inference mode leaves training cells' hashes as they were
+TRAINING_HASH = "678677252deca1a46d0ad7c8cd80a6ec6d20dd734b72c34eb4de3e2b5f175451"
+TRAINING = Cell("s", "jax", "cnn-mnist", "digits-28", "cpu", 1, 0, 3, 32, 1, 60.0)
+
+
+@pytest.fixture
+def resolvable(monkeypatch):
+    """cell_config.resolve without a prepared dataset or an environment: fixed stand-ins for both, and for the
+    digest of the worker's code."""
+    monkeypatch.setattr(cell_config.data, "prepare", lambda name, folder: SimpleNamespace(
+        hash="d" * 64, meta={"input_shape": [28, 28, 1], "num_classes": 10, "n_test": 360, "n_train": 1438}))
+    monkeypatch.setattr(cell_config.envs, "require", lambda name, device="cpu": SimpleNamespace(
+        info=lambda: {"packages": {"jax": "0.10.2"}, "python_version": "3.11.0"}))
+    monkeypatch.setattr(cell_config.sources, "framework_source", lambda name: "0" * 16)
+
+
+def test_a_training_cells_configuration_and_hash_are_unchanged(resolvable, tmp_path):
+    prepared = cell_config.resolve(TRAINING, tmp_path)
+    assert "mode" not in prepared.config and "serve" not in prepared.config
+    assert prepared.hash == TRAINING_HASH
+
+
+def test_an_inference_cells_mode_and_serving_settings_enter_its_hash(resolvable, tmp_path):
+    served = dataclasses.replace(TRAINING, epochs=0, mode="inference", serve=Serve(20, 200, 32, 1024))
+    prepared = cell_config.resolve(served, tmp_path)
+    # the throughput samples are capped by the test split's 360
+    assert prepared.config["mode"] == "inference"
+    assert prepared.config["serve"] == {"warmup_calls": 20, "latency_calls": 200, "throughput_batch": 32,
+                                        "throughput_samples": 360}
+    hashes = {prepared.hash, TRAINING_HASH}
+    for changed in (Serve(21, 200, 32, 1024), Serve(20, 100, 32, 1024), Serve(20, 200, 16, 1024),
+                    Serve(20, 200, 32, 100)):
+        hashes.add(cell_config.resolve(dataclasses.replace(served, serve=changed), tmp_path).hash)
+    assert len(hashes) == 6  # each setting changes the hash; none equals the training cell's
+    # above the test split's size, more samples asked change nothing that runs: the same cell
+    more = dataclasses.replace(served, serve=Serve(20, 200, 32, 5000))
+    assert cell_config.resolve(more, tmp_path).hash == prepared.hash
