@@ -156,16 +156,11 @@ def _folded(rows: list[list[str]], shown: list[str] | tuple[str, ...], width: in
     return (f"every run: {said_once}\n" if said_once else "") + aligned(table_rows, width, give_way=give_way)
 
 
-INFERENCE = "inference"  # an inference run's mode (store.RUN_COLUMNS "mode"; NULL for a training run)
 # the inference runs' table: which run, how it ended, its serving figures (harness/measure/serving.py;
 # docs/measurement.md says what each one times); the throughput's batch size is in the dataset's label, the first
 # call on a whole batch in CSV and JSON
 SERVE_HEADINGS = ("framework", "version", "workload", "dataset", "device", "rep", "status", "p50/p90/p99 ms",
                   "samples/s", "1st call s", "peak MiB", "reason")
-
-
-def is_inference(run: dict) -> bool:
-    return run.get("mode") == INFERENCE
 
 
 def _figure(value: float | None) -> str:
