@@ -13,7 +13,8 @@ import pytest
 from dlbench.harness import cli
 from dlbench.harness.environments import envs
 from dlbench.harness.measure import serving
-from dlbench.harness.plan.suite import Cell, Serve
+from dlbench.harness.plan import suite
+from dlbench.harness.plan.suite import Cell, Serve, SuiteError
 from dlbench.harness.run import cell_config
 from dlbench.harness.store import Store
 from dlbench.shared.protocol import SERVE_FIRST_CALL, SERVE_LATENCY, SERVE_THROUGHPUT
@@ -132,3 +133,22 @@ def test_an_inference_cells_mode_and_serving_settings_enter_its_hash(resolvable,
     # above the test split's size, more samples asked change nothing that runs: the same cell
     more = dataclasses.replace(served, serve=Serve(20, 200, 32, 5000))
     assert cell_config.resolve(more, tmp_path).hash == prepared.hash
+
+
+def test_an_inference_cell_whose_batch_outgrows_its_throughput_samples_is_refused_before_it_runs(resolvable,
+                                                                                                   tmp_path):
+    served = dataclasses.replace(TRAINING, epochs=0, mode="inference", serve=Serve(20, 200, 512, 1024))
+    with pytest.raises(SuiteError) as raised:
+        cell_config.resolve(served, tmp_path)
+    assert str(raised.value) == ("suite s: inference cell cnn-mnist on digits-28: batch size 512 is more than the "
+                                 "360 samples its throughput serves (throughput_samples 1,024, test split 360); "
+                                 "give the entry a batch_size of at most 360")
+
+
+def test_every_cell_of_the_serve_suite_has_a_whole_batch_to_time():
+    """The serve suite on the stand-ins' test splits: each cell's batch fits its throughput samples (the check
+    above, with the prepared splits' sizes)."""
+    sizes = {"digits-28": 359, "photo-patches-10": 100, "rt-snippets": 1000, "lee-news-lm": 294,
+             "django-es-en": 132, "photo-boxes": 2}
+    for cell in suite.plan(suite.load("serve"), frameworks=["pytorch"]):
+        assert cell.serve.throughput_batch <= min(cell.serve.throughput_samples, sizes[cell.dataset]), cell.workload

@@ -105,6 +105,12 @@ def serve_config(cell: Cell, n_test: int) -> dict[str, int]:
         raise SuiteError(f"inference cell {cell.framework} {cell.workload} on {cell.dataset} has no serving settings")
     serve = cell.serve.as_config()
     serve["throughput_samples"] = min(serve["throughput_samples"], n_test)
+    if serve["throughput_batch"] > serve["throughput_samples"]:  # not one whole batch to time: refused here,
+        # before any cell runs, rather than by the worker
+        raise SuiteError(f"suite {cell.suite}: inference cell {cell.workload} on {cell.dataset}: batch size "
+                         f"{serve['throughput_batch']} is more than the {serve['throughput_samples']} samples its "
+                         f"throughput serves (throughput_samples {cell.serve.throughput_samples:,}, test split "
+                         f"{n_test:,}); give the entry a batch_size of at most {serve['throughput_samples']}")
     return serve
 
 
