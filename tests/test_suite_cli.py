@@ -86,7 +86,7 @@ def test_unknown_top_level_field_names_its_line_and_the_accepted_fields(capsys, 
     message = error_of(capsys, ["run", str(path)])
     assert message == (f"{path}:4: field 'repeats': unknown field; accepted: name, description, frameworks, "
                        "device, repeat, seed, threads, timeout_s, compile_cache, allocator, gpu_memory, executor, "
-                       "workloads")
+                       "mode, serve, workloads")
 
 
 def test_bad_epochs_in_the_second_entry_names_its_line(capsys, tmp_path):
