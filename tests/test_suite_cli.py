@@ -723,3 +723,10 @@ def test_the_serve_suite_serves_the_quick_suites_workloads_on_its_data():
     assert served.mode == "inference" and served.serve == ()
     assert [(e.workload, e.dataset) for e in served.entries] == [(e.workload, e.dataset) for e in quick.entries]
     assert all(e.weights is None for e in served.entries)  # canonical starting weights
+
+
+def test_epochs_on_the_command_line_are_refused_for_an_inference_suite():
+    with pytest.raises(SuiteError) as raised:
+        suite.plan(suite.load("serve"), epochs=3)
+    assert str(raised.value) == ("--epochs 3: suite 'serve' is an inference suite (mode: inference), which trains "
+                                 "nothing; leave --epochs out")

@@ -481,6 +481,9 @@ def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str]
     _check_size(suite, repeat or suite.repeat, len(points), len(frameworks or suite.frameworks))
     cells = []
     inference = suite.mode == "inference"
+    if inference and epochs:
+        raise SuiteError(f"--epochs {epochs}: suite {suite.name!r} is an inference suite (mode: inference), which "
+                         "trains nothing; leave --epochs out")
     for repetition in range(1, (repeat or suite.repeat) + 1):
         repetition_cells = []
         for entry, batch_size, cell_threads in points:
