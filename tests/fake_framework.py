@@ -10,6 +10,9 @@ Modes that start a grandchild write its pid to grandchild.pid in the working dir
 $FAKE_SPIN=N (with mode ok) makes each epoch keep N cores busy for $FAKE_SPIN_S seconds (default 0.8)
 instead of sleeping, in N threads, whatever threads the cell gives.
 
+serving() (docs/measurement.md's inference mode) returns a call that sleeps SERVE_CALL_S plus SERVE_SAMPLE_S
+per sample and returns zeros of (samples, 2); tests/fake_serve_worker.py drives it as the inference protocol says.
+
 $FAKE_GATE=PATH (with mode ok) holds epoch $FAKE_GATE_EPOCH (default 1) and every later one until the file
 PATH exists, so a test can act while a run is known to be mid-cell.
 """
@@ -30,6 +33,8 @@ OK_EPOCH_SLEEP_S = 0.15  # long enough for the 0.1 s monitor to take samples of 
 GATE_LIMIT_S = 120  # a gate nobody opens (a test that failed before opening it) lets the run end
 TRAIN_LOSS = 0.5
 EVAL_LOSS = 0.25
+SERVE_CALL_S = 0.002  # per call of the serving path
+SERVE_SAMPLE_S = 0.0005  # and per sample in it
 
 
 def _sleep_forever() -> None:
@@ -117,6 +122,15 @@ class Adapter(BaseAdapter):
 
     def evaluate(self, data: Split):
         return {"loss": EVAL_LOSS, "accuracy": float(np.mean(np.asarray(data.y) == 1))}
+
+    def serving(self):
+        """A serving path: the calls take SERVE_CALL_S + SERVE_SAMPLE_S per sample; in mode crash it raises."""
+        def serve(x):
+            if self.mode == "crash":
+                raise RuntimeError("fake crash while serving")
+            time.sleep(SERVE_CALL_S + SERVE_SAMPLE_S * len(x))
+            return np.zeros((len(x), 2), dtype=np.float32)
+        return serve
 
     def _misbehave(self) -> None:
         mode = self.mode

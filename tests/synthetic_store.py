@@ -137,3 +137,55 @@ def thread_sweep(times: dict[tuple[str, int], list[float]] = THREAD_TIMES) -> li
     """One run per (framework, threads) and time listed, repetitions counted from 1."""
     return [sweep_run(framework, t, rep, threads=threads, position=10 * threads + rep)
             for (framework, threads), values in times.items() for rep, t in enumerate(values, 1)]
+def serving_run(framework: str, workload: str, repetition: int, latencies: list[float], samples_per_s: float, *,
+                status: str = "ok", reason: str | None = None, device: str = "cpu", first_call_s: float = 0.5,
+                peak_rss_mb: float = 400.0, position: int = 0) -> tuple[dict, list[float]]:
+    """One inference run as the runner stores it (run/record.py with measure/serving.py): its latencies
+    (seconds, in call order) and the row's figures computed from them with numpy, as the runner does."""
+    from dlbench.harness.measure.serving import percentiles_ms
+
+    ok = status == "ok"
+    batch = 1 if workload == "frcnn-voc" else (recipe_batch_size(workload) or 128)
+    run = {
+        "cell_hash": f"serve-{framework}-{workload}-{device}-{repetition}", "suite": "serve", "framework": framework,
+        "framework_version": VERSIONS.get(framework, "1.0"), "workload": workload, "dataset": DATASETS[workload],
+        "device": device, "repetition": repetition, "status": status, "reason": reason,
+        "started_at": f"2026-12-04T10:{position // 60:02d}:{position % 60:02d}+0000", "wall_time_s": 9.0,
+        "metric_name": METRICS[workload][0], "target_value": METRICS[workload][1], "params": 1000,
+        "peak_rss_mb": peak_rss_mb, "threads": 2, "python": "3.11.2 /envs/python",
+        "packages": {framework: VERSIONS.get(framework, "1.0"), "numpy": "2.1.0"},
+        "config": {"threads": 2, "seed": repetition - 1, "repetition": repetition, "mode": "inference",
+                   "recipe": {"epochs": 0, "batch_size": batch},
+                   "serve": {"warmup_calls": 20, "latency_calls": len(latencies), "throughput_batch": batch,
+                             "throughput_samples": 1024}},
+        "certificate": "reference" if framework == "pytorch" else "passed", "plan_position": position,
+        "machine": MACHINE, "dlbench_version": {"version": "0.1.0", "commit": "0123456789abcdef", "dirty": False},
+        "mode": "inference",
+    }
+    if ok:
+        run.update(percentiles_ms(latencies), first_call_s=first_call_s, warmup_calls=20,
+                   latency_calls=len(latencies), serve_batch_size=batch, throughput_samples=1024,
+                   throughput_s=1024 / samples_per_s, samples_per_s=samples_per_s, first_batch_call_s=first_call_s * 2)
+    return run, latencies if ok else []
+
+
+def serving_store(path: Path, repetitions: int = 3, with_training: bool = True) -> Path:
+    """Inference runs of pytorch and jax on cnn-mnist and lstm-imdb, `repetitions` each, known latencies
+    (jax's calls half of pytorch's) and throughput; one jax lstm-imdb run failed; with_training: beside
+    study_store's training runs."""
+    if with_training:
+        study_store(path, repetitions=2)
+    position = 1000
+    with Store(path / "dlbench.sqlite") as store:
+        for rep in range(1, repetitions + 1):
+            for framework, scale in (("pytorch", 1.0), ("jax", 0.5)):
+                for workload in ("cnn-mnist", "lstm-imdb"):
+                    position += 1
+                    latencies = [scale * (0.002 + 0.0001 * ((call * 7 + rep) % 10) + 0.00005 * rep)
+                                 for call in range(50)]
+                    kwargs: dict = {"position": position}
+                    if framework == "jax" and workload == "lstm-imdb" and rep == 1:
+                        kwargs.update(status="failed", reason="worker exited with status 1")
+                    run, kept = serving_run(framework, workload, rep, latencies, 1000.0 / scale + rep, **kwargs)
+                    store.save_run(run, [], [], kept)
+    return path / "dlbench.sqlite"

@@ -272,3 +272,15 @@ def test_a_significant_gap_inside_the_noise_threshold_is_within_noise(capsys, tm
     assert code == 0 and "within noise" in torch and not torch.startswith("+")
     assert "98.7%" in torch  # the ratio interval's level: 12 a side, each side's [x_(2), x_(11)] at 99.37 %, squared
     assert f"reaches into 1 +- 2% is {stats.WITHIN_NOISE}" in out
+
+
+def test_inference_runs_are_left_out_of_the_comparison(tmp_path, before):
+    """An inference run has no epochs: compare, whose metrics are all training times, neither matches it nor
+    lists it as unmatched."""
+    from synthetic_store import serving_run
+
+    runs = cells_of(tmp_path, {"pytorch": 2.0, "jax": 1.0}, 5, seed=2)
+    served = [serving_run("pytorch", "cnn-mnist", rep, [0.002] * 10, 900.0)[0] for rep in (1, 2)]
+    result = compare.compare_runs(runs, runs + served)
+    assert sorted(cell.label.split()[0] for cell in result.cells) == ["jax", "pytorch"]
+    assert result.only_a == () and result.only_b == ()

@@ -1,4 +1,5 @@
 """`dlbench estimate`: forecasts from a store of known epoch times, checked against figures worked out by hand."""
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -221,3 +222,31 @@ def test_evaluation_scales_with_the_prepared_test_sets(two_repetitions: Path, tm
     [found] = forecast_plan([cell(dataset="mnist", epochs=15)], two_repetitions, data_dir, HERE).forecasts
     # an epoch's training (1.0 s, 1.2 s) 60 times over, its evaluation (0.05 s) 10,000 / 250 = 40 times
     assert found.seconds == pytest.approx(((3.3 + 15 * (60 + 2)) + (3.4 + 15 * (72 + 2))) / 2)
+
+
+def test_the_serve_suite_forecasts_from_inference_runs_or_says_it_has_none(two_repetitions: Path, tmp_path: Path,
+                                                                           capsys) -> None:
+    """An inference cell has no epochs: a training store has nothing to forecast it from, and says so per cell;
+    the store's inference runs of the same cell (same serving settings) give its wall time."""
+    assert cli.main(["estimate", "serve", "--results", str(two_repetitions), "-f", "pytorch",
+                     "--data-dir", str(tmp_path / "no-data")]) == 0
+    out = capsys.readouterr().out
+    assert "forecast of serve: 6 cells" in out and out.count("no inference run of this cell") == 6 + 1
+    assert "not forecast, left out of the totals: 6 cells (no inference run of this cell)" in out
+    assert max(len(line) for line in out.splitlines()) <= 120
+    from synthetic_store import serving_run
+
+    from dlbench.harness.plan.suite import Serve
+
+    with Store(two_repetitions / "dlbench.sqlite") as store:
+        for repetition, wall in ((1, 9.0), (2, 11.0)):
+            row, latencies = serving_run("pytorch", "cnn-mnist", repetition, [0.002] * 50, 900.0)
+            store.save_run(dict(row, wall_time_s=wall), [], [], latencies)
+    served = replace(cell(epochs=0), mode="inference", serve=Serve(20, 50, 128, 1024))
+    other = replace(served, serve=Serve(20, 200, 128, 1024))  # other latency calls: another cell
+    found, none = forecast(two_repetitions, [served, other], tmp_path)
+    assert (found.seconds, found.low, found.high, found.basis, found.kind) == (10.0, 9.0, 11.0, "2 runs", "runs")
+    assert (none.seconds, none.kind, none.basis) == (None, "none", "no inference run of this cell")
+    # training cells are forecast from the training runs alone, as before
+    [trained] = forecast(two_repetitions, [cell(epochs=10)], tmp_path)
+    assert trained.basis == "2 runs" and trained.seconds == pytest.approx((13.8 + 15.9) / 2)

@@ -376,3 +376,81 @@ def test_time_to_target_of_stand_ins_nobody_reached_is_left_out_and_said_so(tmp_
     page = html.render(loaded)
     shown = page[page.index("<h3>Time to target, cpu</h3>"):]
     assert shown.index("Left out: cnn-mnist") < shown.index("</div>") < shown.index("<table")  # no table of its own
+
+
+def _csv_of(text: str, name: str) -> list[list[str]]:
+    """The rows of the page's table whose CSV download is `name`."""
+    from urllib.parse import unquote
+
+    links = dict(re.findall(r'<a class="csv" download="([\w-]+\.csv)" href="data:text/csv;charset=utf-8,([^"]*)">',
+                            text))
+    return list(csv.reader(io.StringIO(unquote(links[name]))))
+
+
+def test_the_serving_section_shows_each_inference_cell_and_its_latency_distribution(tmp_path: Path) -> None:
+    """Inference runs beside training runs: their own section with the cells' figures (medians over the
+    repetitions as numpy computes them from the stored latencies, the throughput's interval), one latency figure
+    per workload; the epoch-based sections leave them out."""
+    import numpy as np
+    from synthetic_store import serving_store
+
+    from dlbench.harness.present.tables import SERVING_HEADER
+
+    serving_store(tmp_path, repetitions=3)
+    text = report.write(tmp_path).read_text()
+    assert '<a href="#serving">Serving</a>' in text and '<h2 id="serving">Serving</h2>' in text
+    rows = _csv_of(text, "serving-cpu.csv")
+    assert rows[0] == SERVING_HEADER
+    by_cell = {(row[0], row[2]): row for row in rows[1:]}
+    assert sorted(by_cell) == [("cnn-mnist", "jax 0.6.2"), ("cnn-mnist", "pytorch 2.13.0"),
+                               ("lstm-imdb", "jax 0.6.2"), ("lstm-imdb", "pytorch 2.13.0")]
+    with Store(tmp_path / "dlbench.sqlite") as store:
+        served = [run for run in store.runs() if run["mode"] == "inference"]
+        latencies = {run["id"]: store.latencies(run["id"]) for run in served}
+    pytorch = [run for run in served if (run["framework"], run["workload"]) == ("pytorch", "cnn-mnist")]
+    p99s = [np.percentile(latencies[run["id"]], 99) * 1000 for run in pytorch]
+    row = by_cell[("cnn-mnist", "pytorch 2.13.0")]
+    assert row[5] == f"{np.median(p99s):.3g}"  # the median over the three runs of each run's p99
+    assert row[6] == "1,002 [1,001-1,003, 75%]"  # 1,000 + rep samples/s; three runs: [min-max] at 75%
+    assert row[7:] == ["128", "0.5 s", "1 s", "400"]
+    # jax's lstm-imdb cell: one of its three runs failed; the two others give its figures
+    assert by_cell[("lstm-imdb", "jax 0.6.2")][6] == "2,002 [2,002-2,003, 50%]"
+    # one latency figure per workload, after the training runs' charts; the page expects them
+    assert len(re.findall(r"batch-1 latency per framework", text)) == 2
+    expected = int(re.search(r'data-expected="(\d+)"', text).group(1))
+    assert expected == text.count("<figure class=\"chart\"") and text.count("<svg") == expected
+    # the training tables and findings hold no inference run: their cells are the training runs'
+    training = _csv_of(text, "steady-epoch-time-relative-to-the-lowest-median-cpu.csv")
+    assert [row[0] for row in training[1:]] == ["cnn-mnist (digits-28)", "lstm-ptb (lee-news-lm)"]
+    markdown = report.write(tmp_path, "md").read_text()
+    overview = markdown[markdown.index("## Overview"):markdown.index("## Findings")]
+    assert "### Serving (cpu)" in overview and "| cnn-mnist | digits-28 | pytorch 2.13.0 |" in overview
+
+
+def test_a_store_of_inference_runs_alone_makes_a_report_and_a_results_table(tmp_path: Path, capsys) -> None:
+    from synthetic_store import serving_store
+
+    serving_store(tmp_path, repetitions=1, with_training=False)
+    text = report.write(tmp_path).read_text()
+    assert "4 runs (3 ok, 1 failed or stopped) of 2 frameworks" in text
+    rows = _csv_of(text, "serving-cpu.csv")
+    # one run per cell: no interval; the failed cell says why
+    assert [row[6] for row in rows[1:]] == ["2,001", "1,001", "failed: worker exited with status 1", "1,001"]
+    assert text.count("<svg") == 2 and "### Serving (cpu)" in report.write(tmp_path, "md").read_text()
+    assert cli.main(["results", "--results", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("Inference runs\nevery run: device cpu, rep 1, peak MiB 400.00\n")
+    assert "no runs stored yet" not in printed and max(len(line) for line in printed.splitlines()) <= 120
+
+
+def test_the_serving_sections_charts_render_in_a_real_browser(tmp_path: Path) -> None:
+    from synthetic_store import serving_store
+
+    serving_store(tmp_path / "results", repetitions=2)
+    page = report.write(tmp_path / "results")
+    done = browse(tmp_path / "profile", page.as_uri() + "#expand", "--dump-dom")
+    assert done.returncode == 0, done.stderr[-2000:]
+    status = render_status(done.stdout)
+    assert status["expected"] == status["charts"] == status["charts-shown"] and status["errors"] == "0"
+    assert len(re.findall(r"batch-1 latency per framework", done.stdout)) == 2
+    assert console_messages(done.stderr) == []

@@ -117,7 +117,7 @@ def test_reopening_keeps_runs_and_schema_version(tmp_path: Path) -> None:
     with Store(path) as store:
         assert [r["cell_hash"] for r in store.runs()] == ["abc123"]
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (11,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (12,)
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 
@@ -286,6 +286,7 @@ def test_a_version_8_store_gains_empty_detector_time_columns(tmp_path: Path) -> 
             conn.execute(f"ALTER TABLE epochs DROP COLUMN {name}")
         for table in ("runs", "certificates"):  # and version 10's digest
             conn.execute(f"ALTER TABLE {table} DROP COLUMN workload_digest")
+        drop_serving(conn)
         conn.execute("PRAGMA user_version=8")
     conn.close()
     split = {"host_time_s": 0.25, "nms_time_s": 0.125, "framework_time_s": 1.5}
@@ -294,7 +295,7 @@ def test_a_version_8_store_gains_empty_detector_time_columns(tmp_path: Path) -> 
         assert {k: old["epochs"][0][k] for k in split} == dict.fromkeys(split)
         store.save_run(make_run("new"), [{**make_epoch(1), **split}], [])
         assert {k: store.runs()[1]["epochs"][0][k] for k in split} == split
-    assert schema_version(path) == SCHEMA_VERSION == 11
+    assert schema_version(path) == SCHEMA_VERSION == 12
 
 
 def test_completed_hashes_leave_out_interrupted_runs(store: Store) -> None:
@@ -336,7 +337,7 @@ def test_a_version_10_store_takes_interrupted_runs_and_keeps_its_own(tmp_path: P
         assert [name for (name,) in indexes] == ["runs_cell_hash"]
         with pytest.raises(StoreError, match="CHECK"):
             store.save_run(make_run("bad", "paused"), [], [])
-    assert schema_version(path) == SCHEMA_VERSION == 11
+    assert schema_version(path) == SCHEMA_VERSION == 12
 
 
 def test_peaks_round_trip_with_a_failed_measurement(store: Store) -> None:
@@ -443,7 +444,7 @@ def test_a_version_7_store_gains_the_environments_table(tmp_path: Path) -> None:
         assert store.environment("d")["framework"] == "pytorch"
         store.save_run({**make_run("new"), "workload_digest": "wl1"}, [], [])
         assert store.runs()[0]["workload_digest"] == "wl1"
-    assert schema_version(path) == SCHEMA_VERSION == 11
+    assert schema_version(path) == SCHEMA_VERSION == 12
 
 
 def stored_runs(path: Path, count: int) -> bytes:
@@ -498,3 +499,44 @@ def test_a_store_that_cannot_be_created_is_refused_by_name(tmp_path: Path) -> No
     with pytest.raises(StoreError, match=f"{tmp_path / 'afile'}/dlbench.sqlite: cannot create the store"):
         Store(tmp_path / "afile" / "dlbench.sqlite")
     assert (tmp_path / "afile").read_text() == "in the way\n"
+
+
+SERVED = {"mode": "inference", "first_call_s": 0.5, "warmup_calls": 20, "latency_calls": 3, "latency_p50_ms": 2.0,
+          "latency_p90_ms": 2.8, "latency_p99_ms": 2.98, "serve_batch_size": 32, "throughput_samples": 320,
+          "throughput_s": 0.5, "samples_per_s": 640.0, "first_batch_call_s": 0.25}
+
+
+def drop_serving(conn: sqlite3.Connection) -> None:
+    """Back to version 11's tables: no serving columns in runs, no latencies table."""
+    for name in SERVED:
+        conn.execute(f"ALTER TABLE runs DROP COLUMN {name}")
+    conn.execute("DROP TABLE latencies")
+
+
+def test_an_inference_run_keeps_its_serving_figures_and_latencies(store: Store) -> None:
+    trained = store.save_run(make_run("t"), [make_epoch(1)], [])
+    served = store.save_run({**make_run("s"), **SERVED}, [], [], [0.002, 0.003, 0.001])
+    runs = {run["id"]: run for run in store.runs()}
+    assert {key: runs[served][key] for key in SERVED} == SERVED and runs[served]["epochs"] == []
+    assert store.latencies(served) == [0.002, 0.003, 0.001]  # in call order, not sorted
+    assert store.latencies(trained) == [] and runs[trained]["mode"] is None
+
+
+def test_a_version_11_store_gains_empty_serving_columns_and_a_latencies_table(tmp_path: Path) -> None:
+    path = tmp_path / "dlbench.sqlite"
+    with Store(path) as store:
+        store.save_run(make_run("old"), [make_epoch(1)], [{"t_s": 0.1, "rss_mb": 50.0}])
+    with sqlite3.connect(path) as conn:
+        drop_serving(conn)
+        conn.execute("PRAGMA user_version=11")
+    conn.close()
+    with Store(path) as store:
+        [old] = store.runs()
+        assert (old["cell_hash"], len(old["epochs"]), len(store.samples(old["id"]))) == ("old", 1, 1)
+        assert {key: old[key] for key in SERVED} == dict.fromkeys(SERVED)
+        assert store.latencies(old["id"]) == []
+        new = store.save_run({**make_run("new"), **SERVED}, [], [], [0.25, 0.5])
+        assert store.latencies(new) == [0.25, 0.5]
+    assert schema_version(path) == SCHEMA_VERSION == 12
+    with Store(path) as store:  # reopening migrates nothing again
+        assert [run["cell_hash"] for run in store.runs()] == ["old", "new"]

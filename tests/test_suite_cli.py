@@ -44,7 +44,7 @@ def write_suite(tmp_path: Path, text: str) -> Path:
 
 def test_unknown_suite_lists_the_builtin_ones(capsys):
     message = error_of(capsys, ["run", "nosuch"])
-    assert message.startswith("unknown suite 'nosuch'; built-in suites: paper, paper-gpu, quick, quick-large;")
+    assert message.startswith("unknown suite 'nosuch'; built-in suites: paper, paper-gpu, quick, quick-large, serve;")
     assert "(.yaml)" in message
 
 
@@ -86,7 +86,7 @@ def test_unknown_top_level_field_names_its_line_and_the_accepted_fields(capsys, 
     message = error_of(capsys, ["run", str(path)])
     assert message == (f"{path}:4: field 'repeats': unknown field; accepted: name, description, frameworks, "
                        "device, repeat, seed, threads, timeout_s, compile_cache, allocator, gpu_memory, executor, "
-                       "workloads")
+                       "mode, serve, workloads")
 
 
 def test_bad_epochs_in_the_second_entry_names_its_line(capsys, tmp_path):
@@ -660,3 +660,73 @@ def test_results_label_a_changed_recipes_batch_size(tmp_path):
     rows = {line.split()[0]: line for line in listing.table(runs).splitlines()[2:]}
     assert "digits-28, batch 64 (recipe 128) " in rows["pytorch"]
     assert "batch" not in rows["jax"]
+
+
+# ---- mode: inference ------------------------------------------------------------------------
+
+INFERENCE_HEAD = "name: served\nframeworks: [pytorch]\nmode: inference\n"
+
+
+@pytest.mark.parametrize(("text", "line", "message"), [
+    ("mode: serving\n", 3, "field 'mode': 'serving' is not one of: train, inference"),
+    ("serve: {latency_calls: 10}\n", 3, "field 'serve': serving settings need `mode: inference`; a training "
+     "suite serves nothing"),
+    ("mode: inference\nserve: [10]\n", 4, "field 'serve': expected a mapping with some of: warmup_calls, "
+     "latency_calls, throughput_samples"),
+    ("mode: inference\nserve:\n  latency_calls: 10\n  batch: 4\n", 6, "field 'batch': unknown field; accepted: "
+     "warmup_calls, latency_calls, throughput_samples"),
+    ("mode: inference\nserve:\n  latency_calls: 0\n", 5, "field 'latency_calls': expected an integer from 1 to "
+     "1000000, got 0"),
+    ("mode: inference\nserve:\n  warmup_calls: -1\n", 5, "field 'warmup_calls': expected an integer from 0 to "
+     "1000000, got -1"),
+    ("mode: inference\nserve:\n  throughput_samples: 2.5\n", 5, "field 'throughput_samples': expected an integer "
+     "from 1 to 1000000, got 2.5"),
+])
+def test_bad_mode_and_serve_fields_name_their_line(tmp_path, text, line, message):
+    path = write_suite(tmp_path, "name: s\nframeworks: [pytorch]\n" + text
+                       + "workloads: [{workload: cnn-mnist, dataset: digits-28}]\n")
+    with pytest.raises(SuiteError) as raised:
+        suite.load(str(path))
+    assert str(raised.value) == f"{path}:{line}: {message}"
+
+
+@pytest.mark.parametrize("field", ["epochs: 2", "train_samples: 64"])
+def test_an_inference_entry_refuses_what_only_training_uses(tmp_path, field):
+    path = write_suite(tmp_path, INFERENCE_HEAD + f"workloads:\n  - workload: cnn-mnist\n    dataset: digits-28\n"
+                       f"    {field}\n")
+    key = field.split(":")[0]
+    with pytest.raises(SuiteError) as raised:
+        suite.load(str(path))
+    assert str(raised.value) == (f"{path}:7: field {key!r}: entry cnn-mnist on digits-28: an inference suite trains "
+                                 f"nothing; leave {key} out (a trained model's weights come from `weights`)")
+
+
+def test_inference_cells_carry_their_mode_and_serving_settings(tmp_path):
+    path = write_suite(tmp_path, INFERENCE_HEAD + """serve: {latency_calls: 50}
+workloads:
+  - {workload: cnn-mnist, dataset: digits-28, batch_size: [16, 64]}
+  - {workload: frcnn-voc, dataset: photo-boxes}
+""")
+    cells = suite.plan(suite.load(str(path)))
+    assert {c.mode for c in cells} == {"inference"} and {c.epochs for c in cells} == {0}
+    serves = {(c.workload, c.batch_size): c.serve for c in cells}
+    # defaults but the suite's latency_calls; batches of the cell's batch size, a detector's of one image
+    assert serves[("cnn-mnist", 16)] == suite.Serve(20, 50, 16, 1024)
+    assert serves[("cnn-mnist", 64)] == suite.Serve(20, 50, 64, 1024)
+    assert serves[("frcnn-voc", 1)] == suite.Serve(20, 50, 1, 32)
+    training = suite.plan(suite.load("quick"))
+    assert {(c.mode, c.serve) for c in training} == {("train", None)}
+
+
+def test_the_serve_suite_serves_the_quick_suites_workloads_on_its_data():
+    served, quick = suite.load("serve"), suite.load("quick")
+    assert served.mode == "inference" and served.serve == ()
+    assert [(e.workload, e.dataset) for e in served.entries] == [(e.workload, e.dataset) for e in quick.entries]
+    assert all(e.weights is None for e in served.entries)  # canonical starting weights
+
+
+def test_epochs_on_the_command_line_are_refused_for_an_inference_suite():
+    with pytest.raises(SuiteError) as raised:
+        suite.plan(suite.load("serve"), epochs=3)
+    assert str(raised.value) == ("--epochs 3: suite 'serve' is an inference suite (mode: inference), which trains "
+                                 "nothing; leave --epochs out")

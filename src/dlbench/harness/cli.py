@@ -11,6 +11,7 @@ from pathlib import Path
 from dlbench.harness import data, file_names, folders
 from dlbench.harness.analysis import compare
 from dlbench.harness.analysis.load import AnalysisError
+from dlbench.harness.analysis.summary import is_inference
 from dlbench.harness.certification import machine_store, probes
 from dlbench.harness.data import DatasetError
 from dlbench.harness.environments import disk, envs
@@ -307,7 +308,13 @@ def cmd_results(args: argparse.Namespace) -> int:
     if args.format == "table":
         # every column is the wide form: nothing clipped
         width = None if args.columns == listing.column_names() else listing.WIDTH
-        print(listing.table(runs, args.columns, width))
+        served = [run for run in runs if is_inference(run)]
+        trained = [run for run in runs if not is_inference(run)]
+        if trained or not served:
+            print(listing.table(trained, args.columns, width))
+        if served:  # their own table: they have no epochs, and latencies and throughput instead
+            print("\n" if trained else "", end="")
+            print(listing.serving_table(served, width))
     else:
         print(listing.to_csv(runs) if args.format == "csv" else listing.to_json(runs))
     if args.format == "table" and peaks:

@@ -14,7 +14,7 @@ from typing import Any
 
 from dlbench.shared.protocol import EPOCH_SPLIT
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 FILENAME = "dlbench.sqlite"
 
 # Column name -> SQL declaration; the single source for the DDL, inserts and key validation.
@@ -103,6 +103,21 @@ RUN_COLUMNS: dict[str, str] = {
     # (harness/certification/certified_model.py), part of the key of the certificate that vouches for the
     # run; NULL before
     "workload_digest": "TEXT",
+    # added in schema version 12 (NULL in runs stored before, and in training runs): an inference run's
+    # mode ('inference'; NULL: a training run) and its serving figures (harness/measure/serving.py,
+    # docs/measurement.md); its timed calls' durations are in the latencies table
+    "mode": "TEXT",
+    "first_call_s": "REAL",  # the first call, on one sample: what a cold server's first request waits
+    "warmup_calls": "INTEGER",  # untimed batch-1 calls before the timed ones
+    "latency_calls": "INTEGER",  # timed batch-1 calls
+    "latency_p50_ms": "REAL",  # percentiles of those calls' durations (numpy.percentile, linear)
+    "latency_p90_ms": "REAL",
+    "latency_p99_ms": "REAL",
+    "serve_batch_size": "INTEGER",  # B of the throughput span
+    "throughput_samples": "INTEGER",  # samples (a detector's images) in the span's whole batches
+    "throughput_s": "REAL",  # the span's seconds
+    "samples_per_s": "REAL",  # throughput_samples / throughput_s
+    "first_batch_call_s": "REAL",  # the first call on a batch of B, before the span (it may compile)
 }
 EPOCH_COLUMNS: dict[str, str] = {
     "epoch": "INTEGER",
@@ -185,6 +200,11 @@ ENVIRONMENT_COLUMNS: dict[str, str] = {
     "packages": "TEXT",  # JSON: name -> version, the environment's freeze
     "hashes": "TEXT",  # JSON: name -> ["sha256:..."]; NULL for an environment built before dlbench recorded them
 }
+# added in schema version 12: an inference run's timed batch-1 calls, one row per call in call order
+LATENCY_COLUMNS: dict[str, str] = {
+    "call": "INTEGER",  # 0-based
+    "seconds": "REAL",
+}
 JSON_COLUMNS = frozenset({"packages", "config", "metrics", "deviations", "machine", "dlbench_version", "node",
                           "hashes"})
 
@@ -192,6 +212,12 @@ JSON_COLUMNS = frozenset({"packages", "config", "metrics", "deviations", "machin
 def _columns_sql(columns: Mapping[str, str]) -> str:
     return ", ".join(f"{name} {decl}" for name, decl in columns.items())
 
+
+LATENCIES_TABLE = (f"CREATE TABLE IF NOT EXISTS latencies (run_id INTEGER REFERENCES runs(id), "
+                   f"{_columns_sql(LATENCY_COLUMNS)}, PRIMARY KEY (run_id, call))")
+SCHEMA_12_RUN_COLUMNS = ("mode", "first_call_s", "warmup_calls", "latency_calls", "latency_p50_ms", "latency_p90_ms",
+                         "latency_p99_ms", "serve_batch_size", "throughput_samples", "throughput_s", "samples_per_s",
+                         "first_batch_call_s")
 
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS runs (id INTEGER PRIMARY KEY, {_columns_sql(RUN_COLUMNS)});
@@ -204,6 +230,7 @@ CREATE INDEX IF NOT EXISTS samples_run_id ON samples(run_id);
 CREATE TABLE IF NOT EXISTS certificates (id INTEGER PRIMARY KEY, {_columns_sql(CERTIFICATE_COLUMNS)});
 CREATE TABLE IF NOT EXISTS peaks (id INTEGER PRIMARY KEY, {_columns_sql(PEAK_COLUMNS)});
 CREATE TABLE IF NOT EXISTS environments ({_columns_sql(ENVIRONMENT_COLUMNS)});
+{LATENCIES_TABLE};
 """
 
 
@@ -247,6 +274,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
          f"ALTER TABLE certificates ADD COLUMN workload_digest {CERTIFICATE_COLUMNS['workload_digest']}"),
     # status may be 'interrupted'; the columns are version 10's (a later version adds its own after)
     11: _runs_rebuilt("workload_digest"),
+    12: (*(f"ALTER TABLE runs ADD COLUMN {name} {RUN_COLUMNS[name]}" for name in SCHEMA_12_RUN_COLUMNS),
+         LATENCIES_TABLE),
 }
 
 
@@ -359,12 +388,15 @@ class Store:
                 "make it writable, or copy the folder somewhere writable and read the copy")
 
     def save_run(
-        self, run: Mapping[str, Any], epochs: Iterable[Mapping[str, Any]], samples: Iterable[Any]
+        self, run: Mapping[str, Any], epochs: Iterable[Mapping[str, Any]], samples: Iterable[Any],
+        latencies: Iterable[float] = (),
     ) -> int:
-        """Insert a run with its epochs and samples in one transaction; returns the run id."""
+        """Insert a run with its epochs, samples and (an inference run's) timed calls' latencies in seconds,
+        in one transaction; returns the run id."""
         run_row = _row(run, RUN_COLUMNS, "run")
         epoch_rows = [_row(epoch, EPOCH_COLUMNS, "epoch") for epoch in epochs]
         sample_rows = [_row(_sample_dict(s), SAMPLE_COLUMNS, "sample") for s in samples]
+        latency_rows = [{"call": call, "seconds": float(seconds)} for call, seconds in enumerate(latencies)]
         try:
             with _transaction(self._conn):
                 cursor = self._conn.execute(_insert_sql("runs", list(run_row)), list(run_row.values()))
@@ -372,6 +404,7 @@ class Store:
                 assert run_id is not None  # always set after a successful INSERT
                 self._insert_children("epochs", EPOCH_COLUMNS, run_id, epoch_rows)
                 self._insert_children("samples", SAMPLE_COLUMNS, run_id, sample_rows)
+                self._insert_children("latencies", LATENCY_COLUMNS, run_id, latency_rows)
         except sqlite3.IntegrityError as exc:
             raise StoreError(f"{self.path}: run not saved: {exc}") from exc
         return run_id
@@ -460,6 +493,11 @@ class Store:
         """A run's resource samples in the order they were taken."""
         sql = f"SELECT {', '.join(SAMPLE_COLUMNS)} FROM samples WHERE run_id = ? ORDER BY rowid"
         return self._select(sql, (run_id,))
+
+    def latencies(self, run_id: int) -> list[float]:
+        """An inference run's timed calls' durations in seconds, in call order; empty for any other run."""
+        rows = self._select("SELECT seconds FROM latencies WHERE run_id = ? ORDER BY call", (run_id,))
+        return [row["seconds"] for row in rows]
 
     def _select(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
         with self._reading():

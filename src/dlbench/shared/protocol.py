@@ -18,6 +18,9 @@ ERROR = "error"
 # A detector's EPOCH also carries where its training time went, in seconds (worker/detector.py):
 # the shared numpy on the host, the framework's NMS, and the framework's network calls.
 EPOCH_SPLIT = ("host_time_s", "nms_time_s", "framework_time_s")
+SERVE_FIRST_CALL = "serve_first_call"
+SERVE_LATENCY = "serve_latency"
+SERVE_THROUGHPUT = "serve_throughput"
 # Named by the harness alone: a line of the stream that is not a JSON object, and the GEMM peak it
 # measures before a cell (for the progress display).
 GARBLED = "garbled"

@@ -25,6 +25,7 @@ import numpy as np
 
 from dlbench.harness.analysis import stats
 from dlbench.harness.analysis.load import AnalysisError, device_with_hardware, read_runs, store_path
+from dlbench.harness.analysis.serving import training_runs
 from dlbench.harness.analysis.stats import Estimate, PairTest
 
 MATCH_IGNORED = ("seed", "repetition", "env_packages", "python", "compile_cache", "target")
@@ -111,6 +112,8 @@ def compare_runs(runs_a: list[dict], runs_b: list[dict], a_name: str = "A", b_na
     for axis in across:
         if axis not in AXES:
             raise AnalysisError(f"--across {axis!r} is not one of: {', '.join(AXES)}")
+    # training runs only: every metric compared is an epoch's or a training's (inference runs have none)
+    runs_a, runs_b = training_runs(runs_a), training_runs(runs_b)
     labelled = device_with_hardware([*runs_a, *runs_b])
     runs_a, runs_b = labelled[:len(runs_a)], labelled[len(runs_a):]
     cells_a = _by_key(runs_a, ignore_framework, metric, across)

@@ -138,11 +138,22 @@ def _sort_key(values: Iterable[Any]) -> tuple[str, ...]:
     return tuple("" if v is None else str(v) for v in values)
 
 
+INFERENCE = "inference"  # a run's mode (store.RUN_COLUMNS "mode"); NULL for a training run
+
+
+def is_inference(run: Mapping) -> bool:
+    """An inference run: no epochs, serving figures instead (analysis/serving.py summarises those)."""
+    return run.get("mode") == INFERENCE
+
+
 def summarise(runs: list[dict], seed: int = 0) -> list[CellSummary]:
     """Runs as Store.runs() returns them (with "epochs"), grouped by cell; sorted by workload, dataset,
-    device, framework, version."""
+    device, framework, version. Inference runs are left out: every figure here is an epoch's or a
+    training's (analysis/serving.py has theirs)."""
     cells: dict[tuple[Any, ...], list[dict]] = {}
     for run in runs:
+        if is_inference(run):
+            continue
         cells.setdefault(tuple(key_value(run, name) for name in CELL_KEYS), []).append(run)
     # a group's heading names its threads where the store holds the same work on other thread counts
     threads: dict[tuple[Any, ...], set[Any]] = {}

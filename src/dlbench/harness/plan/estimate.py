@@ -16,6 +16,11 @@ takes fixed + E x epoch. Where the store holds no run of the cell itself, its ep
 4. `all GFLOP/s`: every framework's, where the store has no run of this one on the device.
 A device without a single stored run (a GPU suite forecast from a CPU store) goes through the same steps
 with the CPU runs, marked `cpu:`: a forecast that holds only if the GPU is no slower than this CPU.
+
+An inference cell (mode inference) has no epochs: its forecast is the wall time of the store's ok inference
+runs of the same cell (framework, workload, dataset, device, threads, batch size and serving settings), their
+median and [fastest-slowest]; without one it has none (basis "no inference run of this cell"), as nothing in a
+training run says how long its serving path's calls take.
 """
 import functools
 import json
@@ -27,6 +32,7 @@ from pathlib import Path
 from statistics import median
 
 from dlbench.harness import data
+from dlbench.harness.analysis.summary import is_inference
 from dlbench.harness.measure.machine import hardware
 from dlbench.harness.plan.suite import Cell
 from dlbench.harness.plan.workloads import get_workload
@@ -182,15 +188,28 @@ class Estimator:
 
     def __init__(self, runs: list[dict], data_dir: Path, cores: int | None = None) -> None:
         self.runs = [r for r in runs if r.get("status") == "ok" and timing(r) is not None]
+        self.served = [r for r in runs if r.get("status") == "ok" and is_inference(r) and r.get("wall_time_s")]
         self.data_dir, self.cores = data_dir, cores or os.cpu_count() or 1
 
     def forecast(self, cell: Cell) -> Forecast:
         """The cell's forecast; no longer than its timeout, where the executor kills its worker."""
-        found = self.uncapped(cell)
+        found = self.served_forecast(cell) if cell.mode == "inference" else self.uncapped(cell)
         if found.seconds is None or found.high is None or found.high <= cell.timeout_s:
             return found
         return replace(found, seconds=min(found.seconds, cell.timeout_s), low=min(found.low or 0.0, cell.timeout_s),
                        high=cell.timeout_s, capped=found.seconds > cell.timeout_s, uncapped_s=found.seconds)
+
+    def served_forecast(self, cell: Cell) -> Forecast:
+        """An inference cell's forecast: its own stored runs' wall times, else none."""
+        threads = cell.threads or self.cores
+        serve = cell.serve.as_config() if cell.serve else {}
+        n_test = (dataset_meta(cell.dataset, self.data_dir) or {}).get("n_test")
+        own = [r["wall_time_s"] for r in self.served if (r.get("framework"), r.get("workload"), r.get("dataset"),
+               r.get("device"), threads_asked(r), batch_size(r)) == (cell.framework, cell.workload, cell.dataset,
+               cell.device, threads, cell.batch_size) and _same_serving(r, serve, n_test)]
+        if not own:
+            return Forecast(cell, None, None, None, "no inference run of this cell", "none")
+        return Forecast(cell, median(own), min(own), max(own), f"{len(own)} run{'s' if len(own) > 1 else ''}", "runs")
 
     def uncapped(self, cell: Cell) -> Forecast:
         device_runs = [r for r in self.runs if r.get("device") == cell.device]
@@ -247,6 +266,15 @@ class Estimator:
         return Forecast(cell, fixed + cell.epochs * epoch_at(median(rates), want),
                         fixed + cell.epochs * epoch_at(max(rates), want),
                         fixed + cell.epochs * epoch_at(min(rates), want), basis, kind)
+
+
+def _same_serving(run: Mapping, serve: Mapping, n_test: int | None) -> bool:
+    """The run served as the cell will: the same settings, the throughput samples capped by the test split as
+    the cell's configuration caps them (cell_config.serve_config) where the dataset is prepared here."""
+    wanted = dict(serve)
+    if n_test and "throughput_samples" in wanted:
+        wanted["throughput_samples"] = min(wanted["throughput_samples"], n_test)
+    return (run.get("config") or {}).get("serve") == wanted
 
 
 def usable_runs(runs: Iterable[dict], here: Mapping) -> tuple[list[dict], str | None]:
@@ -328,9 +356,11 @@ def forecast_plan(cells: list[Cell], results: Path, data_dir: Path, here: Mappin
     all_runs, peaks = stored(results)
     runs, note = usable_runs(all_runs, here)
     estimator = Estimator(runs, data_dir, here.get("logical_cores"))
-    if not estimator.runs:
-        raise EstimateError(f"the store at {results} holds no completed run with epochs: nothing to forecast from")
-    notes = [f"from {len(estimator.runs)} ok runs in {results}"] + ([note] if note else [])
+    if not estimator.runs and not estimator.served:
+        raise EstimateError(f"the store at {results} holds no completed run with epochs or inference run: nothing "
+                            "to forecast from")
+    served = f" and {len(estimator.served)} ok inference runs" if estimator.served else ""
+    notes = [f"from {len(estimator.runs)} ok training runs{served} in {results}"] + ([note] if note else [])
     busy = others_busy(estimator.runs)
     if busy is not None and busy >= BUSY_CORES:
         notes.append(f"other processes kept {busy:.1f} cores busy during them, on average: an idle machine is faster")

@@ -26,7 +26,16 @@ ALLOCATORS = ("default", "retain")
 GPU_MEMORY = ("default", "grow")
 EXECUTORS = ("local", "ray")  # where the cells run: this machine, or a Ray cluster's nodes (dlbench.harness.run)
 SUITE_FIELDS = ("name", "description", "frameworks", "device", "repeat", "seed", "threads", "timeout_s",
-                "compile_cache", "allocator", "gpu_memory", "executor", "workloads")
+                "compile_cache", "allocator", "gpu_memory", "executor", "mode", "serve", "workloads")
+# train: each cell trains for its epochs (the default); inference: each cell serves its model (worker/serve.py):
+# a first call, warm-up, timed batch-1 calls, then whole batches timed as one span (docs/measurement.md)
+MODES = ("train", "inference")
+SERVE_FIELDS = ("warmup_calls", "latency_calls", "throughput_samples")
+# what an inference cell does without a `serve` field; a detector (frcnn-voc) serves one image a call, and its
+# throughput counts DETECTOR_THROUGHPUT_SAMPLES images (a few seconds each on a CPU)
+SERVE_DEFAULTS = {"warmup_calls": 20, "latency_calls": 200, "throughput_samples": 1024}
+DETECTOR_THROUGHPUT_SAMPLES = 32
+MAX_SERVE_CALLS = 1_000_000  # far above any useful count, far below what would fill the store with latencies
 ENTRY_FIELDS = ("workload", "dataset", "epochs", "batch_size", "threads", "train_samples", "weights")
 ALL_CORES = "all"  # an entry's threads value for every core of the machine at plan time
 # What a suite file may hold. The built-in suites take under 2 KiB and nest four levels (suite, workloads,
@@ -144,6 +153,23 @@ class Suite:
     gpu_memory: str = "default"  # one of GPU_MEMORY; `dlbench run --gpu-memory` overrides it
     # `frameworks: all`: on a GPU, every framework that has a CUDA build (the others have no GPU environment)
     all_frameworks: bool = False
+    mode: str = "train"  # one of MODES
+    serve: tuple[tuple[str, int], ...] = ()  # the suite's `serve` values (SERVE_FIELDS), each given one
+
+
+@dataclass(frozen=True)
+class Serve:
+    """What an inference cell's worker does (docs/measurement.md): warmup_calls untimed calls and
+    latency_calls timed calls on one sample each, then the first throughput_samples test samples (at most
+    the test split's: cell_config caps it) in whole batches of throughput_batch, timed as one span."""
+    warmup_calls: int
+    latency_calls: int
+    throughput_batch: int
+    throughput_samples: int
+
+    def as_config(self) -> dict[str, int]:
+        return {"warmup_calls": self.warmup_calls, "latency_calls": self.latency_calls,
+                "throughput_batch": self.throughput_batch, "throughput_samples": self.throughput_samples}
 
 
 @dataclass(frozen=True)
@@ -166,6 +192,8 @@ class Cell:
     train_samples: int | None = None  # the first N training samples only (Entry.train_samples)
     # where the entry's train_samples is set (FILE:LINE), for the error that it exceeds the training split
     train_samples_at: str = field(default="", compare=False)
+    mode: str = "train"  # one of MODES
+    serve: Serve | None = None  # an inference cell's serving settings; None for a training cell
 
 
 def builtin_suites() -> list[str]:
@@ -287,18 +315,36 @@ def parse(path: Path) -> Suite:
     entries = document.get("workloads")
     if not isinstance(entries, list) or not entries:
         raise check.fail(document, "workloads", f"expected a non-empty list of mappings with {', '.join(ENTRY_FIELDS)}")
+    mode = check.choice(document, "mode", MODES, "train")
     return Suite(
         name=_name(check, document, path), description=str(document.get("description", "")),
         frameworks=tuple(frameworks), device=device,
         repeat=check.integer(document, "repeat", 1, maximum=MAX_CELLS),
         seed=check.integer(document, "seed", 0, minimum=0, maximum=MAX_SEED),
         threads=check.integer(document, "threads", None), timeout_s=check.seconds(document, "timeout_s", 3600),
-        entries=tuple(_entry(check, document, item) for item in entries),
+        entries=tuple(_entry(check, document, item, mode) for item in entries),
         compile_cache=check.choice(document, "compile_cache", COMPILE_CACHES, "cold"),
         executor=check.choice(document, "executor", EXECUTORS, "local"),
         allocator=check.choice(document, "allocator", ALLOCATORS, "default"),
         gpu_memory=check.choice(document, "gpu_memory", GPU_MEMORY, "default"), all_frameworks=all_frameworks,
+        mode=mode, serve=_serve(check, document, mode),
     )
+
+
+def _serve(check: _Checker, document: _Mapping, mode: str) -> tuple[tuple[str, int], ...]:
+    """The suite's `serve` mapping (inference suites only), each value checked; the fields left out take
+    SERVE_DEFAULTS when the plan is made."""
+    if "serve" not in document:
+        return ()
+    if mode != "inference":
+        raise check.fail(document, "serve", "serving settings need `mode: inference`; a training suite serves nothing")
+    serve = document["serve"]
+    if not isinstance(serve, _Mapping):
+        raise check.fail(document, "serve", f"expected a mapping with some of: {', '.join(SERVE_FIELDS)}")
+    check.known_keys(serve, SERVE_FIELDS)
+    minimum = {"warmup_calls": 0}
+    return tuple((key, check.integer(serve, key, None, minimum=minimum.get(key, 1), maximum=MAX_SERVE_CALLS))
+                 for key in SERVE_FIELDS if key in serve)
 
 
 def _name(check: _Checker, document: _Mapping, path: Path) -> str:
@@ -315,7 +361,7 @@ def frameworks_for(device: str) -> list[str]:
     return [name for name, recipe in RECIPES.items() if device == "cpu" or recipe.cuda_packages]
 
 
-def _entry(check: _Checker, document: _Mapping, item: Any) -> Entry:
+def _entry(check: _Checker, document: _Mapping, item: Any, mode: str = "train") -> Entry:
     if not isinstance(item, _Mapping):
         raise check.fail(document, "workloads", f"each entry is a mapping with the fields {', '.join(ENTRY_FIELDS)}")
     check.known_keys(item, ENTRY_FIELDS)
@@ -334,6 +380,11 @@ def _entry(check: _Checker, document: _Mapping, item: Any) -> Entry:
             user_workload.check_fit(get_workload(workload), own_dataset, str(own_dataset.path))
         except user_workload.UserWorkloadError as error:
             raise check.fail(item, "dataset", str(error)) from None
+    if mode == "inference":
+        for key in ("epochs", "train_samples"):  # what would change nothing an inference cell measures
+            if key in item:
+                raise check.fail(item, key, f"entry {workload} on {dataset}: an inference suite trains nothing; "
+                                 f"leave {key} out (a trained model's weights come from `weights`)")
     return Entry(workload, dataset, check.integer(item, "epochs", None),
                  batch_sizes=_axis(check, item, "batch_size", f"entry {workload} on {dataset}"),
                  threads=_axis(check, item, "threads", f"entry {workload} on {dataset}"),
@@ -483,6 +534,10 @@ def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str]
               for entry_threads in _threads(entry, threads or None, suite.threads, cores or os.cpu_count() or 1)]
     _check_size(suite, repeat or suite.repeat, len(points), len(frameworks or suite.frameworks))
     cells = []
+    inference = suite.mode == "inference"
+    if inference and epochs:
+        raise SuiteError(f"--epochs {epochs}: suite {suite.name!r} is an inference suite (mode: inference), which "
+                         "trains nothing; leave --epochs out")
     for repetition in range(1, (repeat or suite.repeat) + 1):
         repetition_cells = []
         for entry, batch_size, cell_threads in points:
@@ -491,14 +546,25 @@ def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str]
                 repetition_cells.append(Cell(
                     suite=suite.name, framework=framework, workload=entry.workload, dataset=entry.dataset,
                     device=device, repetition=repetition, seed=suite.seed + repetition - 1,
-                    epochs=epochs or entry.epochs or recipe["epochs"],
+                    epochs=0 if inference else epochs or entry.epochs or recipe["epochs"],
                     batch_size=batch_size, threads=cell_threads,
                     timeout_s=suite.timeout_s, compile_cache=compile_cache or suite.compile_cache,
                     allocator=allocator or suite.allocator, gpu_memory=gpu_memory or suite.gpu_memory,
                     weights=entry.weights, train_samples=entry.train_samples, train_samples_at=entry.where,
+                    mode=suite.mode, serve=serve_settings(suite, entry.workload, batch_size) if inference else None,
                 ))
         cells += shuffled(repetition_cells, suite.seed, repetition)
     return cells
+
+
+def serve_settings(suite: Suite, workload: str, batch_size: int) -> Serve:
+    """An inference cell's settings: the suite's `serve` values over SERVE_DEFAULTS, batches of the cell's
+    batch size; a detector's batches of one image and DETECTOR_THROUGHPUT_SAMPLES images by default."""
+    detector = "detection" in get_workload(workload).tasks
+    values = dict(SERVE_DEFAULTS, throughput_samples=DETECTOR_THROUGHPUT_SAMPLES) if detector else dict(SERVE_DEFAULTS)
+    values.update(suite.serve)
+    return Serve(values["warmup_calls"], values["latency_calls"], 1 if detector else batch_size,
+                 values["throughput_samples"])
 
 
 def _threads(entry: Entry, override: int | None, suite_threads: int | None, cores: int) -> list[int | None]:

@@ -314,3 +314,22 @@ def scaling_lines(lines: Mapping[str, Sequence[ScalingPoint]], palette: Mapping[
         ax.set_ylabel(ylabel)
         fig.legend(loc="outside right upper", fontsize=8, frameon=False)
         return to_svg(fig, chart_id)
+
+
+def latency_ecdf(series: Mapping[str, Sequence[float]], palette: Mapping[str, tuple], chart_id: str) -> str:
+    """The distribution of batch-1 call latencies per framework as an empirical CDF (the share of calls at or
+    below each latency), every timed call of the framework's successful runs pooled; series: label -> latencies
+    in milliseconds. Where a curve rises is the typical call, its tail to the right the slow calls that p99
+    counts. A latency axis spanning more than WIDE is logarithmic."""
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(8.5, 2.8), layout="constrained")
+        for label, values in series.items():
+            ordered = sorted(values)
+            shares = [(i + 1) / len(ordered) for i in range(len(ordered))]
+            ax.step(ordered, shares, where="post", color=palette[label], lw=1.5, label=f"{label} ({len(ordered)})")
+        _log_if_wide(ax, "x", [v for values in series.values() for v in values])
+        ax.set_xlabel("latency of one call on one sample (ms)")
+        ax.set_ylabel("share of calls")
+        ax.set_ylim(0, 1.02)
+        fig.legend(loc="outside right upper", fontsize=8, frameon=False)
+        return to_svg(fig, chart_id)

@@ -8,6 +8,7 @@ from pathlib import Path
 from dlbench.harness.analysis.findings import Finding, findings, shared_caveats
 from dlbench.harness.analysis.load import device_with_hardware, held_out_sets
 from dlbench.harness.analysis.scaling import Figure, scaling
+from dlbench.harness.analysis.serving import ServingCell, inference_runs, serving_cells, training_runs
 from dlbench.harness.analysis.summary import CellSummary, summarise
 from dlbench.harness.certification import machine_store
 from dlbench.harness.environments.envs import dlbench_home
@@ -21,7 +22,7 @@ class Report:
     """Everything a renderer needs, read once from the store."""
     source: str
     created_at: str
-    runs: list[dict]
+    runs: list[dict]  # the training runs, which every epoch-based section is about
     certificates: list[dict]
     samples: dict[int, list[dict]]
     summaries: list[CellSummary]
@@ -33,23 +34,36 @@ class Report:
     dlbench_version: str
     study: StudySection  # the study's own results beside the runs on its datasets
     scaling: list[Figure] = field(default_factory=list)  # a sweep's thread and batch-size figures; none without
+    # inference runs (mode inference): their cells' serving figures per device, and each run's timed calls'
+    # latencies in seconds (the distribution figures)
+    serving_runs: list[dict] = field(default_factory=list)
+    serving: list[ServingCell] = field(default_factory=list)
+    serving_tables: list[tables.Table] = field(default_factory=list)
+    latencies: dict[int, list[float]] = field(default_factory=dict)
+
+    @property
+    def all_runs(self) -> list[dict]:
+        return self.runs + self.serving_runs
 
 
 def load(store_path: Path) -> Report:
     with Store(store_path, for_reading=True) as store:
         # runs from several CPU (or GPU) models are grouped apart: their device names the model
-        runs = device_with_hardware(machine_store.with_current_verdicts(store.runs()))
+        every = device_with_hardware(machine_store.with_current_verdicts(store.runs()))
+        runs, served = training_runs(every), inference_runs(every)
         samples = {run["id"]: store.samples(run["id"]) for run in runs}
+        latencies = {run["id"]: store.latencies(run["id"]) for run in served}
         peaks = store.peaks()
         # a results folder's own certificates, stored by a dlbench before the machine's store, come first:
         # the grid shows the newest per pair
-        certificates = store.certificates() + machine_store.certificates_of(runs)
+        certificates = store.certificates() + machine_store.certificates_of(every)
     summaries = summarise(runs)
+    serving = serving_cells(served)
     # the test sets' sizes (an accuracy's sampling error) come from the prepared datasets the runs used
     data_dir = Path(os.environ.get("DLBENCH_DATA") or dlbench_home() / "data")
     shared, found = shared_caveats(summaries, findings(summaries, held_out_sets=held_out_sets(runs, data_dir)))
     return Report(str(store_path), datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), runs, certificates,
                   samples, summaries, shared, found,
                   tables.study_tables(summaries, peaks) + tables.detector_time_split(runs),
-                  tables.certificate_grid(certificates, runs), manifest.manifest(runs), manifest.dlbench_version(),
-                  section(runs), scaling(runs))
+                  tables.certificate_grid(certificates, every), manifest.manifest(every), manifest.dlbench_version(),
+                  section(runs), scaling(runs), served, serving, tables.serving_tables(serving), latencies)

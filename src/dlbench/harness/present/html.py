@@ -292,10 +292,44 @@ def _has_gpu(runs: Sequence[Mapping], samples: Mapping[int, list]) -> bool:
 
 def expected_charts(report: Report) -> int:
     """How many charts render() draws: two per workload group (one when no run has epochs), one per sampled run,
-    one per scaling figure."""
+    one per scaling figure, one per inference group with latencies."""
     groups = run_groups(report.runs).values()
     return (len(groups) + sum(1 for g in groups if any(r.get("epochs") for r in g))
-            + sum(1 for r in report.runs if report.samples.get(r["id"])) + len(report.scaling))
+            + sum(1 for r in report.runs if report.samples.get(r["id"])) + len(report.scaling)
+            + sum(1 for series in latency_groups(report).values() if series))
+
+
+def latency_groups(report: Report) -> dict[tuple, dict[str, list[float]]]:
+    """(device, workload, dataset, batch size, threads) -> framework label -> the batch-1 latencies (ms) of its
+    successful inference runs, pooled; a framework without any is left out."""
+    groups: dict[tuple, dict[str, list[float]]] = {}
+    for cell in report.serving:
+        series = groups.setdefault((cell.device, cell.workload, cell.dataset, cell.batch_size, cell.threads), {})
+        values = [seconds * 1000 for run_id in cell.run_ids for seconds in report.latencies.get(run_id, ())]
+        if values:
+            series[cell.label] = values
+    return groups
+
+
+def serving_html(report: Report, palette: Mapping, live: bool) -> str:
+    """Per device, the inference cells' table and per workload the distribution of their batch-1 latencies."""
+    groups = latency_groups(report)
+    parts = []
+    for table in report.serving_tables:
+        device = table.keys["device"]
+        parts.append(table_html(table))
+        if live:
+            parts.append('<p class="note">The latency figures are drawn when the run ends.</p>')
+            continue
+        for index, ((group_device, workload, dataset, batch, _), series) in enumerate(groups.items()):
+            if group_device != device or not series:
+                continue
+            keys = _keys(workload, device, sorted({c.framework for c in report.serving if c.workload == workload}))
+            caption = (f"{workload} on {dataset} ({device}): batch-1 latency per framework, every timed call of its "
+                       "successful runs (empirical CDF: the share of calls at or below each latency; the count of "
+                       f"calls in brackets); throughput batches of {batch}")
+            parts.append(figure(charts.latency_ecdf(series, palette, f"latency-{index}"), caption, keys))
+    return "".join(parts)
 
 
 def _select(name: str, values: Iterable[str]) -> str:
@@ -304,7 +338,7 @@ def _select(name: str, values: Iterable[str]) -> str:
 
 
 def _summary(report: Report) -> str:
-    runs = report.runs
+    runs = report.all_runs
     ok = sum(1 for r in runs if r["status"] == "ok")
     reps = max(r.get("repetition") or 1 for r in runs)
     return (f"{len(runs)} runs ({ok} ok, {len(runs) - ok} failed or stopped) of "
@@ -323,7 +357,8 @@ def render(report: Report, live: str | None = None) -> str:
     runs = report.runs
     groups = run_groups(runs)
     # labels as each group names them (with versions only where a group holds several)
-    palette = charts.colours(sorted({name for g in groups.values() for name in run_labels(g).values()}))
+    palette = charts.colours(sorted({name for g in groups.values() for name in run_labels(g).values()}
+                                    | {cell.label for cell in report.serving}))
     findings = "".join(finding_html(f, {r["framework"] for r in groups[(f.workload, f.dataset, f.train_samples,
                                                                          f.device, f.batch_size, f.threads)]})
                        for f in report.findings)
@@ -332,12 +367,17 @@ def render(report: Report, live: str | None = None) -> str:
     figures = ("".join(group_figures(runs_of_group, cells[key], report.samples, palette, i)
                        for i, (key, runs_of_group) in enumerate(groups.items())) if live is None
                else '<p class="note">The charts are drawn when the run ends.</p>')
-    sections = ("overview", "findings", "tables", "study", "figures", *(("scaling",) if report.scaling else ()),
-                "certificates", "manifest")
+    served = bool(report.serving_runs)  # a Serving section only where the store holds inference runs
+    sections = ("overview", "findings", "tables", *(("serving",) if served else ()), "study", "figures",
+                *(("scaling",) if report.scaling else ()), "certificates", "manifest")
+    every = report.all_runs
     nav = ("".join(f'<a href="#{s}">{s.capitalize()}</a>' for s in sections)
-           + _select("device", (r.get("device") or "?" for r in runs))
-           + _select("workload", (r["workload"] for r in runs))
-           + _select("framework", (r["framework"] for r in runs)))
+           + _select("device", (r.get("device") or "?" for r in every))
+           + _select("workload", (r["workload"] for r in every))
+           + _select("framework", (r["framework"] for r in every)))
+    serving = (f'<h2 id="serving">Serving</h2><p class="note">Inference runs: each framework\'s serving path '
+               f"called on test samples, no training.</p>{serving_html(report, palette, live is not None)}"
+               if served else "")
     banner = "" if live is None else f'<p id="live" class="live">{escape(live)}</p>'
     expected = expected_charts(report) if live is None else 0
     body = (
@@ -348,6 +388,7 @@ def render(report: Report, live: str | None = None) -> str:
         f'<h2 id="findings">Findings</h2><p class="note">Each workload\'s verdicts in words, with its own '
         f'caveats: click a title to open it.</p>{findings}'
         f'<h2 id="tables">Tables</h2>{"".join(table_html(t) for t in report.study_tables)}'
+        f"{serving}"
         f'<h2 id="study">The study side by side</h2>{study_html(report.study)}'
         f'<h2 id="figures">Figures</h2>{figures}'
         + scaling_html(report.scaling, live is None) +

@@ -142,12 +142,47 @@ def table(runs: list[dict], shown: list[str] | tuple[str, ...] = DEFAULT_COLUMNS
     if not runs:
         return "no runs stored yet"
     rows = [[columns(run)[heading] for heading in shown] for run in sorted(runs, key=_order)]
+    return _folded(rows, shown, width, RUN_FREE_TEXT)
+
+
+def _folded(rows: list[list[str]], shown: list[str] | tuple[str, ...], width: int | None,
+            give_way: tuple[str, ...]) -> str:
+    """The rows under their headings, fitted to width: a column the same in every row said once above."""
     fold = width is not None and len(rows) > 1  # the wide form (no width) keeps every column
     same = [i for i in range(len(shown)) if fold and len({row[i] for row in rows}) == 1]
     said_once = ", ".join(f"{shown[i]} {rows[0][i]}" for i in same if rows[0][i] != "-")
     kept = [i for i in range(len(shown)) if i not in same]
     table_rows = [[shown[i] for i in kept]] + [[row[i] for i in kept] for row in rows]
-    return (f"every run: {said_once}\n" if said_once else "") + aligned(table_rows, width, give_way=RUN_FREE_TEXT)
+    return (f"every run: {said_once}\n" if said_once else "") + aligned(table_rows, width, give_way=give_way)
+
+
+# the inference runs' table: which run, how it ended, its serving figures (harness/measure/serving.py;
+# docs/measurement.md says what each one times); the throughput's batch size is in the dataset's label, the first
+# call on a whole batch in CSV and JSON
+SERVE_HEADINGS = ("framework", "version", "workload", "dataset", "device", "rep", "status", "p50/p90/p99 ms",
+                  "samples/s", "1st call s", "peak MiB", "reason")
+
+
+def _figure(value: float | None) -> str:
+    """A serving figure: three significant digits (latencies span microseconds to seconds), whole numbers
+    from 1,000 on."""
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
+def serving_row(run: dict) -> list[str]:
+    shown = columns(run)
+    latency = "/".join(_figure(run.get(f"latency_p{q}_ms")) for q in (50, 90, 99))
+    return [*(shown[h] for h in SERVE_HEADINGS[:7]), latency if latency != "-/-/-" else "-",
+            _figure(run.get("samples_per_s")), _figure(run.get("first_call_s")), shown["peak MiB"], shown["reason"]]
+
+
+def serving_table(runs: list[dict], width: int | None = WIDTH) -> str:
+    """The inference runs, one row per run: latency percentiles, throughput, the first call and peak
+    memory; fitted to width as table() fits the training runs'."""
+    rows = [serving_row(run) for run in sorted(runs, key=_order)]
+    return "Inference runs\n" + _folded(rows, SERVE_HEADINGS, width, ("dataset", "reason"))
 
 
 def certificates_table(certificates: list[dict]) -> str:

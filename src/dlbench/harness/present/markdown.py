@@ -33,7 +33,7 @@ def table_md(table: Table) -> str:
 
 
 def render(report: Report) -> str:
-    runs = report.runs
+    runs = report.all_runs
     ok = sum(1 for r in runs if r["status"] == "ok")
     parts = ["# dlbench report", "",
              f"{len(runs)} runs ({ok} ok, {len(runs) - ok} failed or stopped) of "
@@ -86,6 +86,8 @@ def overview_md(report: Report) -> list[str]:
         parts += [f"### {_text(matrix.device)}: steady epoch time relative to the lowest median, and the final "
                   "metric's distance to the best", "", matrix_md(matrix), "", f"_{LEGEND}_", ""]
         parts += [f"- **{_text(name)}**: {_text(matrix.lines[name])}" for name in matrix.frameworks] + [""]
+    for table in report.serving_tables:  # inference runs: latency, throughput, first call per framework
+        parts += [table_md(table), ""]
     return parts
 
 

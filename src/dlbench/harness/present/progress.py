@@ -22,6 +22,7 @@ from rich.text import Text
 from dlbench.harness.analysis.measures import metric_format
 from dlbench.harness.data import label as dataset_label
 from dlbench.harness.data import recipe_batch_size
+from dlbench.harness.measure import serving
 from dlbench.harness.plan.suite import Cell
 from dlbench.shared import protocol
 from dlbench.shared.protocol import EPOCH, READY, kind_of
@@ -79,15 +80,16 @@ class ETA:
             self.last_epoch_at = now
         elif kind == "end":
             if payload["status"] == "ok":
-                self.per_epoch.append((cell, (now - self.started) / cell.epochs))
+                self.per_epoch.append((cell, (now - self.started) / units(cell)))
             self.current = None
         elif kind == "skip":
             self.current = None
 
     def rate(self, cell: Cell) -> float | None:
-        """Wall seconds per epoch expected of `cell`."""
-        for alike in ((lambda c: (c.framework, c.workload) == (cell.framework, cell.workload)),
-                      (lambda c: c.workload == cell.workload), (lambda c: True)):
+        """Wall seconds per epoch expected of `cell` (of the whole cell, for an inference cell: units)."""
+        for alike in ((lambda c: (c.framework, c.workload, c.mode) == (cell.framework, cell.workload, cell.mode)),
+                      (lambda c: (c.workload, c.mode) == (cell.workload, cell.mode)),
+                      (lambda c: c.mode == cell.mode), (lambda c: True)):
             rates = [rate for done, rate in self.per_epoch if alike(done)]
             if rates:
                 return statistics.fmean(rates)
@@ -102,7 +104,7 @@ class ETA:
         if self.epoch_times:
             return (cell.epochs - len(self.epoch_times)) * self.epoch_times[-1]
         rate = self.rate(cell)
-        return None if rate is None else max(0.0, rate * cell.epochs - (self.clock() - self.started))
+        return None if rate is None else max(0.0, rate * units(cell) - (self.clock() - self.started))
 
     def seconds_left(self) -> float | None:
         """Seconds until the plan's last cell ends, or None while nothing has been timed."""
@@ -111,11 +113,16 @@ class ETA:
         current = self.current_left()
         if current is None or None in rates:
             return None
-        return current + sum(rate * cell.epochs for rate, cell in zip(rates, later, strict=True))
+        return current + sum(rate * units(cell) for rate, cell in zip(rates, later, strict=True))
 
     def describe(self) -> str:
         left = self.seconds_left()
         return "time left not known yet" if left is None else f"about {duration(left)} left"
+
+
+def units(cell: Cell) -> int:
+    """What a cell's time is counted in: its epochs, or one for an inference cell, which has none."""
+    return 1 if cell.mode == "inference" else cell.epochs
 
 
 def cell_dataset(cell: Cell) -> str:
@@ -134,8 +141,38 @@ def outcome(run: dict) -> str:
     """A finished cell in a few words: its status, and its metric and training time or why it failed."""
     if run["status"] != "ok":
         return f"{run['status']}: {run['reason']}"
+    if run.get("mode") == "inference":
+        return (f"ok: latency p50 {_number(run.get('latency_p50_ms'))} ms, p99 {_number(run.get('latency_p99_ms'))} "
+                f"ms; {_number(run.get('samples_per_s'))} samples/s")
     return (f"ok: {run['metric_name']} {metric_format(run['metric_name'])(run['metric_value'])}, "
             f"train {run['train_time_s']:.1f} s")
+
+
+def _number(value: float | None) -> str:
+    return "?" if value is None else f"{value:.3g}"
+
+
+def plan_line(cell: Cell) -> str:
+    """What a starting cell will do: its epochs, or an inference cell's calls and batches."""
+    if cell.serve is None:
+        return f"{cell.epochs} epochs"
+    serve = cell.serve
+    return (f"serving: {serve.warmup_calls} warm-up and {serve.latency_calls} timed calls of 1, then "
+            f"{serve.throughput_samples} samples in batches of {serve.throughput_batch}")
+
+
+def serve_event(event: dict) -> str | None:
+    """A serve event in a few words, None for any other event."""
+    kind = kind_of(event)
+    if kind == protocol.SERVE_FIRST_CALL:
+        return f"first call {event['first_call_s']:.3g} s"
+    if kind == protocol.SERVE_LATENCY:
+        p50 = serving.percentiles_ms(event["latencies_s"])["latency_p50_ms"]
+        return f"{len(event['latencies_s'])} timed calls of 1: median {_number(p50)} ms"
+    if kind == protocol.SERVE_THROUGHPUT:
+        rate = event["samples"] / event["seconds"] if event["seconds"] > 0 else None
+        return f"{event['samples']} samples in batches of {event['batch_size']}: {_number(rate)} samples/s"
+    return None
 
 
 MEASURING_PEAK = "measuring its environment's float32 GEMM peak (once per environment, threads and device)"
@@ -177,7 +214,7 @@ class PlainProgress:
         if kind == "skip":
             self.say(f"{head(index, total, cell)}: {SKIPPED}")
         elif kind == "start":
-            self.say(f"{head(index, total, cell)}: {cell.epochs} epochs")
+            self.say(f"{head(index, total, cell)}: {plan_line(cell)}")
         elif kind == "end":
             left = "" if index == total else f", {self.eta.describe()}"
             self.say(f"    {outcome(payload)} ({index}/{total} done{left})")
@@ -187,6 +224,8 @@ class PlainProgress:
             self.say(f"    {ready(payload)}")
         elif kind_of(payload) == EPOCH:
             self.say(f"    {epoch(payload, cell)}")
+        elif serve_event(payload):
+            self.say(f"    {serve_event(payload)}")
 
 
 class LiveProgress:
@@ -235,6 +274,8 @@ class LiveProgress:
             self.detail = ready(payload)
         elif kind_of(payload) == EPOCH:
             self.detail = epoch(payload, cell)
+        elif serve_event(payload):
+            self.detail = serve_event(payload) or ""
         self.live.update(self.render(), refresh=True)
 
     def summary(self) -> str:

@@ -29,7 +29,7 @@ def write(results: Path, fmt: str = "html", output: Path | None = None, live: st
     if not store_path.exists():
         raise StoreError(f"no results at {store_path}; run a suite first (dlbench run) or pass --results DIR")
     report = load(store_path)
-    if not report.runs:
+    if not report.all_runs:
         raise StoreError(f"{store_path} holds no runs yet; run a suite first (dlbench run)")
     path = Path(output) if output else Path(results) / FORMATS[fmt]
     if output:

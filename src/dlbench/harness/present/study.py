@@ -165,9 +165,10 @@ def _suite_command(name: str, settings: list[Missing]) -> str:
 
 
 def _suite_for(setting: Missing) -> str | None:
-    """The built-in suite that runs this workload on the study's dataset on this device, if one does."""
+    """The built-in suite that trains this workload on the study's dataset on this device, if one does (the
+    study's figures are training's: an inference suite never compares with them)."""
     for candidate in _builtin_suites():
-        if candidate.device == setting.device and any(
+        if candidate.mode == "train" and candidate.device == setting.device and any(
                 e.workload == setting.workload and e.dataset == setting.dataset for e in candidate.entries):
             return candidate.name
     return None

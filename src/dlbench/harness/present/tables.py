@@ -16,6 +16,7 @@ from dlbench.harness import data
 from dlbench.harness.analysis import measures
 from dlbench.harness.analysis.findings import Key, group, label, seconds, stand_in
 from dlbench.harness.analysis.measures import metric_format
+from dlbench.harness.analysis.serving import ServingCell
 from dlbench.harness.analysis.stats import CONFIDENCE, NOISE, Estimate, level_text
 from dlbench.harness.analysis.summary import FIRST_EPOCH_FIGURES, CellSummary, speed_ratios
 from dlbench.harness.certification import machine_store
@@ -360,3 +361,63 @@ def certificate_grid(certificates: Sequence[Mapping], runs: Sequence[Mapping]) -
                  "'older code': certified with worker code that has changed since, 'unrecorded code': before "
                  "dlbench recorded it; likewise the workload's model and recipe",
                  [{"framework": f} for f in frameworks])
+
+
+SERVING_HEADER = ["workload", "dataset", "framework", "p50 ms", "p90 ms", "p99 ms", "samples/s", "batch",
+                  "first call s", "first batch s", "peak MiB"]
+
+
+def serving_tables(cells: Sequence[ServingCell]) -> list[Table]:
+    """Per device, one row per inference cell (workload x framework): its batch-1 latency percentiles,
+    throughput, first calls and peak memory, each the median over the cell's successful runs with its
+    interval where it has several (INTERVAL)."""
+    devices: dict[str, list[ServingCell]] = {}
+    for cell in cells:
+        devices.setdefault(cell.device or "?", []).append(cell)
+    return [_serving_table(device, shown) for device, shown in devices.items()]
+
+
+def _serving_table(device: str, cells: Sequence[ServingCell]) -> Table:
+    rows, keys = [], []
+    for cell in cells:
+        figures = cell.figures
+        failed = "; ".join(f"{status}: {reason}" for status, reason in cell.failures)
+        # the throughput with its interval over repetitions; the others their median (each run's percentiles
+        # already summarise its hundreds of calls)
+        shown = [(with_ci(figures[name], fmt) if name == "samples_per_s" else _median_text(figures[name], fmt))
+                 if cell.n_ok else (failed or "-") for name, fmt in (
+            ("latency_p50_ms", _ms), ("latency_p90_ms", _ms), ("latency_p99_ms", _ms),
+            ("samples_per_s", _rate), ("first_call_s", _s), ("first_batch_call_s", _s), ("peak_rss_mb", _mib))]
+        shown.insert(4, str(cell.batch_size or "-"))
+        rows.append([cell.workload, cell.dataset or "?", cell.label, *shown])
+        keys.append({"framework": cell.framework, "workload": cell.workload, "device": device})
+    counts = sorted({cell.n_ok for cell in cells})
+    runs = ("one successful run per cell: no interval" if counts == [1] else
+            f"{counts[0]} to {counts[-1]} successful runs per cell" if len(counts) > 1 else
+            f"{counts[0]} successful runs per cell")
+    note = ("Batch-1 latency: one timed call on one test sample, after the warm-up calls; its percentiles over "
+            "the run's timed calls. samples/s: the test split's first samples in whole batches of the batch "
+            "size, timed as one span. First call: the first call on one sample (compilation, warm-up); first "
+            "batch: the first call on a whole batch. Peak MiB: the worker's peak resident memory. Each figure the "
+            f"median over repetitions; samples/s with its [{INTERVAL}]; {runs}.")
+    return Table(f"Serving ({device})", SERVING_HEADER, rows, note=note, row_keys=keys, keys={"device": device})
+
+
+def _median_text(value: Estimate, fmt: Callable[[float], str]) -> str:
+    return "-" if value.median is None else fmt(value.median)
+
+
+def _ms(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def _rate(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def _s(value: float) -> str:
+    return f"{value:.3g} s"
+
+
+def _mib(value: float) -> str:
+    return f"{value:,.0f}"

@@ -94,6 +94,9 @@ def resolve(cell: Cell, data_dir: Path, cores: int | None = None) -> Prepared:
     if cell.train_samples:  # only then: the hashes of cells that train on the whole split stay as they were
         config["train_samples"] = cell.train_samples
         config["dataset_n_train"] = dataset.meta["n_train"]  # what the tables show it as the first N of
+    if cell.mode == "inference":  # only then: training cells keep their hashes
+        config["mode"] = "inference"
+        config["serve"] = serve_config(cell, dataset.meta["n_test"])
     if shares_compile_cache(cell):
         # only then: the hashes of cold cells, and of frameworks the setting does not touch, stay as they were
         config["compile_cache"] = "shared"
@@ -116,6 +119,20 @@ def cell_recipe(workload: Workload, epochs: int, batch_size: int, train_count: i
         raise WorkloadError(f"workload {workload.name}: recipe: {error}") from None
     recipe["schedule"] = schedule
     return recipe
+def serve_config(cell: Cell, n_test: int) -> dict[str, int]:
+    """An inference cell's serving settings as its worker gets them: its throughput samples at most the test
+    split's (the worker times the first floor(samples / batch) whole batches of them)."""
+    if cell.serve is None:
+        raise SuiteError(f"inference cell {cell.framework} {cell.workload} on {cell.dataset} has no serving settings")
+    serve = cell.serve.as_config()
+    serve["throughput_samples"] = min(serve["throughput_samples"], n_test)
+    if serve["throughput_batch"] > serve["throughput_samples"]:  # not one whole batch to time: refused here,
+        # before any cell runs, rather than by the worker
+        raise SuiteError(f"suite {cell.suite}: inference cell {cell.workload} on {cell.dataset}: batch size "
+                         f"{serve['throughput_batch']} is more than the {serve['throughput_samples']} samples its "
+                         f"throughput serves (throughput_samples {cell.serve.throughput_samples:,}, test split "
+                         f"{n_test:,}); give the entry a batch_size of at most {serve['throughput_samples']}")
+    return serve
 
 
 def check_train_samples(cell: Cell, dataset: data.PreparedDataset) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from dlbench.harness.environments import envs
 from dlbench.harness.environments.process import worker_environment
-from dlbench.harness.measure import energy
+from dlbench.harness.measure import energy, serving
 from dlbench.harness.run import results_folder
 from dlbench.harness.run.cell_config import Options, Prepared, compile_cache_state, shared_compile_cache
 from dlbench.harness.run.launch import run_worker
@@ -27,6 +27,8 @@ def run_cell(prepared: Prepared, options: Options, on_event: Callable[[dict], No
                    "device": cell.device, "threads": config["threads"]}
     if "train_samples" in config:
         worker_cell["train_samples"] = config["train_samples"]
+    if "mode" in config:  # an inference cell: the worker serves its model (worker/serve.py)
+        worker_cell.update(mode=config["mode"], serve=config["serve"])
     if "initial_weights" in config:
         worker_cell["weights"] = config["initial_weights"]["file"]
     (run_dir / "cell.json").write_text(json.dumps(worker_cell, indent=1))
@@ -51,4 +53,4 @@ def run_cell(prepared: Prepared, options: Options, on_event: Callable[[dict], No
     (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in outcome.events))
     epochs = epoch_rows(outcome.events, prepared.workload.target["metric"], epoch_energy.epochs)
     row = run_row(prepared, outcome, epochs, run_dir, started_at, cache_state, meter.source)
-    return Ran(row, epochs, outcome.samples)
+    return Ran(row, epochs, outcome.samples, serving.latencies(outcome.events))

@@ -9,7 +9,7 @@ from pathlib import Path
 from dlbench.harness.certification import machine_store
 from dlbench.harness.certification.certified_model import workload_digest
 from dlbench.harness.environments import envs, sources
-from dlbench.harness.measure import cores, machine, peaks
+from dlbench.harness.measure import cores, machine, peaks, serving
 from dlbench.harness.measure.monitor import Sample, summarise
 from dlbench.harness.run.cell_config import Prepared
 from dlbench.harness.run.launch import Outcome
@@ -24,6 +24,7 @@ class Ran:
     run: dict  # the runs table's row
     epochs: list[dict] = field(default_factory=list)  # one row per epoch
     samples: list[Sample] = field(default_factory=list)  # the worker tree's resources while it ran
+    latencies: list[float] = field(default_factory=list)  # an inference run's timed calls, seconds
 
 
 def epoch_rows(events: list[dict], metric: str, energies: dict | None = None) -> list[dict]:
@@ -69,6 +70,8 @@ def run_row(prepared: Prepared, outcome: Outcome, epochs: list[dict], run_dir: P
     recipe = envs.get_recipe(cell.framework, cell.device)
     resources = summarise(outcome.samples)
     timing = timing_summary(epochs, prepared.target)
+    if config.get("mode") == "inference":  # no epochs: its serving figures instead (measure/serving.py)
+        timing = dict(serving.summary(outcome.events), mode="inference")
     flops = ir.train_flops(config["model"])
     used = cores.used(outcome.samples, outcome.events, outcome.event_times)
     return {
@@ -124,5 +127,5 @@ def finish_run(store: Store, prepared: Prepared, ran: Ran, peak: tuple[int, floa
     store.save_environment({"packages_digest": envs.digest_of(info["packages"]), "framework": prepared.cell.framework,
                             "device": prepared.env.device, "python_version": info["python_version"],
                             "packages": info["packages"], "hashes": info.get("hashes")})
-    store.save_run(run, ran.epochs, ran.samples)
+    store.save_run(run, ran.epochs, ran.samples, ran.latencies)
     return run
