@@ -67,3 +67,16 @@ def test_the_worker_refuses_a_bad_schedule_and_a_detector_any_schedule():
     frcnn = get_workload("frcnn-voc")
     with pytest.raises(NotImplementedError, match="learning-rate schedule 'warmup_cosine': this adapter does not"):
         DetectorAdapter(frcnn.model(), dict(frcnn.recipe, schedule=WARMUP_COSINE), "detection", "cpu", 1, 0)
+
+
+@pytest.mark.parametrize("name, settings", [
+    ("adam", {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-7}),
+    ("adadelta", {"lr": 1.0, "rho": 0.95, "epsilon": 1e-7}),
+])
+def test_the_rule_refuses_a_weight_decay_no_adapter_reads(name, settings):
+    """adam's and adadelta's adapters read no weight_decay: the certificate's rule refuses one rather than
+    certify a term no framework trains with (AdamW's decoupled decay is the one Adam takes)."""
+    from dlbench.harness.certification import optimizer
+    optimizer.validate(dict(settings, name=name))
+    with pytest.raises(optimizer.OptimizerError, match="unknown setting.s. weight_decay"):
+        optimizer.validate(dict(settings, name=name, weight_decay=1e-4))
