@@ -3,8 +3,8 @@ import random
 from pathlib import Path
 
 from dlbench.harness.certification.certified_model import workload_digest
-from dlbench.harness.data import recipe_batch_size
 from dlbench.harness.environments import sources
+from dlbench.harness.plan.dataset_label import recipe_batch_size
 from dlbench.harness.plan.workloads import get_workload
 from dlbench.harness.store import Store
 

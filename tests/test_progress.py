@@ -7,7 +7,7 @@ import re
 import pytest
 from rich.console import Console
 
-from dlbench.harness.data import recipe_batch_size
+from dlbench.harness.plan.dataset_label import recipe_batch_size
 from dlbench.harness.plan.suite import Cell
 from dlbench.harness.present import progress
 from dlbench.harness.present.progress import ETA, LiveProgress, PlainProgress, duration

@@ -14,7 +14,7 @@ from dlbench.harness import data
 from dlbench.harness.cli import main
 from dlbench.harness.environments import envs
 from dlbench.harness.measure import cores
-from dlbench.harness.plan import suite
+from dlbench.harness.plan import dataset_label, suite
 from dlbench.harness.plan.suite import SuiteError
 from dlbench.harness.run import cell_config
 
@@ -643,7 +643,7 @@ def test_results_show_the_first_n_training_samples_a_run_trained_on(tmp_path):
     # the table leaves out the split's size (1,438) to stay within 120 columns; the report gives it
     assert "digits-28 (first 768) " in rows["pytorch"]
     assert "digits-28 " in rows["jax"] and "first" not in rows["jax"]
-    assert data.run_label(runs[0]) == "digits-28 (first 768 of 1,438)"
+    assert dataset_label.run_label(runs[0]) == "digits-28 (first 768 of 1,438)"
 
 
 def test_results_label_a_changed_recipes_batch_size(tmp_path):

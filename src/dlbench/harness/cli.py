@@ -11,7 +11,6 @@ from pathlib import Path
 from dlbench.harness import data, file_names, folders
 from dlbench.harness.analysis import compare
 from dlbench.harness.analysis.load import AnalysisError
-from dlbench.harness.analysis.summary import is_inference
 from dlbench.harness.certification import machine_store, probes
 from dlbench.harness.data import DatasetError
 from dlbench.harness.environments import disk, envs
@@ -32,7 +31,7 @@ from dlbench.harness.present import comparison, listing, progress
 from dlbench.harness.run import ExecutorError, cell_config, interrupt, local, results_folder
 from dlbench.harness.run.cell_config import Options
 from dlbench.harness.run.live_report import LiveReport
-from dlbench.harness.store import FILENAME, Store, StoreError
+from dlbench.harness.store import FILENAME, Store, StoreError, is_inference
 from dlbench.shared import ir
 
 DEFAULT_RESULTS = Path("dlbench-results")

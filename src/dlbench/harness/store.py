@@ -119,6 +119,14 @@ RUN_COLUMNS: dict[str, str] = {
     "samples_per_s": "REAL",  # throughput_samples / throughput_s
     "first_batch_call_s": "REAL",  # the first call on a batch of B, before the span (it may compile)
 }
+INFERENCE = "inference"  # a run's mode; NULL for a training run
+
+
+def is_inference(run: Mapping) -> bool:
+    """An inference run: no epochs, serving figures instead (analysis/serving.py summarises those)."""
+    return run.get("mode") == INFERENCE
+
+
 EPOCH_COLUMNS: dict[str, str] = {
     "epoch": "INTEGER",
     "train_time_s": "REAL",

@@ -49,7 +49,7 @@ class Finding:
     # what the sentences say, as values: the report's overview draws them (None: built by hand, no tests)
     speed_standing: "Standing | None" = field(default=None, compare=False)
     metric_standing: "Standing | None" = field(default=None, compare=False)
-    dataset_label: str | None = field(default=None, compare=False)  # "NAME (first N of M)": data.run_label
+    dataset_label: str | None = field(default=None, compare=False)  # "NAME (first N of M)": dataset_label.run_label
     train_samples: int | None = None  # a suite entry's first N training samples; None: the whole split
     batch_size: int | None = None  # its cells' batch size (CellSummary.batch_size)
     threads: int | None = None  # its cells' threads (CellSummary.threads)

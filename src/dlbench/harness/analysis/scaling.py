@@ -21,8 +21,8 @@ from typing import Any
 
 from dlbench.harness.analysis.stats import Estimate, estimate, ratio
 from dlbench.harness.analysis.summary import CELL_KEYS, key_value
-from dlbench.harness.data import label as dataset_label
-from dlbench.harness.data import recipe_batch_size
+from dlbench.harness.plan.dataset_label import label as dataset_label
+from dlbench.harness.plan.dataset_label import recipe_batch_size
 
 THREADS, BATCH_SIZE = "threads", "batch_size"
 AXES = (THREADS, BATCH_SIZE)

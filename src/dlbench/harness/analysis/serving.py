@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dlbench.harness.analysis.stats import Estimate, estimate
-from dlbench.harness.analysis.summary import is_inference, key_value
+from dlbench.harness.analysis.summary import key_value
+from dlbench.harness.store import is_inference
 
 # the per-run figures a cell estimates (harness/store.py RUN_COLUMNS)
 FIGURES = ("latency_p50_ms", "latency_p90_ms", "latency_p99_ms", "samples_per_s", "first_call_s",

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dlbench.harness.analysis.stats import Estimate, estimate, ratio
-from dlbench.harness.data import run_label
 from dlbench.harness.environments.envs import REFERENCE
+from dlbench.harness.plan.dataset_label import run_label
+from dlbench.harness.store import is_inference
 
 FIGURES = ("steady_epoch_s", "train_time_s", "first_epoch_s", "metric_value", "peak_rss_mb", "mean_cpu_percent",
            "time_to_target_s",  # time_to_target_s: the runs that reached the target only
@@ -138,12 +139,6 @@ def _sort_key(values: Iterable[Any]) -> tuple[str, ...]:
     return tuple("" if v is None else str(v) for v in values)
 
 
-INFERENCE = "inference"  # a run's mode (store.RUN_COLUMNS "mode"); NULL for a training run
-
-
-def is_inference(run: Mapping) -> bool:
-    """An inference run: no epochs, serving figures instead (analysis/serving.py summarises those)."""
-    return run.get("mode") == INFERENCE
 
 
 def summarise(runs: list[dict], seed: int = 0) -> list[CellSummary]:

@@ -33,13 +33,12 @@ from pathlib import Path
 
 import numpy as np
 
+from dlbench.harness.plan.workloads import OPTIMIZER_SETTINGS
 from dlbench.shared import ir
 from dlbench.shared.init import canonical_init
 
 SEED = 0
 # the optimiser's settings by name; a setting outside these, or one missing, is refused
-SETTINGS = {"sgd": ("lr", "momentum", "nesterov", "weight_decay"), "adam": ("lr", "beta1", "beta2", "epsilon"),
-            "adadelta": ("lr", "rho", "epsilon"), "adamw": ("lr", "beta1", "beta2", "epsilon", "weight_decay")}
 DECOUPLED = ("adamw",)  # whose weight_decay is decoupled (torch.optim.AdamW's), not coupled L2
 RAISED_LR = ("sgd", "adamw")  # whose zero-gradient step is the decay alone, so the decay check raises lr
 MODEL = ir.model([5], "float32", [ir.dense(4)])  # kernel (5, 4) and bias (4,): 24 weights
@@ -59,9 +58,9 @@ class OptimizerError(ValueError):
 
 def validate(config: dict) -> None:
     name = config.get("name")
-    if name not in SETTINGS:
-        raise OptimizerError(f"optimizer {name!r}: no rule for it; known: {', '.join(SETTINGS)}")
-    given, needed = set(config) - {"name"}, set(SETTINGS[name])
+    if name not in OPTIMIZER_SETTINGS:
+        raise OptimizerError(f"optimizer {name!r}: no rule for it; known: {', '.join(OPTIMIZER_SETTINGS)}")
+    given, needed = set(config) - {"name"}, set(OPTIMIZER_SETTINGS[name])
     if needed - given:
         raise OptimizerError(f"optimizer {name}: missing {', '.join(sorted(needed - given))}")
     # exactly these: adam's and adadelta's adapters read no weight_decay, so a rule that applied one would
@@ -69,7 +68,7 @@ def validate(config: dict) -> None:
     unknown = given - needed
     if unknown:
         raise OptimizerError(f"optimizer {name}: unknown setting(s) {', '.join(sorted(unknown))}; "
-                             f"accepted: {', '.join(SETTINGS[name])}")
+                             f"accepted: {', '.join(OPTIMIZER_SETTINGS[name])}")
 
 
 def lr_factor(schedule: dict | None, k: int) -> float:

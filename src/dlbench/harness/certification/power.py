@@ -23,13 +23,13 @@ from pathlib import Path
 from dlbench.harness.certification import optimizer, probes
 from dlbench.harness.certification.certified_model import certified_model, without_dropout
 from dlbench.harness.environments import envs
-from dlbench.harness.plan.workloads import Workload
+from dlbench.harness.plan.workloads import OPTIMIZER_SETTINGS, Workload
 from dlbench.shared import ir
 from dlbench.shared.init import canonical_init
 
 DECAY_RATES = ("momentum", "beta1", "beta2", "rho")  # changed by 10 % of their distance to 1
 CHOICES = {"fn": ir.ACTIVATIONS, "padding": ir.PADDINGS, "loss": ir.LOSSES,
-           "op": ("roi_align",), "name": tuple(optimizer.SETTINGS)}
+           "op": ("roi_align",), "name": tuple(OPTIMIZER_SETTINGS)}
 NOT_CHANGED = ("type", "name", "input_shape", "input_dtype")  # what a layer is, not a setting of it
 UNEXPLAINED = "UNEXPLAINED: no reason known why this change passes"
 _HOST = "read by the shared host pipeline (shared/detection), the same code in every framework"

@@ -32,11 +32,11 @@ from pathlib import Path
 from statistics import median
 
 from dlbench.harness import data
-from dlbench.harness.analysis.summary import is_inference
 from dlbench.harness.measure.machine import hardware
+from dlbench.harness.plan.dataset_label import run_label
 from dlbench.harness.plan.suite import Cell
 from dlbench.harness.plan.workloads import get_workload
-from dlbench.harness.store import FILENAME, Store
+from dlbench.harness.store import FILENAME, Store, is_inference
 from dlbench.shared import ir
 from dlbench.shared.protocol import META_FILE
 
@@ -257,7 +257,7 @@ class Estimator:
             points.append(t.fixed_s + cell.epochs * epoch)
             lows.append(t.fixed_s + cell.epochs * epoch * spread[0])
             highs.append(t.fixed_s + cell.epochs * epoch * spread[1])
-        datasets = ", ".join(sorted({data.run_label(run) for run, _ in pairs}))
+        datasets = ", ".join(sorted({run_label(run) for run, _ in pairs}))
         return Forecast(cell, median(points), min(lows), max(highs), f"{prefix}scaled from {datasets}", "scaled")
 
     def at_rate(self, cell: Cell, runs: list[dict], want: Work, basis: str, kind: str) -> Forecast:

@@ -16,10 +16,9 @@ import numpy as np
 
 from dlbench import user
 from dlbench.harness import data, file_names
-from dlbench.harness.certification.optimizer import SETTINGS
 from dlbench.harness.data.user import UserDataset
 from dlbench.harness.plan import workloads
-from dlbench.harness.plan.workloads import Workload
+from dlbench.harness.plan.workloads import OPTIMIZER_SETTINGS, Workload
 from dlbench.shared import ir
 
 DECLARED = "WORKLOAD"  # the name a workload file binds its dlbench.user.Workload to
@@ -133,10 +132,10 @@ def _check_recipe(path: Path, declared: user.Workload) -> None:
     if declared.loss != loss:
         raise UserWorkloadError(f"{path}: loss {declared.loss!r} for a {declared.task} task; accepted: {loss!r}")
     optimizer = declared.optimizer
-    if not isinstance(optimizer, dict) or optimizer.get("name") not in SETTINGS:
+    if not isinstance(optimizer, dict) or optimizer.get("name") not in OPTIMIZER_SETTINGS:
         raise UserWorkloadError(f"{path}: optimizer {optimizer!r}; expected a dict whose name is one of "
-                                f"{', '.join(SETTINGS)}")
-    needed = SETTINGS[optimizer["name"]]
+                                f"{', '.join(OPTIMIZER_SETTINGS)}")
+    needed = OPTIMIZER_SETTINGS[optimizer["name"]]
     given = set(optimizer) - {"name"}
     # exactly these: an adapter reads sgd's weight_decay, and not every adapter applies one to adam or adadelta
     missing = [key for key in needed if key not in given]

@@ -9,6 +9,12 @@ from typing import Any
 
 from dlbench.shared import ir
 
+# what each optimizer a recipe may name takes, exactly (every adapter reads each of them; the certificate's rule,
+# certification/optimizer.py, applies each)
+OPTIMIZER_SETTINGS = {"sgd": ("lr", "momentum", "nesterov", "weight_decay"),
+                      "adam": ("lr", "beta1", "beta2", "epsilon"), "adadelta": ("lr", "rho", "epsilon"),
+                      "adamw": ("lr", "beta1", "beta2", "epsilon", "weight_decay")}
+
 
 class WorkloadError(ValueError):
     pass

@@ -13,7 +13,7 @@ from dlbench.harness.analysis.scaling import THREADS
 from dlbench.harness.analysis.scaling import Figure as ScalingFigure
 from dlbench.harness.analysis.stats import Estimate
 from dlbench.harness.analysis.summary import WARM, CellSummary, group_of
-from dlbench.harness.data import run_label
+from dlbench.harness.plan.dataset_label import run_label
 from dlbench.harness.present import charts, overview, overview_html, scaling, tables
 from dlbench.harness.present.contents import Report
 from dlbench.harness.present.study import StudySection

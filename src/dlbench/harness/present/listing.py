@@ -5,8 +5,8 @@ import json
 
 from dlbench.harness.analysis import measures
 from dlbench.harness.certification import machine_store
-from dlbench.harness.data import run_label
 from dlbench.harness.environments import sources
+from dlbench.harness.plan.dataset_label import run_label
 
 # (run field, table heading); CSV and JSON carry every field
 STORED_COLUMNS = (

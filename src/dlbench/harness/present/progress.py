@@ -20,9 +20,9 @@ from rich.table import Table
 from rich.text import Text
 
 from dlbench.harness.analysis.measures import metric_format
-from dlbench.harness.data import label as dataset_label
-from dlbench.harness.data import recipe_batch_size
 from dlbench.harness.measure import serving
+from dlbench.harness.plan.dataset_label import label as dataset_label
+from dlbench.harness.plan.dataset_label import recipe_batch_size
 from dlbench.harness.plan.suite import Cell
 from dlbench.shared import protocol
 from dlbench.shared.protocol import EPOCH, READY, kind_of
@@ -127,7 +127,7 @@ def units(cell: Cell) -> int:
 
 def cell_dataset(cell: Cell) -> str:
     """The cell's dataset as the run display shows it: "NAME (first N)", ", batch B (recipe R)" for a changed
-    recipe's batch size (data.label)."""
+    recipe's batch size (plan.dataset_label.label)."""
     return dataset_label(cell.dataset, cell.train_samples, batch_size=cell.batch_size,
                          recipe_batch_size=recipe_batch_size(cell.workload))
 

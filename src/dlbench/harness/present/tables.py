@@ -20,9 +20,9 @@ from dlbench.harness.analysis.serving import ServingCell
 from dlbench.harness.analysis.stats import CONFIDENCE, NOISE, Estimate, level_text
 from dlbench.harness.analysis.summary import FIRST_EPOCH_FIGURES, CellSummary, speed_ratios
 from dlbench.harness.certification import machine_store
-from dlbench.harness.data import run_label
 from dlbench.harness.environments import sources
 from dlbench.harness.measure.cores import BUSY_MACHINE
+from dlbench.harness.plan.dataset_label import run_label
 from dlbench.harness.plan.workloads import target_text
 
 INTERVAL = (f"order-statistic interval of the median, at least {CONFIDENCE:.0%} unless the cell prints the lower "
