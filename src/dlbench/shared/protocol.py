@@ -4,7 +4,8 @@ files of a prepared dataset. Shared by both sides: Python 3.8, the standard libr
 The worker writes one JSON object a line on its stdout, its kind under KIND: START as it starts,
 READY once the model is built, then per epoch EPOCH_START and EPOCH_TRAINED around the training (the
 harness reads energy counters when they arrive) and EPOCH with the epoch's figures; DONE at the end,
-ERROR with a message instead when it fails.
+ERROR with a message instead when it fails. An inference cell (worker/serve.py) emits, after READY,
+SERVE_FIRST_CALL, SERVE_LATENCY and SERVE_THROUGHPUT instead of epochs.
 """
 
 KIND = "event"
@@ -18,6 +19,9 @@ ERROR = "error"
 # A detector's EPOCH also carries where its training time went, in seconds (worker/detector.py):
 # the shared numpy on the host, the framework's NMS, and the framework's network calls.
 EPOCH_SPLIT = ("host_time_s", "nms_time_s", "framework_time_s")
+SERVE_FIRST_CALL = "serve_first_call"
+SERVE_LATENCY = "serve_latency"
+SERVE_THROUGHPUT = "serve_throughput"
 # Named by the harness alone: a line of the stream that is not a JSON object, and the GEMM peak it
 # measures before a cell (for the progress display).
 GARBLED = "garbled"

@@ -352,6 +352,19 @@ class Adapter(BaseAdapter):
         with torch.inference_mode():
             return self.module(inputs.to(self.dtype) if self.float_inputs else inputs.long()).cpu().numpy()
 
+    def serving(self):
+        """eval() and torch.inference_mode, as PyTorch's guides serve a model; the stored pixels are scaled
+        on the device. TORCH_COMPILE_NOTE says why the module is not torch.compile'd."""
+        self.module.eval()
+        scale = self.input_scale
+
+        def serve(x):
+            inputs = torch.from_numpy(np.ascontiguousarray(x)).to(self.torch_device)
+            with torch.inference_mode():
+                inputs = self._inputs(inputs, scale) if self.float_inputs else inputs.long()
+                return self.module(inputs).cpu().numpy()
+        return serve
+
     def training_outputs(self, x):
         self.module.train()
         inputs = torch.from_numpy(np.ascontiguousarray(x)).to(self.torch_device).to(self.dtype)

@@ -510,6 +510,15 @@ class Adapter(BaseAdapter):
     def predict(self, x):
         return np.asarray(self._function("predict")(self._inputs(x, None)))
 
+    def serving(self):
+        """predict's compiled function (the inference-mode graph: no dropout, BatchNorm's moving statistics),
+        on pixels scaled on the host as training scales them."""
+        function, scale = self._function("predict"), self.input_scale
+
+        def serve(x):
+            return np.asarray(function(self._inputs(x, scale)))
+        return serve
+
     def training_outputs(self, x):
         return np.asarray(self._function("training_outputs")(self._inputs(x, None)))
 
