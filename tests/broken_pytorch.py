@@ -135,3 +135,12 @@ class ChangedRho(_OptimizerBug):
     @staticmethod
     def changed(config):
         return dict(config, rho=0.9)
+
+
+class UnscaledServing(adapter.Adapter):
+    """A serving path that forgot the training's input scaling: it serves stored pixels as 0-255 where
+    predict (and training) see them in [0, 1]."""
+
+    def serving(self):
+        self.input_scale = None
+        return super().serving()
