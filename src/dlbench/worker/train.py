@@ -157,8 +157,8 @@ def main(argv=None) -> int:
             cell = json.load(handle)
         mode = cell.get("mode")
         if mode == "inference":
-            from dlbench.worker import serve  # imported here: serve builds its adapter with this module's helpers
-            serve.run(cell, events)
+            from dlbench.worker.serve import run as serve  # here: serve.py imports this module's helpers
+            serve(cell, events)
         elif mode is None:  # a training cell has no mode
             run(cell, events)
         else:
