@@ -512,11 +512,12 @@ class Adapter(BaseAdapter):
 
     def serving(self):
         """predict's compiled function (the inference-mode graph: no dropout, BatchNorm's moving statistics),
-        on pixels scaled on the host as training scales them."""
-        function, scale = self._function("predict"), self.input_scale
+        on pixels scaled on the host as training scales them. Looked up at each call, so that its compilation
+        falls in the first call, as other frameworks' tracing does."""
+        scale = self.input_scale
 
         def serve(x):
-            return np.asarray(function(self._inputs(x, scale)))
+            return np.asarray(self._function("predict")(self._inputs(x, scale)))
         return serve
 
     def training_outputs(self, x):
