@@ -9,6 +9,8 @@ from pathlib import Path
 import guard
 import numpy as np
 import pytest
+from fixtures_data import prepared_standin
+from test_detector import SMALL
 
 from dlbench.harness.environments import envs
 from dlbench.harness.environments.process import PACKAGE_PARENT
@@ -74,12 +76,28 @@ def test_pytorch_serves_a_cell_as_the_protocol_says(data_path, tmp_path):
     assert throughput["seconds"] > 0 and throughput["first_call_s"] > 0
 
 
+def test_pytorch_serves_a_detector_image_by_image(session_dir, tmp_path):
+    """frcnn-voc on the photo-boxes stand-in: every call one image, the throughput's samples images."""
+    dataset = prepared_standin("photo-boxes", session_dir / "standins")
+    workload = get_workload("frcnn-voc")
+    config = dict(cell(dataset.path, latency_calls=3, warmup_calls=1, throughput_batch=1, throughput_samples=2),
+                  model=workload.model(dataset.meta), recipe=dict(workload.recipe, detection=SMALL))
+    recipe = envs.get_recipe("pytorch")
+    code, events = events_of(str(envs.require("pytorch").python), config, tmp_path, recipe.worker_env)
+    assert code == 0, events
+    assert [event[KIND] for event in events][2:] == [SERVE_FIRST_CALL, SERVE_LATENCY, SERVE_THROUGHPUT, DONE]
+    assert len(events[3]["latencies_s"]) == 3
+    assert events[4]["batch_size"] == 1 and events[4]["samples"] == 2
+
+
 @pytest.mark.parametrize("change, named", [
     ({"serve": None}, "an inference cell needs \"serve\""),
     ({"serve": dict(SERVE, latency_calls=0)}, "serve.latency_calls 0"),
     ({"serve": dict(SERVE, warmup_calls=-1)}, "serve.warmup_calls -1"),
     ({"serve": dict(SERVE, throughput_batch=2.5)}, "serve.throughput_batch 2.5"),
     ({"serve": dict(SERVE, throughput_batch=8)}, "serve.throughput_batch 8: more than the 5 samples served"),
+    ({"model": get_workload("frcnn-voc").model(), "serve": dict(SERVE, throughput_batch=2)},
+     "serve.throughput_batch 2: a detector serves one image a call; accepted: 1"),
     ({"mode": "distil"}, "cell mode 'distil': accepted: inference"),
 ])
 def test_bad_settings_are_refused_by_name(data_path, tmp_path, change, named):

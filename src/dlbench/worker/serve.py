@@ -33,14 +33,15 @@ def settings_of(cell: dict) -> dict:
         value, least = given.get(key), 0 if key == "warmup_calls" else 1
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ValueError("serve.%s %r: accepted: a whole number, at least %d" % (key, value, least))
+    if "detector" in cell["model"] and given["throughput_batch"] != 1:
+        raise ValueError("serve.throughput_batch %d: a detector serves one image a call; accepted: 1"
+                         % given["throughput_batch"])
     return given
 
 
-def throughput_samples(settings: dict, n_test: int, detector: bool) -> int:
+def throughput_samples(settings: dict, n_test: int) -> int:
     """How many samples the throughput span serves: whole batches of the first min(N, n_test)."""
     batch = settings["throughput_batch"]
-    if detector and batch != 1:
-        raise ValueError("serve.throughput_batch %d: a detector serves one image a call; accepted: 1" % batch)
     samples = min(settings["throughput_samples"], n_test) // batch * batch
     if samples == 0:
         raise ValueError("serve.throughput_batch %d: more than the %d samples served (throughput_samples %d, "
@@ -61,7 +62,7 @@ class Inputs(object):
             self.x = np.array(test.x[:count])
 
     def batch(self, start: int, size: int):
-        if self.detector:  # throughput_samples refuses a detector's batch of more than one
+        if self.detector:  # settings_of refuses a detector's batch of more than one
             return self.images[start]
         return self.x[start:start + size]
 
@@ -81,7 +82,7 @@ def run(cell: dict, events) -> None:
     else:
         test = load_split(cell["data_path"], "test", meta.get("input_scale"))
     n_test = len(test)
-    samples = throughput_samples(settings, n_test, detector)
+    samples = throughput_samples(settings, n_test)
     warmup, calls, batch = settings["warmup_calls"], settings["latency_calls"], settings["throughput_batch"]
     adapter = ready_adapter(cell, meta, events, 0, n_test)
     if not detector:
