@@ -1,5 +1,6 @@
 """Runs inside a framework's environment (Python 3.8+, its numpy, the framework): for each workload's
-architecture, loads the canonical weights, records the outputs on fixed probe inputs, trains a few
+architecture, loads the canonical weights, records the outputs on fixed probe inputs (predict's, and the
+serving path's on the same inputs as stored, at batch 1 and 2), trains a few
 steps on tiny generated data, and prints one JSON line of facts per workload.
 
 Usage: python adapter_check.py ADAPTER_PATH < cases.json
@@ -39,10 +40,24 @@ def generated_inputs(model, count, seed):
     return rng.randint(0, input_vocab(model), size=shape).astype(np.int32)
 
 
+def stored_probe_inputs(model):
+    """Two samples as a split stores them: uint8 pixels, or token ids."""
+    return generated_inputs(model, 2, 1)
+
+
 def probe_inputs(model):
     """Two samples as the model consumes them: pixels scaled to [0, 1], or token ids."""
-    x = generated_inputs(model, 2, 1)
+    x = stored_probe_inputs(model)
     return x.astype(np.float32) / 255 if x.dtype == np.uint8 else x
+
+
+def served(adapter, model):
+    """The serving path's outputs on the stored probe inputs: each sample alone (batch 1, stacked) and both
+    at once (batch 2)."""
+    serve = adapter.serving()
+    x = stored_probe_inputs(model)
+    return {"serving_batch1": np.concatenate([serve(x[i:i + 1]) for i in range(len(x))]).tolist(),
+            "serving_batch2": serve(x).tolist()}
 
 
 def probe_weights(model):
@@ -78,6 +93,7 @@ def check(adapter_class, case):
     same_shapes = sorted(exported) == sorted(weights) and all(exported[k].shape == weights[k].shape for k in weights)
     roundtrip = max(float(np.max(np.abs(exported[k] - weights[k]))) for k in weights) if same_shapes else None
     predictions = adapter.predict(probe_inputs(case["model"]))
+    serving = served(adapter, case["model"])
     before = adapter.evaluate(data)
     losses = [adapter.train_epoch(data, epoch_order(0, epoch, len(data)))["loss"] for epoch in range(1, 9)]
     return {
@@ -85,6 +101,7 @@ def check(adapter_class, case):
         "same_shapes": same_shapes,
         "roundtrip_max_abs": roundtrip,
         "predictions": predictions.tolist(),
+        **serving,
         "train_losses": losses,
         "eval_before": before,
         "eval_after": adapter.evaluate(data),

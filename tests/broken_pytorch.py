@@ -166,3 +166,12 @@ class HigherFinalRate(_ScheduleBug):
     @staticmethod
     def changed(schedule):
         return dict(schedule, final_lr_fraction=1.1 * schedule["final_lr_fraction"])
+
+
+class UnscaledServing(adapter.Adapter):
+    """A serving path that forgot the training's input scaling: it serves stored pixels as 0-255 where
+    predict (and training) see them in [0, 1]."""
+
+    def serving(self):
+        self.input_scale = None
+        return super().serving()

@@ -1,5 +1,6 @@
 """Runs inside a framework's environment: builds its Faster R-CNN from the IR, checks the canonical
-weights round-trip, trains a few epochs on a prepared detection set, evaluates it, and runs the
+weights round-trip, trains a few epochs on a prepared detection set, evaluates it, serves its test images
+through the serving path, and runs the
 framework's NMS on hand-made cases and on proposals; prints one JSON line of facts for the harness-side test.
 
 Usage: python detector_check.py < case.json, case.json {"adapter", "model", "recipe", "data", "epochs"}.
@@ -56,6 +57,17 @@ def timed_epochs(adapter, train, epochs):
     return timed
 
 
+def served(adapter, test):
+    """The serving path's detections of each test image, served last image first (so that nothing one call
+    leaves behind, a feature map, can pass for the next image's), listed in the split's order."""
+    serve = adapter.serving()
+    found = {}
+    for i in reversed(range(len(test))):
+        boxes, scores, labels = serve(test.image(i))
+        found[i] = {"boxes": boxes.tolist(), "scores": scores.tolist(), "labels": labels.tolist()}
+    return [found[i] for i in range(len(test))]
+
+
 def check(case):
     adapter = detector_class(case["adapter"])(case["model"], case["recipe"], "detection", "cpu", 1, 0)
     moved = probe_weights(case["model"])
@@ -74,7 +86,8 @@ def check(case):
                       "labels": labels.tolist()})
     nms = check_nms(adapter)
     return {"same_shapes": same, "roundtrip_max_abs": roundtrip, "epochs": epochs, "evaluation": adapter.evaluate(test),
-            "detections": boxes, "nms": nms, "threads": adapter.threads_used(), "versions": adapter.versions()}
+            "detections": boxes, "served": served(adapter, test), "nms": nms, "threads": adapter.threads_used(),
+            "versions": adapter.versions()}
 
 
 if __name__ == "__main__":

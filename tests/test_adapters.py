@@ -108,6 +108,17 @@ def test_outputs_match_an_independent_numpy_forward(checked, case):
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c["workload"])
+@pytest.mark.parametrize("batch", ["serving_batch1", "serving_batch2"])
+def test_serving_outputs_match_the_numpy_forward(checked, case, batch):
+    """adapter.serving() on the probe inputs as a split stores them (uint8 pixels, token ids), one sample
+    a call and both in one call: the numpy forward's outputs, to predict's tolerance."""
+    expected = forward(case["model"], probe_weights(case["model"]), probe_inputs(case["model"]))
+    got = np.array(checked[case["workload"]][batch])
+    assert got.shape == expected.shape
+    assert np.abs(got - expected).max() <= 1e-4 * np.abs(expected).max() + 1e-5
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c["workload"])
 def test_a_few_steps_lower_the_loss(checked, case):
     result = checked[case["workload"]]
     assert result["eval_after"]["loss"] < result["eval_before"]["loss"]

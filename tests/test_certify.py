@@ -44,7 +44,8 @@ def broken(monkeypatch):
                           ("pytorch-nesterov-dropped", "NesterovDropped"),
                           ("pytorch-tenfold-epsilon", "TenfoldEpsilon"), ("pytorch-changed-rho", "ChangedRho"),
                           ("pytorch-late-warmup", "LateWarmup"), ("pytorch-longer-total", "LongerTotal"),
-                          ("pytorch-higher-final-rate", "HigherFinalRate")):
+                          ("pytorch-higher-final-rate", "HigherFinalRate"),
+                          ("pytorch-unscaled-serving", "UnscaledServing")):
         monkeypatch.setitem(envs.RECIPES, name, dataclasses.replace(
             reference, framework=name, adapter=f"broken_pytorch:{adapter}",
             worker_env={"PYTHONPATH": f"{PACKAGE_PARENT}:{TESTS}"}))
@@ -55,7 +56,7 @@ def test_the_reference_certifies_against_itself_exactly(store, tmp_path):
     [cert] = probes.certify([REFERENCE], [get_workload("lstm-imdb")], store, tmp_path, quiet)
     assert cert["passed"] and cert["worst_scaled_deviation"] == 0.0
     kinds = {row["kind"] for row in cert["deviations"]}
-    assert kinds == {"output", "loss", "grad", "after", "optimizer"}
+    assert kinds == {"output", "serving", "loss", "grad", "after", "optimizer"}
     names = {row["tensor"] for row in cert["deviations"]}
     assert {"grad/lstm_1/kernel", "after/lstm_1/recurrent_kernel", "after/embedding_1/embeddings"} <= names
     assert store.certificates()[0]["deviations"] == cert["deviations"]
@@ -71,6 +72,13 @@ def test_a_broken_mapping_fails_certification(broken, store, tmp_path, framework
     failed = [row["tensor"] for row in cert["deviations"] if not row["passed"]]
     assert "output" in failed and "loss" in failed and any(culprit in name for name in failed)
     assert cert["worst_scaled_deviation"] > 100 * probes.TOLERANCES["output"]
+
+
+def test_a_serving_path_that_differs_fails_certification(broken, store, tmp_path):
+    """predict is right, the serving path serves unscaled pixels: only the serving entry can see it."""
+    [cert] = probes.certify(["pytorch-unscaled-serving"], [get_workload("cnn-mnist")], store, tmp_path, quiet)
+    failed = {row["tensor"] for row in cert["deviations"] if not row["passed"]}
+    assert not cert["passed"] and failed == {"serving"} and cert["worst_tensor"] == "serving"
 
 
 @pytest.mark.parametrize("framework, caught", [

@@ -1,6 +1,7 @@
 """Every framework's Faster R-CNN (frcnn-voc), run in its own environment on the photo-boxes stand-in
 prepared from fixture wheels: it loads the canonical weights exactly, its losses fall over a few
-epochs, its detections are finite boxes inside their images, its NMS keeps what the numpy reference
+epochs, its detections are finite boxes inside their images, its serving path detects what its
+evaluation detects, its NMS keeps what the numpy reference
 keeps (hand-made cases and 2,000 proposals), and its epochs' time splits into host, NMS and framework.
 A framework without a detector would say so. (Each detector's certificate against PyTorch is
 test_certify's, with every other workload's.)"""
@@ -79,6 +80,18 @@ def test_detections_are_finite_boxes_inside_their_images(checked):
         assert all(0.05 < score <= 1 for score in image["scores"])
         assert all(0 <= label < 20 for label in image["labels"])
         assert len(boxes) <= 100
+
+
+def test_serving_detects_what_the_evaluation_detects(checked):
+    """adapter.serving(), one image a call (served in reverse order): each image's boxes, scores and labels
+    after NMS, those the evaluation path's detect() found for it."""
+    _, _, facts = checked
+    assert len(facts["served"]) == len(facts["detections"])
+    for served, evaluated in zip(facts["served"], facts["detections"], strict=True):
+        assert served["labels"] == evaluated["labels"]
+        np.testing.assert_allclose(np.array(served["boxes"]).reshape(-1, 4),
+                                   np.array(evaluated["boxes"]).reshape(-1, 4), rtol=0, atol=1e-4)
+        np.testing.assert_allclose(served["scores"], evaluated["scores"], rtol=0, atol=1e-6)
 
 
 def test_nms_keeps_what_the_reference_keeps(checked):

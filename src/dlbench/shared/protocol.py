@@ -4,7 +4,8 @@ files of a prepared dataset. Shared by both sides: Python 3.8, the standard libr
 The worker writes one JSON object a line on its stdout, its kind under KIND: START as it starts,
 READY once the model is built, then per epoch EPOCH_START and EPOCH_TRAINED around the training (the
 harness reads energy counters when they arrive) and EPOCH with the epoch's figures; DONE at the end,
-ERROR with a message instead when it fails.
+ERROR with a message instead when it fails. An inference cell (worker/serve.py) emits, after READY,
+SERVE_FIRST_CALL, SERVE_LATENCY and SERVE_THROUGHPUT instead of epochs.
 """
 
 KIND = "event"

@@ -16,6 +16,7 @@ from dlbench.shared.ir import LOSSES
 
 PAD_ID = 0  # the label the masked loss and its accuracy leave out
 OPTIMIZERS = ("sgd", "adam", "adadelta", "adamw")
+PIXEL_SCALE = 255.0  # every image dataset's input_scale (its meta): uint8 pixels -> [0, 1]
 
 
 def not_built(what: str, name: str) -> NotImplementedError:
@@ -98,6 +99,8 @@ class BaseAdapter(object):
     after calling synchronise()."""
 
     name = ""
+    # What serving()'s call divides stored pixels by; worker/serve.py sets the served dataset's own.
+    input_scale = PIXEL_SCALE
 
     def __init__(self, model: dict, recipe: dict, task: str, device: str, threads: int, seed: int):
         if recipe["loss"] not in LOSSES:
@@ -160,3 +163,11 @@ class BaseAdapter(object):
     def synchronise(self) -> None:
         """Block until queued device work is done, so a clock read after it is true."""
         raise NotImplementedError
+
+    def serving(self):
+        """The framework's idiomatic serving path for this model, warmed by nobody yet: a callable f(x) that
+        takes a batch of inputs as a split stores them (uint8 pixels, scaled inside by input_scale as
+        training scales them; token ids) and returns the model's outputs, those predict returns for the
+        scaled batch, as host numpy: nothing of the call is left queued when it returns (worker/serve.py
+        times it so)."""
+        raise not_built("serving path", self.name or type(self).__name__)

@@ -176,6 +176,11 @@ class DetectorAdapter(BaseAdapter):
         result = voc_map(found, truth)
         return {"map": result["map"], "detections": float(np.mean([len(f[0]) for f in found]))}
 
+    def serving(self):
+        """One (height, width, 3) uint8 image in, its detections after NMS out: (boxes, scores, labels), as
+        evaluate computes them, through the framework's inference calls (rpn_outputs, head_outputs, nms)."""
+        return self.detect
+
     def predict(self, x):
         raise NotImplementedError("a detector predicts with detect(), image by image")
 

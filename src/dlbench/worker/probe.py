@@ -4,14 +4,14 @@ Worker side (Python 3.8, numpy and the one framework). Run by the harness as
 `<framework env python> -m dlbench.worker.probe BATCH.json`, BATCH.json a list of requests, each naming the
 .npz file its arrays go to. One process serves every workload of a framework, so the framework is
 imported once and compiled code (Theano's modules, under the compile cache the harness names) is
-shared between workloads. From the canonical weights of the seed a request records the outputs, the
-loss and its gradients, then the weights after a few optimiser steps on the same batch, all in
-canonical layout, for the harness to compare with the reference's. A dropout request (kind "dropout")
-records a dropout layer's output in training mode instead (dropout_probe); an inference request (kind
-"inference"), a small model's outputs in inference mode (inference_probe); an optimiser request (kind
-"optimizer"), the weights of a small model after the adapter's optimiser applied a synthetic
-gradient sequence (optimizer_probe). A detector's request (kind "detector") carries its image and
-sampled targets instead of a batch (detector_probe). A request that fails leaves its traceback in
+shared between workloads. From the canonical weights of the seed a request records the outputs (predict's,
+and the serving path's on the batch as stored, "serving"), the loss and its gradients, then the weights
+after a few optimiser steps on the same batch, all in canonical layout, for the harness to compare with the
+reference's. A dropout request (kind "dropout") records a dropout layer's output in training mode instead
+(dropout_probe); an inference request (kind "inference"), a small model's outputs in inference mode
+(inference_probe); an optimiser request (kind "optimizer"), the weights of a small model after the adapter's
+optimiser applied a synthetic gradient sequence (optimizer_probe). A detector's request (kind "detector")
+carries its image and sampled targets instead of a batch (detector_probe). A request that fails leaves its traceback in
 OUT.error instead, and the others still run.
 """
 from __future__ import annotations
@@ -37,6 +37,8 @@ def probe(request: dict) -> dict:
     start = canonical_init(model, seed)
     adapter.set_weights(start)
     arrays = {"output": adapter.predict(x.astype(np.float32) / scale if scale else x)}
+    adapter.input_scale = scale
+    arrays["serving"] = adapter.serving()(x)  # the serving path on the batch as stored, in one call
     loss, gradients = adapter.loss_and_gradients(batch)
     arrays["loss"] = np.array(loss)
     arrays.update(("grad/" + key, value) for key, value in gradients.items())

@@ -3,6 +3,8 @@
 Worker side: Python 3.8, numpy and the one framework. Started by the harness as
 `<framework env python> -m dlbench.worker.train CELL.json` with dlbench's package directory on PYTHONPATH.
 
+A cell with "mode": "inference" is served instead of trained (worker/serve.py).
+
 Events go to a private copy of the original stdout; file descriptor 1 is pointed at stderr, so
 whatever a framework prints can never corrupt the event stream.
 """
@@ -85,9 +87,31 @@ def starting_weights(cell: dict) -> dict:
     return canonical_init(cell["model"], cell["seed"])
 
 
-def run(cell: dict, events: Events) -> None:
+def read_meta(cell: dict) -> dict:
     with open(os.path.join(cell["data_path"], META_FILE)) as handle:
-        meta = json.load(handle)
+        return json.load(handle)
+
+
+def ready_adapter(cell: dict, meta: dict, events: Events, n_train: int, n_test: int):
+    """The cell's adapter (a detector's for a detector model), built with its starting weights; emits READY
+    with the time the framework's import and the build took."""
+    tic = time.perf_counter()
+    # imports the framework
+    detector = "detector" in cell["model"]
+    adapter_class = detector_class(cell["adapter"]) if detector else load_adapter_class(cell["adapter"])
+    import_s = time.perf_counter() - tic
+    tic = time.perf_counter()
+    adapter = adapter_class(cell["model"], cell["recipe"], meta["task"], cell["device"], cell["threads"],
+                            cell["seed"])
+    adapter.set_weights(starting_weights(cell))
+    adapter.synchronise()
+    events.emit(READY, import_s=import_s, build_s=time.perf_counter() - tic, versions=adapter.versions(),
+                threads=adapter.threads_used(), n_train=n_train, n_test=n_test)
+    return adapter
+
+
+def run(cell: dict, events: Events) -> None:
+    meta = read_meta(cell)
     detector = "detector" in cell["model"]
     if detector:  # images of many sizes and their boxes, not one x and y array
         # the training images are read into memory here, before any epoch's clock starts, so that no
@@ -98,18 +122,7 @@ def run(cell: dict, events: Events) -> None:
         train = load_split(cell["data_path"], "train", meta.get("input_scale"))
         test = load_split(cell["data_path"], "test", meta.get("input_scale"))
     train = first_samples(train, cell.get("train_samples"))
-
-    tic = time.perf_counter()
-    # imports the framework
-    adapter_class = detector_class(cell["adapter"]) if detector else load_adapter_class(cell["adapter"])
-    import_s = time.perf_counter() - tic
-    tic = time.perf_counter()
-    adapter = adapter_class(cell["model"], cell["recipe"], meta["task"], cell["device"], cell["threads"],
-                            cell["seed"])
-    adapter.set_weights(starting_weights(cell))
-    adapter.synchronise()
-    events.emit(READY, import_s=import_s, build_s=time.perf_counter() - tic, versions=adapter.versions(),
-                threads=adapter.threads_used(), n_train=len(train), n_test=len(test))
+    adapter = ready_adapter(cell, meta, events, len(train), len(test))
 
     for epoch in range(1, cell["epochs"] + 1):
         order = epoch_order(cell["seed"], epoch, len(train))
@@ -142,7 +155,14 @@ def main(argv=None) -> int:
     try:
         with open(argv[0]) as handle:
             cell = json.load(handle)
-        run(cell, events)
+        mode = cell.get("mode")
+        if mode == "inference":
+            from dlbench.worker.serve import run as serve  # here: serve.py imports this module's helpers
+            serve(cell, events)
+        elif mode is None:  # a training cell has no mode
+            run(cell, events)
+        else:
+            raise ValueError("cell mode %r: accepted: inference, or no mode for a training cell" % (mode,))
     except Exception as error:  # the harness stores the message; the traceback goes to stderr
         traceback.print_exc()
         events.emit(ERROR, message="%s: %s" % (type(error).__name__, error))

@@ -494,6 +494,17 @@ class Adapter(BaseAdapter):
         with chainer.using_config("train", False), chainer.no_backprop_mode():
             return self.model(inputs).array.copy()
 
+    def serving(self):
+        """The model called under chainer.using_config('train', False) and no_backprop_mode, as Chainer's
+        guides run inference; pixels scaled on the host, as training scales them."""
+        scale = self.input_scale
+
+        def serve(x):
+            inputs = self._inputs(np.ascontiguousarray(x), scale) if self.float_inputs else np.asarray(x, np.int32)
+            with chainer.using_config("train", False), chainer.no_backprop_mode():
+                return self.model(inputs).array.copy()
+        return serve
+
     def training_outputs(self, x):
         inputs = np.ascontiguousarray(x, dtype=np.float32)
         with chainer.using_config("train", True), chainer.no_backprop_mode():

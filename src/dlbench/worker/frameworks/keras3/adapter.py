@@ -278,6 +278,21 @@ class Trainer(keras.Model):
         return loss
 
 
+class Served(keras.Model):
+    """What serving() calls: the float model in inference mode behind the input scaling (uint8 pixels ->
+    [0, 1] on the device), its outputs as predict gives them."""
+
+    def __init__(self, core, scale, **kwargs):
+        super().__init__(**kwargs)
+        self.core = core
+        self.scale = scale
+
+    def call(self, x, training=False):
+        if self.scale:
+            x = ops.divide(ops.cast(x, "float32"), float(self.scale))
+        return self.core(x, training=False)
+
+
 # ---- optimisers -------------------------------------------------------------------------------
 
 def dense_gradient(gradient):
@@ -517,6 +532,21 @@ class Adapter(BaseAdapter):
         x = np.ascontiguousarray(x, dtype=np.float32 if self.float_inputs else np.int32)
         with keras.device(self.device_name):
             return np.asarray(self.core.predict(x, batch_size=self.recipe["batch_size"], verbose=0))
+
+    def serving(self):
+        """predict_on_batch of a compiled model: Keras's compiled predict step (tf.function, jax.jit, or
+        torch's eager step under no_grad, as compile() resolves it for the backend and device, as fit's
+        train step) on one batch, without predict()'s per-call data adapter and callbacks."""
+        scale = float(self.input_scale) if (self.float_inputs and self.input_scale) else None
+        stored = np.uint8 if self.float_inputs else np.int32
+        with keras.device(self.device_name):
+            served = Served(self.core, scale)
+            served.compile()
+
+        def serve(x):
+            with keras.device(self.device_name):
+                return np.asarray(served.predict_on_batch(np.ascontiguousarray(x, dtype=stored)))
+        return serve
 
     def training_outputs(self, x):
         x = np.ascontiguousarray(x, dtype=np.float32)

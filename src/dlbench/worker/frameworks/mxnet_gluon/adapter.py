@@ -606,6 +606,18 @@ class Adapter(BaseAdapter):
         inputs = nd.array(np.ascontiguousarray(x), ctx=self.ctx, dtype=self.dtype)  # token ids too
         return self.net(inputs)[0].asnumpy()
 
+    def serving(self):
+        """The hybridized Gluon network (static_alloc, static_shape: its cached graph, one per batch shape)
+        under autograd.predict_mode; pixels go to the device as uint8 and are scaled there."""
+        scale = self.input_scale
+
+        def serve(x):
+            stored = np.uint8 if self.float_inputs else self.dtype  # token ids as floats, as MXNet's embedding takes
+            inputs = self._inputs(nd.array(np.ascontiguousarray(x), ctx=self.ctx, dtype=stored), scale)
+            with autograd.predict_mode():
+                return self.net(inputs)[0].asnumpy()
+        return serve
+
     def training_outputs(self, x):
         inputs = nd.array(np.ascontiguousarray(x), ctx=self.ctx, dtype=self.dtype)
         with autograd.train_mode():

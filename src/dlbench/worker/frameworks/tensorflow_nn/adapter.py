@@ -420,6 +420,21 @@ class Adapter(BaseAdapter):
         with tf.device(self.tf_device):
             return self._predict(tf.constant(x)).numpy()
 
+    def serving(self):
+        """A tf.function of the inference-mode forward pass on inputs as stored (pixels scaled inside the
+        graph), its signature's batch None: one trace serves every batch size."""
+        stored = tf.uint8 if self.float_inputs else tf.int32
+        scale = tf.constant(float(self.input_scale or 1.0), tf.float32)
+        with tf.device(self.tf_device):
+            forward = tf.function(lambda x: self.model(self._inputs(x, scale), training=False),
+                                  input_signature=[tf.TensorSpec([None] + list(self.model_ir["input_shape"]), stored)],
+                                  jit_compile=JIT_COMPILE)
+
+        def serve(x):
+            with tf.device(self.tf_device):
+                return forward(tf.constant(np.asarray(x, dtype=stored.as_numpy_dtype))).numpy()
+        return serve
+
     def training_outputs(self, x):
         x = np.ascontiguousarray(x, dtype=np.float32)
         with tf.device(self.tf_device):

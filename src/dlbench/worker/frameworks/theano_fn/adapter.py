@@ -533,6 +533,16 @@ class Adapter(BaseAdapter):
     def predict(self, x):
         return np.asarray(self._function("predict")(self._inputs(x, None)))
 
+    def serving(self):
+        """predict's compiled function (the inference-mode graph: no dropout, BatchNorm's moving statistics),
+        on pixels scaled on the host as training scales them. Looked up at each call, so that its compilation
+        falls in the first call, as other frameworks' tracing does."""
+        scale = self.input_scale
+
+        def serve(x):
+            return np.asarray(self._function("predict")(self._inputs(x, scale)))
+        return serve
+
     def training_outputs(self, x):
         return np.asarray(self._function("training_outputs")(self._inputs(x, None)))
 
