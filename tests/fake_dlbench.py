@@ -32,15 +32,13 @@ def register() -> None:
     envs.RECIPES.setdefault("fakefw", RECIPE)
 
 
-def make_environment(home: Path, serving: bool = False) -> Path:
+def make_environment(home: Path) -> Path:
     """The fakefw environment under `home` (a DLBENCH_HOME): dlbench-env.json as `env create` writes it,
-    and bin/python, a script that runs this interpreter; with `serving`, through tests/fake_serve_worker.py,
-    which serves an inference cell as the worker's inference path does."""
+    and bin/python, a script that runs this interpreter."""
     folder = home / "envs" / "fakefw"
     (folder / "bin").mkdir(parents=True, exist_ok=True)
     python = folder / "bin" / "python"
-    front = f" {TESTS / 'fake_serve_worker.py'}" if serving else ""
-    python.write_text(f"#!/bin/sh\nexec {sys.executable}{front} \"$@\"\n")
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
     python.chmod(0o755)
     info = {"recipe": RECIPE.digest(), "packages": {"numpy": np.__version__},
             "python_version": ".".join(map(str, sys.version_info[:3]))}
@@ -48,12 +46,11 @@ def make_environment(home: Path, serving: bool = False) -> Path:
     return folder
 
 
-def suite_file(folder: Path, monkeypatch, more: str = "", text: str = SUITE, serving: bool = False) -> Path:
-    """`text` (SUITE by default, with `more` appended) written in `folder`, and fakefw's environment (with
-    `serving`, make_environment's) under a DLBENCH_HOME in `folder`, which `monkeypatch` (a test's) sets for
-    the test."""
+def suite_file(folder: Path, monkeypatch, more: str = "", text: str = SUITE) -> Path:
+    """`text` (SUITE by default, with `more` appended) written in `folder`, and fakefw's environment under a
+    DLBENCH_HOME in `folder`, which `monkeypatch` (a test's) sets for the test."""
     home = folder / "home"
-    make_environment(home, serving)
+    make_environment(home)
     monkeypatch.setenv("DLBENCH_HOME", str(home))
     path = folder / "fakes.yaml"
     path.write_text(text + more)

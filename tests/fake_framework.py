@@ -11,7 +11,7 @@ $FAKE_SPIN=N (with mode ok) makes each epoch keep N cores busy for $FAKE_SPIN_S 
 instead of sleeping, in N threads, whatever threads the cell gives.
 
 serving() (docs/measurement.md's inference mode) returns a call that sleeps SERVE_CALL_S plus SERVE_SAMPLE_S
-per sample and returns zeros of (samples, 2); tests/fake_serve_worker.py drives it as the inference protocol says.
+per sample and returns zeros of (samples, 2); worker/serve.py drives it as the inference protocol says.
 
 $FAKE_GATE=PATH (with mode ok) holds epoch $FAKE_GATE_EPOCH (default 1) and every later one until the file
 PATH exists, so a test can act while a run is known to be mid-cell.

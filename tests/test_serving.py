@@ -1,6 +1,6 @@
 """Inference mode, harness half (issue #31): the serving figures of a run (measure/serving.py) and a plan of
 inference cells run end to end through the real command line with the fake framework, whose serving path
-tests/fake_serve_worker.py drives as the inference protocol says."""
+the real worker (worker/serve.py) drives as the inference protocol says."""
 import dataclasses
 import json
 from pathlib import Path
@@ -59,7 +59,7 @@ workloads:
 
 def test_an_inference_plan_runs_end_to_end_and_stores_its_serving_figures(tmp_path, digits_dir, monkeypatch, capsys):
     monkeypatch.setitem(envs.RECIPES, "fakefw", fake_dlbench.RECIPE)
-    suite_file = fake_dlbench.suite_file(tmp_path, monkeypatch, text=SERVE_SUITE, serving=True)
+    suite_file = fake_dlbench.suite_file(tmp_path, monkeypatch, text=SERVE_SUITE)
     results = tmp_path / "results"
     assert cli.main(["run", str(suite_file), "--results", str(results), "--data-dir", str(digits_dir),
                      "--plain"]) == 0
