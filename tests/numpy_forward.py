@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from dlbench.shared.ir import infer_shapes, same_padding
+from dlbench.shared.ir import same_padding
 
 
 def _pad_same(x, kernel, stride, value):
@@ -71,12 +71,40 @@ def seq2seq(x, layer, w):
     return out
 
 
+def attention(x, layer, w, name):
+    """Multi-head self-attention as the IR states it (shared/ir.py), dropout off."""
+    steps, features = x.shape[1:]
+    heads = layer["heads"]
+    size = features // heads
+    q, k, v = (x @ w[name + part + "_kernel"] + w[name + part + "_bias"] for part in ("query", "key", "value"))
+    split = [t.reshape(len(x), steps, heads, size).transpose(0, 2, 1, 3) for t in (q, k, v)]
+    scores = split[0] @ split[1].transpose(0, 1, 3, 2) / math.sqrt(size)
+    if layer["causal"]:
+        scores = np.where(np.tril(np.ones((steps, steps), dtype=bool)), scores, -np.inf)
+    scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    weights = scores / scores.sum(axis=-1, keepdims=True)
+    out = (weights @ split[2]).transpose(0, 2, 1, 3).reshape(len(x), steps, features)
+    return out @ w[name + "output_kernel"] + w[name + "output_bias"]
+
+
 def forward(model, weights, x):
     w = {k: v.astype(np.float64) for k, v in weights.items()}
     x = x.astype(np.float64) if x.dtype.kind == "f" else x
-    for layer, _, _ in infer_shapes(model):
+    return _apply(model["layers"], w, x)
+
+
+def _apply(layers, w, x):
+    for layer in layers:
         kind, name = layer["type"], layer["name"] + "/"
-        if kind == "conv2d":
+        if kind == "residual":
+            x = x + _apply(layer["layers"], w, x)
+        elif kind == "attention":
+            x = attention(x, layer, w, name)
+        elif kind == "positional_embedding":
+            x = x + w[name + "embeddings"][:x.shape[1]]
+        elif kind == "tied_output":
+            x = x @ w[layer["embedding"] + "/embeddings"].T + w[name + "bias"]
+        elif kind == "conv2d":
             x = conv2d(x, w[name + "kernel"], w[name + "bias"], layer["stride"], layer["padding"])
         elif kind == "maxpool2d":
             x = maxpool2d(x, layer["pool"], layer["stride"], layer["padding"])
@@ -101,4 +129,6 @@ def forward(model, weights, x):
                         layer["return_sequences"])
         elif kind == "seq2seq":
             x = seq2seq(x, layer, {k[len(name):]: v for k, v in w.items() if k.startswith(name)})
+        elif kind != "dropout":  # dropout is off here
+            raise ValueError(f"numpy_forward has no rule for layer type {kind!r}")
     return x

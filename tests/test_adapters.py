@@ -169,11 +169,12 @@ def test_theano_reports_the_scan_it_ran(checked):
 # ---- the Transformer family's first pieces (transformer_pieces.py), in a process of their own ----------
 
 PIECES, GELU_GRID = transformer_pieces.case(), transformer_pieces.gelu_grid_case()
+BLOCKS = transformer_pieces.gpt_case()
 
 
 @pytest.fixture(scope="module", params=FRAMEWORKS)
 def pieces_checked(request, compile_cache) -> dict[str, dict]:
-    return run_check(request.param, [PIECES, GELU_GRID], compile_cache)
+    return run_check(request.param, [PIECES, GELU_GRID, BLOCKS], compile_cache)
 
 
 def test_gelu_is_the_exact_erf_form(pieces_checked):
@@ -191,6 +192,23 @@ def test_transformer_pieces_build_and_compute_the_numpy_forward(pieces_checked):
     result = pieces_checked[PIECES["workload"]]
     assert result["same_shapes"] and result["roundtrip_max_abs"] == 0.0
     expected = forward(PIECES["model"], probe_weights(PIECES["model"]), probe_inputs(PIECES["model"]))
+    got = np.array(result["predictions"])
+    assert got.shape == expected.shape
+    deviation, scale = np.abs(got - expected).max(), np.abs(expected).max()
+    print(f"max |output - numpy forward| = {deviation:.3g} (outputs up to {scale:.3g})")
+    assert deviation <= 1e-4 * scale + 1e-5
+    assert np.isfinite(result["train_losses"]).all()
+    assert result["eval_after"]["loss"] < result["eval_before"]["loss"]
+
+
+
+def test_transformer_blocks_build_and_compute_the_numpy_forward(pieces_checked):
+    """Residual blocks, causal multi-head attention, learned positions and an output tied to the token
+    embedding, each with the framework's own ops: weights round trip (the tied output holds its bias alone),
+    outputs as the numpy forward (whose attention is causal: tests/test_ir.py), a few steps lower the loss."""
+    result = pieces_checked[BLOCKS["workload"]]
+    assert result["same_shapes"] and result["roundtrip_max_abs"] == 0.0
+    expected = forward(BLOCKS["model"], probe_weights(BLOCKS["model"]), probe_inputs(BLOCKS["model"]))
     got = np.array(result["predictions"])
     assert got.shape == expected.shape
     deviation, scale = np.abs(got - expected).max(), np.abs(expected).max()

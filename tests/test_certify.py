@@ -285,6 +285,22 @@ def test_the_transformer_pieces_certify(store, certify_dir, pieces_reference, fr
     assert {"output", "loss", "grad", "after"} <= {row["kind"] for row in cert["deviations"]}
 
 
+@pytest.fixture(scope="session")
+def blocks_reference(certify_dir) -> dict:
+    return probes.reference_probes([transformer_pieces.gpt_workload()], certify_dir)
+
+
+@pytest.mark.parametrize("framework", CANDIDATES)
+def test_the_transformer_blocks_certify(store, certify_dir, blocks_reference, framework):
+    """Residual blocks, causal attention, learned positions and the tied output (transformer_pieces.gpt_model):
+    outputs, loss, gradients (the tied table's summed over both uses) and the optimizer's steps."""
+    [cert] = probes.certify([framework], [transformer_pieces.gpt_workload()], store, certify_dir, quiet,
+                            blocks_reference)
+    assert cert["passed"], [(row["tensor"], row["max_rel"], row.get("problem")) for row in cert["deviations"]
+                            if not row["passed"]]
+    assert {"output", "loss", "grad", "after"} <= {row["kind"] for row in cert["deviations"]}
+
+
 def test_the_detectors_certificate_exercises_every_loss(reference):
     """The fixed proposals and boxes of frcnn-voc's probe give every one of the four losses a value."""
     float32, _ = reference["frcnn-voc"]

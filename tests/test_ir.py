@@ -99,7 +99,8 @@ def test_layers_are_named_in_order():
     ([ir.conv2d(4, padding="full")], "padding 'full'"),
     ([ir.flatten(), ir.conv2d(4)], r"needs an \(H, W, C\) input"),
     ([ir.conv2d(4, kernel=9)], "shrinks"),
-    ([{"type": "attention"}], "unknown layer type 'attention'"),
+    ([{"type": "mamba"}], "unknown layer type 'mamba'"),
+    ([{"type": "attention", "heads": 2, "causal": True}], "attention_1 lacks 'dropout'"),
     ([ir.layer_norm()], r"layer_norm_1 needs a \(features,\) or \(steps, features\) input"),
     ([ir.flatten(), ir.layer_norm(0.0)], "epsilon 0.0; a positive number"),
     ([ir.flatten(), ir.layer_norm(-1e-5)], "epsilon -1e-05; a positive number"),
@@ -186,3 +187,103 @@ def test_thread_budget_is_the_harness_setting_else_the_cores(monkeypatch, value,
     monkeypatch.setattr("os.cpu_count", lambda: 5)
     monkeypatch.setenv("DLBENCH_THREADS", value)
     assert thread_budget() == (expected or 5)
+
+
+# ---- the Transformer pieces: residual blocks, attention, positions, a tied output ----------------------
+
+def test_transformer_pieces_shapes_weights_and_names():
+    import transformer_pieces
+    spec = transformer_pieces.gpt_model()
+    names = [layer["name"] for layer, _, _ in ir.all_shapes(spec)]
+    assert names == ["embedding_1", "positional_embedding_1", "residual_1", "residual_1_layer_norm_1",
+                     "residual_1_attention_1", "residual_2", "residual_2_layer_norm_1", "residual_2_dense_1",
+                     "residual_2_activation_1", "residual_2_dense_2", "layer_norm_1", "tied_output_1"]
+    shapes = ir.weight_shapes(spec)
+    assert shapes["positional_embedding_1/embeddings"] == (6, 8)
+    assert [key for key in shapes if key.startswith("residual_1_attention_1/")] == [
+        f"residual_1_attention_1/{part}_{kind}" for part in ("query", "key", "value", "output")
+        for kind in ("kernel", "bias")]
+    assert shapes["residual_1_attention_1/query_kernel"] == (8, 8)
+    assert shapes["tied_output_1/bias"] == (30,) and "tied_output_1/kernel" not in shapes
+    assert spec["layers"][-1]["units"] == 30
+    assert ir.infer_shapes(spec)[-1][2] == (6, 30)
+    # 30x8 tokens + 6x8 positions + 3 norms x 16 + attention 4 x 72 + MLP 8x16+16 + 16x8+8 + tied bias 30
+    assert ir.count_params(spec) == 240 + 48 + 48 + 288 + 144 + 136 + 30
+
+
+def test_transformer_pieces_flops_counted_by_hand():
+    import transformer_pieces
+    steps, d, vocab = 6, 8, 30
+    attention = 4 * steps * d * (2 * d + 1) + 4 * steps * steps * d
+    mlp = steps * 16 * (2 * d + 1) + steps * d * (2 * 16 + 1)
+    assert ir.forward_flops(transformer_pieces.gpt_model()) == attention + mlp + steps * vocab * (2 * d + 1)
+
+
+def test_canonical_init_of_the_transformer_pieces():
+    import transformer_pieces
+    weights = canonical_init(transformer_pieces.gpt_model(), 0)
+    assert np.all(weights["residual_1_attention_1/query_bias"] == 0)
+    limit = np.sqrt(6.0 / 16)  # glorot on (8, 8)
+    kernel = weights["residual_1_attention_1/key_kernel"]
+    assert 0 < np.abs(kernel).max() <= limit and kernel.std() > 0.2 * limit
+    assert np.abs(weights["positional_embedding_1/embeddings"]).max() <= 0.05
+    assert not np.array_equal(weights["residual_1_attention_1/query_kernel"], kernel)
+
+
+def test_the_numpy_reference_attention_is_causal_and_the_tie_shares_the_table():
+    """A later token changes no earlier position's logits; a changed token table changes the tied output."""
+    import transformer_pieces
+    from numpy_forward import forward
+    spec = transformer_pieces.gpt_model()
+    weights = canonical_init(spec, 0)
+    tokens = np.array([[1, 2, 3, 4, 5, 6]])
+    changed = tokens.copy()
+    changed[0, 4] = 20
+    before, after = forward(spec, weights, tokens), forward(spec, weights, changed)
+    assert np.allclose(before[0, :4], after[0, :4]) and not np.allclose(before[0, 4:], after[0, 4:])
+    uncausal = dict(spec, layers=[dict(layer, layers=[dict(inner, causal=False) for inner in layer["layers"]])
+                                  if layer["type"] == "residual" else layer for layer in spec["layers"]])
+    assert not np.allclose(forward(uncausal, weights, tokens)[0, :4], forward(uncausal, weights, changed)[0, :4])
+    # the logits are the final features times the embedding table: scaling the table scales the output's kernel
+    scaled = dict(weights, **{"embedding_1/embeddings": weights["embedding_1/embeddings"] * 2})
+    assert not np.allclose(forward(spec, scaled, tokens), before)
+
+
+def test_the_attention_of_the_numpy_reference_against_a_loop():
+    """One head at a time, step by step, written as the formula reads: the vectorised reference agrees."""
+    from numpy_forward import attention
+    rng = np.random.RandomState(0)
+    layer = {"type": "attention", "name": "attention_1", "heads": 2, "causal": True, "dropout": 0.0}
+    w = {f"a/{part}_{kind}": rng.normal(size=(4, 4) if kind == "kernel" else (4,))
+         for part in ("query", "key", "value", "output") for kind in ("kernel", "bias")}
+    x = rng.normal(size=(1, 3, 4))
+    q, k, v = (x[0] @ w[f"a/{p}_kernel"] + w[f"a/{p}_bias"] for p in ("query", "key", "value"))
+    heads = []
+    for h in range(2):
+        cols = slice(2 * h, 2 * h + 2)
+        rows = []
+        for t in range(3):
+            scores = np.array([q[t, cols] @ k[s, cols] / np.sqrt(2) for s in range(t + 1)])
+            share = np.exp(scores) / np.exp(scores).sum()
+            rows.append(sum(share[s] * v[s, cols] for s in range(t + 1)))
+        heads.append(np.array(rows))
+    expected = np.concatenate(heads, axis=1) @ w["a/output_kernel"] + w["a/output_bias"]
+    assert np.allclose(attention(x, layer, w, "a/")[0], expected)
+
+
+@pytest.mark.parametrize("layers, message", [
+    ([ir.embedding(10, 6), ir.attention(4)], "6 features do not split into 4 heads"),
+    ([ir.embedding(10, 8), ir.attention(2, causal="yes")], "causal 'yes'"),
+    ([ir.embedding(10, 8), ir.attention(2, dropout=1.0)], "dropout 1.0"),
+    ([ir.embedding(10, 8), ir.attention(0)], "heads 0"),
+    ([ir.embedding(10, 8), ir.positional_embedding(3)], "5 steps, more than max_len 3"),
+    ([ir.embedding(10, 8), ir.residual([ir.dense(4)])], "a residual block must keep the shape"),
+    ([ir.embedding(10, 8), ir.residual([])], "a non-empty list of layers"),
+    ([ir.embedding(10, 8), ir.dense(8), ir.tied_output("embedding_2")], "the name of an embedding layer"),
+    ([ir.embedding(10, 8), ir.dense(6), ir.tied_output()], "10 units on 6 features"),
+    ([ir.embedding(10, 8), ir.attention(2), ir.flatten(), ir.positional_embedding(5)], "(steps, features) input"),
+    ([ir.embedding(10, 8), ir.batchnorm(epsilon=0)], "epsilon 0"),
+])
+def test_bad_transformer_pieces_are_refused_with_the_reason(layers, message):
+    with pytest.raises(ir.IRError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        ir.model([5], "int32", layers)

@@ -1,4 +1,4 @@
-"""The Transformer family's first pieces (issue #30) in a tiny token classifier that no workload declares
+"""The Transformer family's pieces (issue #30) in a tiny token classifier that no workload declares
 yet: the exact GELU after an embedding (a layer of its own in every framework) and after dense layers
 (Keras folds it into the Dense), each followed by layer normalisation, on sequence (steps, features) and
 flat (features,) activations. The first layer normalisation sees the embeddings' small variance (about
@@ -43,3 +43,35 @@ def workload() -> Workload:
     """A workload object for the certificate's probes only: not in WORKLOADS, no dataset behind it."""
     return Workload(NAME, "GELU and layer normalisation in a tiny token classifier (test only)", "none", META,
                     model, RECIPE, {"metric": "accuracy", "value": 0.0, "higher_is_better": True})
+
+
+# ---- a tiny GPT-style decoder: residual blocks, causal multi-head attention, learned positions, tied output ----
+
+GPT_NAME = "transformer-blocks"
+GPT_META = {"task": "language_model", "seq_len": 6, "vocab_size": 30}
+
+
+def gpt_model(meta: dict = GPT_META) -> dict:
+    """Token and position embeddings, two pre-LN blocks (attention with 2 heads, then a GELU MLP), a final layer
+    normalisation and an output tied to the token embedding: every new IR piece, on (6, 8) activations."""
+    return ir.model([meta["seq_len"]], "int32", [
+        ir.embedding(meta["vocab_size"], 8), ir.positional_embedding(meta["seq_len"]),
+        ir.residual([ir.layer_norm(), ir.attention(2, causal=True)]),
+        ir.residual([ir.layer_norm(), ir.dense(16), ir.activation("gelu"), ir.dense(8)]),
+        ir.layer_norm(), ir.tied_output("embedding_1"),
+    ])
+
+
+GPT_RECIPE = dict(RECIPE, loss="sequence_softmax_cross_entropy")
+
+
+def gpt_case() -> dict:
+    """An adapter_check case: labels per position (a language model's next tokens)."""
+    return {"workload": GPT_NAME, "model": gpt_model(), "recipe": GPT_RECIPE, "task": "language_model",
+            "n_classes": GPT_META["vocab_size"], "target_len": None}
+
+
+def gpt_workload() -> Workload:
+    """A workload object for the certificate's probes only: not in WORKLOADS, no dataset behind it."""
+    return Workload(GPT_NAME, "residual blocks, causal attention, positions and a tied output (test only)", "none",
+                    GPT_META, gpt_model, GPT_RECIPE, {"metric": "perplexity", "value": 1e9, "higher_is_better": False})

@@ -16,7 +16,27 @@ Canonical weight layout (what adapters import and export), by layer type:
              (input, forget, cell candidate, output), one bias per gate
   seq2seq    source_embeddings (Vs, E), target_embeddings (Vt, E), then encoder_ and decoder_ kernel,
              recurrent_kernel and bias laid out as an lstm's
+  attention  query_kernel, key_kernel, value_kernel, output_kernel (d, d) and query_bias, key_bias,
+             value_bias, output_bias (d,); head h owns columns h*dk .. (h+1)*dk - 1 of the query, key and
+             value kernels and rows h*dk .. (h+1)*dk - 1 of the output kernel (dk = d / heads)
+  positional_embedding  embeddings (max_len, d)
+  tied_output  bias (units,) alone: its kernel is the named embedding's table, transposed
 Flatten flattens NHWC activations in C order (height, then width, then channels).
+
+The Transformer pieces (issue #30):
+- `residual(layers)`: y = x + f(x), f the block's own layers in order, which must give back the input's
+  shape. Its layers are named with the block's name as a prefix ("residual_1_attention_1"), so the
+  canonical weights stay one flat dict; `all_shapes` lists the block, then its layers, recursively.
+- `attention(heads, causal, dropout)`: multi-head self-attention over a (steps, d) input (Vaswani et
+  al.): q = x Wq + bq, k = x Wk + bk, v = x Wv + bv, split into `heads` heads of dk = d / heads columns;
+  per head softmax(q k^T / sqrt(dk)) over the keys, where `causal` leaves out every key after the
+  query's own step (a -inf score, as torch's is_causal); `dropout` drops attention weights in training
+  only (inverted: kept ones scaled by 1 / (1 - rate)); the heads' outputs concatenated, times Wo, plus bo.
+  Output (steps, d).
+- `positional_embedding(max_len)`: adds a learned table's first `steps` rows to a (steps, d) input,
+  row t to step t (steps <= max_len).
+- `tied_output(embedding)`: logits = x E^T + b, E the named embedding layer's (vocab, dim) table, shared
+  (its gradient is the sum of both uses); `units` = that vocab, filled in by `model`; input (..., dim).
 
 Activations (`activation(fn)`): relu, sigmoid, tanh, and gelu in its exact form,
 gelu(x) = x * 0.5 * (1 + erf(x / sqrt(2))) (Hendrycks & Gimpel), never the tanh approximation.
@@ -55,6 +75,10 @@ LAYER_SETTINGS = {
     "embedding": ("vocab", "dim"),
     "lstm": ("units", "return_sequences"),
     "seq2seq": ("source_len", "source_vocab", "target_vocab", "embed_dim", "units"),
+    "residual": ("layers",),
+    "attention": ("heads", "causal", "dropout"),
+    "positional_embedding": ("max_len",),
+    "tied_output": ("embedding", "units"),
 }
 ACTIVATIONS = ("relu", "sigmoid", "tanh", "gelu")  # gelu: the exact (erf) form
 PADDINGS = ("valid", "same")
@@ -128,20 +152,63 @@ def seq2seq(source_len: int, source_vocab: int, target_vocab: int, embed_dim: in
             "target_vocab": target_vocab, "embed_dim": embed_dim, "units": units}
 
 
+def residual(layers: List[dict]) -> dict:
+    """y = x + f(x), f these layers in order; they must give back the input's shape."""
+    return {"type": "residual", "layers": list(layers)}
+
+
+def attention(heads: int, causal: bool = True, dropout: float = 0.0) -> dict:
+    """Multi-head self-attention over (steps, d), d a multiple of heads; causal: no step sees a later one;
+    dropout: on the attention weights, in training only."""
+    return {"type": "attention", "heads": heads, "causal": causal, "dropout": dropout}
+
+
+def positional_embedding(max_len: int) -> dict:
+    """A learned (max_len, d) table whose first `steps` rows are added to a (steps, d) input."""
+    return {"type": "positional_embedding", "max_len": max_len}
+
+
+def tied_output(embedding: str = "embedding_1") -> dict:
+    """Logits x E^T + b over the named embedding layer's table E (weight tying, Press & Wolf 2017)."""
+    return {"type": "tied_output", "embedding": embedding}
+
+
 def _named(layers: List[dict], prefix: str = "") -> List[dict]:
     counts = {}  # type: Dict[str, int]
     named = []
     for layer in layers:
         counts[layer["type"]] = counts.get(layer["type"], 0) + 1
-        named.append(dict(layer, name="%s%s_%d" % (prefix, layer["type"], counts[layer["type"]])))
+        name = "%s%s_%d" % (prefix, layer["type"], counts[layer["type"]])
+        layer = dict(layer, name=name)
+        if layer["type"] == "residual":
+            layer["layers"] = _named(layer["layers"], name + "_")
+        named.append(layer)
     return named
 
 
 def model(input_shape, input_dtype: str, layers: List[dict]) -> dict:
-    """Names the layers (conv2d_1, conv2d_2, dense_1, ...) and checks every shape."""
+    """Names the layers (conv2d_1, conv2d_2, dense_1, ...), fills in each tied_output's units from its
+    embedding, and checks every shape."""
     spec = {"input_shape": list(input_shape), "input_dtype": input_dtype, "layers": _named(layers)}
+    embeddings = {layer["name"]: layer for layer in _flat_layers(spec["layers"]) if layer["type"] == "embedding"}
+    for layer in _flat_layers(spec["layers"]):
+        if layer["type"] == "tied_output" and "units" not in layer:
+            if layer.get("embedding") not in embeddings:
+                raise IRError("layer %s: embedding %r; the name of an embedding layer of the model is needed "
+                              "(it has: %s)" % (layer["name"], layer.get("embedding"), ", ".join(embeddings) or "none"))
+            layer["units"] = embeddings[layer["embedding"]]["vocab"]
     infer_shapes(spec)
     return spec
+
+
+def _flat_layers(layers: List[dict]) -> List[dict]:
+    """Every layer, a residual block's own layers right after the block, recursively."""
+    flat = []
+    for layer in layers:
+        flat.append(layer)
+        if layer.get("type") == "residual":
+            flat += _flat_layers(layer.get("layers") or [])
+    return flat
 
 
 DETECTOR_PARTS = ("rpn", "rpn_cls", "rpn_box", "head", "cls", "box")
@@ -210,13 +277,27 @@ def detector_parts(spec: dict) -> "OrderedDict[str, dict]":
 
 
 def all_shapes(spec: dict) -> List[Tuple[dict, Shape, Shape]]:
-    """infer_shapes of a model, or of every part of a detector, in order."""
-    if "detector" not in spec:
-        return infer_shapes(spec)
+    """infer_shapes of a model, or of every part of a detector, in order; a residual block's layers follow
+    the block, recursively (every layer that holds weights is listed once)."""
+    parts = detector_parts(spec).values() if "detector" in spec else [spec]
     result = []
-    for part in detector_parts(spec).values():
-        result += infer_shapes(part)
+    for part in parts:
+        result += _with_inner(infer_shapes(part))
     return result
+
+
+def _with_inner(shapes: List[Tuple[dict, Shape, Shape]]) -> List[Tuple[dict, Shape, Shape]]:
+    result = []
+    for layer, in_shape, out_shape in shapes:
+        result.append((layer, in_shape, out_shape))
+        if layer["type"] == "residual":
+            result += _with_inner(block_shapes(layer, in_shape))
+    return result
+
+
+def block_shapes(layer: dict, in_shape: Shape) -> List[Tuple[dict, Shape, Shape]]:
+    """(layer, input shape, output shape) of a residual block's own layers, in order."""
+    return _shapes(layer["layers"], in_shape)
 
 
 # ---- shapes, parameters, FLOPs --------------------------------------------------------------
@@ -246,10 +327,27 @@ def _check(layer: dict) -> None:
         raise IRError("layer %s: padding %r; accepted: %s" % (layer["name"], layer["padding"], PADDINGS))
     if kind == "activation" and layer["fn"] not in ACTIVATIONS:
         raise IRError("layer %s: activation %r; accepted: %s" % (layer["name"], layer["fn"], ACTIVATIONS))
-    if kind == "layer_norm":
+    if kind in ("layer_norm", "batchnorm"):
         epsilon = layer["epsilon"]
         if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 < epsilon < math.inf:
             raise IRError("layer %s: epsilon %r; a positive number is needed" % (layer["name"], epsilon))
+    if kind == "attention":
+        _check_positive(layer, "heads")
+        if not isinstance(layer["causal"], bool):
+            raise IRError("layer %s: causal %r; true or false is needed" % (layer["name"], layer["causal"]))
+        rate = layer["dropout"]
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
+            raise IRError("layer %s: dropout %r; a rate in [0, 1) is needed" % (layer["name"], rate))
+    if kind == "positional_embedding":
+        _check_positive(layer, "max_len")
+    if kind == "residual" and (not isinstance(layer["layers"], list) or not layer["layers"]):
+        raise IRError("layer %s: layers %r; a non-empty list of layers is needed" % (layer["name"], layer["layers"]))
+
+
+def _check_positive(layer: dict, key: str) -> None:
+    value = layer[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise IRError("layer %s: %s %r; a positive integer is needed" % (layer["name"], key, value))
 
 
 def output_shape(layer: dict, shape: Shape) -> Shape:
@@ -282,20 +380,62 @@ def output_shape(layer: dict, shape: Shape) -> Shape:
         if len(shape) not in (1, 2):
             raise IRError("layer %s needs a (features,) or (steps, features) input, got %s" % (layer["name"], shape))
         return tuple(shape)
+    if kind in ("attention", "positional_embedding"):
+        return _sequence_shape(layer, shape)
+    if kind == "tied_output":
+        return tuple(shape[:-1]) + (layer["units"],)
+    if kind == "residual":
+        inner = block_shapes(layer, tuple(shape))
+        if inner[-1][2] != tuple(shape):
+            raise IRError("layer %s: its layers map %s to %s; a residual block must keep the shape"
+                          % (layer["name"], tuple(shape), inner[-1][2]))
+        return tuple(shape)
     if kind in ("batchnorm", "activation", "dropout"):
         return tuple(shape)
     raise IRError("layer type %r has no output shape rule" % kind)
 
 
+def _sequence_shape(layer: dict, shape: Shape) -> Shape:
+    if len(shape) != 2:
+        raise IRError("layer %s needs a (steps, features) input, got %s" % (layer["name"], shape))
+    if layer["type"] == "attention" and shape[1] % layer["heads"]:
+        raise IRError("layer %s: %d features do not split into %d heads" % (layer["name"], shape[1], layer["heads"]))
+    if layer["type"] == "positional_embedding" and shape[0] > layer["max_len"]:
+        raise IRError("layer %s: %d steps, more than max_len %d" % (layer["name"], shape[0], layer["max_len"]))
+    return tuple(shape)
+
+
 def infer_shapes(spec: dict) -> List[Tuple[dict, Shape, Shape]]:
-    """(layer, input shape, output shape) for every layer, in order."""
-    shape = tuple(spec["input_shape"])
+    """(layer, input shape, output shape) for every top-level layer, in order (a residual block's own layers:
+    block_shapes, or all_shapes for every layer); each tied_output's embedding checked against it."""
+    shapes = _shapes(spec["layers"], tuple(spec["input_shape"]))
+    _check_ties(_with_inner(shapes))
+    return shapes
+
+
+def _shapes(layers: List[dict], shape: Shape) -> List[Tuple[dict, Shape, Shape]]:
     result = []
-    for layer in spec["layers"]:
+    for layer in layers:
         out = output_shape(layer, shape)
         result.append((layer, shape, out))
         shape = out
     return result
+
+
+def _check_ties(shapes: List[Tuple[dict, Shape, Shape]]) -> None:
+    """A tied_output names an embedding layer of the same model whose vocab is its units and whose dim is
+    its input's features."""
+    embeddings = {layer["name"]: layer for layer, _, _ in shapes if layer["type"] == "embedding"}
+    for layer, in_shape, _ in shapes:
+        if layer["type"] != "tied_output":
+            continue
+        table = embeddings.get(layer["embedding"])
+        if table is None:
+            raise IRError("layer %s: embedding %r; the name of an embedding layer of the model is needed (it has: %s)"
+                          % (layer["name"], layer["embedding"], ", ".join(embeddings) or "none"))
+        if table["vocab"] != layer["units"] or table["dim"] != in_shape[-1]:
+            raise IRError("layer %s: %d units on %d features, but %s is a (%d, %d) table"
+                          % (layer["name"], layer["units"], in_shape[-1], table["name"], table["vocab"], table["dim"]))
 
 
 def param_shapes(layer: dict, in_shape: Shape) -> "OrderedDict[str, Shape]":
@@ -316,6 +456,14 @@ def param_shapes(layer: dict, in_shape: Shape) -> "OrderedDict[str, Shape]":
         shapes["beta"] = (in_shape[-1],)
     elif kind == "embedding":
         shapes["embeddings"] = (layer["vocab"], layer["dim"])
+    elif kind == "attention":
+        for part in ATTENTION_PARTS:
+            shapes[part + "_kernel"] = (in_shape[-1], in_shape[-1])
+            shapes[part + "_bias"] = (in_shape[-1],)
+    elif kind == "positional_embedding":
+        shapes["embeddings"] = (layer["max_len"], in_shape[-1])
+    elif kind == "tied_output":
+        shapes["bias"] = (layer["units"],)
     elif kind == "lstm":
         shapes.update(_lstm_shapes("", in_shape[-1], layer["units"]))
     elif kind == "seq2seq":
@@ -324,6 +472,9 @@ def param_shapes(layer: dict, in_shape: Shape) -> "OrderedDict[str, Shape]":
         shapes.update(_lstm_shapes("encoder_", layer["embed_dim"], layer["units"]))
         shapes.update(_lstm_shapes("decoder_", layer["embed_dim"], layer["units"]))
     return shapes
+
+
+ATTENTION_PARTS = ("query", "key", "value", "output")  # canonical order of an attention layer's weights
 
 
 def _lstm_shapes(prefix: str, features: int, units: int) -> "OrderedDict[str, Shape]":
@@ -361,10 +512,24 @@ def forward_flops(spec: dict) -> int:
         parts = detector_parts(spec)
         head = sum(forward_flops(parts[name]) for name in ("head", "cls", "box"))
         return image_forward_flops(spec) + DETECTOR_ROIS * head
+    return _layers_flops(infer_shapes(spec))
+
+
+def _layers_flops(shapes: List[Tuple[dict, Shape, Shape]]) -> int:
+    """Attention counts its four projections and both products with the whole (steps x steps) score matrix,
+    as the frameworks compute it, causal or not: 4 T d (2d + 1) + 4 T^2 d; a tied output as a dense layer."""
     total = 0
-    for layer, in_shape, out_shape in infer_shapes(spec):
+    for layer, in_shape, out_shape in shapes:
         kind = layer["type"]
-        if kind == "conv2d":
+        if kind == "residual":
+            total += _layers_flops(block_shapes(layer, in_shape))
+        elif kind == "attention":
+            steps, features = in_shape
+            total += 4 * steps * features * (2 * features + 1) + 4 * steps * steps * features
+        elif kind == "tied_output":
+            positions = int(math.prod(in_shape[:-1]))
+            total += positions * layer["units"] * (2 * in_shape[-1] + 1)
+        elif kind == "conv2d":
             fan_in = layer["kernel"] * layer["kernel"] * in_shape[-1]
             total += int(math.prod(out_shape)) * (2 * fan_in + 1)
         elif kind == "dense":

@@ -11,8 +11,22 @@ DETECTOR_SIDES = (64, 96)
 
 
 def without_dropout(model: dict) -> dict:
-    return dict(model, layers=[dict(layer, rate=0.0) if layer["type"] == "dropout" else layer
-                               for layer in model["layers"]])
+    """The model with every dropout off: dropout layers' rates and attention's dropout 0, inside residual
+    blocks too."""
+    return dict(model, layers=_layers_without_dropout(model["layers"]))
+
+
+def _layers_without_dropout(layers: list[dict]) -> list[dict]:
+    off = []
+    for layer in layers:
+        if layer["type"] == "dropout":
+            layer = dict(layer, rate=0.0)
+        elif layer["type"] == "attention":
+            layer = dict(layer, dropout=0.0)
+        elif layer["type"] == "residual":
+            layer = dict(layer, layers=_layers_without_dropout(layer["layers"]))
+        off.append(layer)
+    return off
 
 
 def certified_model(workload: Workload) -> dict:
