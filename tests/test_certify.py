@@ -416,6 +416,38 @@ def test_every_value_of_a_workload_is_seen_or_explained(certify_dir, workload):
         assert padding["seen"] is False and "pads nothing on a 24x24 input" in padding["why"]
 
 
+def gpt_with_attention_dropout():
+    """transformer_pieces.gpt_workload with attention dropout 0.1 in its first block (0, the workload's, has no
+    10 % change)."""
+    gpt = transformer_pieces.gpt_workload()
+
+    def build(meta: dict) -> dict:
+        model = gpt.build(meta)
+        [attention] = [layer for layer in model["layers"][2]["layers"] if layer["type"] == "attention"]
+        attention["dropout"] = 0.1
+        return model
+
+    return dataclasses.replace(gpt, name=f"{gpt.name}-dropout", build=build)
+
+
+def test_every_value_of_the_transformer_blocks_is_seen_or_explained(certify_dir):
+    """certify --power on the GPT-style blocks: attention's heads and causal mask, the positions' max_len and
+    every layer normalisation's epsilon (inside residual blocks too) are seen; attention's dropout, turned off
+    by the certificate, is not, with its reason; widths that break a residual block or the tie make no model."""
+    rows = {row["value"]: row for row in power.power(gpt_with_attention_dropout(), certify_dir / "power")}
+    assert not [value for value, row in rows.items() if row["why"] == power.UNEXPLAINED]
+    seen = ["residual_1_attention_1.heads", "residual_1_attention_1.causal", "positional_embedding_1.max_len",
+            "residual_1_layer_norm_1.epsilon", "residual_2_layer_norm_1.epsilon", "layer_norm_1.epsilon",
+            "residual_2_dense_1.units", "residual_2_activation_1.fn"]
+    assert {value: rows[value]["seen"] for value in seen} == dict.fromkeys(seen, True)
+    assert rows["residual_1_attention_1.heads"]["changed to"] == 4
+    assert rows["residual_2_layer_norm_1.epsilon"]["by"] == "layer_norm/residual_2_layer_norm_1/inference"
+    dropout = rows["residual_1_attention_1.dropout"]
+    assert dropout["seen"] is False and dropout["why"] == power.NOT_SEEN["dropout"]
+    for value in ("tied_output_1.units", "embedding_1.vocab", "residual_2_dense_2.units"):
+        assert rows[value]["seen"] is None and rows[value]["by"].startswith("not a valid model"), value
+
+
 def test_changes_cover_every_kind_of_value():
     assert power.changed("momentum", 0.9) == pytest.approx(0.89)
     assert power.changed("epsilon", 1e-7) == pytest.approx(1.1e-7)
@@ -423,6 +455,7 @@ def test_changes_cover_every_kind_of_value():
     assert power.changed("stride", 1) == 2 and power.changed("filters", 64) == 70
     assert power.changed("padding", "valid") == "same" and power.changed("fn", "tanh") == "gelu"
     assert power.changed("nesterov", False) is True
+    assert power.changed("heads", 2) == 4
     model = get_workload("cnn-mnist").model()
     labels = {change.label for change in power.changes(model, get_workload("cnn-mnist").recipe)}
     assert {"conv2d_1.kernel", "activation_2.fn", "dropout_2.rate", "dense_2.units", "recipe.optimizer.weight_decay",

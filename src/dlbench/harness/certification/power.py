@@ -6,7 +6,9 @@ settings included), the reference is run with that value changed, as an adapter 
 would run, and judged against the true reference exactly as a framework is (probes.compare,
 probes.dropout_rows, optimizer.rows). The change (`changed`): a number by 10 % (a rate
 of decay such as a momentum, a beta or rho by 10 % of its distance to 1, the stricter change), a whole
-number by 10 % or to the next one, a choice to the next in its list, a flag to its opposite.
+number by 10 % or to the next one, a choice to the next in its list, a flag to its opposite; attention's
+heads doubled (the next count, 3 for 2, rarely splits the same features: doubled, they split whenever
+each head has an even number, and a head size read as the whole width is the mistake to catch).
 
 A change that fails certification is seen. A changed model the reference cannot run (weights of
 another shape, an input it refuses) is seen as well: a framework that built it could not load the
@@ -39,6 +41,9 @@ _PLAN = ("RoI Align's sampling plan is the shared host pipeline's; a framework w
 NOT_SEEN = {
     "batch_size": "the certificate steps on its own fixed batch of 16 samples as one batch",
     "epochs": "the worker's loop, the same code for every framework, counts the epochs; the probes take steps",
+    # attention's own key; a dropout layer's rate is seen (probes.dropout_rows)
+    "dropout": "attention's dropout: the certificate turns it off to compare outputs, gradients and steps "
+               "(certified_model.without_dropout), and no probe checks attention's dropout on its own",
 }
 DETECTOR_NOT_SEEN = {
     **NOT_SEEN,
@@ -63,6 +68,8 @@ def changed(key: str, value):
     """The value an adapter that read `key` wrongly might use (see the module's doc)."""
     if isinstance(value, bool):
         return not value
+    if key == "heads":
+        return value * 2
     if key in CHOICES:
         options = CHOICES[key]
         return options[(options.index(value) + 1) % len(options)] if value in options else None
@@ -122,7 +129,7 @@ class Truth:
     start: dict  # the canonical weights the steps began from
     weights: dict  # the weights probe's request: its batch, or image and sampled targets
     dropout: list[dict]
-    batchnorm: list[dict]
+    epsilon: list[dict]  # the normalisation layers' epsilon checks
 
 
 def power(workload: Workload, workdir: Path) -> list[dict]:
@@ -133,7 +140,7 @@ def power(workload: Workload, workdir: Path) -> list[dict]:
     folder = probes.probe_folder(envs.REFERENCE, workdir)
     truth = Truth(float32, exact, canonical_init(certified_model(workload), probes.SEED),
                   probes.weights_request(workload, folder, False), probes.dropout_requests(workload, folder),
-                  probes.batchnorm_requests(workload, folder))
+                  probes.epsilon_requests(workload, folder))
     optimizer_checks = probes.optimizer_requests(workload, folder)
     optimizer_out = probes.run_probes(envs.REFERENCE, [request for _, request in optimizer_checks], workdir)
     pending: list[tuple[Change, list[dict], Callable[[list[dict]], list[dict]]]] = []
@@ -197,18 +204,18 @@ def _probes(workload: Workload, model: dict, recipe: dict, folder: Path,
     # the dropout and BatchNorm checks on the true inputs and weights, with the changed layer's settings
     dropout = [dict(request, model=probes.dropout_model(layers[request["layer"]]["rate"], tuple(request["shape"])),
                     out=str(folder / f"dropout-{i}.npz")) for i, request in enumerate(truth.dropout)]
-    batchnorm = [dict(request, model=probes.batchnorm_model(layers[request["layer"]]),
-                      out=str(folder / f"batchnorm-{i}.npz")) for i, request in enumerate(truth.batchnorm)]
+    epsilon = [dict(request, model=probes.epsilon_model(layers[request["layer"]]),
+                    out=str(folder / f"epsilon-{i}.npz")) for i, request in enumerate(truth.epsilon)]
 
     def judge(outputs: list[dict]) -> list[dict]:
         judged = probes.compare(truth.float32, outputs[0], truth.start, truth.exact)
         for request, out in zip(truth.dropout, outputs[1:1 + len(dropout)], strict=True):
             judged += probes.dropout_rows(request, out["output"])
-        for request, out in zip(truth.batchnorm, outputs[1 + len(dropout):], strict=True):
-            judged += probes.batchnorm_rows(request, out["output"])
+        for request, out in zip(truth.epsilon, outputs[1 + len(dropout):], strict=True):
+            judged += probes.epsilon_rows(request, out["output"])
         return judged
 
-    return [weights, *dropout, *batchnorm], judge
+    return [weights, *dropout, *epsilon], judge
 
 
 def _row(workload: Workload, model: dict, change: Change, rows: list[dict] | None, error: str | None = None) -> dict:

@@ -16,7 +16,8 @@ outputs (the tensor "serving").
 
 Dropout, off in those comparisons, is checked on its own: each dropout layer's rate, scaling and
 independence of masks, from the framework's output of that layer alone in training mode
-(dropout_requests, dropout_rows).
+(dropout_requests, dropout_rows). So is each normalisation layer's epsilon, on inputs of its scale
+(epsilon_requests, epsilon_rows: BatchNorm's and layer normalisation's).
 """
 import json
 import subprocess
@@ -52,6 +53,9 @@ DROPOUT_SHAPES = {1: (128,), 2: (8, 32), 3: (4, 4, 16)}  # an input of each rank
 # BatchNorm's epsilon is added to variances that, in the workloads, are far larger: it is checked on its own,
 # on inputs of this shape whose moving variances are of its scale (batchnorm_rows)
 BATCHNORM_SHAPE = (2, 2, 4)
+# Layer normalisation's epsilon likewise (layer_norm_rows), on (steps, features) inputs of this shape whose
+# variance over the features is of epsilon's scale
+LAYER_NORM_SHAPE = (4, 8)
 ABSOLUTE_FLOOR = 1e-7  # a deviation this small passes whatever the tensor's scale (tensors near zero)
 NOISE_FACTOR = 3.0  # beyond tolerance, a tensor still passes within this many times the reference's own error
 # A detector is certified on one image of certified_model.DETECTOR_SIDES, with this many fixed proposals, and
@@ -152,7 +156,7 @@ def _dropout_units(shape: tuple[int, ...]) -> int:
 def dropout_requests(workload: Workload, folder: Path) -> list[dict]:
     """A dropout probe for each dropout layer of the workload: its rate, on an input of its rank."""
     requests = []
-    for layer, in_shape, _ in ir.infer_shapes(workload.model()):
+    for layer, in_shape, _ in ir.all_shapes(workload.model()):  # a residual block's own layers too
         if layer["type"] != "dropout" or layer["rate"] == 0:
             continue
         shape = DROPOUT_SHAPES[len(in_shape)]
@@ -222,7 +226,7 @@ def batchnorm_requests(workload: Workload, folder: Path) -> list[dict]:
     epsilon), then an identity dense layer, in inference mode on BATCHNORM_SHAPE inputs, from moving
     variances of epsilon's scale, where epsilon dominates (batchnorm_rows)."""
     requests = []
-    for layer, _, _ in ir.infer_shapes(workload.model()):
+    for layer, _, _ in ir.all_shapes(workload.model()):  # a residual block's own layers too
         if layer["type"] != "batchnorm":
             continue
         name = f"{workload.name}-{layer['name']}-batchnorm"
@@ -265,6 +269,76 @@ def batchnorm_rows(request: dict, output: np.ndarray) -> list[dict]:
     scale = float(np.max(np.abs(expected)))
     return [{"tensor": f"batchnorm/{request['layer']}/inference", "kind": "output", "tolerance": TOLERANCES["output"],
              "max_abs": deviation, "max_rel": deviation / scale,
+             "passed": bool(deviation / scale <= TOLERANCES["output"])}]
+
+
+def epsilon_requests(workload: Workload, folder: Path) -> list[dict]:
+    """The epsilon checks of the workload's normalisation layers: BatchNorm's, then layer normalisation's."""
+    return batchnorm_requests(workload, folder) + layer_norm_requests(workload, folder)
+
+
+def epsilon_model(layer: dict) -> dict:
+    """The epsilon check's model for a BatchNorm or layer-normalisation layer with `layer`'s settings."""
+    return batchnorm_model(layer) if layer["type"] == "batchnorm" else layer_norm_model(layer)
+
+
+def epsilon_rows(request: dict, output: np.ndarray) -> list[dict]:
+    """An epsilon check's output judged by its layer type's formula."""
+    if request["model"]["layers"][0]["type"] == "batchnorm":
+        return batchnorm_rows(request, output)
+    return layer_norm_rows(request, output)
+
+
+def layer_norm_requests(workload: Workload, folder: Path) -> list[dict]:
+    """A probe for each layer normalisation of the workload: the layer alone (with its epsilon), then an
+    identity dense layer, in inference mode on LAYER_NORM_SHAPE inputs whose variance over the features is
+    of epsilon's scale (0.25 to 4 times it), where epsilon dominates; in a model its input's variance can be
+    so much larger that a wrong epsilon hides in float32's rounding (layer_norm_rows)."""
+    requests = []
+    for layer, _, _ in ir.all_shapes(workload.model()):
+        if layer["type"] != "layer_norm":
+            continue
+        name = f"{workload.name}-{layer['name']}-layer-norm"
+        rng = np.random.RandomState(SEED)
+        steps, features = LAYER_NORM_SHAPE
+        weights = {"layer_norm_1/gamma": rng.uniform(0.5, 1.5, features),
+                   "layer_norm_1/beta": rng.uniform(-0.1, 0.1, features),
+                   "dense_1/kernel": np.eye(steps * features), "dense_1/bias": np.zeros(steps * features)}
+        spread = np.sqrt(layer["epsilon"] * rng.uniform(0.25, 4.0, (BATCH, steps, 1)))
+        x = rng.uniform(-0.1, 0.1, (BATCH, steps, 1)) + spread * rng.standard_normal((BATCH, *LAYER_NORM_SHAPE))
+        x_file, weights_file, out = folder / f"{name}-x.npy", folder / f"{name}-weights.npz", folder / f"{name}.npz"
+        np.save(x_file, x.astype(np.float32))
+        np.savez(weights_file, **{key: value.astype(np.float32) for key, value in weights.items()})
+        for stale in (out, out.with_name(out.name + ".error")):
+            stale.unlink(missing_ok=True)
+        requests.append({
+            "kind": "inference", "name": f"{workload.name} {layer['name']} (layer_norm)", "layer": layer["name"],
+            "model": layer_norm_model(layer), "recipe": dict(constant_rate(workload.recipe), batch_size=BATCH),
+            "task": workload.study_meta["task"], "x": str(x_file), "weights": str(weights_file), "seed": SEED,
+            "out": str(out)})
+    return requests
+
+
+def layer_norm_model(layer: dict) -> dict:
+    """The layer-normalisation check's model: the layer with `layer`'s epsilon, then an identity dense layer."""
+    return ir.model(LAYER_NORM_SHAPE, "float32", [ir.layer_norm(layer["epsilon"]), ir.flatten(),
+                                                  ir.dense(int(np.prod(LAYER_NORM_SHAPE)))])
+
+
+def layer_norm_rows(request: dict, output: np.ndarray) -> list[dict]:
+    """The layer normalisation's output against (x - mean) / sqrt(var + epsilon) * gamma + beta over the last
+    axis (biased variance) in float64, relative to its largest magnitude, at the outputs' tolerance."""
+    epsilon = request["model"]["layers"][0]["epsilon"]
+    with np.load(request["weights"]) as loaded:
+        gamma, beta = (loaded[f"layer_norm_1/{key}"].astype(np.float64) for key in ("gamma", "beta"))
+    x = np.load(request["x"]).astype(np.float64)
+    centred = x - x.mean(axis=-1, keepdims=True)
+    expected = centred / np.sqrt((centred ** 2).mean(axis=-1, keepdims=True) + epsilon) * gamma + beta
+    expected = expected.reshape(len(x), -1)
+    deviation = _max_abs(np.asarray(output).reshape(expected.shape), expected)
+    scale = float(np.max(np.abs(expected)))
+    return [{"tensor": f"layer_norm/{request['layer']}/inference", "kind": "output",
+             "tolerance": TOLERANCES["output"], "max_abs": deviation, "max_rel": deviation / scale,
              "passed": bool(deviation / scale <= TOLERANCES["output"])}]
 
 
@@ -410,7 +484,7 @@ def certify(frameworks: list[str], workloads: list[Workload], store: Store, work
         folder = probe_folder(framework, workdir)
         dropout = {workload.name: dropout_requests(workload, folder) for workload in workloads}
         optimizer_checks = {workload.name: optimizer_requests(workload, folder) for workload in workloads}
-        batchnorm = {workload.name: batchnorm_requests(workload, folder) for workload in workloads}
+        batchnorm = {workload.name: epsilon_requests(workload, folder) for workload in workloads}
         weight_probes = [weights_request(workload, folder, False) for workload in workloads]
         arrays = run_probes(framework, weight_probes + [r for w in workloads for r in dropout[w.name]]
                             + [r for w in workloads for r in batchnorm[w.name]]
@@ -426,7 +500,7 @@ def certify(frameworks: list[str], workloads: list[Workload], store: Store, work
             for request, output in zip(dropout[workload.name], dropped, strict=True):
                 rows += dropout_rows(request, output["output"])
             for request, output in zip(batchnorm[workload.name], normed, strict=True):
-                rows += batchnorm_rows(request, output["output"])
+                rows += epsilon_rows(request, output["output"])
             for check, _ in optimizer_checks[workload.name]:
                 rows += optimizer.rows(check, next(outputs))
             cert = certificate(framework, workload, rows)

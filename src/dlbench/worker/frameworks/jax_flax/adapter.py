@@ -49,7 +49,7 @@ import jaxlib  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
-from dlbench.shared.ir import infer_shapes, param_shapes  # noqa: E402
+from dlbench.shared.ir import ATTENTION_PARTS, all_shapes, param_shapes  # noqa: E402
 from dlbench.worker.base import (  # noqa: E402
     PAD_ID,
     BaseAdapter,
@@ -216,12 +216,65 @@ def jax_device(device: str):
                            % (device, jax.__version__, jaxlib.__version__, error)) from error
 
 
+class Attention(nn.Module):
+    """Multi-head self-attention over the canonical (d, d) projections. Without dropout in play it is
+    jax.nn.dot_product_attention (JAX's fused attention: is_causal masks every later key, scale 1 / sqrt(dk));
+    that has no dropout, so training with a rate goes through Flax's nn.dot_product_attention, which drops
+    the attention weights (inverted), each weight its own draw (broadcast_dropout off)."""
+    heads: int
+    causal: bool
+    dropout: float
+
+    @nn.compact
+    def __call__(self, x, train: bool):
+        batch, steps, features = x.shape
+        weights = {}
+        for part in ATTENTION_PARTS:
+            weights[part] = (self.param(part + "_kernel", _zeros_init, (features, features)),
+                             self.param(part + "_bias", _zeros_init, (features,)))
+        # head h owns features h*dk .. (h+1)*dk - 1: (batch, steps, heads, dk), the layout both functions take
+        q, k, v = ((x @ weights[part][0] + weights[part][1]).reshape(batch, steps, self.heads, -1)
+                   for part in ATTENTION_PARTS[:3])
+        if train and self.dropout > 0:
+            mask = nn.make_causal_mask(jnp.ones((batch, steps))) if self.causal else None
+            out = nn.dot_product_attention(q, k, v, mask=mask, broadcast_dropout=False,
+                                           dropout_rng=self.make_rng("dropout"), dropout_rate=self.dropout,
+                                           deterministic=False)
+        else:
+            out = jax.nn.dot_product_attention(q, k, v, is_causal=self.causal)
+        kernel, bias = weights["output"]
+        return out.reshape(batch, steps, features) @ kernel + bias
+
+
+class PositionalEmbedding(nn.Module):
+    max_len: int
+
+    @nn.compact
+    def __call__(self, x):
+        table = self.param("embeddings", _zeros_init, (self.max_len, x.shape[-1]))
+        return x + table[:x.shape[1]]
+
+
+class Bias(nn.Module):
+    """A tied output's own weight: its kernel is the embedding's table (nn.Embed.attend)."""
+    units: int
+
+    @nn.compact
+    def __call__(self, x):
+        return x + self.param("bias", _zeros_init, (self.units,))
+
+
 class IRModel(nn.Module):
     layers: tuple  # the IR's layer dicts, in order
 
     @nn.compact
     def __call__(self, x, train: bool):
-        for layer in self.layers:
+        return self._layers(self.layers, x, train, {})
+
+    def _layers(self, layers, x, train: bool, embeddings: dict):
+        """Applies these layers in order; `embeddings` collects the nn.Embed modules by layer name, for
+        tied outputs to attend with (the table itself, so its gradient sums both uses)."""
+        for layer in layers:
             kind, name = layer["type"], layer["name"]
             if kind == "conv2d":
                 size, stride = layer["kernel"], layer["stride"]
@@ -245,9 +298,18 @@ class IRModel(nn.Module):
             elif kind == "dense":
                 x = nn.Dense(layer["units"], name=name)(x)
             elif kind == "embedding":
-                x = nn.Embed(layer["vocab"], layer["dim"], name=name)(x)
+                embeddings[name] = nn.Embed(layer["vocab"], layer["dim"], name=name)
+                x = embeddings[name](x)
             elif kind == "lstm":
                 x = LSTM(layer["units"], layer["return_sequences"], name=name)(x)
+            elif kind == "residual":
+                x = x + self._layers(layer["layers"], x, train, embeddings)
+            elif kind == "attention":
+                x = Attention(layer["heads"], layer["causal"], layer["dropout"], name=name)(x, train)
+            elif kind == "positional_embedding":
+                x = PositionalEmbedding(layer["max_len"], name=name)(x)
+            elif kind == "tied_output":
+                x = Bias(layer["units"], name=name)(embeddings[layer["embedding"]].attend(x))
             elif kind != "seq2seq":
                 raise not_built("layer type", kind)
             else:
@@ -359,7 +421,7 @@ class Adapter(BaseAdapter):
         self.tx = make_optimizer(recipe["optimizer"], recipe.get("schedule"))
         self.locations = {}  # canonical name -> (collection, layer, key)
         variables = {"params": {}, "batch_stats": {}}
-        for layer, in_shape, _ in infer_shapes(model):
+        for layer, in_shape, _ in all_shapes(model):  # a residual block's own layers too
             for key, shape in param_shapes(layer, in_shape).items():
                 collection, inner = _locate(layer["type"], key)
                 self.locations[layer["name"] + "/" + key] = (collection, layer["name"], inner)

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dlbench.shared import schedule as schedules
-from dlbench.shared.ir import infer_shapes, same_padding
+from dlbench.shared.ir import ATTENTION_PARTS, all_shapes, block_shapes, infer_shapes, same_padding
 from dlbench.worker.base import PAD_ID, BaseAdapter, Split, batch_slices, finish_metrics, lookup, not_built
 
 
@@ -75,7 +75,60 @@ class Seq2Seq(nn.Module):
         return out
 
 
-WEIGHTED = ("conv2d", "batchnorm", "layer_norm", "dense", "embedding", "lstm", "seq2seq")
+class Residual(nn.Module):
+    """y = x + f(x), f the block's own layers."""
+
+    def __init__(self, inner: nn.Sequential):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return x + self.inner(x)
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention through torch's fused scaled_dot_product_attention (its default scale is
+    1 / sqrt(dk); is_causal masks every later key; dropout_p drops attention weights, inverted)."""
+
+    def __init__(self, features: int, layer: dict):
+        super().__init__()
+        self.heads, self.causal, self.dropout = layer["heads"], layer["causal"], layer["dropout"]
+        self.query, self.key, self.value, self.output = (nn.Linear(features, features) for _ in ATTENTION_PARTS)
+
+    def forward(self, x):
+        batch, steps, features = x.shape
+        # head h owns features h*dk .. (h+1)*dk - 1: (batch, steps, heads, dk) -> (batch, heads, steps, dk)
+        q, k, v = (part(x).view(batch, steps, self.heads, -1).transpose(1, 2)
+                   for part in (self.query, self.key, self.value))
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0,
+                                             is_causal=self.causal)
+        return self.output(out.transpose(1, 2).reshape(batch, steps, features))
+
+
+class PositionalEmbedding(nn.Module):
+    def __init__(self, max_len: int, features: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(max_len, features))
+
+    def forward(self, x):
+        return x + self.weight[:x.shape[1]]
+
+
+class TiedOutput(nn.Module):
+    """Logits x E^T + b sharing the embedding's Parameter itself (weight tying as PyTorch's
+    word_language_model example does it): autograd sums both uses into its one gradient."""
+
+    def __init__(self, embedding: nn.Embedding):
+        super().__init__()
+        self.weight = embedding.weight
+        self.bias = nn.Parameter(torch.zeros(embedding.num_embeddings))
+
+    def forward(self, x):
+        return F.linear(x, self.weight, self.bias)
+
+
+WEIGHTED = ("conv2d", "batchnorm", "layer_norm", "dense", "embedding", "lstm", "seq2seq", "attention",
+            "positional_embedding", "tied_output")
 ACTIVATIONS = {"relu": nn.ReLU, "sigmoid": nn.Sigmoid, "tanh": nn.Tanh,
                "gelu": lambda: nn.GELU(approximate="none")}  # the exact (erf) form
 
@@ -94,11 +147,20 @@ def _spatial(layer: dict, in_shape) -> nn.Module:
 
 
 def build_module(spec: dict) -> "tuple[nn.Sequential, Dict[str, nn.Module]]":
-    """The model, and the module that holds each weighted IR layer's parameters, by layer name."""
-    modules = []
+    """The model, and the module that holds each weighted IR layer's parameters, by layer name (a residual
+    block's own layers included)."""
     by_name = {}
+    modules, channels_first = _build_layers(infer_shapes(spec), by_name)
+    if channels_first:
+        modules.append(Permute(0, 2, 3, 1))
+    return nn.Sequential(*modules), by_name
+
+
+def _build_layers(shapes, by_name: Dict[str, nn.Module]) -> "tuple[list, bool]":
+    """The modules of these (layer, in shape, out shape), and whether they leave activations NCHW."""
+    modules = []
     channels_first = False
-    for layer, in_shape, _ in infer_shapes(spec):
+    for layer, in_shape, _ in shapes:
         kind = layer["type"]
         if kind in ("conv2d", "maxpool2d", "batchnorm") and len(in_shape) == 3 and not channels_first:
             modules.append(Permute(0, 3, 1, 2))
@@ -106,36 +168,53 @@ def build_module(spec: dict) -> "tuple[nn.Sequential, Dict[str, nn.Module]]":
         if kind == "flatten" and channels_first:
             modules.append(Permute(0, 2, 3, 1))
             channels_first = False
-        if kind in ("conv2d", "maxpool2d"):
-            module = _spatial(layer, in_shape)
-        elif kind == "batchnorm":
-            norm = nn.BatchNorm2d if len(in_shape) == 3 else nn.BatchNorm1d
-            # torch's momentum weighs the new batch; the IR's (Keras's) weighs the running value
-            module = norm(in_shape[-1], eps=layer["epsilon"], momentum=1.0 - layer["momentum"])
-        elif kind == "layer_norm":  # over the last axis, biased variance
-            module = nn.LayerNorm(in_shape[-1], eps=layer["epsilon"])
-        elif kind == "activation":
-            module = ACTIVATIONS[layer["fn"]]()
-        elif kind == "dropout":
-            module = nn.Dropout(layer["rate"])
-        elif kind == "flatten":
-            module = nn.Flatten()
-        elif kind == "dense":
-            module = nn.Linear(in_shape[-1], layer["units"])
-        elif kind == "embedding":
-            module = nn.Embedding(layer["vocab"], layer["dim"])
-        elif kind == "lstm":
-            module = LSTMLayer(in_shape[-1], layer["units"], layer["return_sequences"])
-        elif kind == "seq2seq":
-            module = Seq2Seq(layer)
+        if kind == "residual":
+            inner, inner_channels_first = _build_layers(block_shapes(layer, in_shape), by_name)
+            if inner_channels_first:
+                inner.append(Permute(0, 2, 3, 1))
+            if channels_first:  # the block's layers take NHWC
+                modules.append(Permute(0, 2, 3, 1))
+                channels_first = False
+            module = Residual(nn.Sequential(*inner))
         else:
-            raise not_built("layer type", kind)
+            module = _layer_module(layer, in_shape, by_name)
         modules.append(module)
         if kind in WEIGHTED:
             by_name[layer["name"]] = module[-1] if isinstance(module, nn.Sequential) else module
-    if channels_first:
-        modules.append(Permute(0, 2, 3, 1))
-    return nn.Sequential(*modules), by_name
+    return modules, channels_first
+
+
+def _layer_module(layer: dict, in_shape, by_name: Dict[str, nn.Module]) -> nn.Module:
+    kind = layer["type"]
+    if kind in ("conv2d", "maxpool2d"):
+        return _spatial(layer, in_shape)
+    if kind == "batchnorm":
+        norm = nn.BatchNorm2d if len(in_shape) == 3 else nn.BatchNorm1d
+        # torch's momentum weighs the new batch; the IR's (Keras's) weighs the running value
+        return norm(in_shape[-1], eps=layer["epsilon"], momentum=1.0 - layer["momentum"])
+    if kind == "layer_norm":  # over the last axis, biased variance
+        return nn.LayerNorm(in_shape[-1], eps=layer["epsilon"])
+    if kind == "activation":
+        return ACTIVATIONS[layer["fn"]]()
+    if kind == "dropout":
+        return nn.Dropout(layer["rate"])
+    if kind == "flatten":
+        return nn.Flatten()
+    if kind == "dense":
+        return nn.Linear(in_shape[-1], layer["units"])
+    if kind == "embedding":
+        return nn.Embedding(layer["vocab"], layer["dim"])
+    if kind == "lstm":
+        return LSTMLayer(in_shape[-1], layer["units"], layer["return_sequences"])
+    if kind == "seq2seq":
+        return Seq2Seq(layer)
+    if kind == "attention":
+        return Attention(in_shape[-1], layer)
+    if kind == "positional_embedding":
+        return PositionalEmbedding(layer["max_len"], in_shape[-1])
+    if kind == "tied_output":
+        return TiedOutput(by_name[layer["embedding"]])  # the IR puts the embedding before it
+    raise not_built("layer type", kind)
 
 
 def _torch_params(kind: str, module: nn.Module) -> Dict[str, torch.Tensor]:
@@ -144,8 +223,13 @@ def _torch_params(kind: str, module: nn.Module) -> Dict[str, torch.Tensor]:
                 "moving_mean": module.running_mean, "moving_var": module.running_var}
     if kind == "layer_norm":
         return {"gamma": module.weight, "beta": module.bias}
-    if kind == "embedding":
+    if kind in ("embedding", "positional_embedding"):
         return {"embeddings": module.weight}
+    if kind == "attention":
+        return {part + suffix: getattr(getattr(module, part), attribute) for part in ATTENTION_PARTS
+                for suffix, attribute in (("_kernel", "weight"), ("_bias", "bias"))}
+    if kind == "tied_output":  # its kernel is the embedding's table, exported there
+        return {"bias": module.bias}
     if kind == "lstm":
         return _lstm_params("", module.lstm)
     if kind == "seq2seq":
@@ -259,7 +343,7 @@ class Adapter(BaseAdapter):
 
     def set_weights(self, weights):
         with torch.no_grad():
-            for layer in self.model_ir["layers"]:
+            for layer in self._layers():
                 if layer["name"] not in self.by_name:
                     continue
                 params = _torch_params(layer["type"], self.by_name[layer["name"]])
@@ -270,13 +354,17 @@ class Adapter(BaseAdapter):
                     value = to_torch_layout(layer["type"], key, weights[layer["name"] + "/" + key])
                     target.copy_(torch.from_numpy(np.ascontiguousarray(value)))
 
+    def _layers(self):
+        """Every IR layer, a residual block's own layers included."""
+        return [layer for layer, _, _ in all_shapes(self.model_ir)]
+
     def get_weights(self):
         return self._export(gradients=False)
 
     def _export(self, gradients: bool) -> Dict[str, np.ndarray]:
         """Canonical weights, or the gradients of the trainable ones."""
         out = {}
-        for layer in self.model_ir["layers"]:
+        for layer in self._layers():
             if layer["name"] not in self.by_name:
                 continue
             params = _torch_params(layer["type"], self.by_name[layer["name"]])
@@ -303,7 +391,7 @@ class Adapter(BaseAdapter):
         return float(loss), gradients
 
     def apply_gradients(self, gradients):
-        for layer in self.model_ir["layers"]:
+        for layer in self._layers():
             if layer["name"] not in self.by_name:
                 continue
             for key, param in _torch_params(layer["type"], self.by_name[layer["name"]]).items():
