@@ -20,6 +20,11 @@ against 0.51-0.61 s for L.NStepLSTM with one BLAS thread (0.12 s against 0.44 s 
 NStepLSTM's CPU path restacks its eight weight matrices and biases at every step and runs two
 matmuls per step; it would also hold two biases per layer where the canonical layout has one.
 
+Transformer pieces: a residual block's layers are child links of the model like any other (their names carry
+the block's prefix); attention is written with F.matmul and F.softmax (Chainer 7 has no attention link or fused
+kernel); the tied output is F.linear over the embedding link's own W, so that one Parameter gets both uses'
+gradients, and holds only its bias.
+
 Optimisers: MomentumSGD + the WeightDecay hook (coupled L2 added to the gradient) is the
 reference's SGD exactly (velocity kept as -lr times torch's, the same arithmetic); AdaDelta is the
 reference's Adadelta with lr 1 (Chainer's has no learning rate: another lr is refused). Chainer's
@@ -49,7 +54,7 @@ import threadpoolctl
 from chainer import optimizer_hooks
 
 from dlbench.shared import schedule as schedules
-from dlbench.shared.ir import infer_shapes, same_padding
+from dlbench.shared.ir import all_shapes, block_shapes, infer_shapes, same_padding
 from dlbench.worker.base import PAD_ID, BaseAdapter, Split, batch_slices, finish_metrics, lookup, not_built
 
 ZERO = chainer.initializers.Zero()  # every weight is set from the canonical ones before use
@@ -138,14 +143,76 @@ ACTIVATIONS = {"relu": F.relu, "sigmoid": F.sigmoid, "tanh": F.tanh, "gelu": gel
 SPATIAL = ("conv2d", "maxpool2d", "batchnorm")
 
 
+class Attention(chainer.Chain):
+    """Multi-head self-attention as the IR states it, with Chainer's own functions (Chainer 7 has no attention
+    link or fused kernel): four L.Linear projections, the heads folded into the batch axis for F.matmul,
+    F.softmax over the keys, the causal mask a -inf score (F.where), F.dropout on the attention weights
+    (inverted, the identity unless chainer.config.train)."""
+
+    PROJECTIONS = ("query", "key", "value", "output")
+
+    def __init__(self, layer: dict, features: int):
+        super().__init__()
+        self.heads, self.causal, self.rate = layer["heads"], layer["causal"], layer["dropout"]
+        with self.init_scope():
+            for part in self.PROJECTIONS:
+                setattr(self, part, L.Linear(features, features, initialW=ZERO))
+
+    def _split(self, x, batch: int, steps: int):
+        """(batch, steps, d) -> (batch * heads, steps, dk): head h is columns h*dk .. (h+1)*dk - 1."""
+        x = F.reshape(x, (batch, steps, self.heads, -1))
+        return F.reshape(F.transpose(x, (0, 2, 1, 3)), (batch * self.heads, steps, -1))
+
+    def forward(self, x):
+        batch, steps, features = x.shape
+        q, k, v = (self._split(getattr(self, part)(x, n_batch_axes=2), batch, steps)
+                   for part in self.PROJECTIONS[:3])
+        scores = F.matmul(q, k, transb=True) * (1.0 / math.sqrt(features // self.heads))
+        if self.causal:  # key s after query t gets -inf: no step sees a later one
+            later = np.broadcast_to(np.tril(np.ones((steps, steps), dtype=bool)), scores.shape)
+            scores = F.where(later, scores, self.xp.full(scores.shape, -np.inf, dtype=scores.dtype))
+        weights = F.softmax(scores, axis=-1)
+        if self.rate > 0:
+            weights = F.dropout(weights, self.rate)
+        out = F.reshape(F.matmul(weights, v), (batch, self.heads, steps, -1))
+        out = F.reshape(F.transpose(out, (0, 2, 1, 3)), (batch, steps, features))
+        return self.output(out, n_batch_axes=2)
+
+
+class PositionalEmbedding(chainer.Link):
+    """A learned (max_len, d) table whose first `steps` rows are added to the input."""
+
+    def __init__(self, max_len: int, features: int):
+        super().__init__()
+        with self.init_scope():
+            self.W = chainer.Parameter(ZERO, (max_len, features))
+
+    def forward(self, x):
+        return x + F.broadcast_to(self.W[:x.shape[1]], x.shape)
+
+
+class TiedOutputBias(chainer.Link):
+    """The tied output's own parameter, its bias; its kernel is the embedding link's W itself (Model._apply)."""
+
+    def __init__(self, units: int):
+        super().__init__()
+        with self.init_scope():
+            self.b = chainer.Parameter(ZERO, (units,))
+
+
 class Model(chainer.Chain):
-    """The IR's layers in order; each weighted layer is a child link named after the IR layer."""
+    """The IR's layers in order; each weighted layer, a residual block's own included, is a child link named after
+    the IR layer (the block's prefix keeps the names unique)."""
 
     def __init__(self, spec: dict):
         super().__init__()
         self.layers = [(layer, tuple(in_shape)) for layer, in_shape, _ in infer_shapes(spec)]
+        self.blocks = {}  # a residual block's name -> its own (layer, input shape)s, in order
         with self.init_scope():
-            for layer, in_shape in self.layers:
+            for layer, in_shape, _ in all_shapes(spec):
+                if layer["type"] == "residual":
+                    self.blocks[layer["name"]] = [(inner, tuple(shape)) for inner, shape, _
+                                                  in block_shapes(layer, tuple(in_shape))]
                 link = self._link(layer, in_shape)
                 if link is not None:
                     setattr(self, layer["name"], link)
@@ -171,13 +238,22 @@ class Model(chainer.Chain):
             return LSTM(in_shape[-1], layer["units"])
         if kind == "seq2seq":
             return Seq2Seq(layer)
-        if kind in ("maxpool2d", "activation", "dropout", "flatten"):
-            return None  # no weights: applied by functions
+        if kind == "attention":
+            return Attention(layer, in_shape[-1])
+        if kind == "positional_embedding":
+            return PositionalEmbedding(layer["max_len"], in_shape[-1])
+        if kind == "tied_output":
+            return TiedOutputBias(layer["units"])
+        if kind in ("maxpool2d", "activation", "dropout", "flatten", "residual"):
+            return None  # no weights: applied by functions (a block's layers are links of their own)
         raise not_built("layer type", kind)
 
     def forward(self, x):
+        return self._run(self.layers, x)
+
+    def _run(self, layers, x):
         channels_first = False
-        for layer, in_shape in self.layers:
+        for layer, in_shape in layers:
             kind = layer["type"]
             if kind in SPATIAL and len(in_shape) == 3 and not channels_first:
                 x = F.transpose(x, (0, 3, 1, 2))  # NHWC -> NCHW
@@ -193,6 +269,11 @@ class Model(chainer.Chain):
     def _apply(self, layer: dict, in_shape, x):
         kind = layer["type"]
         link = getattr(self, layer["name"], None)
+        if kind == "residual":
+            return x + self._run(self.blocks[layer["name"]], x)
+        if kind == "tied_output":  # x E^T + b with the embedding's own W: its gradient sums both uses
+            table = getattr(self, layer["embedding"]).W
+            return F.linear(x, table, link.b, n_batch_axes=x.ndim - 1)
         if kind == "conv2d":
             widths = _padding(layer, in_shape)[2]
             return link(F.pad(x, widths, "constant", constant_values=0.0) if widths else x)
@@ -214,7 +295,7 @@ class Model(chainer.Chain):
         if kind == "lstm":
             outputs, (h, _) = link(x)
             return F.stack(outputs, axis=1) if layer["return_sequences"] else h
-        return link(x)  # batchnorm, layer_norm, embedding, seq2seq
+        return link(x)  # batchnorm, layer_norm, embedding, seq2seq, attention, positional_embedding
 
 
 # ---- canonical weights <-> Chainer's arrays ----------------------------------------------------
@@ -230,8 +311,13 @@ def native_arrays(kind: str, link) -> Dict[str, object]:
         return {"gamma": link.gamma, "beta": link.beta, "moving_mean": link.avg_mean, "moving_var": link.avg_var}
     if kind == "layer_norm":
         return {"gamma": link.gamma, "beta": link.beta}
-    if kind == "embedding":
+    if kind in ("embedding", "positional_embedding"):
         return {"embeddings": link.W}
+    if kind == "attention":
+        return dict(kv for part in Attention.PROJECTIONS for kv in (
+            (part + "_kernel", getattr(link, part).W), (part + "_bias", getattr(link, part).b)))
+    if kind == "tied_output":  # its kernel is the embedding's table, exported there
+        return {"bias": link.b}
     if kind == "lstm":
         return _lstm_arrays("", link)
     if kind == "seq2seq":
@@ -408,7 +494,7 @@ class Adapter(BaseAdapter):
     # ---- weights ----
 
     def _native(self):
-        for layer in self.model_ir["layers"]:
+        for layer, _, _ in all_shapes(self.model_ir):
             link = getattr(self.model, layer["name"], None)
             if link is not None:
                 for key, target in native_arrays(layer["type"], link).items():

@@ -9,6 +9,11 @@ is i2h's, and h2h's stays zero and untrained (grad_req null), as the PyTorch ada
 second bias, so the bias takes one optimiser step, not two. TensorFlow-style 'same' padding, which
 is asymmetric when odd, is an explicit pad (zeros before a conv, -inf before a max-pool).
 
+Transformer pieces: a residual block is a HybridBlock around a Net of its own layers (their names carry
+the block's prefix, and by_name holds them like any other); attention is batch_dot and softmax in a
+hybridizable block (Attention says why not MXNet's fused self-attention operators); the tied output is a
+Dense built on the embedding's parameters, as GluonNLP ties its decoders: one Parameter, both uses' gradients.
+
 BatchNorm: MXNet's operator normalises with the batch statistics, but it would move its moving
 variance with the biased batch variance; the reference (torch) uses the unbiased one. The operator
 runs with momentum 1 (moving statistics untouched), the block also outputs the batch mean and
@@ -56,6 +61,7 @@ def _configure_before_import() -> int:
 
 THREADS = _configure_before_import()
 
+import math  # noqa: E402
 from typing import Dict, List  # noqa: E402
 
 import mxnet as mx  # noqa: E402
@@ -64,7 +70,7 @@ from mxnet import autograd, gluon, nd  # noqa: E402
 from mxnet.gluon import nn, rnn  # noqa: E402
 
 from dlbench.shared import schedule as schedules  # noqa: E402
-from dlbench.shared.ir import infer_shapes, same_padding  # noqa: E402
+from dlbench.shared.ir import all_shapes, block_shapes, infer_shapes, same_padding  # noqa: E402
 from dlbench.worker.base import (  # noqa: E402
     PAD_ID,
     BaseAdapter,
@@ -177,6 +183,77 @@ class Seq2Seq(gluon.HybridBlock):
         return out
 
 
+class Attention(gluon.HybridBlock):
+    """Multi-head self-attention as the IR states it, the way GluonNLP writes it for a hybridized graph:
+    Dense projections, the heads folded into the batch axis, F.batch_dot for the scores and the weighted
+    values, F.softmax over the keys, the causal mask a -inf score added, F.Dropout on the attention weights
+    (inverted, active in training mode only). MXNet 1.9's fused self-attention operators
+    (contrib.interleaved_matmul_selfatt_*) take one interleaved QKV projection in (steps, batch, d) layout and
+    have no causal mask of their own; this keeps the four canonical projections as they are."""
+
+    PROJECTIONS = ("query", "key", "value", "output")
+
+    def __init__(self, layer: dict, in_shape):
+        super(Attention, self).__init__()
+        self.heads, self.rate, self.steps = layer["heads"], layer["dropout"], in_shape[0]
+        self.causal = layer["causal"]
+        self.scale = 1.0 / math.sqrt(in_shape[1] // layer["heads"])
+        with self.name_scope():
+            for part in self.PROJECTIONS:
+                setattr(self, part, nn.Dense(in_shape[1], flatten=False, in_units=in_shape[1], prefix=part + "_"))
+
+    def _split(self, F, x):
+        """(batch, steps, d) -> (batch * heads, steps, dk): head h is columns h*dk .. (h+1)*dk - 1."""
+        x = F.transpose(F.reshape(x, shape=(0, 0, self.heads, -1)), axes=(0, 2, 1, 3))
+        return F.reshape(x, shape=(-3, 0, 0))
+
+    def hybrid_forward(self, F, x):
+        q, k, v = (self._split(F, getattr(self, part)(x)) for part in self.PROJECTIONS[:3])
+        scores = F.batch_dot(q, k, transpose_b=True) * self.scale
+        if self.causal:  # -inf for every key after the query's own step
+            steps = F.arange(self.steps)
+            later = F.broadcast_greater(F.reshape(steps, shape=(1, -1)), F.reshape(steps, shape=(-1, 1)))
+            mask = F.where(later, F.full(shape=(self.steps, self.steps), val=float("-inf")),
+                           F.zeros(shape=(self.steps, self.steps)))
+            scores = F.broadcast_add(scores, F.cast(F.expand_dims(mask, axis=0), dtype=self._dtype()))
+        weights = F.softmax(scores, axis=-1)
+        if self.rate > 0:
+            weights = F.Dropout(weights, p=self.rate)
+        out = F.reshape(F.batch_dot(weights, v), shape=(-4, -1, self.heads, 0, 0))
+        out = F.reshape(F.transpose(out, axes=(0, 2, 1, 3)), shape=(0, 0, -3))
+        return self.output(out)
+
+    def _dtype(self):
+        return self.query.weight.dtype  # float64 under certification (cast)
+
+
+class PositionalEmbedding(gluon.HybridBlock):
+    """A learned (max_len, d) table whose first `steps` rows are added to the input."""
+
+    def __init__(self, max_len: int, in_shape):
+        super(PositionalEmbedding, self).__init__()
+        self.steps = in_shape[0]
+        with self.name_scope():
+            self.weight = self.params.get("weight", shape=(max_len, in_shape[1]))
+
+    def hybrid_forward(self, F, x, weight):
+        rows = F.slice_axis(weight, axis=0, begin=0, end=self.steps)
+        return F.broadcast_add(x, F.expand_dims(rows, axis=0))
+
+
+class Residual(gluon.HybridBlock):
+    """y = x + f(x), f a Net of the block's own layers; passes on the batch statistics of its BatchNorms."""
+
+    def __init__(self, net: "Net"):
+        super(Residual, self).__init__()
+        with self.name_scope():
+            self.net = net
+
+    def hybrid_forward(self, F, x):
+        outputs = self.net(x)
+        return [x + outputs[0]] + list(outputs[1:])
+
+
 class Net(gluon.HybridBlock):
     """The IR's layers in order; returns the logits and the batch statistics of every BatchNorm."""
 
@@ -190,13 +267,14 @@ class Net(gluon.HybridBlock):
         stats = []
         for block in self.layers:
             x = block(x)
-            if isinstance(block, BatchNorm):
-                x, mean, variance = x
-                stats += [mean, variance]
+            if isinstance(block, (BatchNorm, Residual)):
+                x, more = x[0], list(x[1:])
+                stats += more
         return [x] + stats
 
 
-WEIGHTED = ("conv2d", "batchnorm", "layer_norm", "dense", "embedding", "lstm", "seq2seq")
+WEIGHTED = ("conv2d", "batchnorm", "layer_norm", "dense", "embedding", "lstm", "seq2seq", "attention",
+            "positional_embedding", "tied_output")
 
 
 def _spatial(layer: dict, in_shape) -> List[gluon.HybridBlock]:
@@ -212,19 +290,24 @@ def _spatial(layer: dict, in_shape) -> List[gluon.HybridBlock]:
 
 
 def build_net(spec: dict):
-    """The network, the block holding each weighted IR layer's parameters by layer name, and the
-    BatchNorm layers (with the positions each averages over per sample: height x width for images)
-    in the order their statistics come out."""
-    blocks = []
+    """The network, the block holding each weighted IR layer's parameters by layer name (a residual block's own
+    layers included), and the BatchNorm layers (with the positions each averages over per sample: height x width
+    for images) in the order their statistics come out."""
     by_name = {}
     norms = []
+    net = _build(infer_shapes(spec), by_name, norms)
+    return net, by_name, norms
+
+
+def _build(shapes, by_name: dict, norms: list) -> Net:
+    blocks = []
     channels_first = False
-    for layer, in_shape, _ in infer_shapes(spec):
+    for layer, in_shape, _ in shapes:
         kind = layer["type"]
         if kind in ("conv2d", "maxpool2d", "batchnorm") and len(in_shape) == 3 and not channels_first:
             blocks.append(Transpose((0, 3, 1, 2)))
             channels_first = True
-        if kind == "flatten" and channels_first:
+        if kind in ("flatten", "residual") and channels_first:
             blocks.append(Transpose((0, 2, 3, 1)))
             channels_first = False
         if kind in ("conv2d", "maxpool2d"):
@@ -249,6 +332,17 @@ def build_net(spec: dict):
             made = [LSTMLayer(in_shape[-1], layer["units"], layer["return_sequences"])]
         elif kind == "seq2seq":
             made = [Seq2Seq(layer)]
+        elif kind == "residual":
+            made = [Residual(_build(block_shapes(layer, in_shape), by_name, norms))]
+        elif kind == "attention":
+            made = [Attention(layer, in_shape)]
+        elif kind == "positional_embedding":
+            made = [PositionalEmbedding(layer["max_len"], in_shape)]
+        elif kind == "tied_output":
+            # weight tying as GluonNLP ties a decoder: a Dense built on the embedding's ParameterDict takes its
+            # weight (vocab, dim), the same Parameter (gradients of both uses summed), and adds its own bias
+            table = by_name[layer["embedding"]].params
+            made = [nn.Dense(layer["units"], flatten=False, in_units=in_shape[-1], params=table)]
         else:
             raise not_built("layer type", kind)
         blocks += made
@@ -256,7 +350,7 @@ def build_net(spec: dict):
             by_name[layer["name"]] = made[-1]
     if channels_first:
         blocks.append(Transpose((0, 2, 3, 1)))
-    return Net(blocks), by_name, norms
+    return Net(blocks)
 
 
 # ---- canonical weights --------------------------------------------------------------------------
@@ -273,8 +367,13 @@ def gluon_params(kind: str, block) -> Dict[str, gluon.Parameter]:
                 "moving_var": block.running_var}
     if kind == "layer_norm":
         return {"gamma": block.gamma, "beta": block.beta}
-    if kind == "embedding":
+    if kind in ("embedding", "positional_embedding"):
         return {"embeddings": block.weight}
+    if kind == "attention":
+        return dict(pair for part in Attention.PROJECTIONS for pair in (
+            (part + "_kernel", getattr(block, part).weight), (part + "_bias", getattr(block, part).bias)))
+    if kind == "tied_output":  # its weight is the embedding's, exported there
+        return {"bias": block.bias}
     if kind == "lstm":
         return _lstm_params("", block.lstm)
     if kind == "seq2seq":
@@ -472,7 +571,7 @@ class Adapter(BaseAdapter):
     # ---- weights ----
 
     def _layer_params(self):
-        for layer in self.model_ir["layers"]:
+        for layer, _, _ in all_shapes(self.model_ir):
             if layer["name"] in self.by_name:
                 yield layer, gluon_params(layer["type"], self.by_name[layer["name"]])
 

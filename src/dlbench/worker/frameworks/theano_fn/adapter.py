@@ -13,6 +13,11 @@ for a conv and -inf for a max-pool, whose windows then never pick the padding. R
 not Theano's relu (0.5 * (x + |x|)), whose gradient at exactly 0 is 0.5 where torch's is 0. The LSTM
 is our own cell (gates i, f, g, o; one bias) run over time with theano.scan.
 
+Transformer pieces: a residual block's layers' weights are shared variables like any other (their names
+carry the block's prefix) and the block applies them in order; attention is batched_dot and softmax
+(Model.attention); the tied output multiplies by the embedding's own shared table, transposed, so that
+one variable gets both uses' gradients, and holds only its bias.
+
 Scan. Theano runs a scan through its compiled Cython loop (scan_perform_ext, built into the compile
 folder) where that builds, else through the Op's Python loop. It does not build on Python 3.11+
 (longintrepr.h moved), where Theano's import of it fails with a compile error instead of an
@@ -56,7 +61,7 @@ from typing import Dict, List
 
 import numpy as np
 
-from dlbench.shared.ir import infer_shapes, param_shapes, same_padding
+from dlbench.shared.ir import all_shapes, block_shapes, infer_shapes, param_shapes, same_padding
 from dlbench.worker.base import (
     PAD_ID,
     BaseAdapter,
@@ -209,8 +214,12 @@ class Model(object):
 
     def __init__(self, spec: dict, seed: int):
         self.layers = [(layer, tuple(in_shape)) for layer, in_shape, _ in infer_shapes(spec)]
+        self.blocks = {}  # a residual block's name -> its own (layer, input shape)s, in order
         self.weights = OrderedDict()  # type: OrderedDict
-        for layer, in_shape in self.layers:
+        for layer, in_shape, _ in all_shapes(spec):  # a residual block's own layers too
+            if layer["type"] == "residual":
+                self.blocks[layer["name"]] = [(inner, tuple(shape)) for inner, shape, _
+                                              in block_shapes(layer, tuple(in_shape))]
             for key, shape in param_shapes(layer, in_shape).items():
                 name = layer["name"] + "/" + key
                 self.weights[name] = theano.shared(np.zeros(shape, np.float32), name=name)
@@ -220,8 +229,11 @@ class Model(object):
     def __call__(self, x, training: bool):
         """Symbolic logits, and the updates of BatchNorm's moving statistics (training only)."""
         updates = []  # type: List
+        return self.sequence(self.layers, x, training, updates), updates
+
+    def sequence(self, layers, x, training: bool, updates: list):
         channels_first = False
-        for layer, in_shape in self.layers:
+        for layer, in_shape in layers:
             kind = layer["type"]
             if kind in ("conv2d", "maxpool2d", "batchnorm") and len(in_shape) == 3 and not channels_first:
                 x, channels_first = x.dimshuffle(0, 3, 1, 2), True
@@ -230,11 +242,19 @@ class Model(object):
             x = self.apply(layer, in_shape, x, training, updates)
         if channels_first:
             x = x.dimshuffle(0, 2, 3, 1)
-        return x, updates
+        return x
 
     def apply(self, layer, in_shape, x, training, updates):
         kind = layer["type"]
         w = {key.split("/", 1)[1]: var for key, var in self.weights.items() if key.startswith(layer["name"] + "/")}
+        if kind == "residual":
+            return x + self.sequence(self.blocks[layer["name"]], x, training, updates)
+        if kind == "attention":
+            return self.attention(layer, in_shape, x, w, training)
+        if kind == "positional_embedding":
+            return x + w["embeddings"][:in_shape[0]].dimshuffle("x", 0, 1)
+        if kind == "tied_output":  # x E^T + b on the embedding's own shared table: its gradient sums both uses
+            return dense(x, self.weights[layer["embedding"] + "/embeddings"].T, w["bias"], layer["units"])
         if kind == "conv2d":
             return self.conv(layer, in_shape, x, w)
         if kind == "maxpool2d":
@@ -250,11 +270,7 @@ class Model(object):
         if kind == "activation":
             return ACTIVATIONS[layer["fn"]](x)
         if kind == "dropout":
-            if not training or layer["rate"] == 0:
-                return x
-            keep = 1.0 - layer["rate"]
-            mask = self.rng.binomial(x.shape, p=keep, dtype="float32")
-            return x * mask / F32(keep)
+            return self.dropout(x, layer["rate"], training)
         if kind == "flatten":
             return x.reshape((x.shape[0], int(np.prod(in_shape))))  # NHWC in C order: the canonical one
         if kind == "dense":
@@ -273,6 +289,37 @@ class Model(object):
         _, state = lstm_scan(source, w["encoder_kernel"], w["encoder_recurrent_kernel"], w["encoder_bias"], units)
         hs, _ = lstm_scan(target, w["decoder_kernel"], w["decoder_recurrent_kernel"], w["decoder_bias"], units, state)
         return hs.dimshuffle(1, 0, 2)
+
+    def dropout(self, x, rate: float, training: bool):
+        """Inverted dropout in training; the identity otherwise."""
+        if not training or rate == 0:
+            return x
+        keep = 1.0 - rate
+        mask = self.rng.binomial(x.shape, p=keep, dtype="float32")
+        return x * mask / F32(keep)
+
+    def attention(self, layer, in_shape, x, w, training: bool):
+        """Multi-head self-attention as the IR states it, with Theano's own ops (Theano 1.0 has no attention op):
+        the heads folded into the batch axis for batched_dot, softmax over the keys (Theano's softmax takes
+        rows), the causal mask a -inf score (switch), dropout on the attention weights in training."""
+        steps, features = in_shape
+        heads = layer["heads"]
+        size = features // heads
+
+        def split(t):  # (batch, steps, d) -> (batch * heads, steps, dk): head h is columns h*dk .. (h+1)*dk - 1
+            t = t.reshape((t.shape[0], steps, heads, size)).dimshuffle(0, 2, 1, 3)
+            return t.reshape((-1, steps, size))
+
+        q, k, v = (split(dense(x, w[part + "_kernel"], w[part + "_bias"], features))
+                   for part in ("query", "key", "value"))
+        scores = T.batched_dot(q, k.dimshuffle(0, 2, 1)) * F32(1.0 / math.sqrt(size))
+        if layer["causal"]:  # -inf for every key after the query's own step
+            earlier = T.constant(np.tril(np.ones((steps, steps), dtype="int8")))
+            scores = T.switch(earlier.dimshuffle("x", 0, 1), scores, F32(-np.inf))
+        weights = T.nnet.softmax(scores.reshape((-1, steps))).reshape(scores.shape)
+        weights = self.dropout(weights, layer["dropout"], training)
+        out = T.batched_dot(weights, v).reshape((-1, heads, steps, size)).dimshuffle(0, 2, 1, 3)
+        return dense(out.reshape((-1, steps, features)), w["output_kernel"], w["output_bias"], features)
 
     @staticmethod
     def conv(layer, in_shape, x, w):
