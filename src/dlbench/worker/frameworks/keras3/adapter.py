@@ -10,6 +10,13 @@ Keras programs write it: one layer call fewer per activation. On keras-torch (2 
 returning memory so that page faults do not blur the figure) cnn-mnist went from 95.6-98.3 % of the
 program's speed to 99.3-99.5 %.
 
+Self-attention is keras.layers.MultiHeadAttention(use_causal_mask=...), whose maths is the IR's (per-head
+biased projections, scores times 1/sqrt(dk), the causal mask, dropout on the attention weights in training);
+its kernels are the canonical (d, d) ones reshaped in C order to (d, heads, dk) and (heads, dk, d) (the
+projection biases to (heads, dk)), so get/set weights and the gradients reshape. Without dropout it runs
+ops.dot_product_attention(is_causal=...), each backend's fused kernel. Learned positions and the tied
+output (x E^T + b on the Embedding's own variable, listed once by Keras) are two small layers below.
+
 Training is model.fit over the epoch's order, the Keras way:
 
     model.fit(x[order], y[order], batch_size=bs, shuffle=False, epochs=1, verbose=0)

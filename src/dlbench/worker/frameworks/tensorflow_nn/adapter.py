@@ -4,7 +4,11 @@ tf.function train step with GradientTape, and optimisers written out with tf.Var
 No Keras layers or optimisers. TensorFlow's native layouts are the canonical ones (NHWC activations,
 HWIO conv kernels, (in, out) dense kernels, LSTM kernels (in, 4u) / (u, 4u) with gates i, f, g, o),
 so weights move in and out unchanged. The LSTM is our own cell run over time with tf.scan (a graph
-while-loop), not an unrolled Python loop.
+while-loop), not an unrolled Python loop. Multi-head self-attention is written out in tf ops (batched
+matmuls over the heads, the causal mask as -inf scores, tf.nn.softmax, stateless dropout on the weights
+in training): core TensorFlow has no fused attention op (Keras's MultiHeadAttention is the keras adapter's).
+A residual block's layers hold their variables under their own prefixed names; the tied output reads
+the embedding's variable itself, so its gradient sums both uses.
 
 An epoch is driven from Python one compiled step per batch: the split lives on the device as tensors
 made once (pixels stay uint8 until a batch), each step gathers its batch from the epoch's order inside
