@@ -10,6 +10,13 @@ Keras programs write it: one layer call fewer per activation. On keras-torch (2 
 returning memory so that page faults do not blur the figure) cnn-mnist went from 95.6-98.3 % of the
 program's speed to 99.3-99.5 %.
 
+Self-attention is keras.layers.MultiHeadAttention(use_causal_mask=...), whose maths is the IR's (per-head
+biased projections, scores times 1/sqrt(dk), the causal mask, dropout on the attention weights in training);
+its kernels are the canonical (d, d) ones reshaped in C order to (d, heads, dk) and (heads, dk, d) (the
+projection biases to (heads, dk)), so get/set weights and the gradients reshape. Without dropout it runs
+ops.dot_product_attention(is_causal=...), each backend's fused kernel. Learned positions and the tied
+output (x E^T + b on the Embedding's own variable, listed once by Keras) are two small layers below.
+
 Training is model.fit over the epoch's order, the Keras way:
 
     model.fit(x[order], y[order], batch_size=bs, shuffle=False, epochs=1, verbose=0)
@@ -49,6 +56,7 @@ from typing import Dict
 
 import numpy as np
 
+from dlbench.shared.ir import all_shapes, param_shapes
 from dlbench.worker.base import (
     PAD_ID,
     BaseAdapter,
@@ -143,30 +151,73 @@ def folded_activation(layers, index: int):
     return keras_activation(following["fn"])
 
 
+class PositionalEmbedding(keras.layers.Layer):
+    """A learned (max_len, features) table whose first `steps` rows are added to a (steps, features) input
+    (Keras has no such layer of its own; keras_hub's PositionEmbedding is this, without the addition)."""
+
+    def __init__(self, max_len: int, **kwargs):
+        super().__init__(**kwargs)
+        self.max_len = max_len
+
+    def build(self, input_shape):
+        self.embeddings = self.add_weight(shape=(self.max_len, input_shape[-1]), initializer="glorot_uniform",
+                                          name="embeddings")
+
+    def call(self, inputs):
+        return inputs + self.embeddings[:inputs.shape[-2]]
+
+
+class TiedOutput(keras.layers.Layer):
+    """logits = x E^T + b, E the given Embedding layer's own table: one variable used twice, so its
+    gradient sums both uses (Keras's weights lists hold it once). The bias is this layer's only weight."""
+
+    def __init__(self, embedding, **kwargs):
+        super().__init__(**kwargs)
+        self.embedding = embedding
+
+    def build(self, input_shape):
+        self.bias = self.add_weight(shape=(self.embedding.input_dim,), initializer="zeros", name="bias")
+
+    def call(self, inputs):
+        return ops.matmul(inputs, ops.transpose(self.embedding.embeddings)) + self.bias
+
+
+ATTENTION_PARTS = ("query", "key", "value", "output")
+
+
 def build_model(spec: dict):
-    """The functional model (float pixels or int ids -> logits) and every canonical weight's variable."""
+    """The functional model (float pixels or int ids -> logits) and every canonical weight's variable.
+    A variable may hold its canonical weight in another shape of the same C-order elements (attention's
+    kernels (d, heads, dk) and (heads, dk, d) for the canonical (d, d)): canonical_shapes gives the IR's."""
     float_inputs = spec["input_dtype"].startswith("float")
     inputs = keras.Input(shape=tuple(spec["input_shape"]), dtype="float32" if float_inputs else "int32")
-    x = inputs
     variables = {}  # "layer/param" -> keras Variable, in canonical order
+    outputs = build_layers(spec["layers"], inputs, variables, {})
+    return keras.Model(inputs, outputs, name="dlbench"), variables
+
+
+def canonical_shapes(spec: dict) -> Dict[str, tuple]:
+    """Each canonical weight's shape, by "layer/param" (every layer, a residual block's own included)."""
+    return {layer["name"] + "/" + key: tuple(shape) for layer, in_shape, _ in all_shapes(spec)
+            for key, shape in param_shapes(layer, in_shape).items()}
+
+
+def build_layers(layers, x, variables: dict, built: dict):
+    """Applies the IR's `layers` to the Keras tensor x; records their variables and, by name, the layers
+    built (a tied output finds its embedding there)."""
     L = keras.layers
-    layers = spec["layers"]
     for index, layer in enumerate(layers):
         kind, name = layer["type"], layer["name"]
         if kind == "activation" and index and layers[index - 1]["type"] in ("conv2d", "dense"):
             continue  # taken by the layer before it (see folded_activation)
         if kind == "seq2seq":
-            source_len = layer["source_len"]
-            source_embedding = L.Embedding(layer["source_vocab"], layer["embed_dim"], name=name + "_source_embedding")
-            target_embedding = L.Embedding(layer["target_vocab"], layer["embed_dim"], name=name + "_target_embedding")
-            encoder = L.LSTM(layer["units"], return_state=True, name=name + "_encoder")
-            decoder = L.LSTM(layer["units"], return_sequences=True, name=name + "_decoder")
-            _, h, c = encoder(source_embedding(x[:, :source_len]))
-            x = decoder(target_embedding(x[:, source_len:]), initial_state=[h, c])
-            variables[name + "/source_embeddings"] = source_embedding.embeddings
-            variables[name + "/target_embeddings"] = target_embedding.embeddings
-            for prefix, lstm in (("encoder_", encoder), ("decoder_", decoder)):
-                variables.update((name + "/" + k, v) for k, v in _lstm_vars(prefix, lstm).items())
+            x = seq2seq(layer, x, variables)
+            continue
+        if kind == "residual":  # y = x + f(x), f the block's own layers
+            x = L.Add(name=name)([x, build_layers(layer["layers"], x, variables, built)])
+            continue
+        if kind == "attention":
+            x = attention(layer, x, variables)
             continue
         if kind == "conv2d":
             module = L.Conv2D(layer["filters"], layer["kernel"], strides=layer["stride"], padding=layer["padding"],
@@ -189,9 +240,14 @@ def build_model(spec: dict):
             module = L.Embedding(layer["vocab"], layer["dim"], name=name)
         elif kind == "lstm":
             module = L.LSTM(layer["units"], return_sequences=layer["return_sequences"], name=name)
+        elif kind == "positional_embedding":
+            module = PositionalEmbedding(layer["max_len"], name=name)
+        elif kind == "tied_output":
+            module = TiedOutput(built[layer["embedding"]], name=name)
         else:
             raise not_built("layer type", kind)
         x = module(x)
+        built[name] = module
         if kind in ("conv2d", "dense"):
             variables[name + "/kernel"], variables[name + "/bias"] = module.kernel, module.bias
         elif kind == "batchnorm":
@@ -200,11 +256,45 @@ def build_model(spec: dict):
                               (name + "/moving_var", module.moving_variance)])
         elif kind == "layer_norm":
             variables.update([(name + "/gamma", module.gamma), (name + "/beta", module.beta)])
-        elif kind == "embedding":
+        elif kind in ("embedding", "positional_embedding"):
             variables[name + "/embeddings"] = module.embeddings
+        elif kind == "tied_output":  # its kernel is the embedding's table, already listed under the embedding
+            variables[name + "/bias"] = module.bias
         elif kind == "lstm":
             variables.update((name + "/" + k, v) for k, v in _lstm_vars("", module).items())
-    return keras.Model(inputs, x, name="dlbench"), variables
+    return x
+
+
+def seq2seq(layer: dict, x, variables: dict):
+    """Encoder LSTM over the source, whose final (h, c) starts the decoder LSTM; teacher forcing."""
+    L, name, source_len = keras.layers, layer["name"], layer["source_len"]
+    source_embedding = L.Embedding(layer["source_vocab"], layer["embed_dim"], name=name + "_source_embedding")
+    target_embedding = L.Embedding(layer["target_vocab"], layer["embed_dim"], name=name + "_target_embedding")
+    encoder = L.LSTM(layer["units"], return_state=True, name=name + "_encoder")
+    decoder = L.LSTM(layer["units"], return_sequences=True, name=name + "_decoder")
+    _, h, c = encoder(source_embedding(x[:, :source_len]))
+    x = decoder(target_embedding(x[:, source_len:]), initial_state=[h, c])
+    variables[name + "/source_embeddings"] = source_embedding.embeddings
+    variables[name + "/target_embeddings"] = target_embedding.embeddings
+    for prefix, lstm in (("encoder_", encoder), ("decoder_", decoder)):
+        variables.update((name + "/" + k, v) for k, v in _lstm_vars(prefix, lstm).items())
+    return x
+
+
+def attention(layer: dict, x, variables: dict):
+    """keras.layers.MultiHeadAttention as a self-attention, the IR's maths exactly: per-head projections
+    with biases (kernels (d, heads, dk), the canonical (d, d) with head h's columns h*dk.. reshaped in C
+    order; output kernel (heads, dk, d), the canonical rows h*dk..), scores scaled by 1/sqrt(dk), the causal
+    mask, dropout on the attention weights in training only. Without dropout it calls
+    ops.dot_product_attention(is_causal=...), each backend's fused attention."""
+    size = x.shape[-1] // layer["heads"]
+    module = keras.layers.MultiHeadAttention(layer["heads"], size, dropout=layer["dropout"], name=layer["name"])
+    x = module(x, x, use_causal_mask=layer["causal"])
+    denses = (module.query_dense, module.key_dense, module.value_dense, module.output_dense)
+    for part, dense in zip(ATTENTION_PARTS, denses):
+        variables[layer["name"] + "/" + part + "_kernel"] = dense.kernel
+        variables[layer["name"] + "/" + part + "_bias"] = dense.bias
+    return x
 
 
 # ---- losses and metric sums -------------------------------------------------------------------
@@ -448,6 +538,7 @@ class Adapter(BaseAdapter):
         self.float_inputs = model["input_dtype"].startswith("float")
         with keras.device(self.device_name):
             self.core, self.variables = build_model(model)
+        self.shapes = canonical_shapes(model)
         self.trainable = [key for key in self.variables if "/moving_" not in key]
         self.optimizer = make_optimizer(recipe["optimizer"], recipe.get("schedule"))
         self._trainers = {}  # input scale -> compiled Trainer (the weights and optimizer are shared)
@@ -479,10 +570,11 @@ class Adapter(BaseAdapter):
 
     def set_weights(self, weights):
         for key, variable in self.variables.items():
-            variable.assign(np.asarray(weights[key], dtype=np.float32))
+            variable.assign(np.asarray(weights[key], dtype=np.float32).reshape(variable.shape))
 
     def get_weights(self):
-        return {key: np.array(ops.convert_to_numpy(variable)) for key, variable in self.variables.items()}
+        return {key: np.array(ops.convert_to_numpy(variable)).reshape(self.shapes[key])
+                for key, variable in self.variables.items()}
 
     # ---- training ----
 
@@ -525,7 +617,8 @@ class Adapter(BaseAdapter):
 
     def apply_gradients(self, gradients):
         with keras.device(self.device_name):
-            grads = [ops.convert_to_tensor(np.asarray(gradients[key], np.float32)) for key in self.trainable]
+            grads = [ops.convert_to_tensor(np.asarray(gradients[key], np.float32).reshape(self.variables[key].shape))
+                     for key in self.trainable]
             self.optimizer.apply(grads, [self.variables[key] for key in self.trainable])
 
     def predict(self, x):
@@ -585,7 +678,7 @@ class Adapter(BaseAdapter):
                 grads = [param.grad.detach().cpu().numpy() for param in params]
                 for param in params:
                     param.grad = None
-        return float(ops.convert_to_numpy(loss)), {k: np.array(g) for k, g in zip(keys, grads)}
+        return float(ops.convert_to_numpy(loss)), {k: np.array(g).reshape(self.shapes[k]) for k, g in zip(keys, grads)}
 
     def synchronise(self):
         if BACKEND == "jax":

@@ -4,7 +4,11 @@ tf.function train step with GradientTape, and optimisers written out with tf.Var
 No Keras layers or optimisers. TensorFlow's native layouts are the canonical ones (NHWC activations,
 HWIO conv kernels, (in, out) dense kernels, LSTM kernels (in, 4u) / (u, 4u) with gates i, f, g, o),
 so weights move in and out unchanged. The LSTM is our own cell run over time with tf.scan (a graph
-while-loop), not an unrolled Python loop.
+while-loop), not an unrolled Python loop. Multi-head self-attention is written out in tf ops (batched
+matmuls over the heads, the causal mask as -inf scores, tf.nn.softmax, stateless dropout on the weights
+in training): core TensorFlow has no fused attention op (Keras's MultiHeadAttention is the keras adapter's).
+A residual block's layers hold their variables under their own prefixed names; the tied output reads
+the embedding's variable itself, so its gradient sums both uses.
 
 An epoch is driven from Python one compiled step per batch: the split lives on the device as tensors
 made once (pixels stay uint8 until a batch), each step gathers its batch from the epoch's order inside
@@ -22,7 +26,7 @@ from typing import Dict, List
 import numpy as np
 import tensorflow as tf
 
-from dlbench.shared.ir import infer_shapes, param_shapes
+from dlbench.shared.ir import all_shapes, block_shapes, infer_shapes, param_shapes
 from dlbench.worker.base import PAD_ID, BaseAdapter, Split, batch_slices, finish_metrics, lookup, not_built
 
 # XLA (jit_compile=True) measured slower on the project's 2-core CPU machine, against plain graph
@@ -104,7 +108,7 @@ class Model(tf.Module):
         super().__init__(name="dlbench_model")
         self.layers = [(layer, tuple(in_shape)) for layer, in_shape, _ in infer_shapes(spec)]
         self.weights = {}  # type: Dict[str, tf.Variable]
-        for layer, in_shape in self.layers:
+        for layer, in_shape, _ in all_shapes(spec):  # a residual block's own layers included
             for key, shape in param_shapes(layer, in_shape).items():
                 name = layer["name"] + "/" + key
                 self.weights[name] = tf.Variable(tf.zeros(shape, tf.float32), name=name.replace("/", "."),
@@ -121,6 +125,17 @@ class Model(tf.Module):
     def apply(self, layer, in_shape, x, training):
         kind = layer["type"]
         w = {key.split("/", 1)[1]: var for key, var in self.weights.items() if key.startswith(layer["name"] + "/")}
+        if kind == "residual":
+            y = x
+            for inner, inner_shape, _ in block_shapes(layer, in_shape):
+                y = self.apply(inner, inner_shape, y, training)
+            return x + y
+        if kind == "attention":
+            return self.attention(layer, in_shape, w, x, training)
+        if kind == "positional_embedding":
+            return x + w["embeddings"][:in_shape[0]]
+        if kind == "tied_output":  # the embedding's own variable, transposed: one variable, two uses
+            return dense(x, tf.transpose(self.weights[layer["embedding"] + "/embeddings"]), w["bias"])
         if kind == "conv2d":
             y = tf.nn.conv2d(x, w["kernel"], strides=layer["stride"], padding=layer["padding"].upper())
             return tf.nn.bias_add(y, w["bias"])
@@ -156,6 +171,29 @@ class Model(tf.Module):
         _, state = lstm_scan(source, w["encoder_kernel"], w["encoder_recurrent_kernel"], w["encoder_bias"])
         hs, _ = lstm_scan(target, w["decoder_kernel"], w["decoder_recurrent_kernel"], w["decoder_bias"], state)
         return tf.transpose(hs, [1, 0, 2])
+
+    def attention(self, layer, in_shape, w, x, training):
+        """Multi-head self-attention written out in tf ops (TensorFlow has no fused attention op outside
+        Keras): scores of every head in one batched matmul, the causal mask as -inf, softmax over the keys."""
+        steps, features = in_shape
+        heads = layer["heads"]
+        size = features // heads
+
+        def split_heads(part):  # (batch, steps, features) -> (batch, heads, steps, size)
+            t = dense(x, w[part + "_kernel"], w[part + "_bias"])
+            return tf.transpose(tf.reshape(t, [-1, steps, heads, size]), [0, 2, 1, 3])
+
+        q, k, v = split_heads("query"), split_heads("key"), split_heads("value")
+        scores = tf.matmul(q, k, transpose_b=True) * (1.0 / math.sqrt(size))
+        if layer["causal"]:  # lower triangle: a query sees its own step and the earlier ones
+            allowed = tf.linalg.band_part(tf.ones([steps, steps], tf.bool), -1, 0)
+            scores = tf.where(allowed, scores, tf.constant(-math.inf, scores.dtype))
+        weights = tf.nn.softmax(scores, axis=-1)
+        if training and layer["dropout"] > 0:
+            seed = self.rng.make_seeds(1)[:, 0]
+            weights = tf.nn.experimental.stateless_dropout(weights, rate=layer["dropout"], seed=seed)
+        out = tf.reshape(tf.transpose(tf.matmul(weights, v), [0, 2, 1, 3]), [-1, steps, features])
+        return dense(out, w["output_kernel"], w["output_bias"])
 
     @staticmethod
     def batchnorm(layer, w, x, training):
