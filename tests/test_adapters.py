@@ -189,26 +189,21 @@ def test_gelu_is_the_exact_erf_form(pieces_checked):
 def test_transformer_pieces_build_and_compute_the_numpy_forward(pieces_checked):
     """Every framework builds the exact GELU and layer normalisation with its own ops: weights round trip,
     outputs as the independent numpy forward (math.erf, biased variance), a few steps lower the loss."""
-    result = pieces_checked[PIECES["workload"]]
-    assert result["same_shapes"] and result["roundtrip_max_abs"] == 0.0
-    expected = forward(PIECES["model"], probe_weights(PIECES["model"]), probe_inputs(PIECES["model"]))
-    got = np.array(result["predictions"])
-    assert got.shape == expected.shape
-    deviation, scale = np.abs(got - expected).max(), np.abs(expected).max()
-    print(f"max |output - numpy forward| = {deviation:.3g} (outputs up to {scale:.3g})")
-    assert deviation <= 1e-4 * scale + 1e-5
-    assert np.isfinite(result["train_losses"]).all()
-    assert result["eval_after"]["loss"] < result["eval_before"]["loss"]
-
+    assert_builds_and_learns(pieces_checked, PIECES)
 
 
 def test_transformer_blocks_build_and_compute_the_numpy_forward(pieces_checked):
     """Residual blocks, causal multi-head attention, learned positions and an output tied to the token
     embedding, each with the framework's own ops: weights round trip (the tied output holds its bias alone),
     outputs as the numpy forward (whose attention is causal: tests/test_ir.py), a few steps lower the loss."""
-    result = pieces_checked[BLOCKS["workload"]]
+    assert_builds_and_learns(pieces_checked, BLOCKS)
+
+
+def assert_builds_and_learns(checked: dict[str, dict], case: dict) -> None:
+    """The case's weights round trip exactly, its outputs are the numpy forward's, a few steps lower its loss."""
+    result = checked[case["workload"]]
     assert result["same_shapes"] and result["roundtrip_max_abs"] == 0.0
-    expected = forward(BLOCKS["model"], probe_weights(BLOCKS["model"]), probe_inputs(BLOCKS["model"]))
+    expected = forward(case["model"], probe_weights(case["model"]), probe_inputs(case["model"]))
     got = np.array(result["predictions"])
     assert got.shape == expected.shape
     deviation, scale = np.abs(got - expected).max(), np.abs(expected).max()

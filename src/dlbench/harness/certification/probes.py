@@ -237,17 +237,25 @@ def batchnorm_requests(workload: Workload, folder: Path) -> list[dict]:
                    "batchnorm_1/moving_mean": rng.uniform(-0.1, 0.1, channels),
                    "batchnorm_1/moving_var": layer["epsilon"] * rng.uniform(0.5, 2.0, channels),
                    "dense_1/kernel": np.eye(units), "dense_1/bias": np.zeros(units)}
-        x, weights_file, out = folder / f"{name}-x.npy", folder / f"{name}-weights.npz", folder / f"{name}.npz"
-        np.save(x, rng.standard_normal((BATCH, *BATCHNORM_SHAPE)).astype(np.float32))
-        np.savez(weights_file, **{key: value.astype(np.float32) for key, value in weights.items()})
-        for stale in (out, out.with_name(out.name + ".error")):
-            stale.unlink(missing_ok=True)
-        requests.append({
-            "kind": "inference", "name": f"{workload.name} {layer['name']} (batchnorm)", "layer": layer["name"],
-            "model": batchnorm_model(layer), "recipe": dict(constant_rate(workload.recipe), batch_size=BATCH),
-            "task": workload.study_meta["task"], "x": str(x), "weights": str(weights_file), "seed": SEED,
-            "out": str(out)})
+        x = rng.standard_normal((BATCH, *BATCHNORM_SHAPE))
+        requests.append(_layer_request(workload, folder / name, layer, "batchnorm", batchnorm_model(layer), x, weights))
     return requests
+
+
+def _layer_request(workload: Workload, stem: Path, layer: dict, check: str, model: dict, x: np.ndarray,
+                   weights: dict) -> dict:
+    """An inference probe of one layer's check: its inputs and weights written beside `stem` (float32), an
+    earlier output of the same name removed, the request the worker runs."""
+    x_file, weights_file = stem.with_name(f"{stem.name}-x.npy"), stem.with_name(f"{stem.name}-weights.npz")
+    out = stem.with_name(f"{stem.name}.npz")
+    np.save(x_file, x.astype(np.float32))
+    np.savez(weights_file, **{key: value.astype(np.float32) for key, value in weights.items()})
+    for stale in (out, out.with_name(out.name + ".error")):
+        stale.unlink(missing_ok=True)
+    return {"kind": "inference", "name": f"{workload.name} {layer['name']} ({check})", "layer": layer["name"],
+            "model": model, "recipe": dict(constant_rate(workload.recipe), batch_size=BATCH),
+            "task": workload.study_meta["task"], "x": str(x_file), "weights": str(weights_file), "seed": SEED,
+            "out": str(out)}
 
 
 def batchnorm_model(layer: dict) -> dict:
@@ -306,16 +314,8 @@ def layer_norm_requests(workload: Workload, folder: Path) -> list[dict]:
                    "dense_1/kernel": np.eye(steps * features), "dense_1/bias": np.zeros(steps * features)}
         spread = np.sqrt(layer["epsilon"] * rng.uniform(0.25, 4.0, (BATCH, steps, 1)))
         x = rng.uniform(-0.1, 0.1, (BATCH, steps, 1)) + spread * rng.standard_normal((BATCH, *LAYER_NORM_SHAPE))
-        x_file, weights_file, out = folder / f"{name}-x.npy", folder / f"{name}-weights.npz", folder / f"{name}.npz"
-        np.save(x_file, x.astype(np.float32))
-        np.savez(weights_file, **{key: value.astype(np.float32) for key, value in weights.items()})
-        for stale in (out, out.with_name(out.name + ".error")):
-            stale.unlink(missing_ok=True)
-        requests.append({
-            "kind": "inference", "name": f"{workload.name} {layer['name']} (layer_norm)", "layer": layer["name"],
-            "model": layer_norm_model(layer), "recipe": dict(constant_rate(workload.recipe), batch_size=BATCH),
-            "task": workload.study_meta["task"], "x": str(x_file), "weights": str(weights_file), "seed": SEED,
-            "out": str(out)})
+        requests.append(_layer_request(workload, folder / name, layer, "layer_norm", layer_norm_model(layer), x,
+                                       weights))
     return requests
 
 
