@@ -137,6 +137,8 @@ def thread_sweep(times: dict[tuple[str, int], list[float]] = THREAD_TIMES) -> li
     """One run per (framework, threads) and time listed, repetitions counted from 1."""
     return [sweep_run(framework, t, rep, threads=threads, position=10 * threads + rep)
             for (framework, threads), values in times.items() for rep, t in enumerate(values, 1)]
+
+
 def serving_run(framework: str, workload: str, repetition: int, latencies: list[float], samples_per_s: float, *,
                 status: str = "ok", reason: str | None = None, device: str = "cpu", first_call_s: float = 0.5,
                 peak_rss_mb: float = 400.0, position: int = 0) -> tuple[dict, list[float]]:

@@ -213,7 +213,6 @@ def assert_builds_and_learns(checked: dict[str, dict], case: dict) -> None:
     assert result["eval_after"]["loss"] < result["eval_before"]["loss"]
 
 
-
 # ---- AdamW with a warm-up and cosine schedule, in a process of their own -----------------------------
 
 ADAMW = {"name": "adamw", "lr": 1e-2, "beta1": 0.9, "beta2": 0.99, "epsilon": 1e-3, "weight_decay": 0.5}

@@ -12,7 +12,7 @@ from dlbench.harness.environments import envs, sources
 from dlbench.harness.environments.envs import REFERENCE
 from dlbench.harness.environments.process import PACKAGE_PARENT, worker_environment
 from dlbench.harness.plan.suite import Cell
-from dlbench.harness.plan.workloads import WORKLOADS, get_workload
+from dlbench.harness.plan.workloads import OPTIMIZER_SETTINGS, WORKLOADS, get_workload
 from dlbench.harness.run import cell_config
 from dlbench.harness.store import Store
 
@@ -489,7 +489,7 @@ def test_every_value_of_adamw_and_its_schedule_is_seen_by_the_optimiser_certific
                for row in optimizer.rows(check, out))
     changes = [change for change in power.changes(workload.model(), recipe)
                if change.path[1] in ("optimizer", "schedule")]
-    settings = [f"optimizer.{key}" for key in ("name", *optimizer.SETTINGS["adamw"])]
+    settings = [f"optimizer.{key}" for key in ("name", *OPTIMIZER_SETTINGS["adamw"])]
     settings += [f"schedule.{key}" for key in ("warmup_steps", "total_steps", "final_lr_fraction")]
     assert sorted(change.label for change in changes) == sorted(f"recipe.{setting}" for setting in settings)
     for change in changes:

@@ -44,6 +44,8 @@ def group_of(run: Mapping) -> tuple[Any, ...]:
     """The run's workload x dataset x train_samples x device x batch_size x threads, as CellSummary.group keys
     it."""
     return tuple(key_value(run, name) for name in GROUP_KEYS)
+
+
 TIME_FIGURES = ("steady_epoch_s", "train_time_s", "first_epoch_s")  # lower is better; speed_ratios' metrics
 # the figures that include the first epoch, hence the compilation a warm compile cache leaves out
 FIRST_EPOCH_FIGURES = ("first_epoch_s", "train_time_s", "time_to_target_s")
@@ -137,8 +139,6 @@ class SpeedRatio:
 
 def _sort_key(values: Iterable[Any]) -> tuple[str, ...]:
     return tuple("" if v is None else str(v) for v in values)
-
-
 
 
 def summarise(runs: list[dict], seed: int = 0) -> list[CellSummary]:

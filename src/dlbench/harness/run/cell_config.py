@@ -67,7 +67,7 @@ def resolve(cell: Cell, data_dir: Path, cores: int | None = None) -> Prepared:
     check_train_samples(cell, dataset)
     env = envs.require(cell.framework, cell.device)
     built = env.info()
-    recipe = cell_recipe(workload, cell.epochs, cell.batch_size, cell.train_samples or dataset.meta["n_train"])
+    recipe = cell_recipe(workload, cell.epochs, cell.batch_size, cell.train_samples or dataset.meta.get("n_train"))
     config = {
         "framework": cell.framework, "workload": cell.workload, "dataset": cell.dataset,
         "dataset_hash": dataset.hash, "device": cell.device, "threads": cell.threads or cores or os.cpu_count(),
@@ -103,7 +103,7 @@ def resolve(cell: Cell, data_dir: Path, cores: int | None = None) -> Prepared:
     return Prepared(cell, workload, dataset, env, config)
 
 
-def cell_recipe(workload: Workload, epochs: int, batch_size: int, train_count: int) -> dict:
+def cell_recipe(workload: Workload, epochs: int, batch_size: int, train_count: int | None) -> dict:
     """The workload's recipe at the cell's epochs and batch size, its schedule's total_steps "auto" resolved
     to the updates the cell makes (epochs x batches of its training samples, the last batch maybe short), so
     that the worker sees a number and the cell's hash holds it; a bad schedule is refused naming the workload."""
@@ -112,6 +112,9 @@ def cell_recipe(workload: Workload, epochs: int, batch_size: int, train_count: i
         return recipe
     schedule = dict(recipe["schedule"])
     if schedule.get("total_steps") == "auto":
+        if train_count is None:
+            raise WorkloadError(f"workload {workload.name}: recipe: schedule total_steps 'auto' needs the training "
+                                "samples, which the dataset's meta does not give (n_train)")
         schedule["total_steps"] = epochs * math.ceil(train_count / batch_size)
     try:
         schedules.validate(schedule)
@@ -119,6 +122,8 @@ def cell_recipe(workload: Workload, epochs: int, batch_size: int, train_count: i
         raise WorkloadError(f"workload {workload.name}: recipe: {error}") from None
     recipe["schedule"] = schedule
     return recipe
+
+
 def serve_config(cell: Cell, n_test: int) -> dict[str, int]:
     """An inference cell's serving settings as its worker gets them: its throughput samples at most the test
     split's (the worker times the first floor(samples / batch) whole batches of them)."""
