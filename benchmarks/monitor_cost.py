@@ -21,7 +21,7 @@ measure/serving.py), and the sampling thread's CPU as a share of one core. The w
 follows the inference protocol (shared/protocol.py: a numpy call of about a millisecond on one sample, CALLS
 timed calls, a throughput span); with --cell, the real worker on an inference cell's cell.json from a run
 folder (`dlbench run` writes it), run by that framework's interpreter (--python) with dlbench's src on
-PYTHONPATH. The real worker serves only once the worker's inference path (worker/serve.py) is there.
+PYTHONPATH.
 """
 import argparse
 import json

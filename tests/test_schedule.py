@@ -55,6 +55,7 @@ def test_total_steps_auto_becomes_the_cells_updates():
     with pytest.raises(WorkloadError, match="workload lstm-imdb: recipe: schedule warmup_cosine: total_steps: "
                                             r"expected a whole number above warmup_steps \(4\), got 1"):
         cell_recipe(workload, 1, 1000, 1000)  # one update, fewer than the warm-up
+    assert "schedule" not in cell_recipe(workload, 0, 64, 1000)  # an inference cell trains nothing
 
 
 def test_the_worker_refuses_a_bad_schedule_and_a_detector_any_schedule():

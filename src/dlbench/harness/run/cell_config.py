@@ -106,9 +106,13 @@ def resolve(cell: Cell, data_dir: Path, cores: int | None = None) -> Prepared:
 def cell_recipe(workload: Workload, epochs: int, batch_size: int, train_count: int | None) -> dict:
     """The workload's recipe at the cell's epochs and batch size, its schedule's total_steps "auto" resolved
     to the updates the cell makes (epochs x batches of its training samples, the last batch maybe short), so
-    that the worker sees a number and the cell's hash holds it; a bad schedule is refused naming the workload."""
+    that the worker sees a number and the cell's hash holds it; a bad schedule is refused naming the workload.
+    An inference cell (0 epochs) has no schedule."""
     recipe = dict(workload.recipe, epochs=epochs, batch_size=batch_size)
     if "schedule" not in recipe:
+        return recipe
+    if epochs == 0:  # an inference cell: it makes no update, so no learning rate of its is ever read
+        del recipe["schedule"]
         return recipe
     schedule = dict(recipe["schedule"])
     if schedule.get("total_steps") == "auto":
