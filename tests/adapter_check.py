@@ -27,7 +27,7 @@ from dlbench.shared.init import canonical_init
 from dlbench.shared.ir import input_vocab
 from dlbench.worker import base
 from dlbench.worker.base import Split, epoch_order
-from dlbench.worker.train import load_adapter_class
+from dlbench.worker.cell import load_adapter_class
 
 NOVEL = "novel"  # a layer type and an optimizer that no adapter builds
 

@@ -19,8 +19,9 @@ def test_the_closure_follows_the_workers_imports_and_nothing_of_the_harness() ->
     # not nms.py: PyTorch computes its NMS in torch, and no module it imports imports the reference
     detection = {f"shared/detection/{name}.py" for name in ("__init__", "boxes", "pipeline", "targets", "voc_eval")}
     pytorch = {f"worker/frameworks/pytorch/{name}.py" for name in ("adapter", "detector", "peak")}
-    # worker/serve.py through train.py's import inside main(): an inference cell's code is in the digest
-    assert files == {"worker/train.py", "worker/serve.py", "worker/probe.py", "worker/peak.py", "worker/base.py",
+    # worker/serve.py through train.py: an inference cell's code is in the digest
+    assert files == {"worker/train.py", "worker/serve.py", "worker/cell.py", "worker/probe.py", "worker/peak.py",
+                     "worker/base.py",
                      "worker/detector.py", *pytorch, "shared/init.py", "shared/ir.py", "shared/protocol.py", *detection,
                      "shared/__init__.py", "shared/schedule.py"}  # `from dlbench.shared import schedule`
 

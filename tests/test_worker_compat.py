@@ -125,8 +125,9 @@ import numpy
 import dlbench.worker.peak
 import dlbench.worker.probe
 import dlbench.worker.train
+import dlbench.worker.cell
 from dlbench.worker.base import sibling_module
-name = dlbench.worker.train.load_adapter_class(sys.argv[1]).name
+name = dlbench.worker.cell.load_adapter_class(sys.argv[1]).name
 for module in ("detector", "peak"):  # loaded by name beside the adapter
     importlib.import_module(sibling_module(sys.argv[1], module))
 print("%d.%d.%d" % sys.version_info[:3], numpy.__version__, name)

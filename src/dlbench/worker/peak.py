@@ -26,7 +26,7 @@ import traceback
 import numpy as np
 
 from dlbench.worker.base import sibling_module
-from dlbench.worker.train import load_adapter_class
+from dlbench.worker.cell import load_adapter_class
 
 
 def _operands(size: int):

@@ -24,8 +24,8 @@ import numpy as np
 
 from dlbench.shared.init import canonical_init
 from dlbench.worker.base import Split
+from dlbench.worker.cell import load_adapter_class
 from dlbench.worker.detector import detector_class
-from dlbench.worker.train import load_adapter_class
 
 
 def probe(request: dict) -> dict:

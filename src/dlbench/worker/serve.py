@@ -19,7 +19,7 @@ import numpy as np
 
 from dlbench.shared.detection.pipeline import DetectionSplit
 from dlbench.shared.protocol import DONE, SERVE_FIRST_CALL, SERVE_LATENCY, SERVE_THROUGHPUT
-from dlbench.worker.train import load_split, read_meta, ready_adapter
+from dlbench.worker.cell import load_split, read_meta, ready_adapter
 
 SETTINGS = ("warmup_calls", "latency_calls", "throughput_batch", "throughput_samples")
 
