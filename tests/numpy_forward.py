@@ -120,6 +120,11 @@ def _apply(layers, w, x):
                  "gelu": gelu}[layer["fn"]](x)
         elif kind == "flatten":
             x = x.reshape(len(x), -1)
+        elif kind == "to_sequence":  # position (row r, column c) is step r * W + c
+            n, height, width, channels = x.shape
+            x = np.stack([x[:, r, c] for r in range(height) for c in range(width)], axis=1)
+        elif kind == "sequence_mean":
+            x = x.mean(axis=1)
         elif kind == "dense":
             x = x @ w[name + "kernel"] + w[name + "bias"]
         elif kind == "embedding":

@@ -17,12 +17,17 @@ EXPECTED_PARAMS = {
     "lstm-ptb": 4_651_600,
     # embeddings 24000*256 + 12000*256, two LSTMs 4*(256*512+256) each, dense 256*12000+12000
     "seq2seq-manythings": 9_216_000 + 2 * 525_312 + 3_084_000,
+    # a block: 2 norms 2*256 + attention 4*(128*128+128) + MLP 128*512+512 + 512*128+128 = 198,272;
+    # tokens 10000*128 + positions 30*128 + 4 blocks + final norm 256 + tied bias 10000
+    "transformer-lm": 1_280_000 + 3_840 + 4 * 198_272 + 256 + 10_000,
+    # patches 4*4*3*128+128 + positions 64*128 + 4 blocks + final norm 256 + classifier 128*10+10
+    "vit-cifar10": 6_272 + 8_192 + 4 * 198_272 + 256 + 1_290,
 }
 FLATTEN_WIDTH = {"cnn-mnist": 9216, "cnn-cifar10": 2304, "cnn-cifar100": 2048, "cnn-svhn": 768}
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_PARAMS))
-def test_parameter_counts_of_the_six_workloads(name):
+def test_parameter_counts_of_the_workloads(name):
     assert ir.count_params(get_workload(name).model()) == EXPECTED_PARAMS[name]
 
 
@@ -269,6 +274,37 @@ def test_the_attention_of_the_numpy_reference_against_a_loop():
         heads.append(np.array(rows))
     expected = np.concatenate(heads, axis=1) @ w["a/output_kernel"] + w["a/output_bias"]
     assert np.allclose(attention(x, layer, w, "a/")[0], expected)
+
+
+def test_vit_shapes_patches_to_a_sequence_and_pools_it():
+    spec = get_workload("vit-cifar10").model()
+    shapes = {layer["name"]: out for layer, _, out in ir.all_shapes(spec)}
+    assert shapes["conv2d_1"] == (8, 8, 128) and shapes["to_sequence_1"] == (64, 128)
+    assert shapes["sequence_mean_1"] == (128,) and shapes["dense_1"] == (10,)
+    assert not any(layer["causal"] for layer, _, _ in ir.all_shapes(spec) if layer["type"] == "attention")
+    assert all(layer["causal"] for layer, _, _ in ir.all_shapes(get_workload("transformer-lm").model())
+               if layer["type"] == "attention")
+
+
+def test_to_sequence_of_the_numpy_reference_reads_row_by_row():
+    from numpy_forward import forward
+    image = np.arange(2 * 3 * 4 * 2, dtype=np.float32).reshape(2, 3, 4, 2)
+    spec = ir.model([3, 4, 2], "float32", [ir.to_sequence()])
+    sequence = forward(spec, {}, image)
+    assert sequence.shape == (2, 12, 2)
+    assert np.array_equal(sequence[1, 4 * 2 + 3], image[1, 2, 3])  # row 2, column 3
+    pooled = forward(ir.model([3, 4, 2], "float32", [ir.to_sequence(), ir.sequence_mean()]), {}, image)
+    assert np.allclose(pooled, image.mean(axis=(1, 2)))
+
+
+@pytest.mark.parametrize("shape, layers, message", [
+    ([6], [ir.to_sequence()], r"to_sequence_1 needs an \(H, W, C\) input"),
+    ([4, 4, 3], [ir.sequence_mean()], r"sequence_mean_1 needs a \(steps, features\) input"),
+    ([4, 4, 3], [ir.to_sequence(), ir.flatten(), ir.sequence_mean()], r"needs a \(steps, features\) input"),
+])
+def test_bad_vision_pieces_are_refused_with_the_reason(shape, layers, message):
+    with pytest.raises(ir.IRError, match=message):
+        ir.model(shape, "float32", layers)
 
 
 @pytest.mark.parametrize("layers, message", [

@@ -58,6 +58,23 @@ def test_total_steps_auto_becomes_the_cells_updates():
     assert "schedule" not in cell_recipe(workload, 0, 64, 1000)  # an inference cell trains nothing
 
 
+def test_a_warmup_fraction_becomes_the_cells_warmup_steps():
+    """The Transformers declare their warm-up as 5 % of the updates: a quick cell of 20 updates warms up over 1,
+    a study-length one over 5 %; the worker sees warmup_steps alone."""
+    workload = get_workload("transformer-lm")
+    recipe = cell_recipe(workload, 2, 32, 320)
+    assert recipe["schedule"] == {"name": "warmup_cosine", "warmup_steps": 1, "total_steps": 20,
+                                  "final_lr_fraction": 0.1}
+    assert cell_recipe(workload, 20, 32, 100_000)["schedule"]["warmup_steps"] == round(0.05 * 20 * 3125) == 3125
+    assert cell_recipe(workload, 1, 32, 32)["schedule"]["warmup_steps"] == 0  # one update: kept below it
+    for bad in (1.0, -0.1, "5%", True):
+        broken = dataclasses.replace(workload, recipe=dict(workload.recipe, schedule=dict(
+            workload.recipe["schedule"], warmup_fraction=bad)))
+        with pytest.raises(WorkloadError, match=f"workload transformer-lm: recipe: schedule warmup_fraction "
+                                                f"{bad!r}; a number in \\[0, 1\\) is needed"):
+            cell_recipe(broken, 2, 32, 320)
+
+
 def test_the_worker_refuses_a_bad_schedule_and_a_detector_any_schedule():
     """Every adapter's contract (worker/base.py) validates the recipe's schedule before building anything;
     the detectors step their optimisers at a constant rate and refuse one by name."""

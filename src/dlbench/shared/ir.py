@@ -38,6 +38,13 @@ The Transformer pieces (issue #30):
 - `tied_output(embedding)`: logits = x E^T + b, E the named embedding layer's (vocab, dim) table, shared
   (its gradient is the sum of both uses); `units` = that vocab, filled in by `model`; input (..., dim).
 
+The vision Transformer's pieces (issue #30, vit-cifar10): a patch embedding is a conv2d whose kernel and
+stride are the patch side (ViT's own "hybrid-free" stem, as torchvision's conv_proj and timm's PatchEmbed);
+- `to_sequence()`: (H, W, C) -> (H * W, C), the positions in row-major order (row by row, left to right),
+  the order a C-order reshape of NHWC gives;
+- `sequence_mean()`: (steps, features) -> (features,), the mean over the steps (a ViT's pooled output
+  where it has no class token, as in Beyer et al. 2022's "global average pooling" ViT).
+
 Activations (`activation(fn)`): relu, sigmoid, tanh, and gelu in its exact form,
 gelu(x) = x * 0.5 * (1 + erf(x / sqrt(2))) (Hendrycks & Gimpel), never the tanh approximation.
 
@@ -79,6 +86,8 @@ LAYER_SETTINGS = {
     "attention": ("heads", "causal", "dropout"),
     "positional_embedding": ("max_len",),
     "tied_output": ("embedding", "units"),
+    "to_sequence": (),
+    "sequence_mean": (),
 }
 ACTIVATIONS = ("relu", "sigmoid", "tanh", "gelu")  # gelu: the exact (erf) form
 PADDINGS = ("valid", "same")
@@ -171,6 +180,16 @@ def positional_embedding(max_len: int) -> dict:
 def tied_output(embedding: str = "embedding_1") -> dict:
     """Logits x E^T + b over the named embedding layer's table E (weight tying, Press & Wolf 2017)."""
     return {"type": "tied_output", "embedding": embedding}
+
+
+def to_sequence() -> dict:
+    """(H, W, C) -> (H * W, C): an image's positions as a sequence, row by row."""
+    return {"type": "to_sequence"}
+
+
+def sequence_mean() -> dict:
+    """(steps, features) -> (features,): the mean over the steps."""
+    return {"type": "sequence_mean"}
 
 
 def _named(layers: List[dict], prefix: str = "") -> List[dict]:
@@ -384,6 +403,14 @@ def output_shape(layer: dict, shape: Shape) -> Shape:
         return _sequence_shape(layer, shape)
     if kind == "tied_output":
         return tuple(shape[:-1]) + (layer["units"],)
+    if kind == "to_sequence":
+        if len(shape) != 3:
+            raise IRError("layer %s needs an (H, W, C) input, got %s" % (layer["name"], shape))
+        return (shape[0] * shape[1], shape[2])
+    if kind == "sequence_mean":
+        if len(shape) != 2:
+            raise IRError("layer %s needs a (steps, features) input, got %s" % (layer["name"], shape))
+        return (shape[1],)
     if kind == "residual":
         inner = block_shapes(layer, tuple(shape))
         if inner[-1][2] != tuple(shape):
@@ -505,7 +532,7 @@ def count_params(spec: dict) -> int:
 def forward_flops(spec: dict) -> int:
     """FLOPs of one sample's forward pass: 2 per multiply-add of conv, dense and LSTM layers,
     plus their bias additions. Element-wise layers (activations, pooling, BatchNorm, layer
-    normalisation) are not counted.
+    normalisation, a sequence's mean, reshapes) are not counted.
     A detector's sample is one landscape image with DETECTOR_ROIS RoIs through its head, as in a
     training step; RoI Align, proposals and NMS are not counted."""
     if "detector" in spec:

@@ -118,6 +118,51 @@ def _frcnn(meta: dict) -> dict:
                        num_classes=meta["num_classes"] + 1, anchor_scales=[s * scale for s in (8, 16, 32)])
 
 
+def _transformer_block(width: int, heads: int, causal: bool, mlp: int, rate: float) -> list[dict]:
+    """A pre-LN Transformer block (GPT-2's and ViT's order): x + drop(attn(ln(x))), then x + drop(mlp(ln(x)))
+    with a GELU MLP. The attention weights themselves are not dropped: every dropout is a layer of its own."""
+    return [ir.residual([ir.layer_norm(), ir.attention(heads, causal=causal), ir.dropout(rate)]),
+            ir.residual([ir.layer_norm(), ir.dense(mlp), ir.activation("gelu"), ir.dense(width), ir.dropout(rate)])]
+
+
+# Both Transformers: 4 blocks of width 128, 4 heads of 32, an MLP of 512 (4x), dropout 0.1
+_WIDTH, _HEADS, _BLOCKS, _MLP, _RATE = 128, 4, 4, 512, 0.1
+
+
+def _transformer_lm(meta: dict) -> dict:
+    """A GPT-style decoder over the dataset's windows: its context is their length (lstm-ptb's 30 tokens on
+    PTB, so the two language models read the same windows and their perplexities compare directly)."""
+    layers = [ir.embedding(meta["vocab_size"], _WIDTH), ir.positional_embedding(meta["seq_len"]), ir.dropout(_RATE)]
+    for _ in range(_BLOCKS):
+        layers += _transformer_block(_WIDTH, _HEADS, True, _MLP, _RATE)
+    return ir.model([meta["seq_len"]], "int32", layers + [ir.layer_norm(), ir.tied_output("embedding_1")])
+
+
+VIT_PATCH = 4
+
+
+def _vit(meta: dict) -> dict:
+    """A vision Transformer: 4x4 patches embedded by a conv2d of kernel and stride 4, a learned position per
+    patch, the blocks without a mask, and the mean over the patches into the classifier (no class token)."""
+    shape, dtype = _image_input(meta)
+    patches = (shape[0] // VIT_PATCH) * (shape[1] // VIT_PATCH)
+    layers = [ir.conv2d(_WIDTH, kernel=VIT_PATCH, stride=VIT_PATCH), ir.to_sequence(), ir.positional_embedding(patches),
+              ir.dropout(_RATE)]
+    for _ in range(_BLOCKS):
+        layers += _transformer_block(_WIDTH, _HEADS, False, _MLP, _RATE)
+    return ir.model(shape, dtype, layers + [ir.layer_norm(), ir.sequence_mean(), ir.dense(meta["num_classes"])])
+
+
+def _adamw_recipe(lr: float, weight_decay: float, batch_size: int, epochs: int, loss: str) -> dict:
+    """AdamW with a linear warm-up over the first 5 % of the cell's updates, then a cosine to a tenth of lr.
+    The warm-up is a fraction, so that a quick cell of a few dozen updates warms up as a long one does."""
+    return {"optimizer": {"name": "adamw", "lr": lr, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8,
+                          "weight_decay": weight_decay},
+            "schedule": {"name": "warmup_cosine", "warmup_fraction": 0.05, "total_steps": "auto",
+                         "final_lr_fraction": 0.1},
+            "batch_size": batch_size, "epochs": epochs, "loss": loss}
+
+
 # The common CNN recipe of WORKLOADS.md: L2 is coupled (added to the gradient) on every weight.
 _CNN_SGD = {"name": "sgd", "lr": 0.01, "momentum": 0.5, "nesterov": False, "weight_decay": 1e-6}
 
@@ -171,6 +216,17 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
              {"optimizer": {"name": "sgd", "lr": 1e-2, "momentum": 0.9, "nesterov": False, "weight_decay": 5e-4},
               "batch_size": 1, "epochs": 10, "loss": "faster_rcnn"},
              {"metric": "map", "value": 0.3, "higher_is_better": True}, ("detection",)),
+    # Not in the study (issue #30). The target is dlbench's, below lstm-ptb's 200 on the same windows; no
+    # PTB run has checked it yet (PTB cannot be downloaded on the machines dlbench is developed on).
+    Workload("transformer-lm", "GPT-style decoder: 4 pre-LN blocks of width 128, 4 causal heads, tied output",
+             "ptb", {"task": "language_model", "vocab_size": 10000, "seq_len": 30}, _transformer_lm,
+             _adamw_recipe(1e-3, 0.01, 32, 20, "sequence_softmax_cross_entropy"),
+             {"metric": "perplexity", "value": 170.0, "higher_is_better": False}, ("language_model",)),
+    # Not in the study (issue #30). Its target is cnn-cifar10's: a ViT this small, from scratch and without
+    # augmentation, is not expected to beat the CNN by much on CIFAR-10.
+    Workload("vit-cifar10", "vision Transformer: 4x4 patches, 4 pre-LN blocks of width 128, 4 heads, mean-pooled",
+             "cifar10", _image_meta(32, 3, 10), _vit, _adamw_recipe(1e-3, 0.05, 128, 100, "softmax_cross_entropy"),
+             _accuracy_target(75)),
 )}
 
 
