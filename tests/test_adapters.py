@@ -21,8 +21,9 @@ from dlbench.shared.init import canonical_init
 
 TESTS = Path(__file__).parent
 FRAMEWORKS = sorted(envs.RECIPES)
-# Full study shapes for the CNNs; small vocabularies and sequences keep the LSTMs quick.
+# Full study shapes for the CNNs and the ViT; small vocabularies and sequences keep the LSTMs and the GPT quick.
 SMALL_META = {"lstm-imdb": {"vocab_size": 50, "seq_len": 12}, "lstm-ptb": {"vocab_size": 40, "seq_len": 10},
+              "transformer-lm": {"vocab_size": 40, "seq_len": 10},
               "seq2seq-manythings": {"source_vocab_size": 30, "target_vocab_size": 20, "source_len": 7,
                                      "target_len": 5}}
 
@@ -45,7 +46,7 @@ CASES = cases()
 # fixture wheel of the same layout (fixtures_data.py). The architecture is built from the stand-in's meta.
 STANDINS = [("cnn-cifar10", "photo-patches-10"), ("cnn-svhn", "photo-patches-10"),
             ("cnn-cifar100", "photo-regions-100"), ("lstm-imdb", "rt-snippets"),
-            ("seq2seq-manythings", "django-es-en")]
+            ("seq2seq-manythings", "django-es-en"), ("vit-cifar10", "photo-patches-10")]
 
 
 def standin_case(workload_name: str, dataset, rows: int = 16) -> dict:
