@@ -2,9 +2,10 @@
 Chainer's examples do (cleargrads, forward, backward, optimizer.update) with its optimizers.
 
 Layouts (canonical -> Chainer): images arrive NHWC and are transposed once to NCHW before the
-first spatial layer, and back to NHWC before Flatten, so dense kernels keep the canonical flatten
-order. Conv kernels HWIO -> Convolution2D's W (out, in, kh, kw); dense kernels (in, out) ->
-Linear's W (out, in); embeddings unchanged. TensorFlow's 'same' padding is Chainer's symmetric
+first spatial layer, and back to NHWC before Flatten (and to_sequence), so dense kernels keep the
+canonical flatten order (and a ViT's patches their row-major steps). Conv kernels HWIO ->
+Convolution2D's W (out, in, kh, kw); dense kernels (in, out) -> Linear's W (out, in); embeddings
+unchanged. TensorFlow's 'same' padding is Chainer's symmetric
 `pad` where that is symmetric, else an explicit F.pad (zeros for conv, -inf for max pooling);
 max pooling runs with cover_all=False (Chainer's default True adds an extra output window).
 
@@ -244,7 +245,7 @@ class Model(chainer.Chain):
             return PositionalEmbedding(layer["max_len"], in_shape[-1])
         if kind == "tied_output":
             return TiedOutputBias(layer["units"])
-        if kind in ("maxpool2d", "activation", "dropout", "flatten", "residual"):
+        if kind in ("maxpool2d", "activation", "dropout", "flatten", "to_sequence", "sequence_mean", "residual"):
             return None  # no weights: applied by functions (a block's layers are links of their own)
         raise not_built("layer type", kind)
 
@@ -258,8 +259,8 @@ class Model(chainer.Chain):
             if kind in SPATIAL and len(in_shape) == 3 and not channels_first:
                 x = F.transpose(x, (0, 3, 1, 2))  # NHWC -> NCHW
                 channels_first = True
-            if kind == "flatten" and channels_first:
-                x = F.transpose(x, (0, 2, 3, 1))  # back to NHWC: the canonical flatten order
+            if kind in ("flatten", "to_sequence") and channels_first:
+                x = F.transpose(x, (0, 2, 3, 1))  # back to NHWC: the canonical flatten and sequence order
                 channels_first = False
             x = self._apply(layer, in_shape, x)
         if channels_first:
@@ -288,6 +289,10 @@ class Model(chainer.Chain):
             return F.dropout(x, layer["rate"]) if layer["rate"] > 0 else x
         if kind == "flatten":
             return F.reshape(x, (x.shape[0], -1))
+        if kind == "to_sequence":  # NHWC (H, W, C) -> (H * W, C): step r * W + c is row r, column c
+            return F.reshape(x, (x.shape[0], -1, x.shape[-1]))
+        if kind == "sequence_mean":
+            return F.mean(x, axis=1)
         if kind == "dense":
             return link(x, n_batch_axes=x.ndim - 1)  # on a sequence: the same dense at every step
         if kind == "layer_norm" and x.ndim > 2:  # Chainer's layer normalisation takes (rows, features) only

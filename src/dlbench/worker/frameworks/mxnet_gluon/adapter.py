@@ -1,13 +1,14 @@
 """MXNet 1.9 adapter: the IR as Gluon HybridBlocks, hybridized, trained under autograd.record.
 
 Layouts. Images arrive NHWC (canonical); MXNet's CPU convolution and pooling are NCHW only, so
-activations are transposed once to NCHW before the first spatial layer and back to NHWC before
-Flatten, which keeps dense weights in the canonical flatten order. Conv kernels are OIHW in MXNet
-(canonical HWIO), Dense weights (out, in) (canonical (in, out)). Gluon's LSTM is MXNet's fused RNN
-operator with gates in the canonical order i, f, g, o and two biases (i2h, h2h): the canonical bias
-is i2h's, and h2h's stays zero and untrained (grad_req null), as the PyTorch adapter keeps torch's
-second bias, so the bias takes one optimiser step, not two. TensorFlow-style 'same' padding, which
-is asymmetric when odd, is an explicit pad (zeros before a conv, -inf before a max-pool).
+activations are transposed once to NCHW before the first spatial layer and back to NHWC before Flatten
+or to_sequence (a ViT's patches, then a C-order reshape), which keeps dense weights in the canonical
+flatten order. Conv kernels are OIHW in MXNet (canonical HWIO), Dense weights (out, in) (canonical (in,
+out)). Gluon's LSTM is MXNet's fused RNN operator with gates in the canonical order i, f, g, o and two
+biases (i2h, h2h): the canonical bias is i2h's, and h2h's stays zero and untrained (grad_req null), as
+the PyTorch adapter keeps torch's second bias, so the bias takes one optimiser step, not two.
+TensorFlow-style 'same' padding, which is asymmetric when odd, is an explicit pad (zeros before a conv,
+-inf before a max-pool).
 
 Transformer pieces: a residual block is a HybridBlock around a Net of its own layers (their names carry
 the block's prefix, and by_name holds them like any other); attention is batch_dot and softmax in a
@@ -241,6 +242,21 @@ class PositionalEmbedding(gluon.HybridBlock):
         return F.broadcast_add(x, F.expand_dims(rows, axis=0))
 
 
+class ToSequence(gluon.HybridBlock):
+    """(batch, H, W, C) -> (batch, H * W, C), an NHWC activation's positions row by row: reshape's -3 merges
+    the two spatial axes, 0 keeps the batch and the channels."""
+
+    def hybrid_forward(self, F, x):
+        return F.reshape(x, shape=(0, -3, 0))
+
+
+class SequenceMean(gluon.HybridBlock):
+    """(batch, steps, features) -> (batch, features), the mean over the steps."""
+
+    def hybrid_forward(self, F, x):
+        return F.mean(x, axis=1)
+
+
 class Residual(gluon.HybridBlock):
     """y = x + f(x), f a Net of the block's own layers; passes on the batch statistics of its BatchNorms."""
 
@@ -307,7 +323,7 @@ def _build(shapes, by_name: dict, norms: list) -> Net:
         if kind in ("conv2d", "maxpool2d", "batchnorm") and len(in_shape) == 3 and not channels_first:
             blocks.append(Transpose((0, 3, 1, 2)))
             channels_first = True
-        if kind in ("flatten", "residual") and channels_first:
+        if kind in ("flatten", "to_sequence", "residual") and channels_first:
             blocks.append(Transpose((0, 2, 3, 1)))
             channels_first = False
         if kind in ("conv2d", "maxpool2d"):
@@ -324,6 +340,10 @@ def _build(shapes, by_name: dict, norms: list) -> Net:
             made = [nn.Dropout(layer["rate"])]
         elif kind == "flatten":
             made = [nn.Flatten()]
+        elif kind == "to_sequence":
+            made = [ToSequence()]
+        elif kind == "sequence_mean":
+            made = [SequenceMean()]
         elif kind == "dense":
             made = [nn.Dense(layer["units"], flatten=False, in_units=in_shape[-1])]
         elif kind == "embedding":

@@ -5,7 +5,8 @@ with the formulas of tensorflow_nn.py (torch's).
 Layouts. Every weight is a shared variable in canonical layout, so import, export and gradients
 need no conversion: the graph itself transposes an HWIO conv kernel to Theano's (out, in, kh, kw).
 Images arrive NHWC; they are turned NCHW once before the first spatial layer and back to NHWC
-before Flatten, so dense weights keep the canonical flatten order. conv2d runs with
+before Flatten (and to_sequence), so dense weights keep the canonical flatten order (and a ViT's
+patches their row-major steps). conv2d runs with
 filter_flip=False: the canonical kernel is a cross-correlation (as in TensorFlow and torch), and
 Theano's default flips it into a true convolution. Symmetric 'same' padding goes to conv2d's
 border_mode; an odd total (TensorFlow puts the extra pixel after) is padded explicitly, with zeros
@@ -237,7 +238,7 @@ class Model(object):
             kind = layer["type"]
             if kind in ("conv2d", "maxpool2d", "batchnorm") and len(in_shape) == 3 and not channels_first:
                 x, channels_first = x.dimshuffle(0, 3, 1, 2), True
-            if kind == "flatten" and channels_first:
+            if kind in ("flatten", "to_sequence") and channels_first:
                 x, channels_first = x.dimshuffle(0, 2, 3, 1), False
             x = self.apply(layer, in_shape, x, training, updates)
         if channels_first:
@@ -273,6 +274,10 @@ class Model(object):
             return self.dropout(x, layer["rate"], training)
         if kind == "flatten":
             return x.reshape((x.shape[0], int(np.prod(in_shape))))  # NHWC in C order: the canonical one
+        if kind == "to_sequence":  # NHWC (H, W, C) -> (H * W, C) in C order: step r * W + c is row r, column c
+            return x.reshape((x.shape[0], in_shape[0] * in_shape[1], in_shape[2]))
+        if kind == "sequence_mean":
+            return x.mean(axis=1)
         if kind == "dense":
             return dense(x, w["kernel"], w["bias"], layer["units"])
         if kind == "embedding":
