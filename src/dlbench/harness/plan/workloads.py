@@ -155,8 +155,12 @@ def _vit(meta: dict) -> dict:
 
 def _adamw_recipe(lr: float, weight_decay: float, batch_size: int, epochs: int, loss: str) -> dict:
     """AdamW with a linear warm-up over the first 5 % of the cell's updates, then a cosine to a tenth of lr.
-    The warm-up is a fraction, so that a quick cell of a few dozen updates warms up as a long one does."""
-    return {"optimizer": {"name": "adamw", "lr": lr, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8,
+    The warm-up is a fraction, so that a quick cell of a few dozen updates warms up as a long one does.
+    Epsilon 1e-6 (BERT's) rather than torch's 1e-8: a weight whose gradient is at float32's rounding level
+    (an attention key bias's is 0 in exact arithmetic: softmax ignores a constant added to every score) would
+    move by up to lr a step on rounding alone with 1e-8, differently in frameworks that compute the same
+    thing; with 1e-6 such a step stays below a thousandth of lr, and certificates compare computation."""
+    return {"optimizer": {"name": "adamw", "lr": lr, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-6,
                           "weight_decay": weight_decay},
             "schedule": {"name": "warmup_cosine", "warmup_fraction": 0.05, "total_steps": "auto",
                          "final_lr_fraction": 0.1},
