@@ -16,6 +16,7 @@ from numpy_forward import forward, gelu
 from dlbench.harness.environments import envs
 from dlbench.harness.environments.process import PACKAGE_PARENT
 from dlbench.harness.plan.workloads import WORKLOADS
+from dlbench.harness.run.cell_config import cell_recipe
 from dlbench.shared import ir
 from dlbench.shared.init import canonical_init
 
@@ -36,9 +37,15 @@ def cases() -> list[dict]:
         meta = dict(workload.study_meta, **SMALL_META.get(workload.name, {}))
         classes = meta.get("num_classes") or meta.get("target_vocab_size") or (
             2 if meta["task"] == "binary" else meta["vocab_size"])
-        result.append({"workload": workload.name, "model": workload.model(meta), "recipe": workload.recipe,
+        result.append({"workload": workload.name, "model": workload.model(meta), "recipe": check_recipe(workload),
                        "task": meta["task"], "n_classes": classes, "target_len": meta.get("target_len")})
     return result
+
+
+def check_recipe(workload) -> dict:
+    """The recipe as a cell of adapter_check.py's training resolves it (8 epochs of 16 samples in batches of 8):
+    the Transformers' schedule ("auto" total_steps, a warm-up fraction) reaches the worker as numbers alone."""
+    return cell_recipe(workload, 8, 8, 16)
 
 
 CASES = cases()
@@ -60,7 +67,7 @@ def standin_case(workload_name: str, dataset, rows: int = 16) -> dict:
         np.save(paths[part], np.load(dataset.path / f"{part}_train.npy")[:rows])
     classes = meta.get("num_classes") or meta.get("target_vocab_size")
     return {"workload": f"{workload_name} on {dataset.name}", "model": workload.model(meta),
-            "recipe": workload.recipe, "task": meta["task"], "n_classes": classes,
+            "recipe": check_recipe(workload), "task": meta["task"], "n_classes": classes,
             "target_len": meta.get("target_len"), "data": dict(paths, scale=meta["input_scale"])}
 
 
