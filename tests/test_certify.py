@@ -495,6 +495,15 @@ def test_every_value_of_adamw_and_its_schedule_is_seen_by_the_optimiser_certific
     for change in changes:
         rows = power._optimizer_rows(change, checks, outputs)
         assert not all(row["passed"] for row in rows), change.label
+    # the Transformers' warm-up as a share of the updates: resolved by the harness, which no adapter reads
+    fraction = {key: value for key, value in WARMUP_COSINE.items() if key != "warmup_steps"}
+    fraction.update(warmup_fraction=0.05, total_steps="auto")
+    [change] = [change for change in power.changes(workload.model(), dict(recipe, schedule=fraction))
+                if change.label == "recipe.schedule.warmup_fraction"]
+    rows = power._optimizer_rows(change, checks, outputs)
+    assert rows and all(row["passed"] for row in rows)
+    assert "no adapter reads it" in power._why(workload, workload.model(), change)
+    assert "warmup_fraction" not in optimizer.probe_schedule(fraction)
 
 
 def pieces_with_adamw():

@@ -146,7 +146,8 @@ def _signed(rng: np.random.RandomState, shape: tuple[int, ...], low: float, high
 
 def probe_schedule(schedule: dict) -> dict:
     """The schedule check's schedule: the recipe's, over PROBE_SCHEDULE's few steps (see the module's doc)."""
-    return dict(schedule, **PROBE_SCHEDULE)
+    # a warm-up given as a share of the updates is the harness's, resolved into warmup_steps per cell
+    return dict({key: value for key, value in schedule.items() if key != "warmup_fraction"}, **PROBE_SCHEDULE)
 
 
 def checks(config: dict, schedule: dict | None = None) -> list[Check]:

@@ -41,6 +41,9 @@ _PLAN = ("RoI Align's sampling plan is the shared host pipeline's; a framework w
 NOT_SEEN = {
     "batch_size": "the certificate steps on its own fixed batch of 16 samples as one batch",
     "epochs": "the worker's loop, the same code for every framework, counts the epochs; the probes take steps",
+    "warmup_fraction": "the harness resolves it into the cell's warmup_steps (run/cell_config.cell_recipe), the "
+                       "same code for every framework, and no adapter reads it; the schedule check certifies "
+                       "warmup_steps with the probe's own",
     # attention's own key; a dropout layer's rate is seen (probes.dropout_rows)
     "dropout": "attention's dropout: the certificate turns it off to compare outputs, gradients and steps "
                "(certified_model.without_dropout), and no probe checks attention's dropout on its own",
@@ -177,9 +180,9 @@ def _optimizer_rows(change: Change, checks: list, outputs: list[dict]) -> list[d
     for (check, _), out in zip(checks, outputs, strict=True):
         try:
             if change.path[1] == "schedule":
-                if check.schedule is not None:
-                    judged += optimizer.rows(check, out, None, dict(check.schedule,
-                                                                    **{key: changed(key, check.schedule[key])}))
+                if check.schedule is not None:  # warmup_fraction is not in the probe's schedule: judged unchanged
+                    change_to = {key: changed(key, check.schedule[key])} if key in check.schedule else {}
+                    judged += optimizer.rows(check, out, None, dict(check.schedule, **change_to))
                 continue
             to = changed(key, check.config[key]) if key == "lr" else change.to  # the decay check's raised rate
             judged += optimizer.rows(check, out, dict(check.config, **{key: to}))
