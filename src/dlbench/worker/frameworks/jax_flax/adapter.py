@@ -295,6 +295,11 @@ class IRModel(nn.Module):
                 x = nn.Dropout(layer["rate"], deterministic=not train)(x)
             elif kind == "flatten":
                 x = x.reshape((x.shape[0], -1))  # NHWC in C order: the canonical flatten
+            elif kind == "to_sequence":
+                n, height, width, channels = x.shape  # NHWC in C order: step r * W + c is row r, column c
+                x = x.reshape((n, height * width, channels))
+            elif kind == "sequence_mean":
+                x = jnp.mean(x, axis=1)
             elif kind == "dense":
                 x = nn.Dense(layer["units"], name=name)(x)
             elif kind == "embedding":

@@ -234,6 +234,11 @@ def build_layers(layers, x, variables: dict, built: dict):
             module = L.Dropout(layer["rate"], name=name)
         elif kind == "flatten":
             module = L.Flatten(name=name)
+        elif kind == "to_sequence":  # NHWC in C order: step r * W + c is row r, column c
+            height, width, channels = x.shape[1:]
+            module = L.Reshape((height * width, channels), name=name)
+        elif kind == "sequence_mean":
+            module = L.GlobalAveragePooling1D(data_format="channels_last", name=name)
         elif kind == "dense":
             module = L.Dense(layer["units"], activation=folded_activation(layers, index), name=name)
         elif kind == "embedding":

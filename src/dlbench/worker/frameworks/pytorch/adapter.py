@@ -1,7 +1,8 @@
 """PyTorch adapter: the IR as an nn.Module, trained in eager mode as PyTorch's own examples do.
 
 Images arrive NHWC (canonical); they are permuted once to NCHW before the first spatial layer and
-back to NHWC before Flatten, so dense weights keep the canonical flatten order.
+back to NHWC before Flatten or to_sequence, so dense weights keep the canonical flatten order and a
+sequence's steps the canonical row-major order.
 """
 from __future__ import annotations
 
@@ -114,6 +115,13 @@ class PositionalEmbedding(nn.Module):
         return x + self.weight[:x.shape[1]]
 
 
+class SequenceMean(nn.Module):
+    """(batch, steps, features) -> (batch, features): the mean over the steps (torch has no module for it)."""
+
+    def forward(self, x):
+        return x.mean(dim=1)
+
+
 class TiedOutput(nn.Module):
     """Logits x E^T + b sharing the embedding's Parameter itself (weight tying as PyTorch's
     word_language_model example does it): autograd sums both uses into its one gradient."""
@@ -165,7 +173,7 @@ def _build_layers(shapes, by_name: Dict[str, nn.Module]) -> "tuple[list, bool]":
         if kind in ("conv2d", "maxpool2d", "batchnorm") and len(in_shape) == 3 and not channels_first:
             modules.append(Permute(0, 3, 1, 2))
             channels_first = True
-        if kind == "flatten" and channels_first:
+        if kind in ("flatten", "to_sequence") and channels_first:
             modules.append(Permute(0, 2, 3, 1))
             channels_first = False
         if kind == "residual":
@@ -200,6 +208,10 @@ def _layer_module(layer: dict, in_shape, by_name: Dict[str, nn.Module]) -> nn.Mo
         return nn.Dropout(layer["rate"])
     if kind == "flatten":
         return nn.Flatten()
+    if kind == "to_sequence":  # NHWC (batch, H, W, C) -> (batch, H * W, C), row by row
+        return nn.Flatten(1, 2)
+    if kind == "sequence_mean":
+        return SequenceMean()
     if kind == "dense":
         return nn.Linear(in_shape[-1], layer["units"])
     if kind == "embedding":

@@ -155,6 +155,11 @@ class Model(tf.Module):
             return tf.nn.experimental.stateless_dropout(x, rate=layer["rate"], seed=seed)
         if kind == "flatten":
             return tf.reshape(x, [-1, int(math.prod(in_shape))])  # NHWC in C order: the canonical one
+        if kind == "to_sequence":  # NHWC in C order: step r * W + c is row r, column c
+            height, width, channels = in_shape
+            return tf.reshape(x, [-1, height * width, channels])
+        if kind == "sequence_mean":
+            return tf.reduce_mean(x, axis=1)
         if kind == "dense":
             return dense(x, w["kernel"], w["bias"])
         if kind == "embedding":
