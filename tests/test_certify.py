@@ -219,6 +219,31 @@ def test_weights_after_the_steps_are_measured_against_the_steps():
     assert not row["passed"] and row["max_rel"] == pytest.approx(0.5)
 
 
+def test_adams_steps_on_a_rounding_level_gradient_are_judged_by_the_amplified_rounding():
+    """A weight whose exact gradient is 0 (a key bias's) and whose float32 gradients are 1e-10 and -9e-10: with
+    Adam at epsilon 1e-8 each step moves it by about lr * g / (|g| + epsilon), +1e-5 in the reference and -1e-4
+    in the candidate, 11 % of the tensor's steps apart after 3. That passes for Adam and AdamW (within 3 x the
+    rounding 9e-10 times 3 lr / epsilon); the same deviation fails with SGD, and where the exact gradient is large."""
+    lr = 1e-3
+    start = {"b": np.zeros(2)}
+    exact = {"grad/b": np.array([0.0, 1e-2]), "after/b": np.array([0.0, -3 * lr])}
+    reference = {"grad/b": np.array([1e-10, 1e-2]), "after/b": np.array([3e-5, -3 * lr])}
+    candidate = {"grad/b": np.array([-9e-10, 1e-2]), "after/b": np.array([-3e-4, -3 * lr])}
+    adam = {"name": "adam", "lr": lr, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8}
+
+    def after_row(exact_values: dict, config: dict) -> dict:
+        return next(r for r in probes.compare(reference, candidate, start, exact_values, config)
+                    if r["tensor"] == "after/b")
+
+    for config in (adam, dict(adam, name="adamw", weight_decay=0.01)):
+        row = after_row(exact, config)
+        assert row["passed"] and row["amplified_rounding"] == pytest.approx(3 * lr / 1e-8 * 9e-10)
+        assert row["max_rel"] == pytest.approx(0.11)
+    row = after_row(exact, {"name": "sgd", "lr": lr, "momentum": 0.0, "nesterov": False, "weight_decay": 0.0})
+    assert not row["passed"] and "amplified_rounding" not in row
+    assert not after_row(dict(exact, **{"grad/b": np.array([1e-2, 1e-2])}), adam)["passed"]
+
+
 def test_certify_fills_the_machines_missing_pairs_and_again_certifies_anew(tmp_path, capsys, monkeypatch):
     machine = tmp_path / "machine" / "certificates.sqlite"
     monkeypatch.setenv("DLBENCH_CERTIFICATES", str(machine))

@@ -211,7 +211,7 @@ def _probes(workload: Workload, model: dict, recipe: dict, folder: Path,
                     out=str(folder / f"epsilon-{i}.npz")) for i, request in enumerate(truth.epsilon)]
 
     def judge(outputs: list[dict]) -> list[dict]:
-        judged = probes.compare(truth.float32, outputs[0], truth.start, truth.exact)
+        judged = probes.compare(truth.float32, outputs[0], truth.start, truth.exact, recipe["optimizer"])
         for request, out in zip(truth.dropout, outputs[1:1 + len(dropout)], strict=True):
             judged += probes.dropout_rows(request, out["output"])
         for request, out in zip(truth.epsilon, outputs[1 + len(dropout):], strict=True):
