@@ -1,6 +1,6 @@
 """benchmarks/idiomatic/compare.py without timing anything: the program mapping, the steady-epoch and
-ratio arithmetic, the table, the output parser, the data subset; and one PyTorch program run of a tiny
-epoch, to show a program keeps the contract."""
+ratio arithmetic, the table, the output parser, the data subset; and runs of tiny epochs (PyTorch's
+cnn-mnist program, the three transformer-lm programs), to show a program keeps the contract."""
 import importlib.util
 import json
 import math
@@ -23,14 +23,24 @@ sys.modules[spec.name] = compare  # dataclasses look their module up
 spec.loader.exec_module(compare)
 
 OURS = ("pytorch", "tensorflow", "keras-tensorflow", "keras-jax", "keras-torch")
+TRANSFORMER_LM = ("pytorch", "jax", "tensorflow")  # the frameworks with a transformer-lm program
 
 
-def test_every_framework_and_both_workloads_map_to_a_program():
-    assert set(compare.PROGRAMS) == {(f, w) for f in envs.RECIPES for w in compare.WORKLOADS}
+def test_every_framework_maps_to_a_program_of_each_workload_it_has():
+    expected = {(f, w) for f in envs.RECIPES for w in ("cnn-mnist", "lstm-ptb")}
+    expected |= {(f, "transformer-lm") for f in TRANSFORMER_LM}
+    assert set(compare.PROGRAMS) == expected
     for (framework, workload), name in compare.PROGRAMS.items():
         assert name.endswith(".py") and "/" not in name
-        if framework in OURS:
+        if framework in OURS + TRANSFORMER_LM:
             assert compare.program_path(framework, workload) == compare.HERE / name
+
+
+@pytest.mark.parametrize("framework", ["keras-torch", "mxnet", "chainer", "theano"])
+def test_a_transformer_lm_pair_without_a_program_is_listed(framework, tmp_path):
+    assert compare.program_path(framework, "transformer-lm") is None
+    row = compare.compare_pair(framework, "transformer-lm", None, tmp_path)
+    assert (row.dlbench, row.idiomatic, row.note) == (None, None, "no program yet")
 
 
 def test_a_missing_program_is_reported_not_run(monkeypatch, tmp_path):
@@ -130,3 +140,31 @@ def test_pytorch_program_keeps_the_contract(tmp_path):
     done = guard.run(command, 600, check=True)
     side = compare.parse_program_output(done.stdout, 2)
     assert all(math.isfinite(loss) and loss > 0 for loss in side.losses)
+
+
+def _windows(folder: Path, vocab: int = 40, steps: int = 30, n_train: int = 20, n_test: int = 4):
+    """A language-model dataset as dlbench prepares one: windows of token ids, each label the next token."""
+    rng = np.random.RandomState(0)
+    tokens = {part: rng.randint(0, vocab, (n, steps + 1)).astype(np.int32)
+              for part, n in (("train", n_train), ("test", n_test))}
+    arrays = {f"{kind}_{part}": t[:, :-1] if kind == "x" else t[:, 1:] for part, t in tokens.items() for kind in "xy"}
+    arrays = {name: np.ascontiguousarray(array) for name, array in arrays.items()}
+    info = {"name": "lee-news-lm", "task": "language_model", "description": "random tokens", "source": "a test",
+            "licence": "none", "vocab_size": vocab, "seq_len": steps}
+    write_prepared(Built(arrays, base_meta(info, arrays, None)), folder / "prepared" / "lee-news-lm")
+    return data.load_prepared(folder / "prepared" / "lee-news-lm")
+
+
+@pytest.mark.parametrize("framework", TRANSFORMER_LM)
+def test_transformer_lm_program_keeps_the_contract(framework, tmp_path):
+    """Two tiny epochs of each transformer-lm program (3 batches of 8, the last short, 6 updates: a warm-up
+    of 0 updates, round(0.3)): stdout parses, and the loss starts near chance (ln 40 = 3.7), as from a
+    default initialisation it should (the default N(0, 1) table of torch, tied, started near 50)."""
+    python = envs.require(framework).python
+    dataset = _windows(tmp_path)
+    program = compare.program_path(framework, "transformer-lm")
+    command = [str(python)] + compare.program_arguments(program, dataset.path, 2, 1, 0,
+                                                        {"batch_size": 8, "optimizer": {"lr": 1e-3}})
+    done = guard.run(command, 600, check=True)
+    side = compare.parse_program_output(done.stdout, 2)
+    assert all(math.isfinite(loss) and 0 < loss < 1.5 * math.log(40) for loss in side.losses)
