@@ -4,7 +4,7 @@ the exact GELU and nnx.Dropout, the logits through the token table's `attend` pl
 optax.adamw over optax.warmup_cosine_decay_schedule, an nnx.jit train step. Flax's default initialisation.
 
 The recipe of dlbench's transformer-lm: width 128, dropout 0.1, 4 blocks of 4 heads and an MLP of 512, layer
-norm eps 1e-5, AdamW (betas 0.9/0.999, eps 1e-8, weight decay 0.01 on every parameter), the learning rate 0 at
+norm eps 1e-5, AdamW (betas 0.9/0.999, eps 1e-6, weight decay 0.01 on every parameter), the learning rate 0 at
 the first update, rising linearly over round(5 % of the updates), then a cosine to a tenth of it at the last.
 
 python jax_transformer_lm.py --data DIR --epochs N --threads T --seed S --batch-size B --learning-rate LR
@@ -95,7 +95,7 @@ def main():
     warmup_steps = min(round(0.05 * total_steps), total_steps - 1)
     schedule = optax.warmup_cosine_decay_schedule(0.0, args.learning_rate, warmup_steps, total_steps,
                                                   end_value=0.1 * args.learning_rate)
-    tx = optax.adamw(schedule, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.01)
+    tx = optax.adamw(schedule, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01)
     optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
     model.train()  # dropout on
 

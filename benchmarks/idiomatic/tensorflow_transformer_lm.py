@@ -6,7 +6,7 @@ tf.GradientTape over a tf.data pipeline. Keras's default initialisation.
 
 The recipe of dlbench's transformer-lm: width 128, learned positions over the window, dropout 0.1, 4 pre-LN
 blocks of 4 causal heads (key_dim 32) and an MLP of 512, layer norm eps 1e-5, a final layer norm, logits
-x E^T + b through the token embedding's own table (weight tying); AdamW (betas 0.9/0.999, eps 1e-8, weight
+x E^T + b through the token embedding's own table (weight tying); AdamW (betas 0.9/0.999, eps 1e-6, weight
 decay 0.01 on every variable), the learning rate 0 at the first update, rising linearly over round(5 % of the
 updates), then a cosine to a tenth of it at the last; cross-entropy averaged over every token of a batch; the
 batches follow dlbench's order (numpy RandomState([seed, epoch])).
@@ -80,7 +80,7 @@ warmup_steps = min(round(0.05 * total_steps), total_steps - 1)
 schedule = keras.optimizers.schedules.CosineDecay(0.0, total_steps - warmup_steps, alpha=0.1,
                                                   warmup_target=args.learning_rate, warmup_steps=warmup_steps)
 optimizer = keras.optimizers.AdamW(learning_rate=schedule, weight_decay=0.01, beta_1=0.9, beta_2=0.999,
-                                   epsilon=1e-8)
+                                   epsilon=1e-6)
 loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 

@@ -8,7 +8,7 @@ near sqrt(128) and the loss near 50).
 
 The recipe of dlbench's transformer-lm: width 128, learned positions over the window, dropout 0.1, 4 pre-LN
 blocks of 4 causal heads and an MLP of 512 (exact GELU), layer norm eps 1e-5, a final layer norm, logits
-x E^T + b; AdamW (betas 0.9/0.999, eps 1e-8, weight decay 0.01 on every parameter), the learning rate 0 at
+x E^T + b; AdamW (betas 0.9/0.999, eps 1e-6, weight decay 0.01 on every parameter), the learning rate 0 at
 the first update, rising linearly over round(5 % of the updates), then a cosine to a tenth of it at the last;
 cross-entropy averaged over every token of a batch; the batches follow dlbench's order.
 Contract (arguments, output): benchmarks/idiomatic/README.md.
@@ -86,7 +86,7 @@ class GPT(nn.Module):
 
 
 model = GPT()
-optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate, betas=(0.9, 0.999), eps=1e-8,
+optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate, betas=(0.9, 0.999), eps=1e-6,
                               weight_decay=0.01)
 total_steps = args.epochs * math.ceil(len(x_train) / args.batch_size)
 warmup_steps = min(round(0.05 * total_steps), total_steps - 1)
