@@ -22,7 +22,7 @@ from dlbench.harness.store import Store
 # epoch took 53 s instead of 3 s beside one busy loop). test_suite_cli checks the default, all cores.
 QUICK = ("run", "quick", "-f", "pytorch", "--epochs", "2", "--threads", "1")
 THREE = (*QUICK, "-w", "cnn-mnist", "-w", "lstm-imdb", "-w", "lstm-ptb")  # the quick suite's cheapest cells
-WORKLOADS = ["cnn-cifar10", "cnn-mnist", "frcnn-voc", "lstm-imdb", "lstm-ptb", "seq2seq-manythings"]  # quick's
+WORKLOADS = ["cnn-mnist", "frcnn-voc", "lstm-imdb", "lstm-ptb", "transformer-lm", "vit-cifar10"]  # quick's
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +105,11 @@ def test_stored_runs_hold_timings_metrics_and_resources(quick_run):
     assert mnist["params"] == 1_199_882
     assert imdb["metric_name"] == "accuracy" and 0 <= imdb["metric_value"] <= 1
     assert ptb["metric_name"] == "perplexity" and ptb["metric_value"] < 2000  # vocabulary of 2,000
+    gpt, vit = (runs[WORKLOADS.index(name)] for name in ("transformer-lm", "vit-cifar10"))
+    assert gpt["metric_name"] == "perplexity" and gpt["metric_value"] < 2000 and gpt["n_train"] == 320
+    assert gpt["config"]["recipe"]["schedule"] == {"name": "warmup_cosine", "warmup_steps": 1, "total_steps": 20,
+                                                   "final_lr_fraction": 0.1}  # 2 epochs of 10 batches of 32
+    assert vit["metric_name"] == "accuracy" and 0 <= vit["metric_value"] <= 1 and vit["params"] == 809_098
     frcnn = runs[WORKLOADS.index("frcnn-voc")]  # photo-boxes: 4 training images, 2 test images
     assert frcnn["metric_name"] == "map" and 0 <= frcnn["metric_value"] <= 1 and frcnn["n_train"] == 4
     assert frcnn["params"] == 7_729_622 and frcnn["config"]["model"]["input_shape"] == [128, 224, 3]

@@ -20,8 +20,10 @@ from dlbench.harness.run import cell_config
 
 KNOWN = ", ".join(envs.RECIPES) + " (optionally name@version)"
 
-PAPER_WORKLOADS = "cnn-mnist, cnn-cifar10, cnn-cifar100, cnn-svhn, lstm-imdb, lstm-ptb, frcnn-voc"
-ALL_WORKLOADS = "cnn-mnist, cnn-cifar10, cnn-cifar100, cnn-svhn, lstm-imdb, lstm-ptb, seq2seq-manythings, frcnn-voc"
+PAPER_WORKLOADS = ("cnn-mnist, cnn-cifar10, cnn-cifar100, cnn-svhn, lstm-imdb, lstm-ptb, frcnn-voc, transformer-lm, "
+                   "vit-cifar10")
+ALL_WORKLOADS = ("cnn-mnist, cnn-cifar10, cnn-cifar100, cnn-svhn, lstm-imdb, lstm-ptb, seq2seq-manythings, frcnn-voc, "
+                 "transformer-lm, vit-cifar10")
 DATASETS = ", ".join(data.dataset_names())
 
 
@@ -437,12 +439,13 @@ def test_a_cell_without_threads_gets_the_cores_of_the_machine_that_runs_it(tmp_p
 
 
 @pytest.mark.parametrize("name, entries", [
-    ("quick", [("cnn-mnist", "digits-28", 4, 768), ("cnn-cifar10", "photo-patches-10", 10, None),
-               ("lstm-imdb", "rt-snippets", 2, None), ("lstm-ptb", "lee-news-lm", 2, 860),
-               ("seq2seq-manythings", "django-es-en", 3, None), ("frcnn-voc", "photo-boxes", 30, None)]),
-    ("quick-large", [("cnn-cifar100", "photo-regions-100", 2, 128), ("cnn-svhn", "photo-patches-10", 2, 128)])])
+    ("quick", [("cnn-mnist", "digits-28", 4, 768), ("lstm-imdb", "rt-snippets", 2, None),
+               ("lstm-ptb", "lee-news-lm", 2, 860), ("frcnn-voc", "photo-boxes", 30, None),
+               ("transformer-lm", "lee-news-lm", 2, 320), ("vit-cifar10", "photo-patches-10", 3, 256)]),
+    ("quick-large", [("cnn-cifar10", "photo-patches-10", 10, None), ("seq2seq-manythings", "django-es-en", 3, None),
+                     ("cnn-cifar100", "photo-regions-100", 2, 128), ("cnn-svhn", "photo-patches-10", 2, 128)])])
 def test_quick_suite_plans(name, entries):
-    """quick and quick-large hold the eight workloads between them, in every framework."""
+    """quick and quick-large hold the ten workloads between them, in every framework."""
     cells = suite.plan(suite.load(name))  # every framework, one repetition, in a shuffled order
     assert sorted((c.framework, c.workload, c.dataset, c.epochs, c.train_samples, c.seed) for c in cells) == sorted(
         (framework, *entry, 0) for entry in entries for framework in envs.RECIPES)
