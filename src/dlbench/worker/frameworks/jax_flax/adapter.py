@@ -286,9 +286,11 @@ class IRModel(nn.Module):
             elif kind == "batchnorm":
                 x = BatchNorm(layer["momentum"], layer["epsilon"], name=name)(x, train)
             elif kind == "layer_norm":
-                # over the last axis, biased variance; Flax's default epsilon (1e-6) replaced by the IR's, and its
-                # E[x^2] - E[x]^2 variance ("fast") by the mean of squared deviations, as the other frameworks
-                x = nn.LayerNorm(epsilon=layer["epsilon"], use_fast_variance=False, name=name)(x)
+                # over the last axis, biased variance; Flax's default epsilon (1e-6) replaced by the IR's. Its
+                # default one-pass variance E[x^2] - E[x]^2 (use_fast_variance) is kept: the mean of squared
+                # deviations, a second pass, made transformer-lm's steady epochs 38 % slower on the 2-core Intel
+                # machine (1.08 s against 0.78 s, 320 lee-news-lm windows), the certificates passing either way
+                x = nn.LayerNorm(epsilon=layer["epsilon"], name=name)(x)
             elif kind == "activation":
                 x = ACTIVATIONS[layer["fn"]](x)
             elif kind == "dropout":

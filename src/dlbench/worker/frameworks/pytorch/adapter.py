@@ -89,7 +89,9 @@ class Residual(nn.Module):
 
 class Attention(nn.Module):
     """Multi-head self-attention through torch's fused scaled_dot_product_attention (its default scale is
-    1 / sqrt(dk); is_causal masks every later key; dropout_p drops attention weights, inverted)."""
+    1 / sqrt(dk); is_causal masks every later key; dropout_p drops attention weights, inverted). The query,
+    key and value projections run as one matmul over their weights stacked, as nn.MultiheadAttention's
+    in_proj does; each stays a Parameter of its own, the canonical weight it maps to."""
 
     def __init__(self, features: int, layer: dict):
         super().__init__()
@@ -99,8 +101,10 @@ class Attention(nn.Module):
     def forward(self, x):
         batch, steps, features = x.shape
         # head h owns features h*dk .. (h+1)*dk - 1: (batch, steps, heads, dk) -> (batch, heads, steps, dk)
-        q, k, v = (part(x).view(batch, steps, self.heads, -1).transpose(1, 2)
-                   for part in (self.query, self.key, self.value))
+        parts = (self.query, self.key, self.value)
+        stacked = F.linear(x, torch.cat([part.weight for part in parts]), torch.cat([part.bias for part in parts]))
+        q, k, v = (projected.view(batch, steps, self.heads, -1).transpose(1, 2)
+                   for projected in stacked.split(features, dim=2))
         out = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0,
                                              is_causal=self.causal)
         return self.output(out.transpose(1, 2).reshape(batch, steps, features))
@@ -272,18 +276,22 @@ def from_torch_layout(kind: str, key: str, value: np.ndarray) -> np.ndarray:
 
 
 def make_optimizer(params, config: dict) -> torch.optim.Optimizer:
+    """torch.optim's optimizers; Adam and AdamW as their fused kernels (fused=True: one pass over each
+    weight, on the CPU too), which PyTorch documents as its fastest implementation. Its default on the CPU
+    is a loop of small ops per weight: transformer-lm's steady epochs took about 4 % longer with it on the
+    2-core Intel machine."""
     name = config["name"]
     if name == "sgd":
         return torch.optim.SGD(params, lr=config["lr"], momentum=config["momentum"],
                                nesterov=config["nesterov"], weight_decay=config["weight_decay"])
     if name == "adam":
         return torch.optim.Adam(params, lr=config["lr"], betas=(config["beta1"], config["beta2"]),
-                                eps=config["epsilon"])
+                                eps=config["epsilon"], fused=True)
     if name == "adadelta":
         return torch.optim.Adadelta(params, lr=config["lr"], rho=config["rho"], eps=config["epsilon"])
     if name == "adamw":
         return torch.optim.AdamW(params, lr=config["lr"], betas=(config["beta1"], config["beta2"]),
-                                 eps=config["epsilon"], weight_decay=config["weight_decay"])
+                                 eps=config["epsilon"], weight_decay=config["weight_decay"], fused=True)
     raise not_built("optimizer", name)
 
 
@@ -306,7 +314,7 @@ def loss_terms(loss: str, logits: torch.Tensor, labels: torch.Tensor):
         return value, len(labels), ((logits > 0) == labels.bool()).sum(), len(labels)
     flat = logits.reshape(-1, logits.shape[-1])
     flat_labels = labels.reshape(-1)
-    right = flat.argmax(-1) == flat_labels
+    right = flat.max(-1).indices == flat_labels  # argmax's first maximum, 2.4x faster on the CPU here
     if loss == "masked_sequence_softmax_cross_entropy":
         kept = flat_labels != PAD_ID
         count = kept.sum()
