@@ -1,7 +1,8 @@
-"""Every framework adapter, run in its own environment: each of the seven classifier architectures
-loads canonical weights exactly, computes what an independent numpy forward pass computes, and
-learns; and each architecture trains a few steps on the first rows of the quick suite's stand-in for
-it. (The detector, frcnn-voc, has its own adapter class and tests: test_detector.py.)"""
+"""Every framework adapter, run in its own environment: each classifier architecture (the study's seven and
+the two Transformers) loads canonical weights exactly, computes what an independent numpy forward pass
+computes, and learns; each architecture trains a few steps on the first rows of the quick suite's stand-in
+for it; the Transformer pieces and AdamW's steps are checked beside them. All of a framework's cases run in
+one process. (The detector, frcnn-voc, has its own adapter class and tests: test_detector.py.)"""
 import json
 from pathlib import Path
 
@@ -91,13 +92,17 @@ def run_check(framework: str, payload: list[dict], compile_cache: Path) -> dict[
 
 
 def case_rows(checked: dict[str, dict]) -> dict[str, dict]:
-    """The check's rows of the cases, without its row of refusals."""
-    return {name: row for name, row in checked.items() if name != "refusals"}
+    """The check's rows of the trained cases (adapter_check.check's, which report threads and versions), without
+    the refusals, the GELU grid and the optimiser steps."""
+    return {name: row for name, row in checked.items() if "versions" in row}
 
 
 @pytest.fixture(scope="module", params=FRAMEWORKS)
 def checked(request, compile_cache, standin_cases) -> dict[str, dict]:
-    return run_check(request.param, CASES + standin_cases, compile_cache)
+    """Every case of this file in one process per framework: the workloads, their stand-ins, the Transformer
+    pieces and AdamW's (defined below)."""
+    return run_check(request.param, CASES + standin_cases + [PIECES, GELU_GRID, BLOCKS, ADAMW_TRAINING, ADAMW_STEPS],
+                     compile_cache)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c["workload"])
@@ -174,37 +179,32 @@ def test_theano_reports_the_scan_it_ran(checked):
         assert result["versions"]["theano-scan"] == (expected if architecture in RECURRENT else "none"), workload
 
 
-# ---- the Transformer family's first pieces (transformer_pieces.py), in a process of their own ----------
+# ---- the Transformer family's pieces (transformer_pieces.py), checked in the same process ----------------
 
 PIECES, GELU_GRID = transformer_pieces.case(), transformer_pieces.gelu_grid_case()
 BLOCKS = transformer_pieces.gpt_case()
 
 
-@pytest.fixture(scope="module", params=FRAMEWORKS)
-def pieces_checked(request, compile_cache) -> dict[str, dict]:
-    return run_check(request.param, [PIECES, GELU_GRID, BLOCKS], compile_cache)
-
-
-def test_gelu_is_the_exact_erf_form(pieces_checked):
+def test_gelu_is_the_exact_erf_form(checked):
     """The activation alone on [-6, 6]: the erf form to float32 rounding (MXNet's erf: 5e-7 off); the tanh
     approximation, 4.7e-4 off, fails."""
-    got = np.array(pieces_checked[GELU_GRID["workload"]]["predictions"])[0]
+    got = np.array(checked[GELU_GRID["workload"]]["predictions"])[0]
     expected = gelu(np.array(GELU_GRID["grid"], np.float32).astype(np.float64))
     print(f"gelu: max |framework - erf form| = {np.abs(got - expected).max():.3g}")
     assert np.abs(got - expected).max() <= 1e-5
 
 
-def test_transformer_pieces_build_and_compute_the_numpy_forward(pieces_checked):
+def test_transformer_pieces_build_and_compute_the_numpy_forward(checked):
     """Every framework builds the exact GELU and layer normalisation with its own ops: weights round trip,
     outputs as the independent numpy forward (math.erf, biased variance), a few steps lower the loss."""
-    assert_builds_and_learns(pieces_checked, PIECES)
+    assert_builds_and_learns(checked, PIECES)
 
 
-def test_transformer_blocks_build_and_compute_the_numpy_forward(pieces_checked):
+def test_transformer_blocks_build_and_compute_the_numpy_forward(checked):
     """Residual blocks, causal multi-head attention, learned positions and an output tied to the token
     embedding, each with the framework's own ops: weights round trip (the tied output holds its bias alone),
     outputs as the numpy forward (whose attention is causal: tests/test_ir.py), a few steps lower the loss."""
-    assert_builds_and_learns(pieces_checked, BLOCKS)
+    assert_builds_and_learns(checked, BLOCKS)
 
 
 def assert_builds_and_learns(checked: dict[str, dict], case: dict) -> None:
@@ -221,7 +221,7 @@ def assert_builds_and_learns(checked: dict[str, dict], case: dict) -> None:
     assert result["eval_after"]["loss"] < result["eval_before"]["loss"]
 
 
-# ---- AdamW with a warm-up and cosine schedule, in a process of their own -----------------------------
+# ---- AdamW with a warm-up and cosine schedule, checked in the same process -----------------------------
 
 ADAMW = {"name": "adamw", "lr": 1e-2, "beta1": 0.9, "beta2": 0.99, "epsilon": 1e-3, "weight_decay": 0.5}
 WARMUP_COSINE = {"name": "warmup_cosine", "warmup_steps": 2, "total_steps": 6, "final_lr_fraction": 0.2}
@@ -280,17 +280,12 @@ def adamw_training_case() -> dict:
 ADAMW_STEPS, ADAMW_TRAINING = adamw_steps_case(), adamw_training_case()
 
 
-@pytest.fixture(scope="module", params=FRAMEWORKS)
-def adamw_checked(request, compile_cache) -> dict[str, dict]:
-    return run_check(request.param, [ADAMW_TRAINING, ADAMW_STEPS], compile_cache)
-
-
-def test_adamw_with_warmup_cosine_steps_as_the_numpy_reference(adamw_checked):
+def test_adamw_with_warmup_cosine_steps_as_the_numpy_reference(checked):
     """Every step of the framework's AdamW and schedule within float32 rounding of the reference's, the first
     (lr 0) moving nothing; a schedule stepped late, or the decay coupled or not scaled by the schedule, is
     off by far more (a step moves a weight by up to about lr, 1e-2; the tolerance is 1e-5)."""
     case = ADAMW_STEPS
-    got = adamw_checked[case["workload"]]["after"]
+    got = checked[case["workload"]]["after"]
     expected = adamw_reference(case["weights"], case["gradients"], ADAMW, WARMUP_COSINE)
     assert len(got) == len(expected) == 8
     for step, (framework_step, reference_step) in enumerate(zip(got, expected, strict=True)):
@@ -301,12 +296,12 @@ def test_adamw_with_warmup_cosine_steps_as_the_numpy_reference(adamw_checked):
     assert all(np.array_equal(first[name], np.asarray(case["weights"][name], np.float32)) for name in first)
 
 
-def test_adamw_with_warmup_cosine_lowers_the_loss(adamw_checked):
-    result = adamw_checked[ADAMW_TRAINING["workload"]]
+def test_adamw_with_warmup_cosine_lowers_the_loss(checked):
+    result = checked[ADAMW_TRAINING["workload"]]
     assert result["same_shapes"] and np.isfinite(result["train_losses"]).all()
     assert result["eval_after"]["loss"] < result["eval_before"]["loss"]
 
 
-def test_a_schedule_the_adapter_lacks_raises_naming_it(adamw_checked):
-    refused = adamw_checked["refusals"]["schedule"]
+def test_a_schedule_the_adapter_lacks_raises_naming_it(checked):
+    refused = checked["refusals"]["schedule"]
     assert "schedule 'novel'" in (refused or ""), refused

@@ -273,54 +273,52 @@ def certify_dir(session_dir) -> Path:
     return session_dir / "certify"
 
 
+def probed_workloads() -> list:
+    """Every workload, then the tests' own: the Transformer pieces, the tiny GPT and the pieces with AdamW."""
+    return ALL_WORKLOADS + [transformer_pieces.workload(), transformer_pieces.gpt_workload(), pieces_with_adamw()]
+
+
 @pytest.fixture(scope="session")
 def reference(certify_dir) -> dict:
-    """The reference's probes of every workload, once for all the frameworks' certificates."""
-    return probes.reference_probes(ALL_WORKLOADS, certify_dir)
+    """The reference's probes of every probed workload, once for all the frameworks' certificates."""
+    return probes.reference_probes(probed_workloads(), certify_dir)
 
 
-@pytest.mark.parametrize("framework", CANDIDATES)
-def test_every_workload_certifies(store, certify_dir, reference, framework):
-    """One probe process per framework, as `dlbench certify` runs it, against the shared reference."""
-    certificates = probes.certify([framework], ALL_WORKLOADS, store, certify_dir, quiet, reference)
-    assert [cert["workload"] for cert in certificates] == sorted(WORKLOADS)
-    failed = {cert["workload"]: [(row["tensor"], row["max_rel"], row.get("error"), row.get("problem"))
-                                 for row in cert["deviations"] if not row["passed"]]
-              for cert in certificates if not cert["passed"]}
+@pytest.fixture(scope="module", params=CANDIDATES)
+def certificates(request, tmp_path_factory, certify_dir, reference) -> dict[str, dict]:
+    """One probe process per framework, as `dlbench certify` runs it, against the shared reference: the
+    framework's certificate of each probed workload, by workload."""
+    with Store(tmp_path_factory.mktemp("certificates") / "dlbench.sqlite") as opened:
+        made = probes.certify([request.param], probed_workloads(), opened, certify_dir, quiet, reference)
+    return {cert["workload"]: cert for cert in made}
+
+
+def test_every_workload_certifies(certificates):
+    assert set(certificates) == {workload.name for workload in probed_workloads()}
+    failed = {name: [(row["tensor"], row["max_rel"], row.get("error"), row.get("problem"))
+                     for row in certificates[name]["deviations"] if not row["passed"]]
+              for name in WORKLOADS if not certificates[name]["passed"]}
     assert failed == {}
 
 
-@pytest.fixture(scope="session")
-def pieces_reference(certify_dir) -> dict:
-    return probes.reference_probes([transformer_pieces.workload()], certify_dir)
-
-
-@pytest.mark.parametrize("framework", CANDIDATES)
-def test_the_transformer_pieces_certify(store, certify_dir, pieces_reference, framework):
-    """The pieces of issue #30 (transformer_pieces.py), in no workload yet: outputs, loss, gradients and the
-    optimizer's steps against the reference's."""
-    [cert] = probes.certify([framework], [transformer_pieces.workload()], store, certify_dir, quiet, pieces_reference)
+def test_the_transformer_pieces_certify(certificates):
+    """The pieces of issue #30 (transformer_pieces.py), in a tiny model of their own: outputs, loss, gradients
+    and the optimizer's steps against the reference's."""
+    cert = certificates[transformer_pieces.NAME]
     worst = {}
     for row in cert["deviations"]:
         if row["kind"] in ("output", "loss", "grad", "after") and row["max_rel"] is not None:
             worst[row["kind"]] = max(worst.get(row["kind"], 0.0), row["max_rel"])
-    print(f"{framework}: worst relative deviation by kind {({k: float(f'{v:.3g}') for k, v in worst.items()})}")
+    print(f"{cert['framework']}: worst relative deviation by kind {({k: float(f'{v:.3g}') for k, v in worst.items()})}")
     assert cert["passed"], [(row["tensor"], row["max_rel"], row.get("problem")) for row in cert["deviations"]
                             if not row["passed"]]
     assert {"output", "loss", "grad", "after"} <= {row["kind"] for row in cert["deviations"]}
 
 
-@pytest.fixture(scope="session")
-def blocks_reference(certify_dir) -> dict:
-    return probes.reference_probes([transformer_pieces.gpt_workload()], certify_dir)
-
-
-@pytest.mark.parametrize("framework", CANDIDATES)
-def test_the_transformer_blocks_certify(store, certify_dir, blocks_reference, framework):
+def test_the_transformer_blocks_certify(certificates):
     """Residual blocks, causal attention, learned positions and the tied output (transformer_pieces.gpt_model):
     outputs, loss, gradients (the tied table's summed over both uses) and the optimizer's steps."""
-    [cert] = probes.certify([framework], [transformer_pieces.gpt_workload()], store, certify_dir, quiet,
-                            blocks_reference)
+    cert = certificates[transformer_pieces.GPT_NAME]
     assert cert["passed"], [(row["tensor"], row["max_rel"], row.get("problem")) for row in cert["deviations"]
                             if not row["passed"]]
     assert {"output", "loss", "grad", "after"} <= {row["kind"] for row in cert["deviations"]}
@@ -540,16 +538,10 @@ def pieces_with_adamw():
                                recipe=dict(pieces.recipe, optimizer=ADAMW, schedule=schedule))
 
 
-@pytest.fixture(scope="session")
-def adamw_reference(certify_dir) -> dict:
-    return probes.reference_probes([pieces_with_adamw()], certify_dir)
-
-
-@pytest.mark.parametrize("framework", CANDIDATES)
-def test_adamw_with_warmup_cosine_certifies(store, certify_dir, adamw_reference, framework):
+def test_adamw_with_warmup_cosine_certifies(certificates):
     """Each framework's AdamW and schedule pass every check of the optimiser certificate (the decay, epsilon,
     sequence and schedule checks), beside the pieces' outputs, gradients and steps."""
-    [cert] = probes.certify([framework], [pieces_with_adamw()], store, certify_dir, quiet, adamw_reference)
+    cert = certificates[pieces_with_adamw().name]
     checked = {row["tensor"].split("/")[1] for row in cert["deviations"] if row["kind"] == "optimizer"}
     assert checked == {"decay", "epsilon", "sequence", "schedule"}
     assert cert["passed"], [(row["tensor"], row["max_rel"], row.get("problem")) for row in cert["deviations"]
