@@ -19,9 +19,9 @@ envs: $(BIN)/dlbench
 # itself (rewritten after each cell, drawn whole at the end), also when a cell failed (exit status 1; make
 # still fails then, with the run's status). Where the run stopped otherwise (an error, a signal: status above
 # 1), `dlbench report` writes it from what the store holds, at the cost of a second drawing where the run
-# had written it already. Certifying is left out (the eight workloads' 64 pairs take longer than its runs'
+# had written it already. Certifying is left out (the ten workloads' 80 pairs take longer than its runs'
 # budget allows): when pairs hold no certificate in the machine's store, `dlbench run` ends by printing the
-# command that certifies them and how long it took here.
+# command that certifies them and how long certifying took where it was measured.
 run: envs
 	$(BIN)/dlbench data fetch --suite quick
 	status=0; $(BIN)/dlbench run quick || status=$$?; \

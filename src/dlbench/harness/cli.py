@@ -118,8 +118,7 @@ def certify_hint(count: int, command: str) -> str:
     return (f"certificates: {count} framework x workload pair{'s' if count > 1 else ''} of this plan "
             f"{'have' if count > 1 else 'has'} no equivalence certificate in {machine_store.store_path()}, "
             f"so the report says {'they' if count > 1 else 'it'} may not train the same model as the reference. "
-            f"Certify the missing pairs with: {command}\n(the eight workloads' {machine_store.ALL_PAIRS} pairs "
-            f"took {machine_store.ALL_PAIRS_TIME} on a 2-core machine; the next report "
+            f"Certify the missing pairs with: {command}\n({machine_store.CERTIFY_TIMES}; the next report "
             f"reads the new certificates)")
 
 
