@@ -278,7 +278,7 @@ def from_torch_layout(kind: str, key: str, value: np.ndarray) -> np.ndarray:
 def make_optimizer(params, config: dict) -> torch.optim.Optimizer:
     """torch.optim's optimizers; Adam and AdamW as their fused kernels (fused=True: one pass over each
     weight, on the CPU too), which PyTorch documents as its fastest implementation. Its default on the CPU
-    is a loop of small ops per weight: transformer-lm's steady epochs took about 4 % longer with it on the
+    is a loop of small ops per weight: transformer-lm's steady epochs took about 5 % longer with it on the
     2-core Intel machine."""
     name = config["name"]
     if name == "sgd":
