@@ -295,6 +295,7 @@ def certificates(request, tmp_path_factory, certify_dir, reference) -> dict[str,
 
 def test_every_workload_certifies(certificates):
     assert set(certificates) == {workload.name for workload in probed_workloads()}
+    assert [name for name in certificates if name in WORKLOADS] == sorted(WORKLOADS)
     failed = {name: [(row["tensor"], row["max_rel"], row.get("error"), row.get("problem"))
                      for row in certificates[name]["deviations"] if not row["passed"]]
               for name in WORKLOADS if not certificates[name]["passed"]}
