@@ -140,11 +140,13 @@ def write_bytes_atomically(path: Path, content: bytes) -> None:
     path = Path(path)
     refuse_link(path)
     partial = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.partial")
+    created = False  # a file found at the partial's name is not this write's to remove
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_partials(path.parent, path.name)
         # os.open, not tempfile: the file gets the umask's permissions, as a plain write would give it
         descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        created = True
         with os.fdopen(descriptor, "wb") as out:
             out.write(content)
             out.flush()
@@ -152,7 +154,8 @@ def write_bytes_atomically(path: Path, content: bytes) -> None:
         refuse_link(path)  # planted while the file was written: refused, not silently replaced
         os.replace(partial, path)
     except BaseException as error:
-        partial.unlink(missing_ok=True)
+        if created:
+            partial.unlink(missing_ok=True)
         if isinstance(error, OSError):
             raise PathError(f"{path}: cannot write it ({error.strerror}); nothing there was changed") from None
         raise

@@ -127,6 +127,11 @@ class LiveReport:
         overwritten)."""
         path = self.results / COST_FILE
         try:
+            folders.refuse_link(path)  # what it points to would be read, and its content kept
+        except folders.PathError as error:
+            self.say(f"live report: its cost not kept ({error})")
+            return
+        try:
             kept = json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
             unreadable = None if isinstance(kept, list) else f"it holds a JSON {type(kept).__name__}"
         except (OSError, ValueError) as error:
