@@ -238,3 +238,54 @@ def test_dlbench_report_removes_a_killed_rewrites_file_and_writes_the_page_whole
     assert cli.main(["report", "--results", str(results)]) == 0
     assert capsys.readouterr().out == f"{page}\n"
     assert not list(results.glob(".*.partial")) and not left_live(page) and "Live:" not in page.read_text()
+
+
+# dlbench's own folders: an environment's lock and stamp, a download's partial file and pin
+
+def test_an_environments_lock_and_stamp_are_never_opened_through_a_link(tmp_path, monkeypatch):
+    from dlbench.harness.environments import disk
+    target = victim(tmp_path)
+    monkeypatch.setenv("DLBENCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(envs, "create", never("the environment's build"))
+    link = plant(envs.env_root() / f".{envs.folder_name('pytorch')}.lock", target)
+    with pytest.raises(folders.PathError, match=f"^{link} is a symbolic link \\(to {target}\\)"):
+        envs.ensure("pytorch")
+    os.utime(target, (1_000_000_000, 1_000_000_000))
+    stamp = plant(tmp_path / "env" / disk.USED_STAMP, target)
+    with pytest.raises(folders.PathError, match=f"^{stamp} is a symbolic link"):
+        disk.mark_used(envs.Environment("pytorch", tmp_path / "env"))
+    assert target.read_bytes() == VICTIM and target.stat().st_mtime == 1_000_000_000
+
+
+class Response:
+    """What urlopen gives: a whole file of four bytes."""
+    status, headers = 200, {"Content-Length": "4"}
+
+    def __init__(self) -> None:
+        self.body = [b"file", b""]
+
+    def read(self, size: int) -> bytes:
+        return self.body.pop(0)
+
+    def __enter__(self) -> "Response":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+def test_a_downloads_partial_file_and_pin_are_never_written_through_a_link(tmp_path, monkeypatch):
+    from dlbench.harness.data import download
+    target = victim(tmp_path)
+    monkeypatch.setattr(download.urllib.request, "urlopen", lambda request, timeout: Response())
+    part = plant(tmp_path / "raw" / "file.gz.part", target)
+    with pytest.raises(folders.PathError, match=f"^{part} is a symbolic link \\(to {target}\\)"):
+        download._download("http://127.0.0.1:9/file.gz", part, lambda *args: None, "file.gz")
+    part.unlink()
+    download._download("http://127.0.0.1:9/file.gz", part, lambda *args: None, "file.gz")
+    assert part.read_bytes() == b"file"  # the same call, with no link there, writes the file
+    pin = plant(tmp_path / "raw" / f"file.gz{download.PIN_SUFFIX}", target)
+    spec = download.FileSpec("file.gz", ("http://127.0.0.1:9/file.gz",), None)
+    with pytest.raises(folders.PathError, match=f"^{pin} is a symbolic link"):
+        download.pin(spec, part)
+    assert target.read_bytes() == VICTIM

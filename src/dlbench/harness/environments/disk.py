@@ -32,7 +32,7 @@ class Built:
 
 def mark_used(env: envs.Environment) -> None:
     # os.utime on the descriptor: Path.touch would follow a link planted at the stamp's name
-    with os.fdopen(folders.open_no_follow(env.path / USED_STAMP, os.O_WRONLY | os.O_CREAT)) as stamp:
+    with os.fdopen(folders.open_no_follow(env.path / USED_STAMP, os.O_WRONLY | os.O_CREAT), "wb") as stamp:
         os.utime(stamp.fileno())
 
 
