@@ -60,6 +60,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     options = Options(Path(args.results).resolve(), data_dir(args).resolve(), args.force, args.timeout,
                       args.memory_limit_mb)
     check_results_folder(args.results, "dlbench run keeps its store and run folders there")
+    results_folder.refuse_planted_links(options.results)
     # one run at a time per results folder: a second is refused here, before anything is prepared or built
     with results_folder.locked(options.results), interrupt.handled():
         try:
@@ -79,6 +80,7 @@ def run_and_show(chosen: suite.Suite, cells: list[suite.Cell], options: Options,
     # report.html rewritten after each cell (without charts), and written whole once at the end, however the
     # plan ends: stopped by a signal, by an error, or with failed cells
     live = LiveReport(options.results, len(cells), not args.no_live_report)
+    live.start()  # a killed run's page and temporary files, corrected and removed
     try:
         with progress.display(cells, args.plain) as shown:
             if executor == "ray":

@@ -12,10 +12,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from dlbench.harness import folders
 from dlbench.shared.protocol import EPOCH_SPLIT
 
 SCHEMA_VERSION = 12
 FILENAME = "dlbench.sqlite"
+SIDE_FILES = ("-wal", "-shm", "-journal")  # what SQLite writes beside the store
 
 # Column name -> SQL declaration; the single source for the DDL, inserts and key validation.
 RUN_COLUMNS: dict[str, str] = {
@@ -299,6 +301,7 @@ class Store:
         `for_reading`: a reader's open, which creates nothing, and opens a store it cannot write (a read-only
         folder, another user's store) read-only instead of failing."""
         self.path = Path(path)
+        self._refuse_links()
         self.read_only = for_reading and not _writable(self.path)
         try:
             self._conn = self._connect(for_reading)
@@ -315,6 +318,16 @@ class Store:
         except BaseException:
             self._conn.close()
             raise
+
+    def _refuse_links(self) -> None:
+        """SQLite opens the store and the files beside it (its -wal, -shm, -journal) through links, and writes
+        them, readers too (the -shm): a link planted in a shared results folder is refused, naming it, before
+        SQLite opens anything."""
+        for name in (self.path.name, *(self.path.name + suffix for suffix in SIDE_FILES)):
+            try:
+                folders.refuse_link(self.path.with_name(name))
+            except folders.PathError as error:
+                raise StoreError(str(error)) from None
 
     def _connect(self, for_reading: bool) -> sqlite3.Connection:
         if for_reading and not self.path.is_file():

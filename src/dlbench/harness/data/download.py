@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dlbench.harness import folders
+
 from .prepared import Built, DatasetError, StandInTarget
 
 CHUNK = 1 << 20
@@ -104,7 +106,7 @@ def check(path: Path, size: int | None, sha256: str | None, md5: str | None) -> 
 
 def pin(spec: FileSpec, path: Path) -> None:
     size, sha256, _ = file_digests(path)
-    (path.parent / (spec.name + PIN_SUFFIX)).write_text(f"{sha256} {size}\n", encoding="ascii")
+    folders.write_text_atomically(path.parent / (spec.name + PIN_SUFFIX), f"{sha256} {size}\n")
 
 
 def verify(spec: FileSpec, path: Path) -> None:
@@ -152,6 +154,7 @@ def sibling_copy(spec: FileSpec, folder: Path) -> Path | None:
     for other in sorted(folder.parent.glob(f"*/{spec.name}")):
         if other.parent != folder and check(other, spec.size, spec.sha256, None) is None:
             folder.mkdir(parents=True, exist_ok=True)
+            folders.refuse_link(folder / spec.name)  # copyfile would write through a link (a dangling one too)
             try:
                 os.link(other, folder / spec.name)
             except OSError:
@@ -244,7 +247,9 @@ def _download(url: str, part: Path, progress: Progress, name: str) -> None:
         length = response.headers.get("Content-Length")
         total = offset + int(length) if length is not None else None
         done, last = offset, 0.0
-        with open(part, "ab" if offset else "wb") as out:
+        # never through a link planted at the partial file's name (a PathError, which no other URL retries)
+        mode = os.O_APPEND if offset else os.O_TRUNC
+        with os.fdopen(folders.open_no_follow(part, os.O_WRONLY | os.O_CREAT | mode), "ab") as out:
             while chunk := response.read(CHUNK):
                 out.write(chunk)
                 done += len(chunk)

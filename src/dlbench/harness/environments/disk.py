@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dlbench.harness import folders
 from dlbench.harness.environments import envs
 
 USED_STAMP = "dlbench-last-used"  # in the environment's folder; its mtime is the last run's start
@@ -30,7 +31,9 @@ class Built:
 
 
 def mark_used(env: envs.Environment) -> None:
-    (env.path / USED_STAMP).touch()
+    # os.utime on the descriptor: Path.touch would follow a link planted at the stamp's name
+    with os.fdopen(folders.open_no_follow(env.path / USED_STAMP, os.O_WRONLY | os.O_CREAT), "wb") as stamp:
+        os.utime(stamp.fileno())
 
 
 def last_used(folder: Path) -> float | None:

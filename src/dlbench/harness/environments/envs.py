@@ -19,7 +19,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from dlbench.harness import file_names
+from dlbench.harness import file_names, folders
 
 
 class EnvError(RuntimeError):
@@ -388,7 +388,7 @@ def create(framework: str, device: str = "cpu", log=print) -> Environment:
         if "hashes" not in env.info():  # built before dlbench recorded them: added, nothing rebuilt
             info = dict(env.info(), hashes=registry_hashes(recipe, env.info()["python_version"],
                                                            env.info()["packages"]))
-            env.info_file.write_text(json.dumps(info, indent=1, sort_keys=True))
+            folders.write_text_atomically(env.info_file, json.dumps(info, indent=1, sort_keys=True))
             log(f"{env.path.name}: recorded the registry's hashes of {len(info['hashes'])} of its "
                 f"{len(info['packages'])} packages")
         return env
@@ -525,7 +525,9 @@ def ensure(framework: str, device: str = "cpu", log=print) -> Environment:
     machine (Ray tasks on one node) wait on a lock file, so it is built once."""
     root = env_root()
     root.mkdir(parents=True, exist_ok=True)
-    with open(root / f".{folder_name(framework, device)}.lock", "w") as lock:
+    # never through a link planted in its place: no O_TRUNC either, the file is only locked
+    with os.fdopen(folders.open_no_follow(root / f".{folder_name(framework, device)}.lock",
+                                          os.O_WRONLY | os.O_CREAT), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         return create(framework, device, log)
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import psutil
 
+from dlbench.harness import folders
+
 PEAK_SIZE = 2048  # saturates the CPUs here (two 16 MiB operands); a GPU gets PEAK_SIZE_GPU
 PEAK_SIZE_GPU = 8192
 PEAK_REPEATS = 5
@@ -48,7 +50,7 @@ def run(command: list[str], variables: dict[str, str], folder: Path) -> dict:
         return {"gflops": None, "reason": f"peak not measured: {error}"}
     wall = time.perf_counter() - tic
     others = max(0.0, (_busy_s() - busy) - (_children_cpu_s() - children)) / wall if wall > 0 else None
-    (folder / "stderr.log").write_text(done.stderr)
+    folders.write_text_atomically(folder / "stderr.log", done.stderr)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     try:
         result = json.loads(lines[-1]) if lines else {}

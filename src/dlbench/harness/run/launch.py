@@ -23,6 +23,7 @@ from pathlib import Path
 
 import psutil
 
+from dlbench.harness import folders
 from dlbench.harness.measure.monitor import Monitor, Sample, find_gpu_library
 from dlbench.harness.run import interrupt
 from dlbench.shared.protocol import DONE, EPOCH, ERROR, GARBLED, KIND, kind_of
@@ -122,10 +123,10 @@ def run_worker(command: list[str], env: dict[str, str], run_dir: Path, timeout_s
     find_gpu_library()
     started, cpu_started = time.perf_counter(), time.process_time()
     try:
-        with open(stderr_path, "wb") as stderr:
+        with os.fdopen(folders.open_no_follow(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as stderr:
             process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL,
                                        env=env, cwd=run_dir, preexec_fn=_worker_preexec, text=True)
-    except OSError as error:
+    except (OSError, folders.PathError) as error:
         return Outcome("failed", f"cannot start the worker {command[0]}: {error}")
     over_memory: list[float] = []
 

@@ -22,6 +22,17 @@ from dlbench.harness import folders
 from dlbench.harness.store import FILENAME
 
 COST_FILE = "live-report.json"
+REPORT_FILE = "report.html"  # report.write's default page in the results folder
+LIVE_MARK = b'<meta http-equiv="refresh"'  # in a live page's head only (html.render)
+
+
+def left_live(page: Path) -> bool:
+    """Whether `page` is a live page (html.render's head, within its first kilobytes, holds the refresh tag)."""
+    try:
+        with open(page, "rb") as handle:
+            return LIVE_MARK in handle.read(4096)
+    except OSError:  # no page yet, or none readable: nothing left live to correct
+        return False
 
 
 class LiveReport:
@@ -34,11 +45,28 @@ class LiveReport:
         self.rewrites: list[float] = []  # seconds of each rewrite that succeeded
         self.failures = 0
 
+    def start(self) -> None:
+        """At the run's start, under its lock (no other run writes this folder): the temporary files that a
+        killed run's rewrites left are removed, and a page that a killed run left live (its banner and refresh
+        tag still say that a run rewrites it) is rewritten at once as this run's live page, with or without
+        --no-live-report: the full report replaces it when this run ends."""
+        try:
+            folders.remove_stale_partials(self.results)
+        except OSError as error:
+            self.say(f"live report: a killed run's temporary files not removed from {self.results} ({error})")
+        if left_live(self.results / REPORT_FILE) and self.total > 0:
+            self.write_live(0)
+
     def rewrite(self, done: int) -> None:
         """Rewrites the live page after a cell was stored; `done`: the plan's cells ended or skipped so far."""
         if not self.enabled or done >= self.total:  # after the last cell, the full report comes at once
             return
         tic = time.perf_counter()
+        if self.write_live(done):
+            self.rewrites.append(time.perf_counter() - tic)
+
+    def write_live(self, done: int) -> bool:
+        """The live page after `done` cells; False where it failed (said the first time, counted after)."""
         try:
             # the run imports the report's modules (matplotlib, scipy) when it first writes one
             from dlbench.harness.present import html, report
@@ -51,8 +79,8 @@ class LiveReport:
             if self.failures == 1:
                 self.say(f"live report: not rewritten after {done} of {self.total} cells ({type(error).__name__}: "
                          f"{error}); the run goes on, its cells are stored, and later failures are only counted")
-            return
-        self.rewrites.append(time.perf_counter() - tic)
+            return False
+        return True
 
     def finish(self, stopped: bool = False) -> Path | None:
         """The full report (charts, no banner, no refresh), once, when the plan ends however it ends; prints
@@ -98,6 +126,11 @@ class LiveReport:
         said, not raised, and one that is not a JSON list is left as it is (its earlier runs' figures are not
         overwritten)."""
         path = self.results / COST_FILE
+        try:
+            folders.refuse_link(path)  # what it points to would be read, and its content kept
+        except folders.PathError as error:
+            self.say(f"live report: its cost not kept ({error})")
+            return
         try:
             kept = json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
             unreadable = None if isinstance(kept, list) else f"it holds a JSON {type(kept).__name__}"

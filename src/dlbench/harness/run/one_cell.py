@@ -5,6 +5,7 @@ import json
 import time
 from collections.abc import Callable
 
+from dlbench.harness import folders
 from dlbench.harness.environments import envs
 from dlbench.harness.environments.process import worker_environment
 from dlbench.harness.measure import energy, serving
@@ -31,7 +32,7 @@ def run_cell(prepared: Prepared, options: Options, on_event: Callable[[dict], No
         worker_cell.update(mode=config["mode"], serve=config["serve"])
     if "initial_weights" in config:
         worker_cell["weights"] = config["initial_weights"]["file"]
-    (run_dir / "cell.json").write_text(json.dumps(worker_cell, indent=1))
+    folders.write_text_atomically(run_dir / "cell.json", json.dumps(worker_cell, indent=1))
     command = [str(prepared.env.python), "-m", "dlbench.worker.train", str(run_dir / "cell.json")]
     shared = shared_compile_cache(options.results, cell)
     cache_state = compile_cache_state(cell, shared)  # before the worker adds to it
@@ -50,7 +51,7 @@ def run_cell(prepared: Prepared, options: Options, on_event: Callable[[dict], No
                              options.memory_limit_mb, events)
     finally:
         meter.close()
-    (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in outcome.events))
+    folders.write_text_atomically(run_dir / "events.jsonl", "".join(json.dumps(e) + "\n" for e in outcome.events))
     epochs = epoch_rows(outcome.events, prepared.workload.target["metric"], epoch_energy.epochs)
     row = run_row(prepared, outcome, epochs, run_dir, started_at, cache_state, meter.source)
     return Ran(row, epochs, outcome.samples, serving.latencies(outcome.events))

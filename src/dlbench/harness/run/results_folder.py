@@ -19,9 +19,13 @@ from pathlib import Path
 
 import psutil
 
-from dlbench.harness.store import StoreError
+from dlbench.harness import folders
+from dlbench.harness.run.live_report import COST_FILE, REPORT_FILE
+from dlbench.harness.store import FILENAME, SIDE_FILES, StoreError
 
 LOCK_FILE = "dlbench.lock"
+# the files a run writes in the results folder itself, which may be shared: a link planted at one is refused
+WRITTEN = (LOCK_FILE, FILENAME, *(FILENAME + suffix for suffix in SIDE_FILES), REPORT_FILE, COST_FILE)
 
 
 class FolderInUse(StoreError):
@@ -48,13 +52,24 @@ def describe_holder(text: str) -> str:
 
 
 def _open_lock_file(results: Path) -> int:
+    """The lock file's descriptor, never through a link planted in its place: the file is emptied and written
+    (a link to another file would empty that file)."""
     try:
         results.mkdir(parents=True, exist_ok=True)
         # no O_TRUNC: the file is emptied only once the lock is ours, or the holder's record is lost
-        return os.open(results / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        return folders.open_no_follow(results / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except folders.PathError as error:
+        raise StoreError(f"the lock file {error}") from None
     except OSError as error:
         raise StoreError(f"cannot use {results} as the results folder: {error.strerror} "
                          f"({error.filename}); pass a folder you can write with --results") from None
+
+
+def refuse_planted_links(results: Path) -> None:
+    """Raises PathError, naming the first, when a file the run writes in `results` is a symbolic link: checked
+    before anything is prepared, as the writes refuse it too but only once the run is under way."""
+    for name in WRITTEN:
+        folders.refuse_link(results / name)
 
 
 @contextmanager
