@@ -187,12 +187,14 @@ def test_a_recipe_outside_what_the_adapters_build(tmp_path, fake):
 
 def test_wrong_input_shapes_are_refused_naming_both(tmp_path, fake):
     path = write(tmp_path, model=MODEL.replace('meta["input_shape"]', "[8, 8, 1]"))
-    refused(path, "data.npz: the model of mine takes input_shape [8, 8, 1], but x_train's samples are [6, 6, 1]")
+    refused(path, f"data.npz: the model of mine ({tmp_path / 'mine.py'}) takes input_shape [8, 8, 1], but x_train's "
+            "samples are [6, 6, 1]")
 
 
 def test_labels_out_of_range_for_the_output_units(tmp_path, fake):
     path = write(tmp_path, model=MODEL.replace('ir.dense(meta["num_classes"])', "ir.dense(2)"))
-    refused(path, "array y_train holds label 2, out of range for the 2 output units of mine's model (labels 0 to 1)")
+    refused(path, "array y_train holds label 2, out of range for the 2 output units of dense_1, the last layer of "
+            f"the model of mine ({tmp_path / 'mine.py'}) (labels 0 to 1)")
     path = write(tmp_path, fields="task: classification, num_classes: 2")
     refused(path, "holds label 2, out of range for num_classes 2")
 

@@ -82,8 +82,9 @@ def check_size(path: Path, key: str, header: Header, accepted: str) -> None:
     holds (inflates to) more. Object arrays (pickles) have no fixed size: each reader refuses them first."""
     if header.nbytes != header.data_bytes:
         raise ArrayFileError(
-            f"{path}: {key!r} declares shape {header.shape} of {header.dtype} ({header.nbytes:,} bytes) but holds "
-            f"{header.data_bytes:,} bytes of data; expected {accepted}")
+            f"{path}: {key!r} declares shape {header.shape} of {header.dtype} ({header.nbytes:,} bytes, "
+            f"{size_text(header.nbytes)}) but holds {header.data_bytes:,} bytes of data: truncated, or not what its "
+            f"header says; expected {accepted}")
 
 
 def zip_array(path: Path, key: str, archive: zipfile.ZipFile, info: zipfile.ZipInfo, accepted: str) -> np.ndarray:
@@ -107,7 +108,7 @@ def file_array(path: Path, accepted: str) -> np.ndarray:
 
 
 def size_text(size: int) -> str:
-    """A byte count as people read it: 4.66 GiB, 364 TiB."""
+    """A byte count as people read it: 4.66 GiB, 364 TiB (binary units)."""
     for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if size >= scale:
             return f"{size / scale:.3g} {unit}"
