@@ -81,10 +81,11 @@ def check_size(path: Path, key: str, header: Header, accepted: str) -> None:
     """Refuses a member whose data is not exactly what its header declares: a truncated member, or one that
     holds (inflates to) more. Object arrays (pickles) have no fixed size: each reader refuses them first."""
     if header.nbytes != header.data_bytes:
+        readable = f", {size_text(header.nbytes)}" if header.nbytes >= 1024 else ""
         raise ArrayFileError(
-            f"{path}: {key!r} declares shape {header.shape} of {header.dtype} ({header.nbytes:,} bytes, "
-            f"{size_text(header.nbytes)}) but holds {header.data_bytes:,} bytes of data: truncated, or not what its "
-            f"header says; expected {accepted}")
+            f"{path}: {key!r} declares shape {header.shape} of {header.dtype} ({header.nbytes:,} bytes{readable}) "
+            f"but holds {header.data_bytes:,} bytes of data: truncated, or not what its header says; "
+            f"expected {accepted}")
 
 
 def zip_array(path: Path, key: str, archive: zipfile.ZipFile, info: zipfile.ZipInfo, accepted: str) -> np.ndarray:
