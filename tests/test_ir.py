@@ -323,3 +323,40 @@ def test_bad_vision_pieces_are_refused_with_the_reason(shape, layers, message):
 def test_bad_transformer_pieces_are_refused_with_the_reason(layers, message):
     with pytest.raises(ir.IRError, match=message.replace("(", r"\(").replace(")", r"\)")):
         ir.model([5], "int32", layers)
+
+
+SIZE = "a positive integer is needed"
+RATE = r"a rate in \[0, 1\) is needed"
+
+
+@pytest.mark.parametrize("input_shape, layers, message", [
+    ([6, 6, 1], [ir.conv2d(0)], f"layer conv2d_1: filters 0; {SIZE}"),
+    ([6, 6, 1], [ir.conv2d(4, kernel=-3)], f"layer conv2d_1: kernel -3; {SIZE}"),
+    ([6, 6, 1], [ir.conv2d(4, stride=0)], f"layer conv2d_1: stride 0; {SIZE}"),
+    ([6, 6, 1], [ir.conv2d(4, stride=True)], f"layer conv2d_1: stride True; {SIZE}"),
+    ([6, 6, 1], [ir.conv2d(4, kernel=2.0)], f"layer conv2d_1: kernel 2.0; {SIZE}"),
+    ([6, 6, 1], [ir.maxpool2d(0)], f"layer maxpool2d_1: pool 0; {SIZE}"),
+    ([6, 6, 1], [ir.maxpool2d(2, stride=-1)], f"layer maxpool2d_1: stride -1; {SIZE}"),
+    ([6, 6, 1], [ir.flatten(), ir.dense(0)], f"layer dense_1: units 0; {SIZE}"),
+    ([6, 6, 1], [ir.dropout(1.0)], f"layer dropout_1: rate 1.0; {RATE}"),
+    ([6, 6, 1], [ir.dropout(-0.1)], fr"layer dropout_1: rate -0.1; {RATE}"),
+    ([6, 6, 1], [ir.dropout("0.5")], f"layer dropout_1: rate '0.5'; {RATE}"),
+    ([5], [ir.embedding(0, 4)], f"layer embedding_1: vocab 0; {SIZE}"),
+    ([5], [ir.embedding(10, -4)], f"layer embedding_1: dim -4; {SIZE}"),
+    ([5], [ir.embedding(10, 4), ir.lstm(0)], f"layer lstm_1: units 0; {SIZE}"),
+    ([5], [ir.embedding(10, 4), ir.lstm(3, return_sequences=1)], "layer lstm_1: return_sequences 1; true or false"),
+    ([9], [ir.seq2seq(4, 10, 0, 8, 16)], f"layer seq2seq_1: target_vocab 0; {SIZE}"),
+    ([5], [ir.embedding(10, 8), ir.positional_embedding(0)], f"layer positional_embedding_1: max_len 0; {SIZE}"),
+])
+def test_every_size_and_rate_is_checked_naming_the_layer_and_the_field(input_shape, layers, message):
+    with pytest.raises(ir.IRError, match=message):
+        ir.model(input_shape, "int32" if len(input_shape) == 1 else "float32", layers)
+
+
+def test_a_hand_written_layer_with_stride_0_is_an_ir_error_in_infer_shapes():
+    """A dict that bypasses the constructors and ir.model: divided by its stride (ZeroDivisionError) before."""
+    spec = {"input_shape": [6, 6, 1], "input_dtype": "float32",
+            "layers": [{"type": "conv2d", "name": "mine", "filters": 2, "kernel": 1, "stride": 0,
+                        "padding": "valid"}]}
+    with pytest.raises(ir.IRError, match=f"layer mine: stride 0; {SIZE}"):
+        ir.infer_shapes(spec)

@@ -733,3 +733,22 @@ def test_epochs_on_the_command_line_are_refused_for_an_inference_suite():
         suite.plan(suite.load("serve"), epochs=3)
     assert str(raised.value) == ("--epochs 3: suite 'serve' is an inference suite (mode: inference), which trains "
                                  "nothing; leave --epochs out")
+
+
+def refuse_constant(name: str):
+    raise AssertionError(f"the output holds {name}, which is not JSON")
+
+
+def test_results_json_holds_no_nan_but_null_and_the_reason(capsys, tmp_path):
+    """A run whose accuracy was NaN and a loss that was inf: Python's bare NaN and Infinity, which
+    JavaScript's JSON.parse refuses, were printed before."""
+    from synthetic_store import store_of, synthetic_run
+    run, epochs, samples = synthetic_run("pytorch", "cnn-mnist", 1, 1.0, float("nan"))
+    epochs[-1]["train_loss"] = float("inf")
+    store_of(tmp_path / "results", [(run, epochs, samples)])
+    assert main(["results", "--results", str(tmp_path / "results"), "--format", "json"]) == 0
+    listed = json.loads(capsys.readouterr().out, parse_constant=refuse_constant)
+    last = listed[0]["epochs"][-1]
+    assert (last["train_loss"], last["train_loss_reason"]) == (None, "was inf, which JSON cannot hold: written as null")
+    assert (last["metrics"]["accuracy"], last["metrics"]["accuracy_reason"]) == (
+        None, "was nan, which JSON cannot hold: written as null")

@@ -1,16 +1,23 @@
 """A suite entry's own workload (a Python file declaring a dlbench.user.Workload) on its own dataset (an .npz or
 a folder of .npy files): checked when the suite is loaded, prepared into the data cache by content hash, its
 file's SHA-256 in the cell's configuration, and run end to end (fake framework, then one PyTorch cell)."""
+import io
 import os
 import sys
+import zipfile
 from pathlib import Path
 
 import fake_dlbench
 import guard
 import numpy as np
 import pytest
+from numpy.lib import format as npy_format
+from test_initial_weights import address_space_capped
+from user_errors import error_of
 
 from dlbench.harness import data
+from dlbench.harness.data import npy_files
+from dlbench.harness.data import user as user_data
 from dlbench.harness.environments import envs
 from dlbench.harness.plan import suite, workloads
 from dlbench.harness.run import cell_config
@@ -187,12 +194,14 @@ def test_a_recipe_outside_what_the_adapters_build(tmp_path, fake):
 
 def test_wrong_input_shapes_are_refused_naming_both(tmp_path, fake):
     path = write(tmp_path, model=MODEL.replace('meta["input_shape"]', "[8, 8, 1]"))
-    refused(path, "data.npz: the model of mine takes input_shape [8, 8, 1], but x_train's samples are [6, 6, 1]")
+    refused(path, f"data.npz: the model of mine ({tmp_path / 'mine.py'}) takes input_shape [8, 8, 1], but x_train's "
+            "samples are [6, 6, 1]")
 
 
 def test_labels_out_of_range_for_the_output_units(tmp_path, fake):
     path = write(tmp_path, model=MODEL.replace('ir.dense(meta["num_classes"])', "ir.dense(2)"))
-    refused(path, "array y_train holds label 2, out of range for the 2 output units of mine's model (labels 0 to 1)")
+    refused(path, "array y_train holds label 2, out of range for the 2 output units of dense_1, the last layer of "
+            f"the model of mine ({tmp_path / 'mine.py'}) (labels 0 to 1)")
     path = write(tmp_path, fields="task: classification, num_classes: 2")
     refused(path, "holds label 2, out of range for num_classes 2")
 
@@ -328,3 +337,161 @@ def test_a_name_that_could_not_name_a_folder_is_refused(tmp_path, fake):
     refused(write(tmp_path, fields="task: classification, name: ../up"),
             "the dataset's name '../up'; accepted: 1 to 64")
     refused(write(tmp_path, model=MODEL.replace('name="mine"', 'name="a b"')), "the workload's name 'a b'")
+
+
+# ---- hostile and broken dataset files (issue #40): exit 2, one line naming the file and member, no traceback ------
+
+def run_refused(capsys, monkeypatch, path: Path) -> str:
+    """`dlbench run` of the suite: exit 2 and its one error line, naming the suite's line and field. Nothing to
+    run: should a check let the input through, the run stops at the missing fakefw environment instead."""
+    monkeypatch.setenv("DLBENCH_HOME", str(path.parent / "home"))
+    message = error_of(capsys, ["run", str(path), "--results", str(path.parent / "results")])
+    assert "\n" not in message and "Traceback" not in message, message
+    return message
+
+
+def dataset_error(path: Path) -> str:
+    return f"{path}:6: field 'dataset': {path.parent / 'data.npz'}: "
+
+
+def with_raw_member(path: Path, arrays: dict, key: str, header: dict, data: bytes, compress: bool = False) -> None:
+    """An .npz of `arrays`, but member `key` holds this .npy header (numpy's own writer) and `data` after it."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED) as archive:
+        for name, array in arrays.items():
+            written = io.BytesIO()
+            if name == key:
+                npy_format.write_array_header_1_0(written, header)
+                written.write(data)
+            else:
+                np.save(written, array)
+            archive.writestr(f"{name}.npy", written.getvalue())
+
+
+def test_a_truncated_npz_is_not_a_zip(capsys, monkeypatch, tmp_path, fake):
+    path = write(tmp_path)
+    whole = (tmp_path / "data.npz").read_bytes()
+    (tmp_path / "data.npz").write_bytes(whole[:len(whole) // 2])  # zipfile.BadZipFile: a traceback
+    assert run_refused(capsys, monkeypatch, path) == dataset_error(path) + (
+        f"not an .npz (zip) file; expected {user_data.ACCEPTED}")
+
+
+def test_a_member_whose_bytes_are_corrupt_is_named(capsys, monkeypatch, tmp_path, fake):
+    path = write(tmp_path, images(side=20))  # x_train's 9,600 bytes: more than zipfile reads for its header
+    content = bytearray((tmp_path / "data.npz").read_bytes())
+    content[content.index(b"x_train.npy") + 5000] ^= 0xFF  # one byte of its data: a bad CRC
+    (tmp_path / "data.npz").write_bytes(bytes(content))
+    assert run_refused(capsys, monkeypatch, path) == dataset_error(path) + (
+        f"'x_train' cannot be read (Bad CRC-32 for file 'x_train.npy'); expected {user_data.ACCEPTED}")
+
+
+def test_a_header_claiming_364_tib_is_too_large_before_anything_is_allocated(capsys, monkeypatch, tmp_path, fake):
+    path = write(tmp_path)
+    huge = {"descr": "<f4", "fortran_order": False, "shape": (10**8, 10**6)}
+    with_raw_member(tmp_path / "data.npz", images(), "x_train", huge, b"\0" * 64)
+    with address_space_capped():  # numpy.load allocated it: _ArrayMemoryError, a traceback
+        message = run_refused(capsys, monkeypatch, path)
+    assert message.startswith(dataset_error(path) + (
+        "too large: its arrays' headers declare 364 TiB (x_train: shape [100000000, 1000000] of float32); dlbench "
+        "reads a dataset whole into memory, at most half the memory available now (")), message
+
+
+def test_a_zip_bomb_is_refused_from_its_headers_without_reading_an_array(capsys, monkeypatch, tmp_path, fake):
+    arrays = images(side=32)
+    arrays["x_train"] = np.zeros((4096, 32, 32, 1), np.uint8)  # 4 MiB of zeros in a 4 KiB member
+    arrays["y_train"] = np.arange(4096) % 3
+    path = write(tmp_path, arrays)
+    np.savez_compressed(tmp_path / "data.npz", **arrays)
+    assert (tmp_path / "data.npz").stat().st_size < 64 * 1024
+    monkeypatch.setattr(user_data, "memory_bound", lambda: 1 << 20)  # as if 2 MiB were available
+
+    def never(*args):
+        raise AssertionError("an array was read")
+
+    monkeypatch.setattr(npy_files, "zip_array", never)
+    assert run_refused(capsys, monkeypatch, path) == dataset_error(path) + (
+        "too large: its arrays' headers declare 4.04 MiB (x_train: shape [4096, 32, 32, 1] of uint8); dlbench reads "
+        "a dataset whole into memory, at most half the memory available now (1 MiB)")
+
+
+@pytest.mark.parametrize(("shape", "data", "declared", "held"), [
+    ((5 * 10**9, 1), b"\0" * 64, "(5000000000, 1) of uint8 (5,000,000,000 bytes, 4.66 GiB)", "64"),  # was "pickles"
+    ((24, 6, 6, 1), b"\0" * 2000, "(24, 6, 6, 1) of uint8 (864 bytes)", "2,000"),  # inflates to more
+])
+def test_a_member_not_the_size_its_header_declares(capsys, monkeypatch, tmp_path, fake, shape, data, declared, held):
+    path = write(tmp_path)
+    header = {"descr": "|u1", "fortran_order": False, "shape": shape}
+    with_raw_member(tmp_path / "data.npz", images(), "x_train", header, data, compress=True)
+    monkeypatch.setattr(user_data, "memory_bound", lambda: 1 << 40)  # the claim within any machine's bound
+    with address_space_capped():
+        assert run_refused(capsys, monkeypatch, path) == dataset_error(path) + (
+            f"'x_train' declares shape {declared} but holds {held} bytes of data: truncated, or not what its "
+            f"header says; expected {user_data.ACCEPTED}")
+
+
+@pytest.mark.parametrize(("field", "line"), [("dataset", 6), ("workload", 5)])
+def test_a_path_that_is_a_symbolic_link_loop(capsys, monkeypatch, tmp_path, fake, field, line):
+    path = write(tmp_path)
+    looped = tmp_path / ("data.npz" if field == "dataset" else "mine.py")
+    looped.unlink()
+    looped.symlink_to(looped.name)  # Path.resolve: RuntimeError: Symlink loop, a traceback
+    assert run_refused(capsys, monkeypatch, path) == (
+        f"{path}:{line}: field '{field}': {looped}: a path that cannot be followed (Symlink loop from "
+        f"'{looped}'); give a file, or a link that ends at one")
+
+
+@pytest.mark.parametrize(("key", "index", "value"), [
+    ("x_train", (3, 2, 1, 0), np.nan), ("x_test", (1, 0, 5, 0), np.inf), ("x_test", (6, 5, 5, 0), -np.inf)])
+def test_nan_or_inf_in_an_input_is_refused_at_its_first_index(capsys, monkeypatch, tmp_path, fake, key, index, value):
+    arrays = {name: array.astype(np.float32) if name.startswith("x_") else array for name, array in images().items()}
+    arrays[key][index] = value
+    arrays[key][-1, -1, -1, -1] = np.nan  # a later one: not the one named
+    path = write(tmp_path, arrays)
+    assert run_refused(capsys, monkeypatch, path) == dataset_error(path) + (
+        f"array {key} holds {value} at index {list(index)}; inputs are finite numbers (no NaN or inf)")
+
+
+@pytest.mark.parametrize(("fields", "label"), [("task: classification", 2), ("task: binary", 1),
+                                               ("task: classification, num_classes: 4", 3)])
+def test_labels_of_one_class_are_refused_as_num_classes_1_is(capsys, monkeypatch, tmp_path, fake, fields, label):
+    arrays = images()
+    arrays["y_train"][:], arrays["y_test"][:] = label, label
+    path = write(tmp_path, arrays, fields=fields)
+    assert run_refused(capsys, monkeypatch, path) == dataset_error(path) + (
+        f"every label in y_train and y_test is {label}: one class; a {fields.split(',')[0][6:]} dataset's labels "
+        "hold at least two classes (as num_classes is at least 2)")
+    path = write(tmp_path, fields="task: classification, num_classes: 1")
+    assert run_refused(capsys, monkeypatch, path) == (
+        f"{path}:6: field 'dataset': num_classes 1; expected an integer >= 2")
+
+
+def test_int64_inputs_are_called_int64(capsys, monkeypatch, tmp_path, fake):
+    arrays = {name: array.astype(np.int64) for name, array in images().items()}
+    path = write(tmp_path, arrays)
+    assert run_refused(capsys, monkeypatch, path) == dataset_error(path) + (
+        f"the model of mine ({tmp_path / 'mine.py'}) takes float32 inputs, but x_train is int64: int32 for token ids "
+        "(any integer type), float32 for uint8 or float32 inputs")
+
+
+@pytest.mark.parametrize(("model", "fields", "output", "needed"), [
+    (MODEL.replace("ir.flatten(), ", ""), "task: classification", "dense_1 of output shape [6, 6, 2]",
+     "a classification's labels are one class a sample, so its model ends in shape [classes] (flatten or pool "
+     "before the last dense layer)"),
+    (MODEL.replace('ir.dense(meta["num_classes"])', "ir.dense(2)"), "task: binary", "dense_1 of output shape [2]",
+     "a binary task's model ends in shape [1] (one sigmoid logit a sample)"),
+])
+def test_a_wrong_output_shape_is_refused_once_naming_the_last_layer(capsys, monkeypatch, tmp_path, fake, model,
+                                                                     fields, output, needed):
+    arrays = images(classes=2)
+    model = model.replace('loss="softmax_cross_entropy"', 'loss="sigmoid_cross_entropy", task="binary"') \
+        if "binary" in fields else model
+    path = write(tmp_path, arrays, model, fields=fields)
+    assert run_refused(capsys, monkeypatch, path) == dataset_error(path) + (
+        f"the model of mine ({tmp_path / 'mine.py'}) ends in layer {output}; {needed}")
+
+
+def test_a_hand_written_layer_with_stride_0_names_the_layer(capsys, monkeypatch, tmp_path, fake):
+    layer = "{'type': 'conv2d', 'filters': 2, 'kernel': 1, 'stride': 0, 'padding': 'valid'}"
+    path = write(tmp_path, model=MODEL.replace("ir.relu()", layer))  # a ZeroDivisionError before
+    message = run_refused(capsys, monkeypatch, path)
+    assert message.startswith(f"{path}:5: field 'workload': {tmp_path / 'mine.py'}"), message
+    assert message.endswith("layer conv2d_2: stride 0; a positive integer is needed"), message

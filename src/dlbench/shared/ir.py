@@ -89,6 +89,21 @@ LAYER_SETTINGS = {
     "to_sequence": (),
     "sequence_mean": (),
 }
+# the settings that are sizes (integers >= 1) and rates (in [0, 1)), checked for every layer however it was
+# written (a hand-written dict as well as a constructor's): a stride of 0 divides by zero, a dense layer of 0
+# units builds in no framework
+POSITIVE_SETTINGS = {
+    "conv2d": ("filters", "kernel", "stride"),
+    "maxpool2d": ("pool", "stride"),
+    "dense": ("units",),
+    "embedding": ("vocab", "dim"),
+    "lstm": ("units",),
+    "seq2seq": ("source_len", "source_vocab", "target_vocab", "embed_dim", "units"),
+    "attention": ("heads",),
+    "positional_embedding": ("max_len",),
+    "tied_output": ("units",),
+}
+RATE_SETTINGS = {"dropout": ("rate",), "attention": ("dropout",)}
 ACTIVATIONS = ("relu", "sigmoid", "tanh", "gelu")  # gelu: the exact (erf) form
 PADDINGS = ("valid", "same")
 # the losses a recipe may name (each adapter builds each of them)
@@ -350,15 +365,15 @@ def _check(layer: dict) -> None:
         epsilon = layer["epsilon"]
         if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 < epsilon < math.inf:
             raise IRError("layer %s: epsilon %r; a positive number is needed" % (layer["name"], epsilon))
-    if kind == "attention":
-        _check_positive(layer, "heads")
-        if not isinstance(layer["causal"], bool):
-            raise IRError("layer %s: causal %r; true or false is needed" % (layer["name"], layer["causal"]))
-        rate = layer["dropout"]
+    for key in POSITIVE_SETTINGS.get(kind, ()):
+        _check_positive(layer, key)
+    for key in RATE_SETTINGS.get(kind, ()):
+        rate = layer[key]
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
-            raise IRError("layer %s: dropout %r; a rate in [0, 1) is needed" % (layer["name"], rate))
-    if kind == "positional_embedding":
-        _check_positive(layer, "max_len")
+            raise IRError("layer %s: %s %r; a rate in [0, 1) is needed" % (layer.get("name", kind), key, rate))
+    for key in ("causal", "return_sequences"):
+        if key in LAYER_SETTINGS[kind] and not isinstance(layer[key], bool):
+            raise IRError("layer %s: %s %r; true or false is needed" % (layer.get("name", kind), key, layer[key]))
     if kind == "residual" and (not isinstance(layer["layers"], list) or not layer["layers"]):
         raise IRError("layer %s: layers %r; a non-empty list of layers is needed" % (layer["name"], layer["layers"]))
 
@@ -366,7 +381,8 @@ def _check(layer: dict) -> None:
 def _check_positive(layer: dict, key: str) -> None:
     value = layer[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise IRError("layer %s: %s %r; a positive integer is needed" % (layer["name"], key, value))
+        raise IRError("layer %s: %s %r; a positive integer is needed" % (layer.get("name", layer["type"]), key,
+                                                                         value))
 
 
 def output_shape(layer: dict, shape: Shape) -> Shape:

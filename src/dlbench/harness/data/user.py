@@ -4,17 +4,23 @@ into a folder of the data cache named by its content hash, so the worker reads i
 
 from __future__ import annotations
 
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import psutil
+from numpy.lib import format as npy
 
 from dlbench.shared.protocol import ARRAY_NAMES, array_file
 
+from . import npy_files
 from .prepared import Built, base_meta, content_hash
 
 TASKS = ("classification", "binary")  # the tasks a plain dataset may be prepared for
 INPUT_DTYPES = "uint8 or float32 (pixels, features) or an integer type (token ids)"
+ACCEPTED = "an .npz as numpy.savez or numpy.savez_compressed writes it, or a folder of .npy files, holding " + \
+    ", ".join(ARRAY_NAMES)
 
 
 class UserDataError(ValueError):
@@ -29,6 +35,7 @@ class UserDataset:
     built: Built
     hash: str  # the prepared content hash (prepared.content_hash): the prepared folder is named by it
     path: Path  # the file or folder it was read from
+    input_dtype: str  # x_train's type as the file holds it (int64 token ids are stored as int32)
 
     def build(self) -> Built:
         return self.built
@@ -40,16 +47,7 @@ def read(path: Path, name: str, task: str, num_classes: int | None, input_scale:
         raise UserDataError(f"{path}: task {task!r} is not accepted; a dataset in a plain format is one of: "
                             f"{', '.join(TASKS)}")
     arrays = _arrays(path)
-    for split in ("train", "test"):
-        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
-        if len(x) != len(y):
-            raise UserDataError(f"{path}: x_{split} holds {len(x):,} samples and y_{split} {len(y):,}; each x "
-                                "and its y hold one row per sample")
-        if len(x) == 0:
-            raise UserDataError(f"{path}: x_{split} holds no samples")
-    if arrays["x_train"].shape[1:] != arrays["x_test"].shape[1:]:
-        raise UserDataError(f"{path}: x_train's samples are {list(arrays['x_train'].shape[1:])} and x_test's "
-                            f"{list(arrays['x_test'].shape[1:])}; both splits' samples have one shape")
+    input_dtype = str(arrays["x_train"].dtype)  # before token ids become int32
     arrays = {key: _checked(path, key, value) for key, value in arrays.items()}
     # no path in the meta: the same arrays from another place, or as .npy files, prepare the same
     info = {"name": name, "task": task, "description": f"the user's dataset {name}",
@@ -57,58 +55,129 @@ def read(path: Path, name: str, task: str, num_classes: int | None, input_scale:
     meta = base_meta(info, arrays, _input_scale(path, arrays["x_train"], input_scale))
     meta["num_classes"] = _classes(path, task, arrays, num_classes)
     built = Built(arrays=arrays, meta=meta)
-    return UserDataset(name, info, built, content_hash(arrays, meta), path)
+    return UserDataset(name, info, built, content_hash(arrays, meta), path, input_dtype)
 
 
 def _arrays(path: Path) -> dict[str, np.ndarray]:
-    if path.is_dir():
+    """The four arrays, read once every header has been checked (_check_headers)."""
+    if _is_folder(path):
         files = {key: path / array_file(key) for key in ARRAY_NAMES}
         missing = [str(file.name) for file in files.values() if not file.is_file()]
         if missing:
             raise UserDataError(f"{path}: missing {', '.join(missing)}; a dataset folder holds "
                                 f"{', '.join(array_file(key) for key in ARRAY_NAMES)}")
-        return {key: _load(file, key, lambda file=file: np.load(file, allow_pickle=False)) for key, file in
-                files.items()}
-    if not path.is_file():
-        raise UserDataError(f"{path}: no such file or folder; a dataset is an .npz or a folder of .npy files "
-                            f"holding {', '.join(ARRAY_NAMES)}")
+        try:
+            _check_headers(path, {key: npy_files.file_header(file, ACCEPTED) for key, file in files.items()})
+            return {key: npy_files.file_array(file, ACCEPTED) for key, file in files.items()}
+        except npy_files.ArrayFileError as error:
+            raise UserDataError(str(error)) from None
+    _check_not_a_single_array(path)
     try:
-        archive = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as error:
-        raise UserDataError(f"{path}: not an .npz numpy can read ({error})") from None
-    if not isinstance(archive, np.lib.npyio.NpzFile):
+        with npy_files.open_zip(path, ACCEPTED) as archive:
+            members = {info.filename.removesuffix(".npy"): info for info in archive.infolist()}
+            missing = [key for key in ARRAY_NAMES if key not in members]
+            if missing:
+                raise UserDataError(f"{path}: missing array {', '.join(missing)}; it holds "
+                                    f"{', '.join(members) or 'nothing'}, a dataset holds {', '.join(ARRAY_NAMES)}")
+            _check_headers(path, {key: npy_files.zip_header(path, key, archive, members[key], ACCEPTED)
+                                  for key in ARRAY_NAMES})
+            return {key: npy_files.zip_array(path, key, archive, members[key], ACCEPTED) for key in ARRAY_NAMES}
+    except npy_files.ArrayFileError as error:
+        raise UserDataError(str(error)) from None
+
+
+def _is_folder(path: Path) -> bool:
+    """Whether the dataset is a folder (else it must be a file); a path that is neither, or that the file system
+    cannot follow (a symbolic link loop), is refused naming the file system's reason."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as error:  # a loop: ELOOP, "Too many levels of symbolic links"
+        reason = "no such file or folder" if isinstance(error, FileNotFoundError) else error.strerror
+        raise UserDataError(f"{path}: {reason}; a dataset is an .npz or a folder of .npy files holding "
+                            f"{', '.join(ARRAY_NAMES)}") from None
+    if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+        raise UserDataError(f"{path}: neither a file nor a folder; a dataset is an .npz or a folder of .npy files")
+    return stat.S_ISDIR(mode)
+
+
+def _check_not_a_single_array(path: Path) -> None:
+    """An .npy given for an .npz: said so, rather than "not a zip file"."""
+    try:
+        with open(path, "rb") as handle:
+            magic = handle.read(len(npy.MAGIC_PREFIX))
+    except OSError as error:
+        raise UserDataError(f"{path}: cannot be read ({error.strerror})") from None
+    if magic == npy.MAGIC_PREFIX:
         raise UserDataError(f"{path}: a single array; a dataset file is an .npz holding {', '.join(ARRAY_NAMES)}")
-    with archive:
-        missing = [key for key in ARRAY_NAMES if key not in archive.files]
-        if missing:
-            raise UserDataError(f"{path}: missing array {', '.join(missing)}; it holds {', '.join(archive.files)}, "
-                                f"a dataset holds {', '.join(ARRAY_NAMES)}")
-        return {key: _load(path, key, lambda key=key: archive[key]) for key in ARRAY_NAMES}
 
 
-def _load(path: Path, key: str, load) -> np.ndarray:
-    try:
-        return np.asarray(load())
-    except ValueError as error:  # numpy refuses an object array without pickles: "Object arrays cannot be loaded"
-        raise UserDataError(f"{path}: array {key} cannot be read without pickles ({error}); dlbench reads no "
-                            "pickled (object) arrays: save numbers, uint8/float32 inputs and integer labels") from None
+def _check_headers(path: Path, headers: dict[str, npy_files.Header]) -> None:
+    """Every array's type, shape and size as its header declares them, before any array is read: so that neither
+    a pickle is unpickled nor more memory taken than the machine can give (memory_bound)."""
+    for key, header in headers.items():
+        _check_dtype(path, key, header.dtype)
+        if key.startswith("y_") and len(header.shape) != 1:
+            raise UserDataError(f"{path}: array {key} has shape {list(header.shape)}; labels are one integer a "
+                                "sample, shape (samples,)")
+        if key.startswith("x_") and len(header.shape) < 2:
+            raise UserDataError(f"{path}: array {key} has shape {list(header.shape)}; inputs are (samples, ...), "
+                                "at least one axis a sample")
+    total = sum(header.nbytes for header in headers.values())
+    bound = memory_bound()
+    if total > bound:
+        largest = max(headers, key=lambda key: headers[key].nbytes)
+        raise UserDataError(
+            f"{path}: too large: its arrays' headers declare {npy_files.size_text(total)} ({largest}: shape "
+            f"{list(headers[largest].shape)} of {headers[largest].dtype}); dlbench reads a dataset whole into "
+            f"memory, at most half the memory available now ({npy_files.size_text(bound)})")
+    for key, header in headers.items():  # a member that holds more (or less) than its header declares
+        npy_files.check_size(path, key, header, ACCEPTED)
+    for split in ("train", "test"):
+        x, y = headers[f"x_{split}"].shape[0], headers[f"y_{split}"].shape[0]
+        if x != y:
+            raise UserDataError(f"{path}: x_{split} holds {x:,} samples and y_{split} {y:,}; each x "
+                                "and its y hold one row per sample")
+        if x == 0:
+            raise UserDataError(f"{path}: x_{split} holds no samples")
+    if headers["x_train"].shape[1:] != headers["x_test"].shape[1:]:
+        raise UserDataError(f"{path}: x_train's samples are {list(headers['x_train'].shape[1:])} and x_test's "
+                            f"{list(headers['x_test'].shape[1:])}; both splits' samples have one shape")
+
+
+def memory_bound() -> int:
+    """The most bytes a dataset's arrays may take together: half the memory available now, since preparing them
+    holds a converted copy (int32 labels and token ids) beside the arrays read."""
+    return psutil.virtual_memory().available // 2
+
+
+def _check_dtype(path: Path, key: str, dtype: np.dtype) -> None:
+    if dtype.hasobject:  # refused from the header: nothing is unpickled
+        raise UserDataError(f"{path}: array {key} cannot be read without pickles (it holds Python objects); "
+                            "dlbench reads no pickled (object) arrays: save numbers, uint8/float32 inputs and "
+                            "integer labels")
+    if key.startswith("x_") and not (dtype in (np.uint8, np.float32) or dtype.kind in "iu"):
+        raise UserDataError(f"{path}: array {key} is {dtype}; accepted: {INPUT_DTYPES}")
+    if key.startswith("y_") and dtype.kind not in "iu":
+        raise UserDataError(f"{path}: array {key} is {dtype}; labels are integers (class indices from 0)")
 
 
 def _checked(path: Path, key: str, array: np.ndarray) -> np.ndarray:
-    """The array as the prepared dataset stores it: inputs uint8, float32 or int32 token ids; labels int32."""
-    kind = array.dtype.kind
-    if key.startswith("x_"):
-        if array.dtype in (np.uint8, np.float32):
-            return np.ascontiguousarray(array)
-        if kind in "iu":
-            return _int32(path, key, array)
-        raise UserDataError(f"{path}: array {key} is {array.dtype}; accepted: {INPUT_DTYPES}")
-    if kind not in "iu":
-        raise UserDataError(f"{path}: array {key} is {array.dtype}; labels are integers (class indices from 0)")
-    if array.ndim != 1:
-        raise UserDataError(f"{path}: array {key} has shape {list(array.shape)}; labels are one integer a sample, "
-                            "shape (samples,)")
+    """The array as the prepared dataset stores it: inputs uint8, float32 or int32 token ids; labels int32.
+    Its type and shape were checked from its header."""
+    if array.dtype == np.float32:
+        _check_finite(path, key, array)
+    if array.dtype in (np.uint8, np.float32):
+        return np.ascontiguousarray(array)
     return _int32(path, key, array)
+
+
+def _check_finite(path: Path, key: str, array: np.ndarray) -> None:
+    """NaN or inf in an input would train to a meaningless accuracy stored as ok: refused at the first one."""
+    finite = np.isfinite(array)
+    if not finite.all():
+        first = np.unravel_index(int(np.argmin(finite)), array.shape)  # argmin of booleans: the first False
+        raise UserDataError(f"{path}: array {key} holds {array[first]} at index {[int(i) for i in first]}; "
+                            "inputs are finite numbers (no NaN or inf)")
 
 
 def _int32(path: Path, key: str, array: np.ndarray) -> np.ndarray:
@@ -132,15 +201,19 @@ def _input_scale(path: Path, x: np.ndarray, declared: float | None) -> float | N
 
 
 def _classes(path: Path, task: str, arrays: dict[str, np.ndarray], declared: int | None) -> int:
-    """The number of classes: declared, else the largest label + 1; a binary task's labels are 0 and 1."""
+    """The number of classes: declared, else the largest label + 1; a binary task's labels are 0 and 1. Labels of
+    one class alone are refused, as a declared num_classes of 1 is (nothing to tell apart: any accuracy is 1)."""
     largest = max(int(arrays["y_train"].max()), int(arrays["y_test"].max()))
-    if task == "binary":
-        if largest > 1:
-            key = "y_train" if int(arrays["y_train"].max()) > 1 else "y_test"
-            raise UserDataError(f"{path}: array {key} holds label {largest}; a binary task's labels are 0 and 1")
-        return 2
-    if declared is not None and largest >= declared:
+    if task == "binary" and largest > 1:
+        key = "y_train" if int(arrays["y_train"].max()) > 1 else "y_test"
+        raise UserDataError(f"{path}: array {key} holds label {largest}; a binary task's labels are 0 and 1")
+    if task == "classification" and declared is not None and largest >= declared:
         key = "y_train" if int(arrays["y_train"].max()) == largest else "y_test"
         raise UserDataError(f"{path}: array {key} holds label {largest}, out of range for num_classes {declared}: "
                             f"labels run from 0 to {declared - 1}")
+    if min(int(arrays["y_train"].min()), int(arrays["y_test"].min())) == largest:
+        raise UserDataError(f"{path}: every label in y_train and y_test is {largest}: one class; a {task} "
+                            "dataset's labels hold at least two classes (as num_classes is at least 2)")
+    if task == "binary":
+        return 2
     return declared if declared is not None else largest + 1

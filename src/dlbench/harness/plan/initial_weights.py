@@ -8,21 +8,14 @@ SHA-256 enters the cell's configuration: another file is another cell.
 """
 import hashlib
 import zipfile
-import zlib
 from pathlib import Path
 
 import numpy as np
-from numpy.lib import format as npy
 
+from dlbench.harness.data import npy_files
 from dlbench.shared import ir
 
 ACCEPTED = "an .npz as numpy.savez or numpy.savez_compressed writes it, one '<weight>.npy' member per weight"
-# what each .npy format version's header reader is; numpy.savez writes 1.0, or 2.0 for a header over 64 KiB
-HEADER_READERS = {(1, 0): npy.read_array_header_1_0, (2, 0): npy.read_array_header_2_0}
-# what reading a zip or a member raises when it is not readable: numpy's format errors, a truncated member,
-# corrupt compressed data or a bad CRC, a zip version, compression method or encryption zipfile cannot
-# read, the disk's own errors
-UNREADABLE = (ValueError, EOFError, zlib.error, zipfile.BadZipFile, NotImplementedError, RuntimeError, OSError)
 
 
 class WeightsError(ValueError):
@@ -43,24 +36,19 @@ def check(path: Path, model: dict, workload: str) -> str:
     Every member's name and header (shape, type) is checked before any array is read, so a header that
     claims 10^10 floats allocates nothing."""
     expected = {key: tuple(shape) for key, shape in ir.weight_shapes(model).items()}
-    with _opened(path) as archive:
-        members = _members(path, archive)
-        _check_names(path, members, expected, workload)
-        for key, shape in expected.items():
-            _check_header(path, key, _header(path, key, archive, members[key]), shape, workload)
-        for key in expected:
-            _check_values(path, key, _array(path, key, archive, members[key]))
-    return digest(path)
-
-
-def _opened(path: Path) -> zipfile.ZipFile:
-    """The file as a zip (its list of members read, none of their data)."""
     try:
-        return zipfile.ZipFile(path)
-    except zipfile.BadZipFile:  # an empty file too: numpy.load raised EOFError there
-        raise WeightsError(f"{path}: not an .npz (zip) file; expected {ACCEPTED}") from None
-    except UNREADABLE as error:
-        raise WeightsError(f"{path}: not a readable .npz ({error}); expected {ACCEPTED}") from None
+        with npy_files.open_zip(path, ACCEPTED) as archive:
+            members = _members(path, archive)
+            _check_names(path, members, expected, workload)
+            for key, shape in expected.items():
+                header = npy_files.zip_header(path, key, archive, members[key], ACCEPTED)
+                _check_header(path, key, header, shape, workload)
+                npy_files.check_size(path, key, header, ACCEPTED)
+            for key in expected:
+                _check_values(path, key, npy_files.zip_array(path, key, archive, members[key], ACCEPTED))
+    except npy_files.ArrayFileError as error:
+        raise WeightsError(str(error)) from None
+    return digest(path)
 
 
 def _members(path: Path, archive: zipfile.ZipFile) -> dict[str, zipfile.ZipInfo]:
@@ -87,33 +75,11 @@ def _check_names(path: Path, members: dict, expected: dict[str, tuple], workload
                            f"{', '.join(expected)}")
 
 
-def _header(path: Path, key: str, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> tuple[tuple, bool, np.dtype]:
-    """The shape, order and type a member's .npy header declares, read without its data."""
-    try:
-        with archive.open(info) as member:
-            version = npy.read_magic(member)
-            if version not in HEADER_READERS:
-                raise ValueError(f".npy format version {version[0]}.{version[1]}, not 1.0 or 2.0")
-            return HEADER_READERS[version](member)
-    except UNREADABLE as error:
-        raise WeightsError(f"{path}: {key!r} is not a readable .npy array ({error}); expected {ACCEPTED}") from None
-
-
-def _check_header(path: Path, key: str, header: tuple[tuple, bool, np.dtype], shape: tuple, workload: str) -> None:
-    declared, _, dtype = header
-    if declared != shape:
-        raise WeightsError(f"{path}: {key!r} has shape {declared}; {workload} needs {shape}")
-    if dtype.kind != "f":  # object arrays (pickles) among them: refused before anything is unpickled
-        raise WeightsError(f"{path}: {key!r} must hold finite floats (found {dtype})")
-
-
-def _array(path: Path, key: str, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
-    """The member's array, of the shape and type its header was checked to declare."""
-    try:
-        with archive.open(info) as member:
-            return npy.read_array(member, allow_pickle=False)
-    except UNREADABLE as error:
-        raise WeightsError(f"{path}: {key!r} cannot be read ({error}); expected {ACCEPTED}") from None
+def _check_header(path: Path, key: str, header: npy_files.Header, shape: tuple, workload: str) -> None:
+    if header.shape != shape:
+        raise WeightsError(f"{path}: {key!r} has shape {header.shape}; {workload} needs {shape}")
+    if header.dtype.kind != "f":  # object arrays (pickles) among them: refused before anything is unpickled
+        raise WeightsError(f"{path}: {key!r} must hold finite floats (found {header.dtype})")
 
 
 def _check_values(path: Path, key: str, value: np.ndarray) -> None:

@@ -400,7 +400,12 @@ def _user_file(check: _Checker, item: _Mapping, key: str, value: Any) -> Path:
     unnameable = file_names.unnameable(check.path.parent / str(value))
     if unnameable:  # before the file system is asked, which would answer "File name too long"
         raise check.fail(item, key, f"a path the file system cannot hold: {unnameable}")
-    return (check.path.parent / str(value)).resolve()
+    path = check.path.parent / str(value)
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError) as error:  # a symbolic link loop: RuntimeError up to Python 3.12, then OSError
+        raise check.fail(item, key, f"{path}: a path that cannot be followed ({error}); give a file, or a link "
+                         "that ends at one") from None
 
 
 def _user_workload(check: _Checker, item: _Mapping, dataset: Any) -> str:

@@ -158,7 +158,8 @@ def _check_recipe(path: Path, declared: user.Workload) -> None:
 
 def check_fit(workload: Workload, dataset: UserDataset, where: str) -> None:
     """Refuses a dataset the workload's model cannot train on: its input shape and type, its labels against the
-    model's outputs, its token ids against the embedding's vocabulary."""
+    model's whole output shape, its token ids against the embedding's vocabulary. Run once, when the suite is
+    loaded, so that a misfit fails no cell."""
     meta, arrays = dataset.built.meta, dataset.built.arrays
     try:
         model = workload.model(meta)
@@ -168,15 +169,16 @@ def check_fit(workload: Workload, dataset: UserDataset, where: str) -> None:
     except KeyError as error:  # a built-in workload that needs what a plain dataset's meta does not hold
         raise UserWorkloadError(f"{where}: {workload.name} builds its model from meta {error}, which a dataset "
                                 f"in a plain format does not hold (it holds {', '.join(sorted(meta))})") from None
+    owner = _model_owner(workload)
     shape = list(arrays["x_train"].shape[1:])
     if list(model["input_shape"]) != shape:
-        raise UserWorkloadError(f"{where}: the model of {workload.name} takes input_shape {model['input_shape']}, "
+        raise UserWorkloadError(f"{where}: {owner} takes input_shape {model['input_shape']}, "
                                 f"but x_train's samples are {shape}: build the model from meta['input_shape']")
     integer_input = arrays["x_train"].dtype == np.int32
     if integer_input != (model["input_dtype"] == "int32"):
-        raise UserWorkloadError(f"{where}: the model of {workload.name} takes {model['input_dtype']} inputs, but "
-                                f"x_train is {arrays['x_train'].dtype}: int32 for token ids, float32 for uint8 "
-                                "or float32 inputs")
+        raise UserWorkloadError(f"{where}: {owner} takes {model['input_dtype']} inputs, but "
+                                f"x_train is {dataset.input_dtype}: int32 for token ids (any integer type), "
+                                "float32 for uint8 or float32 inputs")
     first = model["layers"][0] if model["layers"] else None
     if first is not None and first["type"] == "embedding":
         for key in ("x_train", "x_test"):
@@ -184,20 +186,39 @@ def check_fit(workload: Workload, dataset: UserDataset, where: str) -> None:
             if largest >= first["vocab"]:
                 raise UserWorkloadError(f"{where}: array {key} holds token id {largest}, beyond the vocabulary of "
                                         f"{first['name']} ({first['vocab']} ids: 0 to {first['vocab'] - 1})")
-    units = ir.infer_shapes(model)[-1][2][-1] if model["layers"] else shape[-1]
     task = meta["task"]
-    if task == "binary" and units != 1:
-        raise UserWorkloadError(f"{where}: the model of {workload.name} ends in {units} units; a binary task's "
-                                "model ends in one (a sigmoid logit)")
-    if task == "classification":
-        for key in ("y_train", "y_test"):
-            largest = int(arrays[key].max())
-            if largest >= units:
-                raise UserWorkloadError(f"{where}: array {key} holds label {largest}, out of range for the "
-                                        f"{units} output units of {workload.name}'s model (labels 0 to {units - 1})")
     if task not in workload.tasks:
         raise UserWorkloadError(f"{where}: the dataset is for {task}; {workload.name} trains for "
                                 f"{' or '.join(workload.tasks)}")
+    _check_output(where, owner, model, task, arrays)
+
+
+def _model_owner(workload: Workload) -> str:
+    """How a message names a workload's model: with its file, for a user's workload."""
+    if workload.name in workloads.USER_FILES:
+        return f"the model of {workload.name} ({workloads.USER_FILES[workload.name][0]})"
+    return f"the model of {workload.name}"
+
+
+def _check_output(where: str, owner: str, model: dict, task: str, arrays: dict[str, np.ndarray]) -> None:
+    """The model's whole output shape a sample against what the labels need: one logit a sample for a binary
+    task, one a class for a classification (labels are one class index a sample: y is (samples,))."""
+    shapes = ir.infer_shapes(model)
+    last, output = (shapes[-1][0]["name"], list(shapes[-1][2])) if shapes else ("none", list(model["input_shape"]))
+    if task == "binary" and output != [1]:
+        raise UserWorkloadError(f"{where}: {owner} ends in layer {last} of output shape {output}; a binary task's "
+                                "model ends in shape [1] (one sigmoid logit a sample)")
+    if task == "classification":
+        if len(output) != 1:
+            raise UserWorkloadError(f"{where}: {owner} ends in layer {last} of output shape {output}; a "
+                                    "classification's labels are one class a sample, so its model ends in shape "
+                                    "[classes] (flatten or pool before the last dense layer)")
+        for key in ("y_train", "y_test"):
+            largest = int(arrays[key].max())
+            if largest >= output[0]:
+                raise UserWorkloadError(f"{where}: array {key} holds label {largest}, out of range for the "
+                                        f"{output[0]} output units of {last}, the last layer of {owner} "
+                                        f"(labels 0 to {output[0] - 1})")
 
 
 def read_dataset(path: Path, name: str, task: Any, num_classes: Any, input_scale: Any) -> UserDataset:

@@ -2,6 +2,8 @@
 import csv
 import io
 import json
+import math
+from typing import Any
 
 from dlbench.harness.analysis import measures
 from dlbench.harness.certification import machine_store
@@ -79,7 +81,8 @@ def rendered(rows: list[list[str]], form: str, give_way: tuple[str, ...] = ()) -
     if form == "table":
         return aligned(rows, give_way=give_way)
     if form == "json":
-        return json.dumps([dict(zip(rows[0], row, strict=True)) for row in rows[1:]], indent=1)
+        return json.dumps(json_safe([dict(zip(rows[0], row, strict=True)) for row in rows[1:]]), indent=1,
+                          allow_nan=False)
     if form != "csv":
         raise ValueError(f"unknown listing format {form!r}; known: table, csv, json")
     out = io.StringIO()
@@ -252,7 +255,37 @@ def _csv_value(value):
 
 
 def to_json(runs: list[dict]) -> str:
-    return json.dumps(runs, indent=1, default=str)
+    """The runs as JSON, which has no NaN or inf (JavaScript's JSON.parse refuses Python's bare NaN): each such
+    number is null, and the key that held it has a '<key>_reason' beside it saying what it was."""
+    return json.dumps(json_safe(runs), indent=1, default=str, allow_nan=False)
+
+
+def json_safe(value: Any) -> Any:
+    """`value` with every NaN or inf float as None, and '<key>_reason' beside each key whose value held one."""
+    if isinstance(value, dict):
+        safe = {}
+        for key, item in value.items():
+            safe[key] = json_safe(item)
+            reason = _not_finite(item)
+            if reason:
+                safe[f"{key}_reason"] = reason
+        return safe
+    if isinstance(value, list | tuple):
+        return [json_safe(item) for item in value]
+    return None if _is_not_finite(value) else value
+
+
+def _is_not_finite(value: Any) -> bool:
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def _not_finite(value: Any) -> str | None:
+    """Why a value is written as null (or holds one), or None where it is not."""
+    if _is_not_finite(value):
+        return f"was {value}, which JSON cannot hold: written as null"
+    if isinstance(value, list | tuple) and any(_is_not_finite(item) for item in value):
+        return "held NaN or inf, which JSON cannot hold: written as null"
+    return None
 
 
 def _value(value) -> str:
