@@ -288,11 +288,22 @@ def _seconds(value: Any) -> float | None:
     return seconds if 0 < seconds < math.inf else None
 
 
+def _yaml_error(path: Path, error: yaml.YAMLError) -> str:
+    """PyYAML's complaint in one line, at the line and column it marks: its own text spans several lines (the
+    context, the problem, each with a quoted source line and a caret), which an error line cannot hold."""
+    mark = getattr(error, "problem_mark", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    problem = getattr(error, "problem", None) or str(error)
+    context = getattr(error, "context", None)
+    said = f"{context}: {problem}" if context else problem
+    return f"{where}: not valid YAML: {' '.join(said.split())}"
+
+
 def parse(path: Path) -> Suite:
     try:
         document = yaml.load(_read(path), Loader=_LineLoader)
     except yaml.YAMLError as error:
-        raise SuiteError(f"{path}: not valid YAML: {error}") from None
+        raise SuiteError(_yaml_error(path, error)) from None
     except _Refused as refused:
         raise SuiteError(f"{path}:{refused.line}: {refused.message}") from None
     check = _Checker(path)
