@@ -451,3 +451,18 @@ def test_the_store_refuses_an_integer_sqlite_cannot_hold_and_writes_nothing(tmp_
         store.save_run(dict(run, params=2**63 - 1, config={"huge": 10**30}), [epoch], [])
         [stored] = store.runs()
         assert (stored["params"], stored["config"]) == (2**63 - 1, {"huge": 10**30})
+
+
+@pytest.mark.parametrize(("field", "value", "accepted"), [("epochs", 10**30, "an integer from 1 to 100000"),
+                                                          ("batch_size", 2**20 + 1, "an integer from 1 to 1048576")])
+def test_a_workload_file_recipe_beyond_its_bound_is_refused(tmp_path, fake_framework, field, value, accepted):
+    declared = {"epochs": "epochs=1", "batch_size": "batch_size=8"}[field]
+    (tmp_path / "huge.py").write_text(BIG_MODEL.replace(declared, f"{field}={value}"))
+    np.savez(tmp_path / "data.npz", x_train=np.zeros((4, 6, 6, 1), np.uint8), y_train=np.arange(4) % 3,
+             x_test=np.zeros((2, 6, 6, 1), np.uint8), y_test=np.arange(2))
+    path = write_suite(tmp_path, "name: huge\nframeworks: [fakefw]\nworkloads:\n  - workload: huge.py\n"
+                                 "    dataset: {path: data.npz, task: classification}\n")
+    with pytest.raises(SuiteError) as refused:
+        suite.load(str(path))
+    assert str(refused.value) == (f"{path}:4: field 'workload': {tmp_path / 'huge.py'}: {field} {value}; expected "
+                                  f"{accepted}")

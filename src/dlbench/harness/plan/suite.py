@@ -12,7 +12,7 @@ import yaml
 from dlbench.harness import data, file_names
 from dlbench.harness.environments.envs import RECIPES, EnvError, get_recipe
 from dlbench.harness.plan import user_workload
-from dlbench.harness.plan.workloads import WORKLOADS, get_workload, known_workloads
+from dlbench.harness.plan.workloads import MAX_BATCH_SIZE, MAX_EPOCHS, WORKLOADS, get_workload, known_workloads
 
 DEVICES = ("cpu", "gpu")
 # cold: every run compiles into its own empty folder; shared: the runs of one results folder share one
@@ -46,10 +46,8 @@ MAX_NAME = 100  # characters of the suite's name, which every table and the repo
 # cells of one plan: each cell's configuration is built (74 KB, 4 ms for the quick suite's) before the first runs
 MAX_CELLS = 10_000
 MAX_SEED = 2**32 - 1  # numpy's RandomState, which draws the weights and the batch order, takes no larger seed
-# The integers a suite or the command line gives a cell: each bounded, so that every value a plan holds is one
-# the store can keep (SQLite's integers are signed 64-bit) and a forecast can multiply (epochs x seconds).
-MAX_EPOCHS = 100_000  # 10^400 raised OverflowError in `dlbench estimate`
-MAX_BATCH_SIZE = 1 << 20  # 1,048,576 samples, far above any batch a training step holds in memory
+# The integers a suite or the command line gives a cell are each bounded (MAX_EPOCHS, MAX_BATCH_SIZE from
+# workloads.py, MAX_CELLS, MAX_SEED, max_threads()), so that the store can keep every value a plan holds.
 # threads per logical core of the machine that reads the suite: a few beyond the cores can be measured on
 # purpose (the cores flag then says so); 512 on 2 cores started 1,024 worker threads, and 10^20 broke the store
 THREADS_PER_CORE = 4
