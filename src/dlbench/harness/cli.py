@@ -31,7 +31,7 @@ from dlbench.harness.present import comparison, listing, progress
 from dlbench.harness.run import ExecutorError, cell_config, interrupt, local, results_folder
 from dlbench.harness.run.cell_config import Options
 from dlbench.harness.run.live_report import LiveReport
-from dlbench.harness.store import FILENAME, MAX_INTEGER, Store, StoreError, is_inference
+from dlbench.harness.store import FILENAME, MAX_INTEGER, Store, StoreError
 from dlbench.shared import ir
 
 DEFAULT_RESULTS = Path("dlbench-results")
@@ -94,7 +94,7 @@ def run_and_show(chosen: suite.Suite, cells: list[suite.Cell], options: Options,
     with Store(options.results / FILENAME) as store:
         latest = {run["cell_hash"]: run for run in store.runs()}  # runs come oldest first
     print()
-    print(listing.table([latest[h] for h in hashes if h in latest]))
+    print(listing.runs_tables([latest[h] for h in hashes if h in latest]))
     print()
     print(", ".join(f"{n} {k}" for k, n in counts.items() if n))
     print(f"results: {options.results / 'dlbench.sqlite'} (dlbench results --results {args.results})")
@@ -306,13 +306,7 @@ def cmd_results(args: argparse.Namespace) -> int:
     if args.format == "table":
         # every column is the wide form: nothing clipped
         width = None if args.columns == listing.column_names() else listing.WIDTH
-        served = [run for run in runs if is_inference(run)]
-        trained = [run for run in runs if not is_inference(run)]
-        if trained or not served:
-            print(listing.table(trained, args.columns, width))
-        if served:  # their own table: they have no epochs, and latencies and throughput instead
-            print("\n" if trained else "", end="")
-            print(listing.serving_table(served, width))
+        print(listing.runs_tables(runs, args.columns, width))
     else:
         print(listing.to_csv(runs) if args.format == "csv" else listing.to_json(runs))
     if args.format == "table" and peaks:
