@@ -19,7 +19,7 @@ from dlbench.harness.environments import envs
 from dlbench.harness.plan import suite, workloads
 from dlbench.harness.plan.suite import SuiteError
 from dlbench.harness.plan.workloads import WorkloadError
-from dlbench.harness.run import cell_config
+from dlbench.harness.run import cell_config, record
 from dlbench.harness.store import Store, StoreError
 from dlbench.shared import ir
 
@@ -466,3 +466,25 @@ def test_a_workload_file_recipe_beyond_its_bound_is_refused(tmp_path, fake_frame
         suite.load(str(path))
     assert str(refused.value) == (f"{path}:4: field 'workload': {tmp_path / 'huge.py'}: {field} {value}; expected "
                                   f"{accepted}")
+
+
+def test_a_run_the_store_cannot_hold_stops_the_plan_naming_its_kept_folder(capsys, tmp_path, monkeypatch,
+                                                                            digits_dir):
+    """The store's last guard, through a real run of the fake framework: were a count beyond 64 bits to pass the
+    plan's bounds, the plan stops with one message (it raised OverflowError inside the write), nothing of the
+    run is stored, and its folder, with the worker's events and output, is kept and named."""
+    monkeypatch.setitem(envs.RECIPES, "fakefw", fake_dlbench.RECIPE)
+    path = fake_dlbench.suite_file(tmp_path, monkeypatch)
+    monkeypatch.setattr(cell_config, "check_model_fits", lambda cell, model: None)  # the bound, let through here
+    monkeypatch.setattr(record.ir, "count_params", lambda model: 2**63)
+    results = tmp_path / "results"
+    message = error_of(capsys, ["run", str(path), "--results", str(results), "--data-dir", str(digits_dir),
+                                "--plain", "--no-live-report"])
+    kept = message.rsplit("; the run's folder ", 1)[-1].removesuffix(" is kept")
+    assert message == (
+        "run not saved: field 'params' holds 9223372036854775808, beyond the store's integers "
+        "(-9223372036854775808 to 9223372036854775807); nothing of it was written: fakefw cnn-mnist on digits-28, "
+        f"repetition 1; the run's folder {kept} is kept")
+    assert Path(kept).parent.parent == results and (Path(kept) / "events.jsonl").is_file()
+    with Store(results / "dlbench.sqlite", for_reading=True) as store:
+        assert store.runs() == []
