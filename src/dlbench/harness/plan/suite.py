@@ -48,6 +48,7 @@ MAX_CELLS = 10_000
 MAX_SEED = 2**32 - 1  # numpy's RandomState, which draws the weights and the batch order, takes no larger seed
 # The integers a suite or the command line gives a cell are each bounded (MAX_EPOCHS, MAX_BATCH_SIZE from
 # workloads.py, MAX_CELLS, MAX_SEED, max_threads()), so that the store can keep every value a plan holds.
+
 # threads per logical core of the machine that reads the suite: a few beyond the cores can be measured on
 # purpose (the cores flag then says so); 512 on 2 cores started 1,024 worker threads, and 10^20 broke the store
 THREADS_PER_CORE = 4
