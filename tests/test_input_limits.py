@@ -2,16 +2,26 @@
 that would switch a limit off, names the file system cannot hold, starting-weights files that would
 allocate without bound or are not what they claim. Each is refused with exit status 2 and a message that
 names the file, line, field or option, the value and what is accepted; none runs a framework."""
+import os
 import textwrap
+import types
 from pathlib import Path
 
+import fake_dlbench
+import numpy as np
+import psutil
 import pytest
 from user_errors import error_of
 
-from dlbench.harness import file_names
+from dlbench.harness import data, file_names
 from dlbench.harness.cli import main, parser
-from dlbench.harness.plan import suite
+from dlbench.harness.environments import envs
+from dlbench.harness.plan import suite, workloads
 from dlbench.harness.plan.suite import SuiteError
+from dlbench.harness.plan.workloads import WorkloadError
+from dlbench.harness.run import cell_config, record
+from dlbench.harness.store import Store, StoreError
+from dlbench.shared import ir
 
 ENTRY = "workloads:\n  - {workload: cnn-mnist, dataset: digits-28, epochs: 1}\n"
 
@@ -276,3 +286,205 @@ def test_a_weights_path_holding_a_nul_character_is_refused(capsys, tmp_path):
     assert error_of(capsys, ["run", str(path)]) == (
         f"{path}:4: field 'weights': a path the file system cannot hold: it holds a NUL character, which no file "
         "name may hold")
+
+
+# ---- integers a cell is built from, and the store's last guard (issue #40) -------------------------------
+
+@pytest.fixture
+def two_cores(monkeypatch):
+    """A 2-core machine, whatever this one has: threads are bounded at 4 per logical core, 8 here."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+
+
+THREADS_ACCEPTED = "an integer from 1 to 8 (4 per logical core, and this machine has 2)"
+
+
+@pytest.mark.parametrize(("value", "shown"), [
+    (512, "512"),  # started 1,024 worker threads on a 2-core machine
+    (10**20, "100000000000000000000"),  # crashed save_peak (OverflowError), after the peak was measured
+    (10**250, "1000000000000000000000000000000000000000... (251 characters)"),  # a folder name too long
+])
+def test_threads_beyond_4_per_core_are_refused_before_any_folder(capsys, tmp_path, two_cores, value, shown):
+    entry = f"workloads:\n  - {{workload: cnn-mnist, dataset: digits-28, epochs: 1, threads: {value}}}\n"
+    path = write_suite(tmp_path, "name: t\nframeworks: [pytorch]\n" + entry)
+    assert error_of(capsys, ["run", str(path)]) == (
+        f"{path}:4: field 'threads': entry cnn-mnist on digits-28: value {shown} is not accepted; expected "
+        f"{THREADS_ACCEPTED}, 'all', or a non-empty list of distinct ones (all: every core of the machine)")
+    path = write_suite(tmp_path, f"name: t\nframeworks: [pytorch]\nthreads: {value}\n" + ENTRY)
+    assert error_of(capsys, ["run", str(path)]) == (
+        f"{path}:3: field 'threads': expected {THREADS_ACCEPTED}, got {shown}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["suite.yaml"]  # no results folder, no run folder
+
+
+def test_threads_up_to_4_per_core_are_planned(tmp_path, two_cores):
+    path = write_suite(tmp_path, "name: t\nframeworks: [pytorch]\nthreads: 8\nworkloads:\n  - {workload: "
+                                 "cnn-mnist, dataset: digits-28, threads: [1, 8, all]}\n")
+    assert sorted(cell.threads for cell in suite.plan(suite.load(str(path)))) == [1, 2, 8]
+    assert parser().parse_args(["run", "--threads", "8"]).threads == 8
+
+
+@pytest.mark.parametrize("command", ["run", "estimate"])
+@pytest.mark.parametrize(("option", "value", "accepted"), [
+    ("--threads", "512", THREADS_ACCEPTED),
+    ("--threads", str(10**20), THREADS_ACCEPTED),
+    ("--epochs", "1" + "0" * 400, "an integer from 1 to 100000"),  # estimate: OverflowError, a traceback
+    ("--epochs", "100001", "an integer from 1 to 100000"),
+    ("--repeat", "10001", "an integer from 1 to 10000"),
+    ("--epochs", "ten", "an integer from 1 to 100000"),
+])
+def test_an_integer_option_out_of_range_exits_2_naming_it(capsys, two_cores, command, option, value, accepted):
+    with pytest.raises(SystemExit) as exited:
+        main([command, "quick", option, value])
+    assert exited.value.code == 2
+    shown = value if len(value) <= file_names.SHOWN else file_names.shortened(value)
+    assert f"error: argument {option}: expected {accepted}, got {shown}\n" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "accepted"), [
+    (["estimate", "quick", "--nodes", "10001"], "--nodes: expected an integer from 1 to 10000"),
+    (["run", "quick", "--executor", "ray", "--retries", "101"], "--retries: expected an integer from 0 to 100"),
+    (["env", "create", "pytorch", "--from-run", str(2**63)], "--from-run: expected an integer from 1 to "
+                                                              "9223372036854775807"),
+])
+def test_the_other_integer_options_are_bounded(capsys, argv, accepted):
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert f"error: argument {accepted}, got {argv[-1]}\n" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("field", "value", "accepted"), [
+    ("epochs", 100_001, "an integer from 1 to 100000"),
+    ("epochs", 10**30, "an integer from 1 to 100000"),
+])
+def test_an_entry_integer_beyond_its_bound_is_refused(capsys, tmp_path, field, value, accepted):
+    path = write_suite(tmp_path, "name: e\nframeworks: [pytorch]\nworkloads:\n  - {workload: cnn-mnist, "
+                                 f"dataset: digits-28, {field}: {value}}}\n")
+    assert error_of(capsys, ["run", str(path)]) == f"{path}:4: field '{field}': expected {accepted}, got {value}"
+
+
+def test_a_batch_size_beyond_its_bound_is_refused(capsys, tmp_path):
+    path = write_suite(tmp_path, "name: b\nframeworks: [pytorch]\nworkloads:\n  - {workload: cnn-mnist, "
+                                 f"dataset: digits-28, batch_size: [32, {2**20 + 1}]}}\n")
+    assert error_of(capsys, ["run", str(path)]) == (
+        f"{path}:4: field 'batch_size': entry cnn-mnist on digits-28: value 1048577 is not accepted; expected an "
+        "integer from 1 to 1048576, or a non-empty list of distinct ones")
+    path = write_suite(tmp_path, "name: b\nframeworks: [pytorch]\nworkloads:\n  - {workload: cnn-mnist, "
+                                 f"dataset: digits-28, batch_size: {2**20}}}\n")
+    assert [cell.batch_size for cell in suite.plan(suite.load(str(path)))] == [2**20]
+
+
+BIG_MODEL = '''from dlbench import ir, user
+
+
+def model(meta):
+    # 36 inputs x 2.5e17 units + 2.5e17 biases + 2.5e17 x 3 + 3: 10,000,000,000,000,000,003 parameters
+    return ir.model(meta["input_shape"], "float32", [
+        ir.flatten(), ir.dense(250_000_000_000_000_000), ir.dense(meta["num_classes"])])
+
+
+WORKLOAD = user.Workload(name="huge", description="a dense layer of 2.5e17 units", model=model,
+                         optimizer={"name": "sgd", "lr": 0.1, "momentum": 0.0, "nesterov": False,
+                                    "weight_decay": 0.0},
+                         loss="softmax_cross_entropy", batch_size=8, epochs=1, metric="accuracy", target=0.5)
+'''
+
+
+@pytest.fixture
+def fake_framework(tmp_path, monkeypatch):
+    """The tests' fake framework, its environment built under DLBENCH_HOME; the user's workloads and datasets
+    registered by the test are forgotten after it."""
+    monkeypatch.setitem(envs.RECIPES, "fakefw", fake_dlbench.RECIPE)
+    fake_dlbench.make_environment(tmp_path / "home")
+    datasets = dict(data._DATASETS)
+    yield
+    workloads.USER_WORKLOADS.clear()
+    workloads.USER_FILES.clear()
+    data._DATASETS.clear()
+    data._DATASETS.update(datasets)
+
+
+def test_a_model_of_10_to_the_19_parameters_is_refused_before_any_cell(capsys, tmp_path, fake_framework):
+    # it trained, then save_run raised OverflowError: the run was not stored and its folder was orphaned
+    (tmp_path / "huge.py").write_text(BIG_MODEL)
+    rng = np.random.RandomState(0)
+    np.savez(tmp_path / "data.npz", x_train=rng.randint(0, 256, (24, 6, 6, 1)).astype(np.uint8),
+             y_train=rng.randint(0, 3, 24), x_test=rng.randint(0, 256, (8, 6, 6, 1)).astype(np.uint8),
+             y_test=rng.randint(0, 3, 8))
+    path = write_suite(tmp_path, "name: huge\nframeworks: [fakefw]\nthreads: 1\nworkloads:\n  - workload: huge.py\n"
+                                 "    dataset: {path: data.npz, task: classification}\n")
+    message = error_of(capsys, ["run", str(path), "--results", str(tmp_path / "R")])
+    assert message == (
+        f"workload huge (file {tmp_path / 'huge.py'}) on data: its model holds 10,000,000,000,000,000,003 "
+        f"parameters, 40,000,000,000,000,000,012 bytes as float32; this machine's memory is "
+        f"{psutil.virtual_memory().total:,} bytes, and a model's parameters must fit it")
+    assert [p.name for p in (tmp_path / "R").iterdir()] == ["dlbench.lock"]  # no store, no run folder
+
+
+def test_a_model_is_refused_exactly_when_its_float32_parameters_exceed_memory(monkeypatch, tmp_path):
+    [cell] = suite.plan(suite.load(str(write_suite(tmp_path, "name: m\nframeworks: [pytorch]\n" + ENTRY))))
+    model = ir.model([4], "float32", [ir.dense(2)])  # 4 x 2 weights + 2 biases: 10 parameters, 40 bytes
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: types.SimpleNamespace(total=40))
+    cell_config.check_model_fits(cell, model)
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: types.SimpleNamespace(total=39))
+    with pytest.raises(WorkloadError, match=r"^workload cnn-mnist on digits-28: its model holds 10 parameters, 40 "
+                                            r"bytes as float32; this machine's memory is 39 bytes"):
+        cell_config.check_model_fits(cell, model)
+
+
+def test_the_store_refuses_an_integer_sqlite_cannot_hold_and_writes_nothing(tmp_path):
+    run = {"cell_hash": "h", "suite": "s", "framework": "pytorch", "workload": "cnn-mnist", "status": "ok",
+           "repetition": 1}
+    epoch = {"epoch": 0, "train_time_s": 1.0}
+    with Store(tmp_path / "dlbench.sqlite") as store:
+        with pytest.raises(StoreError, match=r"^run not saved: field 'params' holds 9223372036854775808, beyond the "
+                                             r"store's integers \(-9223372036854775808 to 9223372036854775807\); "
+                                             r"nothing of it was written$"):
+            store.save_run(dict(run, params=2**63), [epoch], [])
+        with pytest.raises(StoreError, match=r"^epoch not saved: field 'epoch' holds -9223372036854775809, "):
+            store.save_run(run, [epoch, {"epoch": -(2**63) - 1}], [])  # the run's row is valid, its epoch not
+        with pytest.raises(StoreError, match=r"^peak not saved: field 'threads' holds 100000000000000000000, "):
+            store.save_peak({"framework": "pytorch", "threads": 10**20, "device": "cpu", "gflops": 1.0})
+        assert (store.runs(), store.peaks()) == ([], [])
+        assert store._conn.execute("SELECT count(*) FROM epochs").fetchone() == (0,)
+        # the largest integer it holds goes in and comes back; a JSON column's integers are text, any size
+        store.save_run(dict(run, params=2**63 - 1, config={"huge": 10**30}), [epoch], [])
+        [stored] = store.runs()
+        assert (stored["params"], stored["config"]) == (2**63 - 1, {"huge": 10**30})
+
+
+@pytest.mark.parametrize(("field", "value", "accepted"), [("epochs", 10**30, "an integer from 1 to 100000"),
+                                                          ("batch_size", 2**20 + 1, "an integer from 1 to 1048576")])
+def test_a_workload_file_recipe_beyond_its_bound_is_refused(tmp_path, fake_framework, field, value, accepted):
+    declared = {"epochs": "epochs=1", "batch_size": "batch_size=8"}[field]
+    (tmp_path / "huge.py").write_text(BIG_MODEL.replace(declared, f"{field}={value}"))
+    np.savez(tmp_path / "data.npz", x_train=np.zeros((4, 6, 6, 1), np.uint8), y_train=np.arange(4) % 3,
+             x_test=np.zeros((2, 6, 6, 1), np.uint8), y_test=np.arange(2))
+    path = write_suite(tmp_path, "name: huge\nframeworks: [fakefw]\nworkloads:\n  - workload: huge.py\n"
+                                 "    dataset: {path: data.npz, task: classification}\n")
+    with pytest.raises(SuiteError) as refused:
+        suite.load(str(path))
+    assert str(refused.value) == (f"{path}:4: field 'workload': {tmp_path / 'huge.py'}: {field} {value}; expected "
+                                  f"{accepted}")
+
+
+def test_a_run_the_store_cannot_hold_stops_the_plan_naming_its_kept_folder(capsys, tmp_path, monkeypatch,
+                                                                            digits_dir):
+    """The store's last guard, through a real run of the fake framework: were a count beyond 64 bits to pass the
+    plan's bounds, the plan stops with one message (it raised OverflowError inside the write), nothing of the
+    run is stored, and its folder, with the worker's events and output, is kept and named."""
+    monkeypatch.setitem(envs.RECIPES, "fakefw", fake_dlbench.RECIPE)
+    path = fake_dlbench.suite_file(tmp_path, monkeypatch)
+    monkeypatch.setattr(cell_config, "check_model_fits", lambda cell, model: None)  # the bound, let through here
+    monkeypatch.setattr(record.ir, "count_params", lambda model: 2**63)
+    results = tmp_path / "results"
+    message = error_of(capsys, ["run", str(path), "--results", str(results), "--data-dir", str(digits_dir),
+                                "--plain", "--no-live-report"])
+    kept = message.rsplit("; the run's folder ", 1)[-1].removesuffix(" is kept")
+    assert message == (
+        "run not saved: field 'params' holds 9223372036854775808, beyond the store's integers "
+        "(-9223372036854775808 to 9223372036854775807); nothing of it was written: fakefw cnn-mnist on digits-28, "
+        f"repetition 1; the run's folder {kept} is kept")
+    assert Path(kept).parent.parent == results and (Path(kept) / "events.jsonl").is_file()
+    with Store(results / "dlbench.sqlite", for_reading=True) as store:
+        assert store.runs() == []

@@ -129,3 +129,19 @@ def test_a_cost_file_that_is_not_a_list_of_runs_is_left_as_it_is(tmp_path):
     assert [line.split(" (")[0] for line in said] == [
         f"live report: its cost not kept: {tmp_path / live_report.COST_FILE} is not a JSON list of runs"] * 2
     assert said[1].endswith("(it holds a JSON dict); left as it is")
+
+
+@pytest.mark.parametrize(("rewrites", "failures", "line"), [
+    # it said 'no cell ended before the last (3 rewrites failed)': three cells had ended
+    ([], 3, "report not rewritten between cells (3 rewrites, all failed); full report 2.0 s"),
+    ([], 1, "report not rewritten between cells (1 rewrite, all failed); full report 2.0 s"),
+    ([], 0, "report not rewritten between cells (no cell ended before the last); full report 2.0 s"),
+    ([0.5, 0.25], 1, "live report rewritten after 2 cells: median 0.38 s, 0.8 s in all (1 rewrite failed); "
+                     "full report 2.0 s"),
+    ([0.5], 2, "live report rewritten after 1 cell: median 0.50 s, 0.5 s in all (2 rewrites failed); "
+               "full report 2.0 s"),
+])
+def test_the_cost_line_says_what_the_rewrites_did(tmp_path, rewrites, failures, line):
+    live = live_report.LiveReport(tmp_path, total=5)
+    live.rewrites, live.failures = rewrites, failures
+    assert live.cost_line(2.0) == line

@@ -65,6 +65,9 @@ def test_an_inference_plan_runs_end_to_end_and_stores_its_serving_figures(tmp_pa
                      "--plain"]) == 0
     printed = capsys.readouterr().out
     assert "serving: 3 warm-up and 25 timed calls of 1, then 100 samples in batches of 16" in printed
+    # the end-of-run table is the inference runs' own: it printed the training columns, every one '-'
+    ended = printed[printed.index("\nInference runs\n"):]
+    assert "p50/p90/p99 ms" in ended and "steady s" not in printed and "final metric" not in printed
     with Store(results / "dlbench.sqlite") as store:
         [run] = store.runs()
         latencies = store.latencies(run["id"])
@@ -90,7 +93,7 @@ def test_an_inference_plan_runs_end_to_end_and_stores_its_serving_figures(tmp_pa
     assert max(len(line) for line in served.splitlines()) <= 120
     row = served.splitlines()[3]
     assert f"{run['latency_p50_ms']:.3g}/{run['latency_p90_ms']:.3g}/{run['latency_p99_ms']:.3g}" in row
-    assert "digits-28" in row  # clipped to fit: its batch size is in the configuration
+    assert "digits-28" in row and row.split()[4] == "16"  # the dataset, and the batch in its own column
 
 
 # ---- the configuration and its hash ---------------------------------------------------------
@@ -152,3 +155,28 @@ def test_every_cell_of_the_serve_suite_has_a_whole_batch_to_time():
              "django-es-en": 132, "photo-boxes": 2}
     for cell in suite.plan(suite.load("serve"), frameworks=["pytorch"]):
         assert cell.serve.throughput_batch <= min(cell.serve.throughput_samples, sizes[cell.dataset]), cell.workload
+
+
+def test_the_results_inference_table_tells_a_batch_sweep_apart(tmp_path, capsys):
+    """A sweep of batch sizes: the dataset's label, which says the batch, is clipped to fit 120 columns, so
+    the rows read the same but for their figures; the batch column tells them apart."""
+    from synthetic_store import serving_run
+
+    with Store(tmp_path / "dlbench.sqlite") as store:
+        for position, batch in enumerate((32, 64, 128), 1):
+            run, latencies = serving_run("pytorch", "cnn-mnist", 1, [0.002] * 10, 1000.0 + batch, position=position)
+            run.update(cell_hash=f"sweep-{batch}", serve_batch_size=batch)
+            run["config"]["serve"]["throughput_batch"] = run["config"]["recipe"]["batch_size"] = batch
+            store.save_run(run, [], [], latencies)
+        failed, _ = serving_run("pytorch", "cnn-mnist", 1, [], 1.0, status="failed", reason="worker exited",
+                                position=4)
+        failed["cell_hash"] = "sweep-failed"
+        failed["config"]["serve"]["throughput_batch"] = 256  # never timed: its configuration's batch
+        store.save_run(failed, [], [], [])
+    assert cli.main(["results", "--results", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:2] == ["Inference runs", "every run: framework pytorch, version 2.13.0, workload cnn-mnist, dataset "
+                                           "digits-28, device cpu, rep 1, peak MiB 400.00"]
+    assert lines[2].split()[:3] == ["batch", "status", "p50/p90/p99"]
+    assert sorted((line.split()[0], line.split()[1]) for line in lines[4:]) == [
+        ("128", "ok"), ("256", "failed"), ("32", "ok"), ("64", "ok")]

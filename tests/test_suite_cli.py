@@ -103,7 +103,8 @@ def test_bad_epochs_in_the_second_entry_names_its_line(capsys, tmp_path):
             dataset: pang-lee-polarity
             epochs: abc
     """)
-    assert error_of(capsys, ["run", str(path)]) == f"{path}:9: field 'epochs': expected an integer >= 1, got 'abc'"
+    assert error_of(capsys, ["run", str(path)]) == (
+        f"{path}:9: field 'epochs': expected an integer from 1 to 100000, got 'abc'")
 
 
 def test_unknown_field_in_an_entry_names_its_line(capsys, tmp_path):
@@ -406,18 +407,20 @@ def test_a_run_on_one_thread_of_two_is_still_flagged_inside_a_sweep(tmp_path):
 
 
 @pytest.mark.parametrize("field, value, message", [
-    ("threads", "[]", "an empty list; expected a positive integer, 'all', or a non-empty list of distinct ones"),
-    ("batch_size", "[]", "an empty list; expected a positive integer, or a non-empty list of distinct ones"),
+    ("threads", "[]", "an empty list; expected an integer from 1 to 8 (4 per logical core, and this machine has 2), "
+                      "'all', or a non-empty list of distinct ones"),
+    ("batch_size", "[]", "an empty list; expected an integer from 1 to 1048576, or a non-empty list of distinct ones"),
     ("threads", "[1, 2, 1]", "value 1 is listed twice"),
     ("threads", "[all, all]", "value 'all' is listed twice"),
-    ("batch_size", "[32, 0]", "value 0 is not accepted; expected a positive integer"),
+    ("batch_size", "[32, 0]", "value 0 is not accepted; expected an integer from 1 to 1048576"),
     ("threads", "-2", "value -2 is not accepted"),
     ("batch_size", "[32, 1.5]", "value 1.5 is not accepted"),
     ("threads", "[1, true]", "value True is not accepted"),
-    ("batch_size", "[32, all]", "value 'all' is not accepted ('all' is for threads only); expected a positive"),
+    ("batch_size", "[32, all]", "value 'all' is not accepted ('all' is for threads only); expected an integer"),
     ("threads", "many", "value 'many' is not accepted"),
 ])
-def test_a_bad_axis_is_refused_with_its_line_entry_and_value(tmp_path, field, value, message):
+def test_a_bad_axis_is_refused_with_its_line_entry_and_value(tmp_path, monkeypatch, field, value, message):
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)  # threads' bound: 4 per logical core
     path = write_suite(tmp_path, f"""
         name: sweep
         frameworks: [pytorch]
@@ -522,8 +525,9 @@ def test_the_executor_field_and_its_errors(capsys, tmp_path):
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--executor", "dask"], "argument --executor: invalid choice: 'dask'"),
-    (["--executor", "ray", "--cells-per-node", "0"], "argument --cells-per-node: expected an integer >= 1, got 0"),
-    (["--executor", "ray", "--retries", "-1"], "argument --retries: expected an integer >= 0, got -1"),
+    (["--executor", "ray", "--cells-per-node", "0"],
+     "argument --cells-per-node: expected an integer from 1 to 10000, got 0"),
+    (["--executor", "ray", "--retries", "-1"], "argument --retries: expected an integer from 0 to 100, got -1"),
 ])
 def test_bad_executor_options_exit_2_naming_them(capsys, argv, message):
     with pytest.raises(SystemExit) as exited:

@@ -5,7 +5,7 @@ import os
 import sys
 import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from dlbench.harness import data, file_names, folders
@@ -31,7 +31,7 @@ from dlbench.harness.present import comparison, listing, progress
 from dlbench.harness.run import ExecutorError, cell_config, interrupt, local, results_folder
 from dlbench.harness.run.cell_config import Options
 from dlbench.harness.run.live_report import LiveReport
-from dlbench.harness.store import FILENAME, Store, StoreError, is_inference
+from dlbench.harness.store import FILENAME, MAX_INTEGER, Store, StoreError
 from dlbench.shared import ir
 
 DEFAULT_RESULTS = Path("dlbench-results")
@@ -96,7 +96,7 @@ def run_and_show(chosen: suite.Suite, cells: list[suite.Cell], options: Options,
     with Store(options.results / FILENAME) as store:
         latest = {run["cell_hash"]: run for run in store.runs()}  # runs come oldest first
     print()
-    print(listing.table([latest[h] for h in hashes if h in latest]))
+    print(listing.runs_tables([latest[h] for h in hashes if h in latest]))
     print()
     print(", ".join(f"{n} {k}" for k, n in counts.items() if n))
     print(f"results: {options.results / 'dlbench.sqlite'} (dlbench results --results {args.results})")
@@ -308,13 +308,7 @@ def cmd_results(args: argparse.Namespace) -> int:
     if args.format == "table":
         # every column is the wide form: nothing clipped
         width = None if args.columns == listing.column_names() else listing.WIDTH
-        served = [run for run in runs if is_inference(run)]
-        trained = [run for run in runs if not is_inference(run)]
-        if trained or not served:
-            print(listing.table(trained, args.columns, width))
-        if served:  # their own table: they have no epochs, and latencies and throughput instead
-            print("\n" if trained else "", end="")
-            print(listing.serving_table(served, width))
+        print(listing.runs_tables(runs, args.columns, width))
     else:
         print(listing.to_csv(runs) if args.format == "csv" else listing.to_json(runs))
     if args.format == "table" and peaks:
@@ -480,18 +474,28 @@ def cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
-    return value
+def integer_from(minimum: int, maximum: int, why: str = "") -> Callable[[str], int]:
+    """An option's type: an integer from minimum to maximum, else the range (and `why`, where the maximum comes
+    from) in argparse's message. Every integer option is bounded: --epochs 10^400 made `estimate` overflow."""
+    def integer(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:  # not an integer, or over Python's 4,300 digits
+            value = None
+        if value is None or not minimum <= value <= maximum:
+            shown = text if len(text) <= file_names.SHOWN else file_names.shortened(text)  # 10^400: not all of it
+            raise argparse.ArgumentTypeError(f"expected an integer from {minimum} to {maximum}{why}, got {shown}")
+        return value
+    return integer
 
 
-def non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text}")
-    return value
+def thread_count(text: str) -> int:
+    """--threads: at most suite.max_threads(), as a suite's `threads`."""
+    return integer_from(1, suite.max_threads(), f" ({suite.threads_bound()})")(text)
+
+
+# how many times the Ray executor dispatches a cell again: a node that died more often than this is no hiccup
+MAX_RETRIES = 100
 
 
 def positive_float(text: str) -> float:
@@ -533,11 +537,11 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--device", choices=suite.DEVICES,
                      help="run every cell on this device, overriding the suite (gpu needs the CUDA environments: "
                           "dlbench env create --all --device gpu)")
-    run.add_argument("--repeat", type=positive_int, help="repetitions per cell")
-    run.add_argument("--epochs", type=positive_int, help="epochs per cell, overriding the suite")
+    run.add_argument("--repeat", type=integer_from(1, suite.MAX_CELLS), help="repetitions per cell")
+    run.add_argument("--epochs", type=integer_from(1, suite.MAX_EPOCHS), help="epochs per cell, overriding the suite")
     run.add_argument("--results", default=str(DEFAULT_RESULTS), help="results folder (default: ./dlbench-results)")
     run.add_argument("--data-dir", help="data folder (default: $DLBENCH_DATA or ~/.cache/dlbench/data)")
-    run.add_argument("--threads", type=positive_int,
+    run.add_argument("--threads", type=thread_count,
                      help="threads per cell, overriding the suite and its entries (default: the entry's, else the "
                           "suite's, else the cores of the machine or Ray node that runs the cell)")
     run.add_argument("--timeout", type=positive_float, help="seconds per cell, overriding the suite")
@@ -558,10 +562,10 @@ def parser() -> argparse.ArgumentParser:
     ray = run.add_argument_group("Ray executor (with --executor ray)")
     ray.add_argument("--address", help="the cluster to join (auto, HOST:PORT, ray://HOST:PORT; "
                                        "default: start a Ray on this machine)")
-    ray.add_argument("--cells-per-node", type=positive_int, default=1,
+    ray.add_argument("--cells-per-node", type=integer_from(1, suite.MAX_CELLS), default=1,
                      help="cells measured at once on one node (default 1: a node to itself; "
                           "more and they measure each other)")
-    ray.add_argument("--retries", type=non_negative_int, default=2,
+    ray.add_argument("--retries", type=integer_from(0, MAX_RETRIES), default=2,
                      help="dispatches again of a cell whose node died under it (default 2)")
     ray.add_argument("--node-data-dir",
                      help="a data folder every node sees (default: each node's own)")
@@ -592,7 +596,7 @@ def parser() -> argparse.ArgumentParser:
     env.add_argument("--dry-run", action="store_true",
                      help="create: resolve and list what would be installed, install nothing; "
                           "prune: list what would be removed, remove nothing")
-    env.add_argument("--from-run", type=int, metavar="RUN_ID",
+    env.add_argument("--from-run", type=integer_from(1, MAX_INTEGER), metavar="RUN_ID",
                      help="create: rebuild the environment of a stored run with exactly its packages")
     env.add_argument("--results", default=str(DEFAULT_RESULTS), help="--from-run: results folder holding the run")
     env.set_defaults(func=cmd_env)
@@ -658,7 +662,7 @@ def parser() -> argparse.ArgumentParser:
 
     est = commands.add_parser("estimate", help="forecast a suite's wall time from the runs a results store holds")
     est.add_argument("suite", help="built-in suite name or suite file")
-    est.add_argument("--nodes", type=positive_int, default=1,
+    est.add_argument("--nodes", type=integer_from(1, suite.MAX_CELLS), default=1,
                      help="identical nodes the cells are spread over, as the Ray executor does (default 1)")
     est.add_argument("--results", default=str(DEFAULT_RESULTS),
                      help="results folder whose runs the forecast comes from (default: ./dlbench-results)")
@@ -666,9 +670,9 @@ def parser() -> argparse.ArgumentParser:
     est.add_argument("-f", "--framework", action="append", help="only these frameworks (repeatable)")
     est.add_argument("-w", "--workload", action="append", help="only these workloads of the suite (repeatable)")
     est.add_argument("--device", choices=suite.DEVICES)
-    est.add_argument("--repeat", type=positive_int, help="repetitions per cell")
-    est.add_argument("--epochs", type=positive_int, help="epochs per cell, overriding the suite")
-    est.add_argument("--threads", type=positive_int, help="threads per cell, overriding the suite and its entries")
+    est.add_argument("--repeat", type=integer_from(1, suite.MAX_CELLS), help="repetitions per cell")
+    est.add_argument("--epochs", type=integer_from(1, suite.MAX_EPOCHS), help="epochs per cell, overriding the suite")
+    est.add_argument("--threads", type=thread_count, help="threads per cell, overriding the suite and its entries")
     est.set_defaults(func=cmd_estimate)
 
     rep = commands.add_parser("report", help="write the report of the stored runs: findings, tables, figures")

@@ -12,12 +12,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from dlbench.harness import folders
+from dlbench.harness import file_names, folders
 from dlbench.shared.protocol import EPOCH_SPLIT
 
 SCHEMA_VERSION = 12
 FILENAME = "dlbench.sqlite"
 SIDE_FILES = ("-wal", "-shm", "-journal")  # what SQLite writes beside the store
+# SQLite's INTEGER is signed 64-bit: a larger Python int raised OverflowError inside the write (issue #40)
+MIN_INTEGER, MAX_INTEGER = -(2**63), 2**63 - 1
 
 # Column name -> SQL declaration; the single source for the DDL, inserts and key validation.
 RUN_COLUMNS: dict[str, str] = {
@@ -592,6 +594,11 @@ def _row(values: Mapping[str, Any], columns: Mapping[str, str], kind: str) -> di
         raise StoreError(
             f"unknown {kind} key(s) {', '.join(map(repr, unknown))}; accepted: {', '.join(columns)}"
         )
+    for key, value in values.items():
+        # a last guard: the plan's bounds (suite.py, cli.py, cell_config.check_model_fits) keep such numbers out
+        if isinstance(value, int) and key not in JSON_COLUMNS and not MIN_INTEGER <= value <= MAX_INTEGER:
+            raise StoreError(f"{kind} not saved: field {key!r} holds {file_names.shortened(value)}, beyond the "
+                             f"store's integers ({MIN_INTEGER} to {MAX_INTEGER}); nothing of it was written")
     return {
         k: json.dumps(v, sort_keys=True) if k in JSON_COLUMNS and v is not None else v
         for k, v in values.items()

@@ -12,7 +12,7 @@ import yaml
 from dlbench.harness import data, file_names
 from dlbench.harness.environments.envs import RECIPES, EnvError, get_recipe
 from dlbench.harness.plan import user_workload
-from dlbench.harness.plan.workloads import WORKLOADS, get_workload, known_workloads
+from dlbench.harness.plan.workloads import MAX_BATCH_SIZE, MAX_EPOCHS, WORKLOADS, get_workload, known_workloads
 
 DEVICES = ("cpu", "gpu")
 # cold: every run compiles into its own empty folder; shared: the runs of one results folder share one
@@ -46,6 +46,22 @@ MAX_NAME = 100  # characters of the suite's name, which every table and the repo
 # cells of one plan: each cell's configuration is built (74 KB, 4 ms for the quick suite's) before the first runs
 MAX_CELLS = 10_000
 MAX_SEED = 2**32 - 1  # numpy's RandomState, which draws the weights and the batch order, takes no larger seed
+# The integers a suite or the command line gives a cell are each bounded (MAX_EPOCHS, MAX_BATCH_SIZE from
+# workloads.py, MAX_CELLS, MAX_SEED, max_threads()), so that the store can keep every value a plan holds.
+
+# threads per logical core of the machine that reads the suite: a few beyond the cores can be measured on
+# purpose (the cores flag then says so); 512 on 2 cores started 1,024 worker threads, and 10^20 broke the store
+THREADS_PER_CORE = 4
+
+
+def max_threads() -> int:
+    """The most threads a cell may ask for on this machine: THREADS_PER_CORE x its logical cores."""
+    return THREADS_PER_CORE * (os.cpu_count() or 1)
+
+
+def threads_bound() -> str:
+    """Why max_threads() is what it is, for the messages that refuse more."""
+    return f"{THREADS_PER_CORE} per logical core, and this machine has {os.cpu_count() or 1}"
 
 
 class SuiteError(ValueError):
@@ -251,14 +267,17 @@ class _Checker:
             if key not in accepted:
                 raise self.fail(mapping, key, f"unknown field; accepted: {', '.join(accepted)}")
 
-    def integer(self, mapping: _Mapping, key: str, default: Any, minimum: int = 1, maximum: int | None = None) -> Any:
+    def integer(self, mapping: _Mapping, key: str, default: Any, minimum: int = 1, maximum: int | None = None,
+                why: str = "") -> Any:
+        """The field's integer within [minimum, maximum]; `why`, said after the range, is where the maximum
+        comes from."""
         value = mapping.get(key, default)
         if value is None and default is None:
             return None
         if (isinstance(value, bool) or not isinstance(value, int) or value < minimum
                 or (maximum is not None and value > maximum)):
             accepted = f"an integer >= {minimum}" if maximum is None else f"an integer from {minimum} to {maximum}"
-            raise self.fail(mapping, key, f"expected {accepted}, got {file_names.shortened(value)}")
+            raise self.fail(mapping, key, f"expected {accepted}{why}, got {file_names.shortened(value)}")
         return value
 
     def seconds(self, mapping: _Mapping, key: str, default: float) -> float:
@@ -332,7 +351,8 @@ def parse(path: Path) -> Suite:
         frameworks=tuple(frameworks), device=device,
         repeat=check.integer(document, "repeat", 1, maximum=MAX_CELLS),
         seed=check.integer(document, "seed", 0, minimum=0, maximum=MAX_SEED),
-        threads=check.integer(document, "threads", None), timeout_s=check.seconds(document, "timeout_s", 3600),
+        threads=check.integer(document, "threads", None, maximum=max_threads(), why=f" ({threads_bound()})"),
+        timeout_s=check.seconds(document, "timeout_s", 3600),
         entries=tuple(_entry(check, document, item, mode) for item in entries),
         compile_cache=check.choice(document, "compile_cache", COMPILE_CACHES, "cold"),
         executor=check.choice(document, "executor", EXECUTORS, "local"),
@@ -396,7 +416,7 @@ def _entry(check: _Checker, document: _Mapping, item: Any, mode: str = "train") 
             if key in item:
                 raise check.fail(item, key, f"entry {workload} on {dataset}: an inference suite trains nothing; "
                                  f"leave {key} out (a trained model's weights come from `weights`)")
-    return Entry(workload, dataset, check.integer(item, "epochs", None),
+    return Entry(workload, dataset, check.integer(item, "epochs", None, maximum=MAX_EPOCHS),
                  batch_sizes=_axis(check, item, "batch_size", f"entry {workload} on {dataset}"),
                  threads=_axis(check, item, "threads", f"entry {workload} on {dataset}"),
                  weights=_weights_path(check, item), train_samples=_train_samples(check, item, workload, dataset),
@@ -453,22 +473,24 @@ def _user_dataset(check: _Checker, item: _Mapping) -> Any:
 
 
 def _axis(check: _Checker, item: _Mapping, key: str, entry: str) -> tuple[Any, ...]:
-    """An entry's `batch_size` or `threads`: one positive integer, or a non-empty list of distinct ones (an
-    axis of the sweep: the plan holds every value); `threads` also takes ALL_CORES, the machine's cores at
-    plan time. Absent: ()."""
+    """An entry's `batch_size` or `threads`: one integer from 1 to its maximum (MAX_BATCH_SIZE, max_threads()),
+    or a non-empty list of distinct ones (an axis of the sweep: the plan holds every value); `threads` also takes
+    ALL_CORES, the machine's cores at plan time. Absent: ()."""
     if key not in item:
         return ()
     value = item[key]
     takes_all = key == "threads"
-    accepted = (f"a positive integer{', ' + repr(ALL_CORES) if takes_all else ''}, or a non-empty list of "
-                f"distinct ones{' (all: every core of the machine)' if takes_all else ''}")
+    maximum = max_threads() if takes_all else MAX_BATCH_SIZE
+    bound = f" ({threads_bound()})" if takes_all else ""
+    accepted = (f"an integer from 1 to {maximum}{bound}{', ' + repr(ALL_CORES) if takes_all else ''}, or a "
+                f"non-empty list of distinct ones{' (all: every core of the machine)' if takes_all else ''}")
     values = value if isinstance(value, list) else [value]
     if not values:
         raise check.fail(item, key, f"{entry}: an empty list; expected {accepted}")
     for one in values:
         if one == ALL_CORES and takes_all:
             continue
-        if isinstance(one, bool) or not isinstance(one, int) or one < 1:
+        if isinstance(one, bool) or not isinstance(one, int) or not 1 <= one <= maximum:
             also = f" ({ALL_CORES!r} is for threads only)" if one == ALL_CORES else ""
             raise check.fail(item, key, f"{entry}: value {file_names.shortened(one)} is not accepted{also}; "
                              f"expected {accepted}")

@@ -145,10 +145,11 @@ def _check_recipe(path: Path, declared: user.Workload) -> None:
             ([f"missing {', '.join(missing)}"] if missing else []) + ([f"unknown {', '.join(unknown)}"] if unknown
                                                                       else []))
             + f"; it takes {', '.join(needed)}")
-    for key in ("batch_size", "epochs"):
+    for key, maximum in (("batch_size", workloads.MAX_BATCH_SIZE), ("epochs", workloads.MAX_EPOCHS)):
         value = getattr(declared, key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise UserWorkloadError(f"{path}: {key} {value!r}; expected an integer >= 1")
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+            raise UserWorkloadError(f"{path}: {key} {file_names.shortened(value)}; expected an integer from 1 to "
+                                    f"{maximum}")
     if declared.metric not in user.METRICS:
         raise UserWorkloadError(f"{path}: metric {declared.metric!r}; accepted: {', '.join(user.METRICS)}")
     target = declared.target

@@ -15,6 +15,11 @@ OPTIMIZER_SETTINGS = {"sgd": ("lr", "momentum", "nesterov", "weight_decay"),
                       "adam": ("lr", "beta1", "beta2", "epsilon"), "adadelta": ("lr", "rho", "epsilon"),
                       "adamw": ("lr", "beta1", "beta2", "epsilon", "weight_decay")}
 
+# The most epochs and the largest batch a cell may have, whether a suite, the command line or a user's workload
+# file gives them: every value under them is one the store holds and a forecast multiplies (epochs x seconds)
+MAX_EPOCHS = 100_000  # `dlbench estimate --epochs` 10^400 raised OverflowError
+MAX_BATCH_SIZE = 1 << 20  # 1,048,576 samples, far above any batch a training step holds in memory
+
 
 class WorkloadError(ValueError):
     pass

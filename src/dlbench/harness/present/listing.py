@@ -9,6 +9,7 @@ from dlbench.harness.analysis import measures
 from dlbench.harness.certification import machine_store
 from dlbench.harness.environments import sources
 from dlbench.harness.plan.dataset_label import run_label
+from dlbench.harness.store import is_inference
 
 # (run field, table heading); CSV and JSON carry every field
 STORED_COLUMNS = (
@@ -160,10 +161,11 @@ def _folded(rows: list[list[str]], shown: list[str] | tuple[str, ...], width: in
 
 
 # the inference runs' table: which run, how it ended, its serving figures (harness/measure/serving.py;
-# docs/measurement.md says what each one times); the throughput's batch size is in the dataset's label, the first
-# call on a whole batch in CSV and JSON
-SERVE_HEADINGS = ("framework", "version", "workload", "dataset", "device", "rep", "status", "p50/p90/p99 ms",
-                  "samples/s", "1st call s", "peak MiB", "reason")
+# docs/measurement.md says what each one times); "batch", the throughput's batch size, in a column of its own so
+# that a batch sweep's rows differ where the dataset's label is clipped to fit; the first call on a whole batch
+# in CSV and JSON
+SERVE_HEADINGS = ("framework", "version", "workload", "dataset", "batch", "device", "rep", "status",
+                  "p50/p90/p99 ms", "samples/s", "1st call s", "peak MiB", "reason")
 
 
 def _figure(value: float | None) -> str:
@@ -176,16 +178,37 @@ def _figure(value: float | None) -> str:
 
 def serving_row(run: dict) -> list[str]:
     shown = columns(run)
+    shown["dataset"] = _cell(run.get("dataset"))  # its batch has a column of its own; it trains on no subset
+    # a run that failed before its throughput was timed has the batch its configuration asked for
+    shown["batch"] = _cell(run.get("serve_batch_size") or ((run.get("config") or {}).get("serve") or {})
+                           .get("throughput_batch"))
     latency = "/".join(_figure(run.get(f"latency_p{q}_ms")) for q in (50, 90, 99))
-    return [*(shown[h] for h in SERVE_HEADINGS[:7]), latency if latency != "-/-/-" else "-",
+    return [*(shown[h] for h in SERVE_HEADINGS[:8]), latency if latency != "-/-/-" else "-",
             _figure(run.get("samples_per_s")), _figure(run.get("first_call_s")), shown["peak MiB"], shown["reason"]]
 
 
 def serving_table(runs: list[dict], width: int | None = WIDTH) -> str:
-    """The inference runs, one row per run: latency percentiles, throughput, the first call and peak
-    memory; fitted to width as table() fits the training runs'."""
+    """The inference runs, one row per run: the throughput's batch, latency percentiles, throughput, the first
+    call, peak memory and, where a run has one, the reason it ended as it did; fitted to width as table() fits
+    the training runs'."""
     rows = [serving_row(run) for run in sorted(runs, key=_order)]
-    return "Inference runs\n" + _folded(rows, SERVE_HEADINGS, width, ("dataset", "reason"))
+    headings = list(SERVE_HEADINGS)
+    if all(row[-1] == "-" for row in rows):  # no run has a reason to give: the columns that do say something fit
+        headings.pop()
+        rows = [row[:-1] for row in rows]
+    return "Inference runs\n" + _folded(rows, headings, width, ("dataset", "reason"))
+
+
+def runs_tables(runs: list[dict], shown: list[str] | tuple[str, ...] = DEFAULT_COLUMNS,
+                width: int | None = WIDTH) -> str:
+    """The training runs' table (table()) and the inference runs' (serving_table()), each where it has runs:
+    an inference run has no epochs, and the training columns would all read '-'."""
+    served = [run for run in runs if is_inference(run)]
+    trained = [run for run in runs if not is_inference(run)]
+    parts = [table(trained, shown, width)] if trained or not served else []
+    if served:
+        parts.append(serving_table(served, width))
+    return "\n\n".join(parts)
 
 
 def certificates_table(certificates: list[dict]) -> str:

@@ -7,12 +7,15 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from dlbench.harness import data
 from dlbench.harness.environments import envs, sources
 from dlbench.harness.measure import energy, peaks
 from dlbench.harness.plan import initial_weights
 from dlbench.harness.plan.suite import Cell, SuiteError
 from dlbench.harness.plan.workloads import USER_FILES, Workload, WorkloadError, get_workload
+from dlbench.shared import ir
 from dlbench.shared import schedule as schedules
 
 
@@ -65,13 +68,15 @@ def resolve(cell: Cell, data_dir: Path, cores: int | None = None) -> Prepared:
     workload = get_workload(cell.workload)
     dataset = data.prepare(cell.dataset, data_dir)
     check_train_samples(cell, dataset)
+    model = workload.model(dataset.meta)
+    check_model_fits(cell, model)
     env = envs.require(cell.framework, cell.device)
     built = env.info()
     recipe = cell_recipe(workload, cell.epochs, cell.batch_size, cell.train_samples or dataset.meta.get("n_train"))
     config = {
         "framework": cell.framework, "workload": cell.workload, "dataset": cell.dataset,
         "dataset_hash": dataset.hash, "device": cell.device, "threads": cell.threads or cores or os.cpu_count(),
-        "seed": cell.seed, "repetition": cell.repetition, "model": workload.model(dataset.meta),
+        "seed": cell.seed, "repetition": cell.repetition, "model": model,
         "recipe": recipe, "env_packages": built["packages"], "python": built["python_version"],
         # the worker's own code: a fixed adapter runs its cells again (dlbench.harness.environments.sources)
         "worker_source": sources.framework_source(cell.framework),
@@ -101,6 +106,18 @@ def resolve(cell: Cell, data_dir: Path, cores: int | None = None) -> Prepared:
         # only then: the hashes of cold cells, and of frameworks the setting does not touch, stay as they were
         config["compile_cache"] = "shared"
     return Prepared(cell, workload, dataset, env, config)
+
+
+def check_model_fits(cell: Cell, model: dict) -> None:
+    """Refuses a model whose float32 parameters alone (4 bytes each) exceed this machine's memory, before any
+    cell runs: a model of 10^19 parameters trained, then its count overflowed the store and lost the run."""
+    params = ir.count_params(model)
+    memory = psutil.virtual_memory().total
+    if params * 4 > memory:
+        where = f" (file {USER_FILES[cell.workload][0]})" if cell.workload in USER_FILES else ""
+        raise WorkloadError(f"workload {cell.workload}{where} on {cell.dataset}: its model holds {params:,} "
+                            f"parameters, {params * 4:,} bytes as float32; this machine's memory is {memory:,} "
+                            "bytes, and a model's parameters must fit it")
 
 
 def cell_recipe(workload: Workload, epochs: int, batch_size: int, train_count: int | None) -> dict:

@@ -112,13 +112,15 @@ class LiveReport:
         if not self.enabled:
             rewrites = "report not rewritten between cells (--no-live-report)"
         elif self.rewrites:
-            cells = f"{len(self.rewrites)} cell{'s' if len(self.rewrites) > 1 else ''}"
+            cells = plural(len(self.rewrites), "cell")
             rewrites = (f"live report rewritten after {cells}: median "
                         f"{statistics.median(self.rewrites):.2f} s, {sum(self.rewrites):.1f} s in all")
+        elif self.failures:  # cells did end before the last: each rewrite after them failed
+            rewrites = f"report not rewritten between cells ({plural(self.failures, 'rewrite')}, all failed)"
         else:
             rewrites = "report not rewritten between cells (no cell ended before the last)"
-        if self.failures:
-            rewrites += f" ({self.failures} rewrites failed)"
+        if self.failures and self.rewrites:
+            rewrites += f" ({plural(self.failures, 'rewrite')} failed)"
         return rewrites + (f"; full report {full:.1f} s" if full is not None else "")
 
     def keep_cost(self, full: float | None) -> None:
@@ -147,3 +149,8 @@ class LiveReport:
             folders.write_text_atomically(path, json.dumps(kept, indent=1) + "\n")
         except folders.PathError as error:
             self.say(f"live report: its cost not kept ({error})")
+
+
+def plural(count: int, noun: str) -> str:
+    """'1 rewrite', '3 rewrites'."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"

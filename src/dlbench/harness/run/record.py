@@ -13,7 +13,7 @@ from dlbench.harness.measure import cores, machine, peaks, serving
 from dlbench.harness.measure.monitor import Sample, summarise
 from dlbench.harness.run.cell_config import Prepared
 from dlbench.harness.run.launch import Outcome
-from dlbench.harness.store import Store
+from dlbench.harness.store import Store, StoreError
 from dlbench.shared import ir
 from dlbench.shared.protocol import EPOCH, EPOCH_SPLIT, READY, START, kind_of
 
@@ -117,7 +117,8 @@ def finish_run(store: Store, prepared: Prepared, ran: Ran, peak: tuple[int, floa
                recorded: dict) -> dict:
     """Links the run to its peak (id, GFLOP/s), adds its certificate status and `recorded` (provenance,
     plan position, executor), and saves it with its epochs and samples in one transaction. Returns the
-    run row."""
+    run row. A value the store cannot hold raises StoreError naming the field, the cell and its kept run folder;
+    nothing of the run is written."""
     run = ran.run
     if peak is not None:
         run.update(peak_id=peak[0], mfu=peaks.mfu(run.get("achieved_gflops"), peak[1]))
@@ -127,5 +128,12 @@ def finish_run(store: Store, prepared: Prepared, ran: Ran, peak: tuple[int, floa
     store.save_environment({"packages_digest": envs.digest_of(info["packages"]), "framework": prepared.cell.framework,
                             "device": prepared.env.device, "python_version": info["python_version"],
                             "packages": info["packages"], "hashes": info.get("hashes")})
-    store.save_run(run, ran.epochs, ran.samples, ran.latencies)
+    try:
+        store.save_run(run, ran.epochs, ran.samples, ran.latencies)
+    except StoreError as error:
+        # a number the store cannot hold (store._row): the plan stops here, and the message says where the
+        # cell's events and output are, so that the run is not lost without a word
+        kept = f"; the run's folder {run['run_dir']} is kept" if run.get("run_dir") else ""
+        raise StoreError(f"{error}: {prepared.cell.framework} {prepared.cell.workload} on "
+                         f"{prepared.cell.dataset}, repetition {prepared.cell.repetition}{kept}") from None
     return run
