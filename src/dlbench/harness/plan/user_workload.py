@@ -5,6 +5,7 @@ the user's code: it runs in a child process (read_workload.py) within READ_TIMEO
 and dataset, and the harness keeps the model that child returned."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import importlib.util
@@ -98,21 +99,29 @@ def read(path: Path, digest: str, meta: dict, dataset_name: str) -> dict:
 def _read_in_child(path: Path, meta: dict) -> dict:
     package_root = str(Path(dlbench.__file__).resolve().parents[1])  # the child imports this very dlbench
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
+    # a session of its own, so that whatever the file starts stops with it (a grandchild holding the pipe open
+    # would keep communicate() waiting after the child itself was killed)
+    with subprocess.Popen([sys.executable, "-m", "dlbench.harness.plan.read_workload", str(path)],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+                          start_new_session=True) as child:
+        try:
+            stdout, _ = child.communicate(json.dumps(meta), timeout=READ_TIMEOUT_S)
+        except BaseException as stopped:  # the time limit, or Ctrl-C (which the child's session does not get)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+            if isinstance(stopped, subprocess.TimeoutExpired):
+                raise UserWorkloadError(f"{path}: still running after {READ_TIMEOUT_S:g} s, the most dlbench waits "
+                                        "for a workload file to be imported and its model(meta) to return; "
+                                        "stopped. Does it loop, wait for input or train at import?") from None
+            raise
     try:
-        done = subprocess.run([sys.executable, "-m", "dlbench.harness.plan.read_workload", str(path)],
-                              input=json.dumps(meta), stdout=subprocess.PIPE, text=True, env=env,
-                              timeout=READ_TIMEOUT_S)
-    except subprocess.TimeoutExpired:  # subprocess.run has killed the child
-        raise UserWorkloadError(f"{path}: still running after {READ_TIMEOUT_S:g} s, the most dlbench waits for a "
-                                "workload file to be imported and its model(meta) to return; stopped. Does it "
-                                "loop, wait for input or train at import?") from None
-    try:
-        answer = json.loads(done.stdout) if done.returncode == 0 else None
+        answer = json.loads(stdout) if child.returncode == 0 else None
     except ValueError:
         answer = None
     if not isinstance(answer, dict):
-        how = (f"was killed by signal {signal.Signals(-done.returncode).name}" if done.returncode < 0
-               else f"ended with exit status {done.returncode}")
+        how = (f"was killed by signal {signal.Signals(-child.returncode).name}" if child.returncode < 0
+               else f"ended with exit status {child.returncode}")
         raise UserWorkloadError(f"{path}: the process reading it {how} before answering (os._exit, a crash in "
                                 "native code, or a signal); a workload file declares its workload and returns")
     if "error" in answer:
