@@ -370,6 +370,31 @@ def test_a_sweep_plans_the_product_of_its_axes(tmp_path, two_frameworks):
     assert len(suite.plan(sweep, threads=4)) == (2 + 1) * 2
 
 
+def test_a_sweep_too_large_is_refused_from_its_lists_lengths_before_any_cell_is_built(tmp_path, monkeypatch):
+    """10,100 combinations of one entry's two long lists: the count comes from their lengths, and no Cell is made."""
+    batch_sizes, threads = list(range(1, 102)), list(range(1, 101))
+    path = write_suite(tmp_path, f"name: huge\nframeworks: [pytorch]\nworkloads:\n  - {{workload: cnn-mnist, "
+                                 f"dataset: digits-28, batch_size: {batch_sizes}, threads: {threads}}}\n")
+    huge = suite.load(str(path))
+
+    def no_cell(*args, **kwargs):
+        raise AssertionError("a cell was built before the plan's size was checked")
+
+    monkeypatch.setattr(suite, "Cell", no_cell)
+    with pytest.raises(SuiteError) as refused:
+        suite.plan(huge)
+    assert "the plan would hold 10,100 cells" in str(refused.value)
+    assert "a plan holds at most 10,000" in str(refused.value)
+
+
+def test_a_long_axis_with_a_value_listed_twice_names_it(tmp_path):
+    values = list(range(1, 20_001)) + [7]  # the duplicate found by a set, at the end of a long list
+    path = write_suite(tmp_path, f"name: long\nframeworks: [pytorch]\nworkloads:\n  - {{workload: cnn-mnist, "
+                                 f"dataset: digits-28, batch_size: {values}}}\n")
+    with pytest.raises(SuiteError, match="value 7 is listed twice"):
+        suite.load(str(path))
+
+
 def test_each_axis_value_enters_the_cells_configuration_and_hash(tmp_path):
     path = write_suite(tmp_path, """
         name: sweep

@@ -15,12 +15,12 @@ from numpy.lib import format as npy_format
 from test_initial_weights import address_space_capped
 from user_errors import error_of
 
-from dlbench.harness import data
+from dlbench.harness import cli, data
 from dlbench.harness.data import npy_files
 from dlbench.harness.data import user as user_data
 from dlbench.harness.environments import envs
-from dlbench.harness.plan import suite, workloads
-from dlbench.harness.run import cell_config
+from dlbench.harness.plan import suite, user_workload, workloads
+from dlbench.harness.run import cell_config, results_folder
 from dlbench.harness.store import Store
 
 MODEL = '''from dlbench import ir, user
@@ -495,3 +495,81 @@ def test_a_hand_written_layer_with_stride_0_names_the_layer(capsys, monkeypatch,
     message = run_refused(capsys, monkeypatch, path)
     assert message.startswith(f"{path}:5: field 'workload': {tmp_path / 'mine.py'}"), message
     assert message.endswith("layer conv2d_2: stride 0; a positive integer is needed"), message
+# ---- the workload file is the user's code: where, when and how long it runs ------------------------------
+
+def test_a_file_that_never_returns_is_stopped_at_the_time_limit(tmp_path, fake, monkeypatch):
+    monkeypatch.setattr(user_workload, "READ_TIMEOUT_S", 3)
+    refused(write(tmp_path, model="while True:\n    pass\n" + MODEL), "mine.py", "still running after 3 s")
+
+
+@pytest.mark.parametrize("where", ["import", "model"])
+def test_sys_exit_in_the_file_is_an_error_never_success(tmp_path, fake, capsys, where):
+    source = ("import sys\nsys.exit(0)\n" + MODEL if where == "import"
+              else MODEL.replace("def model(meta):\n", "def model(meta):\n    import sys\n    sys.exit(0)\n"))
+    path = write(tmp_path, model=source)
+    code = cli.main(["run", str(path), "--results", str(tmp_path / "results"), "--plain", "--no-live-report"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert err[-1].startswith("dlbench: error: ") and "mine.py" in err[-1] and "raised SystemExit: 0" in err[-1]
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["dlbench.lock"]  # no run folder
+
+
+def test_a_file_that_ends_its_process_is_an_error(tmp_path, fake):
+    refused(write(tmp_path, model=MODEL.replace("def model(meta):\n", "def model(meta):\n    import os\n"
+                                                "    os._exit(0)\n")),
+            "mine.py: the process reading it ended with exit status 0 before answering")
+
+
+MARKER = "import pathlib\npathlib.Path(__file__).with_name('ran').touch()\n"
+
+
+def test_a_refused_run_has_not_run_the_workload_file(tmp_path, fake, capsys):
+    path = write(tmp_path, model=MARKER + MODEL)
+    results = tmp_path / "results"
+    with results_folder.locked(results):  # another run holds the folder
+        message = error_of(capsys, ["run", str(path), "--results", str(results), "--plain"])
+    assert "is in use by another dlbench run" in message
+    (tmp_path / "a-file").write_text("")
+    message = error_of(capsys, ["run", str(path), "--results", str(tmp_path / "a-file"), "--plain"])
+    assert "--results" in message and "a-file" in message
+    assert not (tmp_path / "ran").exists()
+    suite.load(str(path))  # the marker does say when the file runs
+    assert (tmp_path / "ran").exists()
+
+
+def test_entries_sharing_a_file_and_dataset_run_the_file_once(tmp_path, fake):
+    path = write(tmp_path, model="with open(__file__ + '.runs', 'a') as runs:\n    runs.write('ran\\n')\n" + MODEL)
+    entries = "".join(f"  - {{workload: mine.py, dataset: {{path: data.npz, task: classification}}, "
+                      f"batch_size: {size}}}\n" for size in range(1, 41))
+    path.write_text(f"name: mine\nframeworks: [fakefw]\nthreads: 1\nworkloads:\n{entries}")
+    cells = suite.plan(suite.load(str(path)))
+    assert len(cells) == 40
+    assert (tmp_path / "mine.py.runs").read_text() == "ran\n"
+
+
+def test_a_model_that_raises_on_a_later_call_is_called_once(tmp_path, fake, monkeypatch):
+    """The model the child read is the one every cell gets: the user's function is not called again."""
+    once = MODEL.replace("def model(meta):\n", "CALLS = []\n\n\ndef model(meta):\n    CALLS.append(1)\n"
+                         "    if len(CALLS) > 1:\n        raise RuntimeError('called twice')\n")
+    path = write(tmp_path, model=once)
+    cells = suite.plan(suite.load(str(path)))
+    fake_dlbench.make_environment(tmp_path / "home")
+    monkeypatch.setenv("DLBENCH_HOME", str(tmp_path / "home"))
+    prepared = cell_config.resolve(cells[0], tmp_path / "cache")
+    assert prepared.config["model"]["layers"][-1]["units"] == 3
+    mine = workloads.get_workload("mine")
+    assert mine.model() == mine.model() == prepared.config["model"]
+    with pytest.raises(user_workload.UserWorkloadError, match="its model was read for the dataset data of the suite"):
+        mine.model(dict(mine.study_meta, num_classes=5))  # a meta no entry gave: an error, not a guess
+
+
+def test_certify_power_checks_only_the_suites_own_workload(tmp_path):
+    """certify --power --suite runs the power check on the suite's workloads alone: here the user's."""
+    envs.require("pytorch")  # the reference, which power runs with each value changed
+    path = write(tmp_path, model=MODEL.replace('"momentum": 0.0', '"momentum": 0.9'), frameworks="[jax]")
+    done = guard.run([sys.executable, "-m", "dlbench", "certify", "--power", "--suite", str(path), "--results",
+                      str(tmp_path / "results")], 600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line.split()[0] for line in done.stdout.splitlines()[2:] if line.strip() and " of " not in line]
+    assert rows and set(rows) == {"mine"}, done.stdout
+    assert "conv2d_1.filters" in done.stdout

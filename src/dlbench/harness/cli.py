@@ -53,17 +53,19 @@ def data_dir(args: argparse.Namespace) -> Path:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    chosen = suite.load(args.suite)
-    cells = suite.plan(chosen, args.framework, args.workload, args.device, args.repeat, args.epochs,
-                       args.compile_cache, args.allocator, args.gpu_memory, args.threads)
+    suite.load(args.suite, user_code=False)  # the suite checked, its workload files only located
     # absolute: workers run inside their run folders
     options = Options(Path(args.results).resolve(), data_dir(args).resolve(), args.force, args.timeout,
                       args.memory_limit_mb)
     check_results_folder(args.results, "dlbench run keeps its store and run folders there")
     results_folder.refuse_planted_links(options.results)
-    # one run at a time per results folder: a second is refused here, before anything is prepared or built
+    # one run at a time per results folder: a second is refused here, before anything is prepared or built,
+    # and before the suite's workload files (the user's code) run
     with results_folder.locked(options.results), interrupt.handled():
         try:
+            chosen = suite.load(args.suite)
+            cells = suite.plan(chosen, args.framework, args.workload, args.device, args.repeat, args.epochs,
+                               args.compile_cache, args.allocator, args.gpu_memory, args.threads)
             return run_and_show(chosen, cells, options, args)
         except interrupt.Interrupted as stop:
             print(f"dlbench: {stop}", file=sys.stderr)
@@ -413,7 +415,8 @@ def cmd_certify_power(args: argparse.Namespace) -> int:
     """What each workload's certificate can see: exit 1 when a change passes for no known reason."""
     from dlbench.harness.certification import power
 
-    workloads = [get_workload(name) for name in args.workload] if args.workload else list(WORKLOADS.values())
+    # the workloads plain certify would certify (a suite's, -f, -w), each once: power runs the reference alone
+    workloads = list({workload.name: workload for _, workload in certify_pairs(args)}.values())
     check_results_folder(args.results, "certify --power keeps its probes' files there")
     workdir = results_folder.new_folder(Path(args.results).resolve() / "certify", time.strftime("power-%Y%m%d-%H%M%S"))
     rows = [row for workload in workloads for row in power.power(workload, workdir)]
@@ -458,7 +461,8 @@ def cmd_data(args: argparse.Namespace) -> int:
         if args.action not in ("fetch", "verify"):
             raise DatasetError(f"--suite goes with data fetch or data verify, not data {args.action}")
         # the suite's datasets, in its order, after any named ones
-        named = list(args.names) + [entry.dataset for entry in suite.load(args.suite).entries]
+        # the suite's workload files are not run: the entries name their datasets
+        named = list(args.names) + [entry.dataset for entry in suite.load(args.suite, user_code=False).entries]
         args.names = list(dict.fromkeys(named))
     if not args.names or (args.action == "path" and len(args.names) != 1):
         raise DatasetError(f"data {args.action} needs {'one dataset' if args.action == 'path' else 'dataset names'}; "
@@ -603,7 +607,8 @@ def parser() -> argparse.ArgumentParser:
 
     cert = commands.add_parser("certify", help=f"certify frameworks against the reference ({envs.REFERENCE})")
     cert.add_argument("--suite", metavar="SUITE|FILE",
-                      help="the pairs of this suite's frameworks and workloads (narrowed by -f and -w)")
+                      help="the pairs of this suite's frameworks and workloads (narrowed by -f and -w); runs the "
+                           "suite's workload files (Python) to read their models")
     cert.add_argument("-f", "--framework", action="append", help="only these frameworks (default: all others)")
     cert.add_argument("-w", "--workload", action="append", help="only these workloads (default: all)")
     cert.add_argument("--again", action="store_true",
@@ -614,7 +619,8 @@ def parser() -> argparse.ArgumentParser:
                       help="show the machine's stored certificates and run nothing")
     cert.add_argument("--power", action="store_true",
                       help="change every value of each workload's model and recipe in the reference and show which "
-                           "changes its certificate sees (certifies no framework)")
+                           "changes its certificate sees (certifies no framework); the workloads certify would "
+                           "certify: --suite's, narrowed by -f and -w, else -w's (default: all built-in)")
     cert.set_defaults(func=cmd_certify)
 
     dat = commands.add_parser("data", help="list, fetch, verify or locate datasets")
@@ -661,7 +667,8 @@ def parser() -> argparse.ArgumentParser:
     cmp.set_defaults(func=cmd_compare)
 
     est = commands.add_parser("estimate", help="forecast a suite's wall time from the runs a results store holds")
-    est.add_argument("suite", help="built-in suite name or suite file")
+    est.add_argument("suite", help="built-in suite name or suite file (its workload files, Python, run to read "
+                                   "their models)")
     est.add_argument("--nodes", type=integer_from(1, suite.MAX_CELLS), default=1,
                      help="identical nodes the cells are spread over, as the Ray executor does (default 1)")
     est.add_argument("--results", default=str(DEFAULT_RESULTS),

@@ -256,6 +256,8 @@ def _read(path: Path) -> str:
 class _Checker:
     def __init__(self, path: Path):
         self.path = path
+        # the users' datasets this suite's entries name, each read once however many entries share it
+        self.datasets: dict[tuple[str, ...], Any] = {}
 
     def fail(self, mapping: _Mapping, key: str | None, message: str) -> SuiteError:
         line = mapping.lines.get(key, mapping.line) if key else mapping.line
@@ -318,7 +320,10 @@ def _yaml_error(path: Path, error: yaml.YAMLError) -> str:
     return f"{where}: not valid YAML: {' '.join(said.split())}"
 
 
-def parse(path: Path) -> Suite:
+def parse(path: Path, user_code: bool = True) -> Suite:
+    """The suite the file describes, checked. With user_code False the entries' workload files (Python) are
+    neither run nor checked against their datasets, only located: `run` checks that much before it locks its
+    results folder, and runs the files after (each such entry's workload is then its file's path)."""
     try:
         document = yaml.load(_read(path), Loader=_LineLoader)
     except yaml.YAMLError as error:
@@ -353,7 +358,7 @@ def parse(path: Path) -> Suite:
         seed=check.integer(document, "seed", 0, minimum=0, maximum=MAX_SEED),
         threads=check.integer(document, "threads", None, maximum=max_threads(), why=f" ({threads_bound()})"),
         timeout_s=check.seconds(document, "timeout_s", 3600),
-        entries=tuple(_entry(check, document, item, mode) for item in entries),
+        entries=tuple(_entry(check, document, item, mode, user_code) for item in entries),
         compile_cache=check.choice(document, "compile_cache", COMPILE_CACHES, "cold"),
         executor=check.choice(document, "executor", EXECUTORS, "local"),
         allocator=check.choice(document, "allocator", ALLOCATORS, "default"),
@@ -392,21 +397,26 @@ def frameworks_for(device: str) -> list[str]:
     return [name for name, recipe in RECIPES.items() if device == "cpu" or recipe.cuda_packages]
 
 
-def _entry(check: _Checker, document: _Mapping, item: Any, mode: str = "train") -> Entry:
+def _entry(check: _Checker, document: _Mapping, item: Any, mode: str = "train", user_code: bool = True) -> Entry:
     if not isinstance(item, _Mapping):
         raise check.fail(document, "workloads", f"each entry is a mapping with the fields {', '.join(ENTRY_FIELDS)}")
     check.known_keys(item, ENTRY_FIELDS)
     own_dataset = _user_dataset(check, item) if isinstance(item.get("dataset"), dict) else None
-    if isinstance(item.get("workload"), str) and item["workload"].endswith(".py"):
+    users_file = isinstance(item.get("workload"), str) and item["workload"].endswith(".py")
+    if users_file and not user_code:
+        workload = str(_user_file(check, item, "workload", item["workload"]))  # run later, by a second parse
+    elif users_file:
         workload = _user_workload(check, item, own_dataset)
     else:
         workload = check.choice(item, "workload", tuple(WORKLOADS))
     dataset = own_dataset.NAME if own_dataset else check.choice(item, "dataset", tuple(data.dataset_names()))
     task = data.describe(dataset)["task"]
-    if task not in get_workload(workload).tasks:
+    if users_file and not user_code:
+        pass  # what the workload trains for is known once its file has run
+    elif task not in get_workload(workload).tasks:
         raise check.fail(item, "dataset", f"{dataset!r} is a {task} dataset; {workload} needs "
                          f"{' or '.join(get_workload(workload).tasks)}")
-    if own_dataset is not None:
+    if own_dataset is not None and (user_code or not users_file):
         try:
             user_workload.check_fit(get_workload(workload), own_dataset, str(own_dataset.path))
         except user_workload.UserWorkloadError as error:
@@ -466,10 +476,13 @@ def _user_dataset(check: _Checker, item: _Mapping) -> Any:
                          "(what the inputs are divided by: 255 for 0..255 pixels)")
     path = _user_file(check, item, "dataset", fields["path"])
     name = str(fields.get("name") or path.name.removesuffix(".npz"))
-    try:
-        return user_workload.read_dataset(path, name, fields["task"], num_classes, scale)
-    except (user_workload.UserWorkloadError, data.user.UserDataError) as error:
-        raise check.fail(item, "dataset", str(error)) from None
+    key = (str(path), name, repr(fields["task"]), repr(num_classes), repr(scale))
+    if key not in check.datasets:
+        try:
+            check.datasets[key] = user_workload.read_dataset(path, name, fields["task"], num_classes, scale)
+        except (user_workload.UserWorkloadError, data.user.UserDataError) as error:
+            raise check.fail(item, "dataset", str(error)) from None
+    return check.datasets[key]
 
 
 def _axis(check: _Checker, item: _Mapping, key: str, entry: str) -> tuple[Any, ...]:
@@ -494,9 +507,11 @@ def _axis(check: _Checker, item: _Mapping, key: str, entry: str) -> tuple[Any, .
             also = f" ({ALL_CORES!r} is for threads only)" if one == ALL_CORES else ""
             raise check.fail(item, key, f"{entry}: value {file_names.shortened(one)} is not accepted{also}; "
                              f"expected {accepted}")
+    seen = set()
     for one in values:  # every value is a positive integer or ALL_CORES now (no True, which equals 1)
-        if values.count(one) > 1:
+        if one in seen:
             raise check.fail(item, key, f"{entry}: value {one!r} is listed twice; expected {accepted}")
+        seen.add(one)
     return tuple(values)
 
 
@@ -529,8 +544,8 @@ def _weights_path(check: _Checker, item: _Mapping) -> str | None:
     return str(path)
 
 
-def load(name_or_path: str) -> Suite:
-    return parse(locate(name_or_path))
+def load(name_or_path: str, user_code: bool = True) -> Suite:
+    return parse(locate(name_or_path), user_code)
 
 
 def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str] | None = None,
@@ -567,10 +582,14 @@ def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str]
                 raise SuiteError(f"workload {name!r} is not in suite {suite.name!r}; its workloads: "
                                  f"{', '.join(present)}")
         entries = [e for e in entries if e.workload in workloads]
+    cores = cores or os.cpu_count() or 1
+    # the plan's size from its lists' lengths, refused before a single cell is built
+    point_count = sum(len(entry.batch_sizes or (None,)) * len(_threads(entry, threads or None, suite.threads, cores))
+                      for entry in entries)
+    _check_size(suite, repeat or suite.repeat, point_count, len(frameworks or suite.frameworks))
     points = [(entry, batch_size, entry_threads) for entry in entries
               for batch_size in entry.batch_sizes or (get_workload(entry.workload).recipe["batch_size"],)
-              for entry_threads in _threads(entry, threads or None, suite.threads, cores or os.cpu_count() or 1)]
-    _check_size(suite, repeat or suite.repeat, len(points), len(frameworks or suite.frameworks))
+              for entry_threads in _threads(entry, threads or None, suite.threads, cores)]
     cells = []
     inference = suite.mode == "inference"
     if inference and epochs:
@@ -612,12 +631,8 @@ def _threads(entry: Entry, override: int | None, suite_threads: int | None, core
         return [override]
     if not entry.threads:
         return [suite_threads]
-    values: list[int | None] = []
-    for value in entry.threads:
-        number = cores if value == ALL_CORES else int(value)
-        if number not in values:
-            values.append(number)
-    return values
+    numbers = (cores if value == ALL_CORES else int(value) for value in entry.threads)
+    return list(dict.fromkeys(numbers))  # in order, each once
 
 
 def _check_size(suite: Suite, repetitions: int, entries: int, frameworks: int) -> None:

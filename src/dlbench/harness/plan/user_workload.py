@@ -1,12 +1,20 @@
 """A suite entry's own workload and dataset: a Python file that declares a dlbench.user.Workload (WORKLOAD), and a
 dataset in a plain format (data/user.py). Both are read, checked against each other and registered when the
-suite is loaded, before any cell runs; every error names the file and what it accepts."""
+suite is loaded, before any cell runs; every error names the file and what it accepts. The workload file is
+the user's code: it runs in a child process (read_workload.py) within READ_TIMEOUT_S, once per file content
+and dataset, and the harness keeps the model that child returned."""
 from __future__ import annotations
 
+import contextlib
+import copy
 import hashlib
 import importlib.util
+import json
 import math
+import os
 import re
+import signal
+import subprocess
 import sys
 import traceback
 from pathlib import Path
@@ -14,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+import dlbench
 from dlbench import user
 from dlbench.harness import data, file_names
 from dlbench.harness.data.user import UserDataset
@@ -27,6 +36,13 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 NAME_ACCEPTED = "1 to 64 letters, digits, '.', '_' or '-', the first a letter or digit"
 
 
+# the most a workload file may take to be imported and to return its model(meta), in the child that reads it
+READ_TIMEOUT_S = 60.0
+# what each (file, SHA-256, dataset meta) read to in this process, and the dataset it was read for
+_READ: dict[tuple[str, str, str], dict] = {}
+_READ_FOR: dict[tuple[str, str, str], str] = {}
+
+
 class UserWorkloadError(ValueError):
     pass
 
@@ -37,39 +53,101 @@ def sha256(path: Path) -> str:
 
 def load(path: Path, dataset: UserDataset | None) -> Workload:
     """The workload the file at `path` declares, registered under its name; `dataset`, the entry's plain-format
-    dataset, is the one it is described (study_meta) and checked by."""
+    dataset, is the one it is described (study_meta) and checked by. The file is read in a child process
+    (`read`), once per file content and dataset."""
     if not path.is_file():
         raise UserWorkloadError(f"{path}: no such file; a workload file is Python that binds {DECLARED} to a "
                                 "dlbench.user.Workload")
+    if dataset is None:
+        raise UserWorkloadError(f"{path}: a workload file goes with a dataset in a plain format in the same entry "
+                                "(dataset: {path: FILE.npz, task: ...}), whose meta its model is built from")
     digest = sha256(path)
-    declared = _declared(path)
-    name = declared.name or path.stem
-    if not isinstance(name, str) or not NAME.fullmatch(name):
-        raise UserWorkloadError(f"{path}: the workload's name {file_names.shortened(name)}; accepted: "
-                                f"{NAME_ACCEPTED} (give the Workload name=)")
+    meta = dataset.built.meta
+    declared = read(path, digest, meta, dataset.NAME)
+    name = declared["name"]
     if name in workloads.WORKLOADS:
         raise UserWorkloadError(f"{path}: the name {name!r} is a built-in workload's; give the file another name, "
                                 "or the Workload another name=")
     if name in workloads.USER_FILES and workloads.USER_FILES[name][0] != str(path):
         raise UserWorkloadError(f"{path}: the name {name!r} is declared by {workloads.USER_FILES[name][0]} as "
                                 "well; give one of them another name=")
-    _check_recipe(path, declared)
-    if dataset is None:
-        raise UserWorkloadError(f"{path}: a workload file goes with a dataset in a plain format in the same entry "
-                                "(dataset: {path: FILE.npz, task: ...}), whose meta its model is built from")
-    meta = dataset.built.meta
     # the first entry's dataset describes it, as a built-in workload's study dataset does
     existing = workloads.USER_WORKLOADS.get(name)
     fresh = existing is None or workloads.USER_FILES[name][1] != digest
     study = (dataset.NAME, meta) if fresh else (existing.study_dataset, existing.study_meta)
-    workload = Workload(name, str(declared.description), study[0], study[1], _builder(path, declared.model),
-                        {"optimizer": dict(declared.optimizer), "batch_size": declared.batch_size,
-                         "epochs": declared.epochs, "loss": declared.loss},
-                        {"metric": declared.metric, "value": float(declared.target), "higher_is_better": True},
-                        (declared.task,))
-    workload.model(meta)  # the model's own errors (an unknown layer, a shape) name the workload's field
+    workload = Workload(name, declared["description"], study[0], study[1], _builder(path, digest),
+                        {"optimizer": declared["optimizer"], "batch_size": declared["batch_size"],
+                         "epochs": declared["epochs"], "loss": declared["loss"]},
+                        {"metric": declared["metric"], "value": declared["target"], "higher_is_better": True},
+                        (declared["task"],))
     workloads.register_user(workload, str(path), digest)
     return workload
+
+
+def read(path: Path, digest: str, meta: dict, dataset_name: str) -> dict:
+    """What the file declares and its model for `meta` (read_here's answer), read in a child process of this
+    Python within READ_TIMEOUT_S; the answer is kept, so each file content is read once per dataset."""
+    key = (str(path), digest, _meta_key(meta))
+    if key not in _READ:
+        print(f"dlbench: running workload file {path} (Python code, in a child process, at most "
+              f"{READ_TIMEOUT_S:g} s) for dataset {dataset_name}", file=sys.stderr, flush=True)
+        _READ[key] = _read_in_child(path, meta)
+        _READ_FOR[key] = dataset_name
+    return _READ[key]
+
+
+def _read_in_child(path: Path, meta: dict) -> dict:
+    package_root = str(Path(dlbench.__file__).resolve().parents[1])  # the child imports this very dlbench
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
+    # a session of its own, so that whatever the file starts stops with it (a grandchild holding the pipe open
+    # would keep communicate() waiting after the child itself was killed)
+    with subprocess.Popen([sys.executable, "-m", "dlbench.harness.plan.read_workload", str(path)],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+                          start_new_session=True) as child:
+        try:
+            stdout, _ = child.communicate(json.dumps(meta), timeout=READ_TIMEOUT_S)
+        except BaseException as stopped:  # the time limit, or Ctrl-C (which the child's session does not get)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+            if isinstance(stopped, subprocess.TimeoutExpired):
+                raise UserWorkloadError(f"{path}: still running after {READ_TIMEOUT_S:g} s, the most dlbench waits "
+                                        "for a workload file to be imported and its model(meta) to return; "
+                                        "stopped. Does it loop, wait for input or train at import?") from None
+            raise
+    try:
+        answer = json.loads(stdout) if child.returncode == 0 else None
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        how = (f"was killed by signal {signal.Signals(-child.returncode).name}" if child.returncode < 0
+               else f"ended with exit status {child.returncode}")
+        raise UserWorkloadError(f"{path}: the process reading it {how} before answering (os._exit, a crash in "
+                                "native code, or a signal); a workload file declares its workload and returns")
+    if "error" in answer:
+        raise UserWorkloadError(answer["error"])
+    return answer
+
+
+def read_here(path: Path, meta: dict) -> dict:
+    """Runs the file in this process (read_workload.py's, the child) and returns its workload's fields and its
+    model for `meta`, checked; raises UserWorkloadError naming the file and what is wrong."""
+    declared = _declared(path)
+    name = declared.name or path.stem
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise UserWorkloadError(f"{path}: the workload's name {file_names.shortened(name)}; accepted: "
+                                f"{NAME_ACCEPTED} (give the Workload name=)")
+    _check_recipe(path, declared)
+    return {"name": name, "description": str(declared.description), "optimizer": dict(declared.optimizer),
+            "batch_size": declared.batch_size, "epochs": declared.epochs, "loss": declared.loss,
+            "metric": declared.metric, "target": float(declared.target), "task": declared.task,
+            "model": _model(path, declared.model, meta)}
+
+
+def _meta_key(meta: dict) -> str:
+    """The meta as the model sees it, the same whether built now or read back from a prepared folder (which
+    adds the dataset's hash)."""
+    return json.dumps({key: value for key, value in meta.items() if key != "hash"}, sort_keys=True)
 
 
 def _declared(path: Path) -> user.Workload:
@@ -82,7 +160,7 @@ def _declared(path: Path) -> user.Workload:
     sys.modules[module_name] = module  # dataclasses and pickling look the module up by name
     try:
         spec.loader.exec_module(module)
-    except (Exception, SystemExit) as error:  # the user's code: any exception, reported with its line
+    except BaseException as error:  # the user's code: any exception, SystemExit included, reported with its line
         raise UserWorkloadError(f"{_where(path, error)}: the workload file raised {type(error).__name__}: "
                                 f"{error}") from None
     declared = getattr(module, DECLARED, None)
@@ -103,22 +181,37 @@ def _where(path: Path, error: BaseException) -> str:
     return f"{path}:{lines[-1]}" if lines else str(path)
 
 
-def _builder(path: Path, model: Any):
-    """The workload's model function, its errors (an IRError, a missing meta key) named with the file."""
+def _model(path: Path, model: Any, meta: dict) -> dict:
+    """The workload's model function called on `meta`, its errors (an IRError, a missing meta key, SystemExit)
+    named with the file."""
+    try:
+        spec = model(meta)
+    except BaseException as error:  # the user's code
+        raise UserWorkloadError(f"{_where(path, error)}: the model raised {type(error).__name__}: "
+                                f"{error}") from None
+    if not isinstance(spec, dict) or "layers" not in spec:
+        raise UserWorkloadError(f"{path}: the model returned a {type(spec).__name__}; expected what "
+                                "dlbench.ir.model(input_shape, input_dtype, layers) returns")
+    try:
+        ir.infer_shapes(spec)
+    except (ir.IRError, KeyError, TypeError) as error:
+        raise UserWorkloadError(f"{path}: the model: {error}") from None
+    return spec
+
+
+def _builder(path: Path, digest: str):
+    """The workload's model for a meta: the one its file's model(meta) returned in the child for that meta.
+    The user's function is not called again, so a model() that would fail on a later call cannot stop a run
+    half way; a meta it was not read for (no dataset of the suite) is an error, never a guess."""
     def build(meta: dict) -> dict:
-        try:
-            spec = model(meta)
-        except Exception as error:  # the user's code
-            raise UserWorkloadError(f"{_where(path, error)}: the model raised {type(error).__name__}: "
-                                    f"{error}") from None
-        if not isinstance(spec, dict) or "layers" not in spec:
-            raise UserWorkloadError(f"{path}: the model returned a {type(spec).__name__}; expected what "
-                                    "dlbench.ir.model(input_shape, input_dtype, layers) returns")
-        try:
-            ir.infer_shapes(spec)
-        except (ir.IRError, KeyError, TypeError) as error:
-            raise UserWorkloadError(f"{path}: the model: {error}") from None
-        return spec
+        key = (str(path), digest, _meta_key(meta))
+        if key not in _READ:
+            read_for = [_READ_FOR[k] for k in _READ if k[:2] == key[:2]]
+            raise UserWorkloadError(f"{path}: its model was read for the dataset{'s' if len(read_for) > 1 else ''} "
+                                    f"{', '.join(read_for)} of the suite, not for a dataset of meta "
+                                    f"{file_names.shortened(_meta_key(meta))}; name that dataset in the suite's "
+                                    "entry")
+        return copy.deepcopy(_READ[key]["model"])
     return build
 
 
