@@ -90,7 +90,7 @@ def read(path: Path, digest: str, meta: dict, dataset_name: str) -> dict:
     key = (str(path), digest, _meta_key(meta))
     if key not in _READ:
         print(f"dlbench: running workload file {path} (Python code, in a child process, at most "
-              f"{READ_TIMEOUT_S:g} s) for dataset {dataset_name}", file=sys.stderr, flush=True)
+              f"{READ_TIMEOUT_S:g} s) for dataset {dataset_name}", flush=True)  # stdout: a refusal's one line is stderr
         _READ[key] = _read_in_child(path, meta)
         _READ_FOR[key] = dataset_name
     return _READ[key]
