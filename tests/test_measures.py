@@ -65,8 +65,27 @@ def test_flags_far_fewer_and_far_more_cores_than_asked():
     assert cores.flag(1.9, 1) == "used 1.9 of 1 cores"
     assert cores.flag(1.05, 1) is None
     assert cores.flag(0.6, 2, busy=1.3) == "used 0.6 of 2 cores while other processes kept 1.3 cores busy"
+    # Keras-TensorFlow's LSTM on the idle AMD EPYC: the framework's own doing, not the machine's
+    assert cores.flag(1.02, 2, busy=0.03) == "used 1.0 of 2 cores while other processes were idle (0.03 cores)"
+    assert cores.flag(1.02, 2, busy=0.49) == "used 1.0 of 2 cores while other processes were idle (0.49 cores)"
+    assert cores.flag(1.02, 2, busy=0.5) == "used 1.0 of 2 cores while other processes kept 0.5 cores busy"
+    assert cores.flag(1.9, 2, busy=0.01) is None
     samples = [sample(2.6 + i / 10, 50.0, system=75.0) for i in range(8)]  # 1.5 of 2 cores busy, 0.5 ours
     assert cores.others(samples, EVENTS, TIMES, 2) == pytest.approx(1.0)
+
+
+def test_a_run_without_a_cores_figure_says_why():
+    def epochs(*train: float) -> list[dict]:
+        return [{"epoch": n, "train_time_s": t} for n, t in enumerate(train, 1)]
+
+    short = stored_run(epochs=epochs(3.0, 0.3, 0.4))  # 0.7 s of steady training: 3 samples of 0.2 s
+    assert measures.cores_text(short) == ("n/a: steady training of 0.70 s, under the 1.0 s (5 samples) the sampler "
+                                          "needs")
+    assert measures.cores_text(stored_run(status="failed", epochs=[])) == (
+        "n/a: the run ended failed before it timed an epoch")
+    assert measures.cores_text(stored_run(mode="inference")) == "n/a: an inference run has no training to measure"
+    assert measures.cores_text(stored_run(epochs=epochs(3.0, 2.0, 2.0))) == "-"  # long enough: stored before
+    assert measures.cores_text(stored_run(cores_used=1.5, epochs=epochs(3.0, 0.3))) == "1.50"
 
 
 def stored_run(**fields) -> dict:

@@ -3,6 +3,8 @@ Shared by `dlbench results` and the report; reads a run as Store.runs() returns 
 from collections.abc import Callable, Mapping
 from statistics import median
 
+from dlbench.harness.measure import cores
+
 ENERGY_KINDS = (("cpu", "energy_cpu_j"), ("dram", "energy_dram_j"), ("gpu", "energy_gpu_j"))
 
 
@@ -97,8 +99,12 @@ def mfu_text(run: Mapping) -> str:
 
 
 def cores_text(run: Mapping) -> str:
-    """Cores used in steady training, and the flag ("FLAG used 0.9 of 2 cores") when it is far from the ask."""
+    """Cores used in steady training, and the flag ("FLAG used 0.9 of 2 cores") when it is far from the ask;
+    "n/a: why" where the run has none (cores.missing_reason), "-" for a run stored before they were measured."""
     if run.get("cores_flag"):
         return f"FLAG {run['cores_flag']}"
     value = run.get("cores_used")
-    return "-" if value is None else f"{value:.2f}"
+    if value is not None:
+        return f"{value:.2f}"
+    reason = cores.missing_reason(run)
+    return f"n/a: {reason}" if reason else "-"

@@ -28,8 +28,8 @@ from dlbench.harness.plan.workloads import target_text
 INTERVAL = (f"order-statistic interval of the median, at least {CONFIDENCE:.0%} unless the cell prints the lower "
             "level its runs allow (2 to 5 runs: [min-max], 50 to 93.7%)")
 CORES_MARK = " †"  # after a figure from a cell with a run flagged for the cores it used
-CORES_LEGEND = ("†: a run of this cell used far fewer or more cores than its threads (often beside other busy "
-                "processes); the findings' caveats name it")
+CORES_LEGEND = ("†: a run of this cell used far fewer or more cores than its threads; the findings' caveats name "
+                "it and say whether other processes were busy meanwhile or the framework did it by itself")
 PEAK_MARK = " ‡"  # after an MFU whose GEMM peak was measured while other processes kept cores busy
 
 
