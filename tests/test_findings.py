@@ -388,3 +388,19 @@ def test_runs_that_shared_the_machine_are_counted_once_above_every_workload(tmp_
     quiet = stored_cells(tmp_path / "quiet", [(dict(run, cores_flag="used 1.0 of 2 cores"), rows, samples)
                                               for run, rows, samples in runs])
     assert not [note for note in shared_caveats(quiet, findings(quiet))[0] if note.startswith("Other processes")]
+
+
+def test_a_framework_that_leaves_cores_idle_by_itself_is_said_to_be_its_own(tmp_path: Path) -> None:
+    """Keras-TensorFlow's LSTM kept one of two cores busy while other processes were idle: the note is about the
+    framework, never that other processes were busy."""
+    alone = "used 1.0 of 2 cores while other processes were idle (0.03 cores)"
+    runs = repeated("pytorch", [1.0, 1.1]) + repeated("jax", [0.5, 0.6])
+    runs[0][0]["cores_flag"] = alone
+    cells = stored_cells(tmp_path, runs)
+    shared, found = shared_caveats(cells, findings(cells))
+    assert not [note for note in shared if note.startswith("Other processes")]
+    caveats = [c for f in found for c in f.caveats] + shared
+    assert [c for c in caveats if alone in c] == [
+        f"The framework's own threading, not the machine: pytorch rep 1 {alone} in the steady epochs' "
+        "training; these times are the framework's at the cores it keeps busy by itself."]
+    assert not [c for c in caveats if c.startswith("Threads not used as asked")]

@@ -65,8 +65,27 @@ def test_flags_far_fewer_and_far_more_cores_than_asked():
     assert cores.flag(1.9, 1) == "used 1.9 of 1 cores"
     assert cores.flag(1.05, 1) is None
     assert cores.flag(0.6, 2, busy=1.3) == "used 0.6 of 2 cores while other processes kept 1.3 cores busy"
+    # Keras-TensorFlow's LSTM on the idle AMD EPYC: the framework's own doing, not the machine's
+    assert cores.flag(1.02, 2, busy=0.03) == "used 1.0 of 2 cores while other processes were idle (0.03 cores)"
+    assert cores.flag(1.02, 2, busy=0.49) == "used 1.0 of 2 cores while other processes were idle (0.49 cores)"
+    assert cores.flag(1.02, 2, busy=0.5) == "used 1.0 of 2 cores while other processes kept 0.5 cores busy"
+    assert cores.flag(1.9, 2, busy=0.01) is None
     samples = [sample(2.6 + i / 10, 50.0, system=75.0) for i in range(8)]  # 1.5 of 2 cores busy, 0.5 ours
     assert cores.others(samples, EVENTS, TIMES, 2) == pytest.approx(1.0)
+
+
+def test_a_run_without_a_cores_figure_says_why():
+    def epochs(*train: float) -> list[dict]:
+        return [{"epoch": n, "train_time_s": t} for n, t in enumerate(train, 1)]
+
+    short = stored_run(epochs=epochs(3.0, 0.3, 0.4))  # 0.7 s of steady training: 3 samples of 0.2 s
+    assert measures.cores_text(short) == ("n/a: steady training of 0.70 s, under the 1.0 s (5 samples) the sampler "
+                                          "needs")
+    assert measures.cores_text(stored_run(status="failed", epochs=[])) == (
+        "n/a: the run ended failed before it timed an epoch")
+    assert measures.cores_text(stored_run(mode="inference")) == "n/a: an inference run has no training to measure"
+    assert measures.cores_text(stored_run(epochs=epochs(3.0, 2.0, 2.0))) == "-"  # long enough: stored before
+    assert measures.cores_text(stored_run(cores_used=1.5, epochs=epochs(3.0, 0.3))) == "1.50"
 
 
 def stored_run(**fields) -> dict:
@@ -202,10 +221,14 @@ def test_report_shows_mfu_per_cell_and_flags_runs_in_the_run_order(tmp_path):
     loaded = report.load(tmp_path / "dlbench.sqlite")
     table = next(t for t in loaded.study_tables if t.title == "Achieved FLOP/s and MFU, cpu")
     by_column = dict(zip(table.header, table.rows[0], strict=True))
-    # 2 runs: [min-max] covers the median half the time, and says so; the MFU names its own denominator
-    assert by_column["pytorch"] == "GFLOP/s 31.5 [31-32, 50%]; MFU 50.0% [50.0-50.0, 50%] of 63 GFLOP/s ‡"
-    assert by_column["mxnet"] == "GFLOP/s 11.5 [11-12, 50%]; MFU - (no peak) †"  # its runs' cores flag
-    assert "each framework's MFU has its own denominator" in table.note and "(here 63-63 GFLOP/s)" in table.note
+    # 2 runs: [min-max] covers the median half the time, and says so; the MFU is against the machine's peak, the
+    # only one here (31 and 32 of 63), and PyTorch's own GEMM is all of it
+    assert by_column["pytorch"] == ("GFLOP/s 31.5 [31-32, 50%]; MFU 50.0% [49.2-50.8, 50%] of 63 GFLOP/s, own GEMM "
+                                    "100% ‡")
+    # MXNet's own peak failed (no mfu): its MFU is still against the machine's, its own GEMM share unknown
+    assert by_column["mxnet"] == "GFLOP/s 11.5 [11-12, 50%]; MFU 18.3% [17.5-19.0, 50%] of 63 GFLOP/s ‡ †"
+    assert "one denominator for every framework" in table.note and "(machine's peak here 63 GFLOP/s)" in table.note
+    assert "GEMM peaks differ" not in table.note  # one framework's peak: nothing to compare
     assert "‡: a peak measured while other processes kept 0.5 cores or more busy" in table.note
     assert "†: a run of this cell used far fewer or more cores than its threads" in table.note
     training = next(t for t in loaded.study_tables if t.title == "Training time, cpu")
@@ -220,6 +243,31 @@ def test_report_shows_mfu_per_cell_and_flags_runs_in_the_run_order(tmp_path):
     assert any(c.startswith("Threads not used as asked: mxnet rep 1 used 1.0 of 2 cores; mxnet rep 2 used")
                for c in finding.caveats)
     assert "Achieved FLOP/s and MFU, cpu" in report.render(loaded, "md")
+
+
+def test_mfu_has_one_denominator_the_machines_best_gemm_and_the_gap_is_stated(tmp_path):
+    """The AMD EPYC of issue 41: torch.matmul 207 GFLOP/s, JAX 477. PyTorch's MFU is against 477, its own GEMM
+    43 % of it; the gap between the peaks is said in the table's note."""
+    runs = [{**run_dict(framework, "cnn-mnist", 1.0, repetition), "achieved_gflops": gflops, "peak_id": peak_id,
+             "mfu": gflops / own, "n_train": 100}
+            for framework, gflops, peak_id, own in (("pytorch", 150.0, 1, 207.0), ("jax", 48.0, 2, 477.0))
+            for repetition in (1, 2)]
+    build_store(tmp_path, runs)
+    machine = {"cpu_model": "AMD EPYC 9R45", "logical_cores": 2}
+    with Store(tmp_path / "dlbench.sqlite") as store:
+        for framework, gflops, method in (("pytorch", 207.0, "torch.matmul"), ("jax", 477.0, "jnp.matmul")):
+            store.save_peak({"framework": framework, "threads": 2, "device": "cpu", "matrix_size": 2048,
+                             "gflops": gflops, "method": method, "machine": machine, "others_busy_cores": 0.02})
+        peak_rows = store.peaks()
+    assert [p["gflops"] for p in measures.machine_peaks(peak_rows).values()] == [477.0]
+    assert measures.gemm_gap(peak_rows) == ["float32 GEMM peaks differ between frameworks on AMD EPYC 9R45 (cpu, 2 "
+                                            "threads): pytorch 207 GFLOP/s to jax 477 GFLOP/s, 2.3x"]
+    loaded = report.load(tmp_path / "dlbench.sqlite")
+    table = next(t for t in loaded.study_tables if t.title == "Achieved FLOP/s and MFU, cpu")
+    by_column = dict(zip(table.header, table.rows[0], strict=True))
+    assert by_column["pytorch"] == "GFLOP/s 150 [150-150, 50%]; MFU 31.4% [31.4-31.4, 50%] of 477 GFLOP/s, own GEMM 43%"
+    assert by_column["jax"] == "GFLOP/s 48 [48-48, 50%]; MFU 10.1% [10.1-10.1, 50%] of 477 GFLOP/s, own GEMM 100%"
+    assert "pytorch 207 GFLOP/s to jax 477 GFLOP/s, 2.3x" in table.note
 
 
 def detector_epochs(splits: list[tuple[float, float, float, float]]) -> list[dict]:

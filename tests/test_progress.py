@@ -6,11 +6,16 @@ import re
 
 import pytest
 from rich.console import Console
+from synthetic_store import synthetic_run
 
+from dlbench.harness import cli
 from dlbench.harness.plan.dataset_label import recipe_batch_size
+from dlbench.harness.plan.estimate import Estimate, EstimateError, Forecast
 from dlbench.harness.plan.suite import Cell
 from dlbench.harness.present import progress
 from dlbench.harness.present.progress import ETA, LiveProgress, PlainProgress, duration
+from dlbench.harness.run.cell_config import Options
+from dlbench.harness.store import Store
 
 
 def cell(framework: str, workload: str, epochs: int = 4) -> Cell:
@@ -27,6 +32,26 @@ def test_a_changed_recipe_batch_size_is_labelled_in_the_run_display():
 
 PLAN = [cell("pytorch", "cnn-mnist"), cell("jax", "cnn-mnist"), cell("theano", "lstm-imdb"),
         cell("pytorch", "lstm-imdb"), cell("jax", "lstm-imdb", epochs=2)]
+
+
+# what `dlbench estimate` forecasts of each cell of PLAN, in seconds; a GEMM peak costs 5 s a framework
+FORECAST = [60.0, 60.0, 100.0, 80.0, 40.0]
+PEAK_S = 5.0
+
+
+class Forecaster:
+    """A stand-in for the store's forecast (cli.run_forecast): per-cell seconds, None for no forecast,
+    counting how often it is read; raises EstimateError, as an empty store does, while `seconds` is None."""
+
+    def __init__(self, cells: list[Cell], seconds: list[float | None] | None) -> None:
+        self.cells, self.seconds, self.reads = cells, seconds, 0
+
+    def __call__(self) -> Estimate:
+        self.reads += 1
+        if self.seconds is None:
+            raise EstimateError("the store holds no completed run")
+        forecasts = [Forecast(c, s, s, s, "1 run", "runs") for c, s in zip(self.cells, self.seconds, strict=True)]
+        return Estimate(forecasts, [], {"": PEAK_S})
 
 
 class Clock:
@@ -74,9 +99,9 @@ def script(show, clock: Clock) -> None:
     show("event", 4, n, PLAN[3], epoch_event(2, 9.0, 1.0, 0.6125))
 
 
-# After that script: cell 4 has 2 epochs left at its latest 10 s; cell 5 (lstm-imdb, 2 epochs) has no
-# cell of its workload ended ok, so it takes cell 1's 60 s / 4 epochs: 2 x 15 s. Left: 20 + 30 = 50 s.
-LEFT_AFTER_SCRIPT = "about 50 s left"
+# After that script: cell 4 has 2 epochs left at its latest 10 s; cell 5 its forecast 40 s, and jax has
+# measured its GEMM peak already (cell 2). Left: 20 + 40 = 60 s.
+LEFT_AFTER_SCRIPT = "about 1 min 00 s left"
 
 
 # ---- the live display in a fake terminal -----------------------------------------------------------
@@ -106,7 +131,7 @@ def fake_terminal() -> Console:
 
 def test_live_display_shows_count_epoch_metric_eta_and_failures():
     clock, terminal = Clock(), fake_terminal()
-    with LiveProgress(PLAN, clock, terminal) as live:
+    with LiveProgress(PLAN, clock, terminal, Forecaster(PLAN, FORECAST)) as live:
         script(live, clock)
         shown = screen(terminal.file.getvalue())
     assert "\x1b[" in terminal.file.getvalue()  # a terminal's display, coloured and redrawn in place
@@ -129,7 +154,8 @@ def test_live_display_before_the_first_epoch_and_at_the_end():
         clock.now = 4.0
         live("event", 1, 1, PLAN[0], ready_event())
         assert screen(terminal.file.getvalue())[-3:] == [
-            "━" * 30 + " cell 1/1: 0 ok; time left not known yet",  # an empty bar: nothing done
+            # an empty bar: nothing done; no forecaster, as with a store that has nothing to go by
+            "━" * 30 + " cell 1/1: 0 ok; time left unknown: no stored run to forecast 1 cell",
             "pytorch cnn-mnist on digits-28 (cpu, rep 1)",
             "  ready after 4.0 s (torch 2.13.0; 2 threads)",
         ]
@@ -144,7 +170,7 @@ def test_live_display_before_the_first_epoch_and_at_the_end():
 
 def test_plain_lines_one_per_cell_start_end_and_epoch_without_controls():
     clock, out = Clock(), io.StringIO()
-    script(PlainProgress(PLAN, clock, out), clock)
+    script(PlainProgress(PLAN, clock, out, Forecaster(PLAN, FORECAST)), clock)
     text = out.getvalue()
     assert "\x1b[" not in text and "\r" not in text
     assert text.splitlines() == [
@@ -154,10 +180,10 @@ def test_plain_lines_one_per_cell_start_end_and_epoch_without_controls():
         "    epoch 2/4: accuracy 70.0%; train 12.00 s, eval 1.50 s",
         "    epoch 3/4: accuracy 80.0%; train 12.00 s, eval 1.50 s",
         "    epoch 4/4: accuracy 90.0%; train 12.00 s, eval 1.50 s",
-        # 4 cells left by cell 1's 15 s an epoch: 4 + 4 + 4 + 2 epochs
-        "    ok: accuracy 91.2%, train 48.0 s (1/5 done, about 3 min 30 s left)",
+        # the forecasts of the 4 cells left, 60 + 100 + 80 + 40 s, and jax's and theano's GEMM peaks, 2 x 5 s
+        "    ok: accuracy 91.2%, train 48.0 s (1/5 done, about 4 min 50 s left)",
         "[2/5] jax cnn-mnist on digits-28 (cpu, rep 1): 4 epochs",
-        "    failed: ImportError: no module named 'jax' (2/5 done, about 2 min 30 s left)",
+        "    failed: ImportError: no module named 'jax' (2/5 done, about 3 min 45 s left)",  # 220 s, theano's 5 s
         "[3/5] theano lstm-imdb on pang-lee-polarity (cpu, rep 1): already complete, skipped (--force reruns it)",
         "[4/5] pytorch lstm-imdb on pang-lee-polarity (cpu, rep 1): 4 epochs",
         "    ready after 4.0 s (torch 2.13.0; 2 threads)",
@@ -186,63 +212,68 @@ def test_a_pipe_gets_plain_lines_and_plain_is_kept_when_asked(monkeypatch):
 
 # ---- the estimate of the time left --------------------------------------------------------------
 
-def test_eta_not_known_until_something_is_timed():
+def test_eta_not_known_while_the_store_has_nothing_to_go_by():
     clock = Clock()
-    eta = ETA(PLAN, clock)
+    forecaster = Forecaster(PLAN, None)
+    eta = ETA(PLAN, clock, forecaster)
+    eta.feed("start", 1, PLAN[0])
+    clock.now = 30.0
     assert eta.seconds_left() is None
-    eta.feed("start", 1, PLAN[0])
-    clock.now = 5.0
-    eta.feed("event", 1, PLAN[0], ready_event())
-    assert eta.seconds_left() is None and eta.describe() == "time left not known yet"
+    assert eta.describe() == "time left unknown: no stored run to forecast 5 cells"
+    eta.feed("event", 1, PLAN[0], epoch_event(1, 20.0, 2.0, 0.5))  # the current cell is timed now
+    assert eta.describe() == "time left unknown: no stored run to forecast 4 cells"
+    assert ETA(PLAN, clock).describe() == "time left unknown: no stored run to forecast 5 cells"
 
 
-def test_eta_from_the_current_cell_alone_before_any_cell_ended():
+def test_eta_from_the_forecast_before_the_first_cell_ends():
+    """Right from the start: the forecast of every cell and each framework's GEMM peak, not a rate taken
+    from the cells done so far."""
     clock = Clock()
-    eta = ETA(PLAN, clock)
+    eta = ETA(PLAN, clock, Forecaster(PLAN, FORECAST))
+    assert eta.seconds_left() == pytest.approx(sum(FORECAST) + 3 * PEAK_S)  # pytorch, jax and theano
     eta.feed("start", 1, PLAN[0])
-    clock.now = 30.0  # 30 s to the end of epoch 1 (start-up included): 30 s an epoch for later cells
+    clock.now = 25.0  # before its first epoch: its forecast and its peak less the 25 s it has run
+    assert eta.seconds_left() == pytest.approx(60 + PEAK_S - 25 + sum(FORECAST[1:]) + 2 * PEAK_S)
+    clock.now = 30.0  # its first epoch took 22 s: 3 more like it
     eta.feed("event", 1, PLAN[0], epoch_event(1, 20.0, 2.0, 0.5))
-    # this cell: 3 epochs x 22 s; later: (4 + 4 + 4 + 2) epochs x 30 s
-    assert eta.seconds_left() == pytest.approx(3 * 22 + 14 * 30)
-
-
-def test_eta_prefers_the_same_framework_and_workload_then_the_workload_then_any():
-    clock = Clock()
-    plan = [cell("pytorch", "cnn-mnist"), cell("jax", "lstm-imdb", epochs=2), cell("pytorch", "cnn-mnist"),
-            cell("jax", "cnn-mnist"), cell("pytorch", "lstm-imdb"), cell("jax", "lstm-imdb", epochs=8)]
-    eta = ETA(plan, clock)
-    for index, seconds in ((1, 40.0), (2, 30.0)):  # 10 s an epoch, then 15 s an epoch
-        eta.feed("start", index, plan[index - 1])
-        clock.now += seconds
-        eta.feed("end", index, plan[index - 1], ok_row(1.0))
-    assert eta.rate(plan[2]) == 10.0  # pytorch cnn-mnist: itself
-    assert eta.rate(plan[3]) == 10.0  # jax cnn-mnist: the workload's
-    assert eta.rate(plan[4]) == 15.0  # pytorch lstm-imdb: the workload's
-    assert eta.rate(plan[5]) == 15.0  # jax lstm-imdb: itself
-    assert eta.rate(cell("theano", "cnn-mnist")) == 10.0
-    assert eta.seconds_left() == 4 * 10 + 4 * 10 + 4 * 15 + 8 * 15
-
-
-def test_eta_for_a_cell_before_its_first_epoch_counts_its_time_so_far():
-    clock = Clock()
-    eta = ETA(PLAN[:2], clock)
-    eta.feed("start", 1, PLAN[0])
-    clock.now = 48.0
-    eta.feed("end", 1, PLAN[0], ok_row(1.0))  # 12 s an epoch
+    assert eta.seconds_left() == pytest.approx(3 * 22 + sum(FORECAST[1:]) + 2 * PEAK_S)
+    clock.now = 500.0  # slower than its forecast before an epoch: nothing left rather than less than nothing
     eta.feed("start", 2, PLAN[1])
-    clock.now = 58.0
-    assert eta.seconds_left() == 4 * 12 - 10
-    clock.now = 200.0  # slower than its estimate: nothing left rather than less than nothing
-    assert eta.seconds_left() == 0.0
+    clock.now = 700.0
+    assert eta.current_left() == 0.0
 
 
-def test_failed_cells_give_no_time_per_epoch():
+def test_eta_reads_the_forecast_again_when_a_cell_ends():
+    """The run's own stored cells sharpen the forecast of those after them: it is read at each end."""
     clock = Clock()
-    eta = ETA(PLAN[:2], clock)
+    forecaster = Forecaster(PLAN, [None] * 5)
+    eta = ETA(PLAN, clock, forecaster)
     eta.feed("start", 1, PLAN[0])
-    clock.now = 2.0
-    eta.feed("end", 1, PLAN[0], {"status": "failed", "reason": "boom"})
-    assert eta.seconds_left() is None
+    clock.now = 50.0
+    assert eta.describe() == "time left unknown: no stored run to forecast 5 cells"
+    forecaster.seconds = [50.0, 45.0, 90.0, 70.0, None]  # what the store says once cell 1 is stored
+    eta.feed("end", 1, PLAN[0], ok_row(40.0))
+    assert forecaster.reads == 2
+    assert eta.describe() == "time left unknown: no stored run to forecast 1 cell"
+    forecaster.seconds = [50.0, 45.0, 90.0, 70.0, 35.0]
+    eta.feed("end", 1, PLAN[0], {"status": "failed", "reason": "boom"})  # a failed cell's end reads it too
+    assert eta.seconds_left() == pytest.approx(45 + 90 + 70 + 35 + 2 * PEAK_S)
+
+
+def test_the_run_forecasts_from_its_results_store_as_estimate_does(tmp_path):
+    """cli.run_forecast: the forecast of `dlbench estimate` from the store in the run's results folder."""
+    results = tmp_path / "results"
+    plan = [Cell("test", "pytorch", "cnn-mnist", "digits-28", "cpu", 1, 0, 10, 128, 2, 3600.0),
+            Cell("test", "pytorch", "cnn-mnist", "digits-28", "cpu", 2, 0, 4, 128, 2, 3600.0)]
+    forecast = cli.run_forecast(plan, Options(results, tmp_path / "no-data"))
+    assert ETA(plan, Clock(), forecast).seconds_left() is None  # no store yet
+    with Store(results / "dlbench.sqlite") as store:
+        for repetition, steady in ((1, 1.0), (2, 1.2)):
+            row, epochs, samples = synthetic_run("pytorch", "cnn-mnist", repetition, steady, 0.9,
+                                                 position=repetition)
+            store.save_run(row, epochs, samples)
+    # tests/test_estimate.py works these out: fixed 3.35 s and 1.15 s an epoch, 14.85 s and 7.95 s
+    assert ETA(plan, Clock(), forecast).seconds_left() == pytest.approx(14.85 + 7.95)
 
 
 @pytest.mark.parametrize(("seconds", "text"), [(0.4, "0 s"), (59.4, "59 s"), (59.6, "1 min 00 s"),

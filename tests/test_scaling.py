@@ -84,7 +84,8 @@ def test_a_thread_count_whose_runs_were_flagged_for_their_cores_is_marked(tmp_pa
     [figure] = scaling(store_of(tmp_path, runs))
     table = scaling_text.table(figure)
     assert [row[2] for row in table.rows] == ["10.0 s [10.0-10.0, 50%]", "6.00 s [6.00-6.00, 50%] †"]
-    assert table.note.endswith("the findings' caveats name it")
+    assert table.note.endswith("the findings' caveats name it and say whether other processes were busy meanwhile or "
+                               "the framework did it by itself")
 
 
 def test_throughput_over_batch_sizes_says_the_changed_recipe(tmp_path: Path) -> None:

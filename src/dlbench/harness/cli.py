@@ -84,7 +84,7 @@ def run_and_show(chosen: suite.Suite, cells: list[suite.Cell], options: Options,
     live = LiveReport(options.results, len(cells), not args.no_live_report)
     live.start()  # a killed run's page and temporary files, corrected and removed
     try:
-        with progress.display(cells, args.plain) as shown:
+        with progress.display(cells, args.plain, run_forecast(cells, options)) as shown:
             if executor == "ray":
                 counts, hashes = run_on_ray(cells, options, shown, args, live)
             else:
@@ -108,6 +108,20 @@ def run_and_show(chosen: suite.Suite, cells: list[suite.Cell], options: Options,
         print(certify_hint(len(uncertified), machine_store.certify_command(args.suite, args.framework,
                                                                                    args.workload)))
     return 0 if counts["failed"] == counts["timeout"] == 0 and reported is not None else 1
+
+
+def run_forecast(cells: list[suite.Cell], options: Options) -> progress.Forecaster:
+    """The plan's forecast as `dlbench estimate` makes it, from the store the run writes to: the run's
+    time left (present/progress.ETA) reads it before the first cell and after each cell."""
+    from dlbench.harness.measure import machine
+    from dlbench.harness.plan import estimate
+
+    here = machine.describe()
+
+    def forecast() -> estimate.Estimate:
+        estimate.dataset_meta.cache_clear()  # a dataset the run prepared since the last read has its sizes now
+        return estimate.forecast_plan(cells, options.results, options.data_dir, here)
+    return forecast
 
 
 def check_results_folder(results: str, why: str) -> None:

@@ -26,7 +26,7 @@ from dlbench.harness.analysis.stats import (
     repetitions_needed,
 )
 from dlbench.harness.analysis.summary import CellSummary, summarise
-from dlbench.harness.measure.cores import SHARED_MACHINE
+from dlbench.harness.measure.cores import IDLE_MACHINE, SHARED_MACHINE
 from dlbench.harness.plan.workloads import WORKLOADS
 
 COMPILATION_FACTOR = 3.0  # a first epoch this many times the steady one is mostly compilation or warm-up
@@ -308,12 +308,14 @@ def caveats(cells: Sequence[CellSummary], tests: Sequence[PairTest], comparisons
 
 def _cores_notes(cells: Sequence[CellSummary]) -> list[str]:
     """Runs whose steady training kept far fewer or more cores busy than the threads they were given."""
-    flagged = [f"{label(c, cells)} rep {run.repetition} {run.cores_flag}" for c in cells for run in c.runs
-               if run.cores_flag]
-    if not flagged:
-        return []
-    return [f"Threads not used as asked: {'; '.join(flagged)} in the steady epochs' training; their times do not "
-            f"measure the threads the suite set."]
+    flagged = [(f"{label(c, cells)} rep {run.repetition} {run.cores_flag}", IDLE_MACHINE in run.cores_flag)
+               for c in cells for run in c.runs if run.cores_flag]
+    own = [text for text, by_itself in flagged if by_itself]
+    other = [text for text, by_itself in flagged if not by_itself]
+    notes = [f"The framework's own threading, not the machine: {'; '.join(own)} in the steady epochs' training; "
+             f"these times are the framework's at the cores it keeps busy by itself."] if own else []
+    return notes + ([f"Threads not used as asked: {'; '.join(other)} in the steady epochs' training; their times "
+                     f"do not measure the threads the suite set."] if other else [])
 
 
 def _too_few(few: Sequence[PairTest], comparisons: int, steady: Mapping[str, Sequence[float]]) -> str:

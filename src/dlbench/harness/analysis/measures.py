@@ -1,7 +1,10 @@
 """Per-run figures derived from the stored columns for display: energy per sample, MFU, cores used.
 Shared by `dlbench results` and the report; reads a run as Store.runs() returns it."""
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from statistics import median
+
+from dlbench.harness.measure import cores
+from dlbench.harness.measure.machine import hardware
 
 ENERGY_KINDS = (("cpu", "energy_cpu_j"), ("dram", "energy_dram_j"), ("gpu", "energy_gpu_j"))
 
@@ -97,8 +100,47 @@ def mfu_text(run: Mapping) -> str:
 
 
 def cores_text(run: Mapping) -> str:
-    """Cores used in steady training, and the flag ("FLAG used 0.9 of 2 cores") when it is far from the ask."""
+    """Cores used in steady training, and the flag ("FLAG used 0.9 of 2 cores") when it is far from the ask;
+    "n/a: why" where the run has none (cores.missing_reason), "-" for a run stored before they were measured."""
     if run.get("cores_flag"):
         return f"FLAG {run['cores_flag']}"
     value = run.get("cores_used")
-    return "-" if value is None else f"{value:.2f}"
+    if value is not None:
+        return f"{value:.2f}"
+    reason = cores.missing_reason(run)
+    return f"n/a: {reason}" if reason else "-"
+
+
+def peak_key(peak: Mapping) -> tuple:
+    """Where a GEMM peak was measured: the hardware model, device and threads; any framework."""
+    return hardware(dict(peak)), peak.get("device"), peak.get("threads")
+
+
+def machine_peaks(peaks: Sequence[Mapping]) -> dict[tuple, Mapping]:
+    """peak_key -> the peaks row with the best float32 GEMM any framework reached there: the machine's peak,
+    one denominator for every framework's MFU (each framework's own peak is its GEMM's efficiency)."""
+    best: dict[tuple, Mapping] = {}
+    for peak in peaks:
+        key = peak_key(peak)
+        if peak.get("gflops") and (key not in best or peak["gflops"] > best[key]["gflops"]):
+            best[key] = peak
+    return best
+
+
+def gemm_gap(peaks: Sequence[Mapping]) -> list[str]:
+    """Per machine, device and threads where two frameworks or more measured a GEMM peak: the slowest and the
+    fastest framework's peaks (the best of each), a fact about the frameworks' GEMM libraries, not the runs."""
+    by_key: dict[tuple, dict[str, float]] = {}
+    for peak in peaks:
+        if peak.get("gflops"):
+            found = by_key.setdefault(peak_key(peak), {})
+            found[peak["framework"]] = max(found.get(peak["framework"], 0.0), peak["gflops"])
+    lines = []
+    for (model, device, threads), best in by_key.items():
+        if len(best) < 2:
+            continue
+        low, high = min(best, key=best.__getitem__), max(best, key=best.__getitem__)
+        lines.append(f"float32 GEMM peaks differ between frameworks on {model or 'this machine'} ({device}, "
+                     f"{threads} threads): {low} {best[low]:.3g} GFLOP/s to {high} {best[high]:.3g} GFLOP/s, "
+                     f"{best[high] / best[low]:.2g}x")
+    return lines

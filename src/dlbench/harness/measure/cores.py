@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from statistics import fmean
 from typing import Any
 
+from dlbench.harness.measure.monitor import DEFAULT_INTERVAL_S
 from dlbench.shared.protocol import EPOCH, EPOCH_START, EPOCH_TRAINED, kind_of
 
 # On the 2-core AMD EPYC, 63 + 27 runs of the quick suite at 2 threads used 1.02 to 1.97 cores in their
@@ -74,16 +75,39 @@ def others(samples: Sequence[Any], events: Sequence[Mapping], times: Sequence[fl
 
 BUSY_MACHINE = 0.5  # cores kept busy by other processes, above which a flag names them
 SHARED_MACHINE = "while other processes kept"  # how a flag says so, which the report counts
+# how a flag says the rest of the machine was idle: the framework itself left the cores idle (or used more)
+IDLE_MACHINE = "while other processes were idle"
 
 
 def flag(cores: float | None, threads: int | None, busy: float | None = None) -> str | None:
-    """"used 0.9 of 2 cores" when far from the threads asked, else None; with "while other processes kept
-    1.2 cores busy" when they did (a shared machine: the run may have got no more)."""
+    """"used 0.9 of 2 cores" when far from the threads asked, else None; then what the rest of the machine
+    did meanwhile, where it was measured: "while other processes kept 1.2 cores busy" (a shared machine: the
+    run may have got no more) or "while other processes were idle (0.03 cores)" (the framework's own doing)."""
     if cores is None or not threads:
         return None
-    if cores < FEWER * threads or cores > MORE * threads:
-        text = f"used {cores:.1f} of {threads} cores"
-        if busy is not None and busy >= BUSY_MACHINE:
-            text += f" {SHARED_MACHINE} {busy:.1f} cores busy"
+    if FEWER * threads <= cores <= MORE * threads:
+        return None
+    text = f"used {cores:.1f} of {threads} cores"
+    if busy is None:
         return text
+    if busy >= BUSY_MACHINE:
+        return f"{text} {SHARED_MACHINE} {busy:.1f} cores busy"
+    return f"{text} {IDLE_MACHINE} ({busy:.2f} cores)"
+
+
+def missing_reason(run: Mapping) -> str | None:
+    """Why a stored run has no cores figure, None where it has one or nothing says why (stored before
+    the cores were measured)."""
+    if run.get("cores_used") is not None:
+        return None
+    if run.get("mode") == "inference":
+        return "an inference run has no training to measure"
+    epochs = [e for e in run.get("epochs") or [] if e.get("train_time_s") is not None]
+    if not epochs:
+        return None if run.get("status") == "ok" else f"the run ended {run.get('status')} before it timed an epoch"
+    training = sum(e["train_time_s"] for e in epochs[1:] or epochs)
+    needed = MIN_SAMPLES * DEFAULT_INTERVAL_S
+    if training < needed:
+        return (f"steady training of {training:.2f} s, under the {needed:.1f} s ({MIN_SAMPLES} samples) the "
+                "sampler needs")
     return None

@@ -7,7 +7,6 @@ worker emits between epochs, so they add nothing to a timed region: the live dis
 refresh on a timer (no thread wakes up while a worker trains).
 """
 import os
-import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -23,7 +22,9 @@ from dlbench.harness.analysis.measures import metric_format
 from dlbench.harness.measure import serving
 from dlbench.harness.plan.dataset_label import label as dataset_label
 from dlbench.harness.plan.dataset_label import recipe_batch_size
+from dlbench.harness.plan.estimate import Estimate, EstimateError
 from dlbench.harness.plan.suite import Cell
+from dlbench.harness.store import StoreError
 from dlbench.shared import protocol
 from dlbench.shared.protocol import EPOCH, READY, kind_of
 
@@ -40,62 +41,68 @@ def duration(seconds: float) -> str:
     return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
 
 
-class ETA:
-    """A rough estimate of the time left in a plan, from the cells and epochs already timed.
+Forecaster = Callable[[], Estimate]  # the plan's forecast from the store as it is now (plan/estimate.py)
 
-    - The current cell: once it has timed an epoch, its epochs left times its latest epoch's time
-      (training plus evaluation), since the first epoch holds compilation and warm-up and the later
-      ones are alike. Before its first epoch: the estimate of a cell like it (below) less the time it
-      has run so far, at least 0.
-    - Each cell after it: its epochs times a wall time per epoch: the mean, over the cells that ended
-      ok, of their wall time (start to end, worker start-up included) divided by their epochs, taken
-      from the cells of the same framework and workload, else of the same workload, else of any cell;
-      before any cell has ended ok, the current cell's own wall time per epoch timed so far.
-    - None (not known yet) while nothing has been timed.
+
+class ETA:
+    """The time left in a plan, from the forecast `dlbench estimate` makes (plan/estimate.py), read again from
+    the store each time a cell ends, so the cells this run stores sharpen the forecast of the cells after them.
+
+    - The current cell: once it has timed an epoch, its epochs left times its latest epoch's time (training
+      plus evaluation), since the first epoch holds compilation and warm-up and the later ones are alike.
+      Before its first epoch: its forecast (with its framework's GEMM peak, when it is the framework's first
+      cell here) less the time it has run so far, at least 0.
+    - Each cell after it: its forecast, and each framework not started yet its GEMM peak's seconds.
+    - None (not known) while a cell left has no forecast: the store holds no run to go by (an empty store
+      before the first cell ends, or an inference cell never served here); `unknown` counts those cells.
     It is computed at each event, so on a screen it stands still while an epoch runs.
 
-    It is rough: the first epochs hold compilation (Theano's C code, XLA), which a later cell of
-    another framework may not pay or may pay many times over; frameworks differ several-fold on one
-    workload; and cells that a resumed run will skip count as cells to run until they are reached.
-    Failed and timed-out cells count as cells done but give no time per epoch.
+    Cells that a resumed run will skip count as cells to run until they are reached. Until a cell of the
+    plan has its own run in the store, its forecast is scaled from other runs by work or GFLOP/s, which
+    `dlbench estimate` shows per cell.
     """
 
-    def __init__(self, cells: Sequence[Cell], clock: Clock = time.monotonic) -> None:
+    def __init__(self, cells: Sequence[Cell], clock: Clock = time.monotonic,
+                 forecast: Forecaster | None = None) -> None:
         self.cells = cells
         self.clock = clock
+        self.forecaster = forecast
+        self.estimate = self.read_forecast()
         self.position = 0  # 1-based index of the current or last cell reached
         self.current: Cell | None = None
         self.started = 0.0
+        self.first_of_framework = False  # the current cell measures its framework's GEMM peak first
+        self.started_frameworks: set[str] = set()
         self.epoch_times: list[float] = []  # the current cell's, training plus evaluation
-        self.last_epoch_at = 0.0
-        self.per_epoch: list[tuple[Cell, float]] = []  # cells ended ok: wall time per epoch
+
+    def read_forecast(self) -> Estimate | None:
+        """The plan's forecast, None where there is no forecaster or the store has nothing to go by."""
+        if self.forecaster is None:
+            return None
+        try:
+            return self.forecaster()
+        except (EstimateError, StoreError):  # no store yet, no completed run in it, or one the run will refuse
+            return None
 
     def feed(self, kind: str, index: int, cell: Cell, payload: dict | None = None) -> None:
-        now = self.clock()
         self.position = index
         if kind == "start":
-            self.current, self.started, self.epoch_times = cell, now, []
+            self.current, self.started, self.epoch_times = cell, self.clock(), []
+            self.first_of_framework = cell.framework not in self.started_frameworks
+            self.started_frameworks.add(cell.framework)
         elif kind == "event" and kind_of(payload) == EPOCH:
             self.epoch_times.append(payload["train_time_s"] + payload["eval_time_s"])
-            self.last_epoch_at = now
-        elif kind == "end":
-            if payload["status"] == "ok":
-                self.per_epoch.append((cell, (now - self.started) / units(cell)))
+        elif kind in ("end", "skip"):
             self.current = None
-        elif kind == "skip":
-            self.current = None
+            if kind == "end":  # the run is stored by now: the forecast reads it
+                self.estimate = self.read_forecast()
 
-    def rate(self, cell: Cell) -> float | None:
-        """Wall seconds per epoch expected of `cell` (of the whole cell, for an inference cell: units)."""
-        for alike in ((lambda c: (c.framework, c.workload, c.mode) == (cell.framework, cell.workload, cell.mode)),
-                      (lambda c: (c.workload, c.mode) == (cell.workload, cell.mode)),
-                      (lambda c: c.mode == cell.mode), (lambda c: True)):
-            rates = [rate for done, rate in self.per_epoch if alike(done)]
-            if rates:
-                return statistics.fmean(rates)
-        if self.current and self.epoch_times:
-            return (self.last_epoch_at - self.started) / len(self.epoch_times)
-        return None
+    def forecast(self, index: int) -> float | None:
+        """The forecast seconds of the plan's cell at 0-based `index`, None where there is none."""
+        return None if self.estimate is None else self.estimate.forecasts[index].seconds
+
+    def setup(self, framework: str) -> float:
+        return 0.0 if self.estimate is None else self.estimate.setup(framework)
 
     def current_left(self) -> float | None:
         cell = self.current
@@ -103,21 +110,33 @@ class ETA:
             return 0.0
         if self.epoch_times:
             return (cell.epochs - len(self.epoch_times)) * self.epoch_times[-1]
-        rate = self.rate(cell)
-        return None if rate is None else max(0.0, rate * units(cell) - (self.clock() - self.started))
+        seconds = self.forecast(self.position - 1)
+        if seconds is None:
+            return None
+        peak = self.setup(cell.framework) if self.first_of_framework else 0.0
+        return max(0.0, seconds + peak - (self.clock() - self.started))
+
+    def unknown(self) -> int:
+        """The cells left, the current one included, that have no forecast and whose time is not yet timed."""
+        later = range(self.position, len(self.cells))
+        return sum(self.forecast(i) is None for i in later) + (self.current_left() is None)
 
     def seconds_left(self) -> float | None:
-        """Seconds until the plan's last cell ends, or None while nothing has been timed."""
-        later = self.cells[self.position:]
-        rates = [self.rate(cell) for cell in later]
+        """Seconds until the plan's last cell ends, or None while a cell left has no forecast."""
+        later = range(self.position, len(self.cells))
         current = self.current_left()
-        if current is None or None in rates:
+        seconds = [self.forecast(i) for i in later]
+        if current is None or None in seconds:
             return None
-        return current + sum(rate * units(cell) for rate, cell in zip(rates, later, strict=True))
+        peaks = {self.cells[i].framework for i in later} - self.started_frameworks
+        return current + sum(s or 0.0 for s in seconds) + sum(self.setup(framework) for framework in peaks)
 
     def describe(self) -> str:
         left = self.seconds_left()
-        return "time left not known yet" if left is None else f"about {duration(left)} left"
+        if left is not None:
+            return f"about {duration(left)} left"
+        missing = self.unknown()
+        return f"time left unknown: no stored run to forecast {missing} cell{'s' * (missing > 1)}"
 
 
 def units(cell: Cell) -> int:
@@ -196,8 +215,9 @@ class PlainProgress:
     """One line per cell start, worker start-up, epoch and cell end, printed as they happen: for logs,
     CI and pipes (no escape codes, no carriage returns). Each end line adds the cells done and the ETA."""
 
-    def __init__(self, cells: Sequence[Cell], clock: Clock = time.monotonic, file: TextIO | None = None) -> None:
-        self.eta = ETA(cells, clock)
+    def __init__(self, cells: Sequence[Cell], clock: Clock = time.monotonic, file: TextIO | None = None,
+                 forecast: Forecaster | None = None) -> None:
+        self.eta = ETA(cells, clock, forecast)
         self.file = file
 
     def __enter__(self) -> "PlainProgress":
@@ -234,8 +254,9 @@ class LiveProgress:
     line (a failure with its reason) is printed above it for good, so the scrollback holds the whole
     run; the area is removed when the plan ends. Use it as a context manager."""
 
-    def __init__(self, cells: Sequence[Cell], clock: Clock = time.monotonic, console: Console | None = None) -> None:
-        self.eta = ETA(cells, clock)
+    def __init__(self, cells: Sequence[Cell], clock: Clock = time.monotonic, console: Console | None = None,
+                 forecast: Forecaster | None = None) -> None:
+        self.eta = ETA(cells, clock, forecast)
         self.total = len(cells)
         self.counts = {"ok": 0, "failed": 0, "timeout": 0, "interrupted": 0, "skipped": 0}
         self.index = 0
@@ -294,7 +315,10 @@ class LiveProgress:
         return Group(top, current, Text(f"  {self.detail}"))
 
 
-def display(cells: Sequence[Cell], plain: bool) -> PlainProgress | LiveProgress:
-    """The live display on an interactive terminal, plain lines elsewhere or when asked for."""
+def display(cells: Sequence[Cell], plain: bool, forecast: Forecaster | None = None) -> PlainProgress | LiveProgress:
+    """The live display on an interactive terminal, plain lines elsewhere or when asked for; the time left
+    from `forecast` (see ETA)."""
     interactive = sys.stdout.isatty() and os.environ.get("TERM") not in ("dumb", "unknown")
-    return LiveProgress(cells) if interactive and not plain else PlainProgress(cells)
+    if interactive and not plain:
+        return LiveProgress(cells, forecast=forecast)
+    return PlainProgress(cells, forecast=forecast)

@@ -28,8 +28,8 @@ from dlbench.harness.plan.workloads import target_text
 INTERVAL = (f"order-statistic interval of the median, at least {CONFIDENCE:.0%} unless the cell prints the lower "
             "level its runs allow (2 to 5 runs: [min-max], 50 to 93.7%)")
 CORES_MARK = " †"  # after a figure from a cell with a run flagged for the cores it used
-CORES_LEGEND = ("†: a run of this cell used far fewer or more cores than its threads (often beside other busy "
-                "processes); the findings' caveats name it")
+CORES_LEGEND = ("†: a run of this cell used far fewer or more cores than its threads; the findings' caveats name "
+                "it and say whether other processes were busy meanwhile or the framework did it by itself")
 PEAK_MARK = " ‡"  # after an MFU whose GEMM peak was measured while other processes kept cores busy
 
 
@@ -184,9 +184,12 @@ def detector_time_split(runs: Sequence[Mapping]) -> list[Table]:
 
 
 def throughput(cells: Sequence[CellSummary], columns: list[str], device: str, peaks: Sequence[Mapping] = ()) -> Table:
-    """Achieved GFLOP/s of the steady epochs and MFU, its share of the float32 GEMM peak measured in the
-    framework's own environment with the run's threads: each framework's own peak, shown beside it."""
+    """Achieved GFLOP/s of the steady epochs and MFU against one denominator, the machine's peak (the best
+    float32 GEMM any framework reached on this hardware at the run's threads), with each framework's own
+    GEMM peak as a share of the machine's beside it; the gap between frameworks' peaks said in the note."""
     busy = {p["id"] for p in peaks if p.get("others_busy_cores") is not None and p["others_busy_cores"] >= BUSY_MACHINE}
+    by_id = {p["id"]: p for p in peaks}
+    best = measures.machine_peaks(peaks)
     rows = []
     for workload, dataset, group_cells in shown_groups(group(cells)):
         by_label = {label(c, group_cells): c for c in group_cells}
@@ -196,32 +199,37 @@ def throughput(cells: Sequence[CellSummary], columns: list[str], device: str, pe
             if cell is None or not cell.achieved_gflops.n:
                 row.append("" if cell is None else "-")
                 continue
-            row.append(_throughput_cell(cell, busy))
+            machine = max((best.get(measures.peak_key(by_id[r.peak_id]), {}).get("gflops") or 0.0
+                           for r in cell.runs if r.peak_id in by_id), default=0.0)
+            row.append(_throughput_cell(cell, busy, machine or None))
         rows.append(row)
-    denominators = [c.peak_gflops.median for c in cells if c.peak_gflops.median is not None]
+    denominators = sorted({p["gflops"] for p in best.values() if p.get("device") == device})
     note = ("training FLOPs of a steady epoch's samples (3x forward, plus a detector's second backbone and RPN "
-            "pass, from the model IR) over its time; MFU: that "
-            "over the float32 GEMM peak measured in the framework's own environment with the run's threads "
-            "(dlbench.worker.peak), so each framework's MFU has its own denominator, shown after 'of'")
+            "pass, from the model IR) over its time; MFU: that over the machine's peak, the best float32 GEMM "
+            "any framework reached on this hardware with the run's threads (dlbench.worker.peak in each "
+            "framework's environment), one denominator for every framework; own GEMM: the framework's own "
+            "peak as a share of the machine's")
     if denominators:
-        note += f" (here {min(denominators):.3g}-{max(denominators):.3g} GFLOP/s)"
+        note += f" (machine's peak here {', '.join(f'{d:.3g}' for d in denominators)} GFLOP/s)"
+    note += "".join(f"; {gap}" for gap in measures.gemm_gap([p for p in peaks if p.get("device") == device]))
     note += f"; median [{INTERVAL}]"
     if any(PEAK_MARK in text for row in rows for text in row):
         note += (f"; ‡: a peak measured while other processes kept {BUSY_MACHINE:g} cores or more busy: it may be "
-                 "low, and the MFU against it high")
+                 "low, and the own GEMM share against it low")
     return Table(f"Achieved FLOP/s and MFU, {device}", ["workload (dataset)", *columns], rows,
                  ["", *(c.split(" ")[0] for c in columns)], _legend(note, cells),
                  [{"workload": w} for w, *_ in group(cells)], {"device": device})
 
 
-def _throughput_cell(cell: CellSummary, busy: set[int]) -> str:
-    """GFLOP/s and MFU of one cell; busy: the ids of peaks measured beside busy cores."""
+def _throughput_cell(cell: CellSummary, busy: set[int], machine: float | None) -> str:
+    """GFLOP/s and MFU of one cell against the machine's peak, and its framework's own GEMM peak as a share of
+    the machine's; busy: the ids of peaks measured beside busy cores."""
     text = "GFLOP/s " + with_ci(cell.achieved_gflops, lambda v: f"{v:.3g}")
-    if not cell.mfu.n:
+    if machine is None:
         return text + "; MFU - (no peak)" + cores_mark(cell)
-    text += "; MFU " + with_ci(cell.mfu, lambda v: f"{v * 100:.1f}%")
+    text += f"; MFU {with_ci(cell.achieved_gflops, lambda v: f'{v / machine * 100:.1f}%')} of {machine:.3g} GFLOP/s"
     if cell.peak_gflops.median is not None:
-        text += f" of {cell.peak_gflops.median:.3g} GFLOP/s"
+        text += f", own GEMM {cell.peak_gflops.median / machine:.0%}"
     if any(run.peak_id in busy for run in cell.runs):
         text += PEAK_MARK
     return text + cores_mark(cell)
