@@ -195,6 +195,7 @@ class Standing:
     level: tuple[str, ...] = ()  # not shown behind the best, in order
     reasons: tuple[str, ...] = ()  # why the level ones are not shown behind, sorted, without NO_DIFFERENCE
     tests: tuple[PairTest, ...] = ()
+    counts: dict[str, int] = field(default_factory=dict)  # label -> its runs with a value
 
     @property
     def best(self) -> str | None:
@@ -209,13 +210,25 @@ class Standing:
         return name in self.behind
 
 
+def to_best(ranked: Standing, name: str) -> tuple[float | None, float | None]:
+    """The interval of name's ratio to the best from their test (other / best, whichever way round the test
+    holds them); (None, None) for the best itself, or where no interval was computed (a side with one run)."""
+    test = _test_between(ranked.tests, ranked.best, name) if name != ranked.best else None
+    if test is None or test.ratio.low is None or test.ratio.high is None or not test.ratio.low > 0:
+        return None, None
+    if test.a == ranked.best:  # the test's ratio is best / other
+        return 1 / test.ratio.high, 1 / test.ratio.low
+    return test.ratio.low, test.ratio.high
+
+
 def standing(values: Mapping[str, Sequence[float]], quantity: Quantity, tests: Sequence[PairTest]) -> Standing:
     """The frameworks of one group by this quantity. values: label -> one value per successful run;
     tests: stats.pairwise over the same values."""
     present = {name: list(v) for name, v in values.items() if v}
     medians = {name: quantity.centre(v) for name, v in present.items()}
     order = tuple(sorted(present, key=medians.__getitem__, reverse=not quantity.lower_is_better))
-    unranked = Standing(quantity, medians, order, NO_VALUES, tests=tuple(tests))
+    unranked = Standing(quantity, medians, order, NO_VALUES, tests=tuple(tests),
+                        counts={name: len(v) for name, v in present.items()})
     if not present:
         return unranked
     if len(order) == 1:
