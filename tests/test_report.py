@@ -170,7 +170,8 @@ def test_markdown_holds_the_findings_and_tables(results: Path) -> None:
     assert "rep 8: time cap, 2 of 4 epochs" in text
     # the lowest median is not called the fastest (the findings decide that); 8 runs a side: each side's [min, max]
     assert "| cnn-mnist (digits-28) | lowest median, 0.604 s | 1.67x [1.62-1.71] |" in text
-    assert "(98.4% CI of the ratio 1.62-1.71; shown, Holm-adjusted p = 0.0019)" in text
+    # Welch's t on log times: its 95 % interval of the ratio of geometric means (Holm over the workload's 3 pairs)
+    assert "takes 1.67x as long (95% CI of the ratio 1.65-1.68; shown, Holm-adjusted p = 3.4e-21)" in text
     assert "- **Final metric**: No difference shown in final accuracy between jax (93.2%) and pytorch" in text
     assert "| cnn-mnist (digits-28) | 0.60x [0.58-0.62] | reference, 1.01 s | 1.01x [0.98-1.04] |" in text
     assert "### Time to target, cpu" in text
@@ -225,7 +226,7 @@ def test_manifest_and_certificates(results: Path) -> None:
         ["jax", "pass (3.0e-06, grad/dense_1/kernel)", "pass (3.0e-06, grad/dense_1/kernel)"],
         ["tensorflow", "FAIL (4.0e-02, grad/dense_1/kernel), older code",
          "FAIL (4.0e-02, grad/dense_1/kernel), older code"]]
-    assert html.expected_charts(loaded) == 52
+    assert html.expected_charts(loaded) == 52 + 2  # and the overview's interval chart of each of the 2 workloads
 
 
 def test_cli_writes_the_report_and_prints_its_path(results: Path, tmp_path: Path,

@@ -4,8 +4,12 @@ large the gap is and whether it is shown, and the caveats that apply. Pure funct
 
 A framework is ranked above another only when the pairwise test shows the difference (analysis.stats),
 beyond the noise band for times and beyond the test set's sampling error for an accuracy; otherwise the
-sentence says "no difference shown" and names them together. Equal medians name no leader, and a metric
-at chance level in every framework, or the same in all, is not ordered at all.
+sentence says "no difference shown" and names them together. Steady epoch times are compared by Welch's t on
+their logs (stats.log_t_test) and their frameworks ordered by geometric mean; final metrics by Mann-Whitney
+and median. Holm's correction covers every pair of one workload group's frameworks, speed and metric apart:
+benchmarks/stats_simulation.py measured that comparing each framework with the fastest alone, under Holm over
+those k - 1, claims a gap among 7 equal frameworks in 9 % of experiments (docs/measurement.md). Equal
+centres name no leader, and a metric at chance level in every framework, or the same in all, is not ordered at all.
 """
 import math
 import statistics
@@ -14,6 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from dlbench.harness.analysis.measures import metric_format
 from dlbench.harness.analysis.stats import (
+    LOG_T,
     NO_DIFFERENCE,
     NOISE,
     TOO_FEW,
@@ -23,7 +28,7 @@ from dlbench.harness.analysis.stats import (
     all_pairs,
     family_tests,
     level_text,
-    repetitions_needed,
+    log_t_repetitions,
 )
 from dlbench.harness.analysis.summary import CellSummary, summarise
 from dlbench.harness.measure.cores import IDLE_MACHINE, SHARED_MACHINE
@@ -53,6 +58,8 @@ class Finding:
     train_samples: int | None = None  # a suite entry's first N training samples; None: the whole split
     batch_size: int | None = None  # its cells' batch size (CellSummary.batch_size)
     threads: int | None = None  # its cells' threads (CellSummary.threads)
+    # where its speed test shows no gap: how many runs would show a 10 % one (None: a gap is shown)
+    needed: "Needed | None" = field(default=None, compare=False)
 
     @property
     def title(self) -> str:
@@ -80,6 +87,9 @@ class Quantity:
     margin: Callable[[float, float], float] | None = None
     chance: float | None = None  # the value of a guess (an accuracy's 1 / classes); None: no such level
     chance_ceiling: float | None = None  # values up to this are chance within the test set's sampling error
+    # a framework's value over its runs, by which the group is ordered: its test's own centre (the median for
+    # Mann-Whitney, the geometric mean for Welch's t on logs)
+    centre: Callable[[Sequence[float]], float] = statistics.median
 
 
 def title(workload: str, dataset: str | None, device: str | None) -> str:
@@ -117,7 +127,8 @@ def higher_is_better(workload: str) -> bool:
 def speed_quantity() -> Quantity:
     def gap(other: str, best: float, value: float) -> str:
         return f"{other}, at {seconds(value)}, takes {value / best:.2f}x as long"
-    return Quantity("steady_epoch_s", "steady epoch time", "fastest", True, seconds, gap)
+    return Quantity("steady_epoch_s", "steady epoch time", "fastest", True, seconds, gap,
+                    centre=statistics.geometric_mean)
 
 
 def binomial_se(accuracy: float, n: int) -> float:
@@ -172,17 +183,19 @@ NO_VALUES, ONLY_ONE, EQUAL, AT_CHANCE, SINGLE_RUNS, TOO_FEW_ALL, RANKED = (
 @dataclass(frozen=True)
 class Standing:
     """One group's frameworks by one quantity, as the findings' sentence states it and the report's overview
-    shows it: the medians, best first; whether the tests could order anything (kind); and, where they could,
+    shows it: the centres (Quantity.centre: medians, or geometric means of times), best first; whether the
+    tests could order anything (kind); and, where they could,
     who is shown behind the best (a shown test, beyond the test set's sampling error) and who is level with
     it, with each level one's reason."""
     quantity: Quantity
-    medians: dict[str, float]
+    medians: dict[str, float]  # label -> its centre (Quantity.centre), a median or a geometric mean
     order: tuple[str, ...]  # best first
     kind: str  # RANKED, or why nobody is ranked (NO_VALUES, ONLY_ONE, EQUAL, AT_CHANCE, SINGLE_RUNS, TOO_FEW_ALL)
     behind: tuple[str, ...] = ()  # shown behind the best, in order
     level: tuple[str, ...] = ()  # not shown behind the best, in order
     reasons: tuple[str, ...] = ()  # why the level ones are not shown behind, sorted, without NO_DIFFERENCE
     tests: tuple[PairTest, ...] = ()
+    counts: dict[str, int] = field(default_factory=dict)  # label -> its runs with a value
 
     @property
     def best(self) -> str | None:
@@ -197,13 +210,25 @@ class Standing:
         return name in self.behind
 
 
+def to_best(ranked: Standing, name: str) -> tuple[float | None, float | None]:
+    """The interval of name's ratio to the best from their test (other / best, whichever way round the test
+    holds them); (None, None) for the best itself, or where no interval was computed (a side with one run)."""
+    test = _test_between(ranked.tests, ranked.best, name) if name != ranked.best else None
+    if test is None or test.ratio.low is None or test.ratio.high is None or not test.ratio.low > 0:
+        return None, None
+    if test.a == ranked.best:  # the test's ratio is best / other
+        return 1 / test.ratio.high, 1 / test.ratio.low
+    return test.ratio.low, test.ratio.high
+
+
 def standing(values: Mapping[str, Sequence[float]], quantity: Quantity, tests: Sequence[PairTest]) -> Standing:
     """The frameworks of one group by this quantity. values: label -> one value per successful run;
     tests: stats.pairwise over the same values."""
     present = {name: list(v) for name, v in values.items() if v}
-    medians = {name: statistics.median(v) for name, v in present.items()}
+    medians = {name: quantity.centre(v) for name, v in present.items()}
     order = tuple(sorted(present, key=medians.__getitem__, reverse=not quantity.lower_is_better))
-    unranked = Standing(quantity, medians, order, NO_VALUES, tests=tuple(tests))
+    unranked = Standing(quantity, medians, order, NO_VALUES, tests=tuple(tests),
+                        counts={name: len(v) for name, v in present.items()})
     if not present:
         return unranked
     if len(order) == 1:
@@ -284,19 +309,15 @@ def _reason(test: PairTest | None, best: float, other: float, quantity: Quantity
     return test.verdict
 
 
-def caveats(cells: Sequence[CellSummary], tests: Sequence[PairTest], comparisons: int | None = None) -> list[str]:
-    """What limits one group's findings: single runs, too few repetitions, stand-in data, uncertified
-    pairs, failed or stopped runs, first epochs dominated by compilation. tests: the speed tests;
-    comparisons: how many Holm's correction covered (default: these tests)."""
+def caveats(cells: Sequence[CellSummary]) -> list[str]:
+    """What limits one group's findings: single runs, stand-in data, uncertified pairs, failed or stopped
+    runs, first epochs dominated by compilation. (Too few repetitions is no caveat of speed: Welch's t can
+    show a gap from 2 runs a side; where it shows none, Finding.needed says how many runs would.)"""
     notes = []
     single = [label(c, cells) for c in cells if c.n_ok == 1]
     if single:
         notes.append(f"Single runs for {', '.join(single)}: their figures are one measurement each, "
                      f"with no confidence interval or test.")
-    few = [t for t in tests if t.verdict == TOO_FEW]
-    if few:
-        tested = comparisons if comparisons is not None else sum(t.p_value is not None for t in tests)
-        notes.append(_too_few(few, tested, samples(cells, "steady_epoch_s")))
     notes += _steady_notes(cells)
     notes += _stand_in_notes(cells[0])
     notes += _certificate_notes(cells)
@@ -316,26 +337,6 @@ def _cores_notes(cells: Sequence[CellSummary]) -> list[str]:
              f"these times are the framework's at the cores it keeps busy by itself."] if own else []
     return notes + ([f"Threads not used as asked: {'; '.join(other)} in the steady epochs' training; their times "
                      f"do not measure the threads the suite set."] if other else [])
-
-
-def _too_few(few: Sequence[PairTest], comparisons: int, steady: Mapping[str, Sequence[float]]) -> str:
-    smallest = min((t.min_p_possible for t in few if t.min_p_possible is not None), default=None)
-    note = "Too few repetitions to show any difference"
-    if smallest is not None:
-        note += f": the smallest p-value these sample sizes allow is {smallest:.2g}"
-        if comparisons > 1:
-            note += f", before Holm's correction over the {comparisons} comparisons of this report"
-    cvs = [statistics.stdev(v) / statistics.mean(v) for v in steady.values() if len(v) > 1 and statistics.mean(v)]
-    if cvs:
-        cv = statistics.median(cvs)
-        try:
-            needed = f"about {repetitions_needed(cv)}"
-        except ValueError:  # beyond the search's range: the noise swamps a 10% difference
-            needed = "more than a thousand"
-        note += (f". At this run-to-run noise (CV {cv * 100:.1f}% of the steady epoch time), showing a 10% "
-                 f"difference takes {needed} repetitions per framework for one comparison (more where many are "
-                 f"corrected together)")
-    return note + "."
 
 
 def _steady_notes(cells: Sequence[CellSummary]) -> list[str]:
@@ -442,26 +443,59 @@ def _families(cells: Sequence[CellSummary]) -> tuple[Family, Family]:
     higher = higher_is_better(cells[0].workload)
     steady = {k: v for k, v in samples(cells, "steady_epoch_s").items() if v}
     final = {k: v for k, v in samples(cells, "metric_value").items() if v}
-    return (Family(all_pairs(steady)),
+    return (Family(all_pairs(steady), test=LOG_T),
             # a metric's noise is the test set's sampling error, which ranking judges (Quantity.margin)
             Family(all_pairs(final), lower_is_better=not higher, better="more accurate", worse="less accurate",
                    noise=0.0))
 
 
 def group_finding(cells: Sequence[CellSummary], speed_tests: Sequence[PairTest], metric_tests: Sequence[PairTest],
-                  comparisons: int, held_out: HeldOutSet | None = None) -> Finding:
+                  held_out: HeldOutSet | None = None) -> Finding:
     """The finding of one workload x dataset x device (its cells all share that group), from its tests;
-    comparisons: how many Holm's correction tested (pairs with a p-value) over the report; held_out: the
-    dataset's, where known (an accuracy's sampling error and chance level)."""
+    held_out: the dataset's, where known (an accuracy's sampling error and chance level)."""
     first = cells[0]
     speed = speed_quantity()
     metric = metric_quantity(first.metric_name, higher_is_better(first.workload), held_out)
     steady, final = samples(cells, speed.figure), samples(cells, metric.figure)
-    notes = caveats(cells, speed_tests, comparisons) + (_sampling_notes(final, held_out) if metric.margin else [])
+    notes = caveats(cells) + (_sampling_notes(final, held_out) if metric.margin else [])
     by_speed, by_metric = standing(steady, speed, speed_tests), standing(final, metric, metric_tests)
     return Finding(first.workload, first.dataset, first.device, sentence(by_speed), sentence(by_metric),
                    tuple(notes), by_speed, by_metric, first.dataset_label, first.train_samples, first.batch_size,
-                   first.threads)
+                   first.threads, needed(cells, by_speed))
+
+
+NEEDED_GAP = 0.10  # the gap whose repetitions a group without a shown speed gap is told
+
+
+@dataclass(frozen=True)
+class Needed:
+    """How many runs a group whose speed test shows nothing needs to show a NEEDED_GAP, and their cost."""
+    workload: str
+    suite: str | None  # the suite its runs came from, for the command that runs more
+    have: int  # the fewest successful runs of any of its frameworks
+    sigma: float | None  # the median spread (standard deviation) of log steady times over its cells with 2 runs
+    # or more; None: single runs only, whose spread is unknown
+    comparisons: int  # Holm's family: every pair of its frameworks
+    runs: int | None  # a side (stats.log_t_repetitions); None: sigma unknown, or more than stats.MAX_REPETITIONS
+    more_s: float | None  # the wall time of the runs it lacks: per cell, the runs short of `runs` times the
+    # median wall time of its own runs (as dlbench estimate forecasts a cell from its own runs)
+
+
+def needed(cells: Sequence[CellSummary], by_speed: Standing) -> Needed | None:
+    """A Needed where the group's speed standing shows no gap at all (none behind the best, and the best not
+    shown ahead), else None; None too where nothing is compared (no values, or one framework)."""
+    if by_speed.kind in (NO_VALUES, ONLY_ONE) or by_speed.behind:
+        return None
+    timed = [c for c in cells if c.samples.get("steady_epoch_s")]
+    spreads = [statistics.stdev(math.log(v) for v in c.samples["steady_epoch_s"]) for c in timed
+               if len(c.samples["steady_epoch_s"]) > 1]
+    sigma = statistics.median(spreads) if spreads else None
+    comparisons = len(timed) * (len(timed) - 1) // 2
+    runs = None if sigma is None else log_t_repetitions(sigma, NEEDED_GAP, comparisons)
+    walls = [c.wall_time_s.median for c in timed]
+    more_s = (None if runs is None or None in walls else
+              sum(max(runs - c.n_ok, 0) * wall for c, wall in zip(timed, walls, strict=True)))
+    return Needed(cells[0].workload, cells[0].suite, min(c.n_ok for c in timed), sigma, comparisons, runs, more_s)
 
 
 def _sampling_notes(final: Mapping[str, Sequence[float]], held_out: HeldOutSet | None) -> list[str]:
@@ -477,19 +511,16 @@ def _sampling_notes(final: Mapping[str, Sequence[float]], held_out: HeldOutSet |
 
 def findings(cells: Sequence[CellSummary], seed: int = 0,
              held_out_sets: Mapping[str, HeldOutSet] | None = None) -> list[Finding]:
-    """One finding per workload x dataset x device of the summaries. Every comparison that the findings
-    make, of speed and of the metric in every group, is one family for Holm's correction: a claim
-    holds at 5 % over the whole report, not over each sentence. held_out_sets: dataset name -> its test set,
-    where known."""
-    groups = list(group(cells).values())
-    families = [family for group_cells in groups for family in _families(group_cells)]
-    tests = family_tests(families, seed=seed)
-    # Holm's family is the pairs it adjusted: those with a p-value (a side with one run has none)
-    comparisons = sum(1 for family_results in tests for test in family_results if test.p_value is not None)
+    """One finding per workload x dataset x device of the summaries. Each group's speed comparisons (every
+    pair of its frameworks) are one family for Holm's correction, and its metric comparisons another: the
+    claims of one workload's speed verdicts hold at 5 % together (docs/measurement.md says why every pair,
+    and why per workload). held_out_sets: dataset name -> its test set, where known."""
     sets = held_out_sets or {}
-    return [group_finding(group_cells, tests[2 * i], tests[2 * i + 1], comparisons,
-                          sets.get(group_cells[0].dataset or ""))
-            for i, group_cells in enumerate(groups)]
+    result = []
+    for group_cells in group(cells).values():
+        speed, metric = (family_tests([family], seed=seed)[0] for family in _families(group_cells))
+        result.append(group_finding(group_cells, speed, metric, sets.get(group_cells[0].dataset or "")))
+    return result
 
 
 def shared_caveats(cells: Sequence[CellSummary], found: Sequence[Finding]) -> tuple[list[str], list[Finding]]:

@@ -18,12 +18,18 @@ true ratio whenever both cover their medians, so its level is at least the produ
 aims at the square root of 95 %). That bound is conservative: simulated, the ratio's interval covers
 more often than its stated level (65 % against 25 % at 2 runs a side, 88 % against 56 % at 3).
 
-The building blocks are scipy.stats (binom, mannwhitneyu) and statsmodels (Holm).
+Speed comparisons (the findings' steady epoch times) use log_t_test instead: Welch's t-test on the logs of
+the runs' times, whose ratio is the ratio of geometric means with the Welch t interval at CONFIDENCE. Unlike
+Mann-Whitney's it can show a gap with 2 or 3 runs a side; benchmarks/stats_simulation.py measures its
+false-positive rate and power (docs/measurement.md, "Statistics over repetitions", holds its tables).
+
+The building blocks are scipy.stats (binom, mannwhitneyu, ttest_ind) and statsmodels (Holm).
 """
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -48,6 +54,7 @@ WITHIN_NOISE = "within noise"  # the test rejects, but the gap's interval reache
 TOO_FEW = "too few repetitions"
 SINGLE = "single runs"
 NO_RUNS = "no runs"  # a side without a single value (all its runs failed, or none ran)
+MANN_WHITNEY, LOG_T = "mann-whitney", "log-t"  # a Family's test: mann_whitney, or log_t_test
 
 
 @dataclass(frozen=True)
@@ -201,6 +208,7 @@ class Family:
     better: str = FASTER
     worse: str = SLOWER
     noise: float = NOISE
+    test: str = MANN_WHITNEY  # or LOG_T: Welch's t on log values (positive values: times)
 
 
 def family_tests(families: Sequence[Family], alpha: float = 0.05, seed: int = 0) -> list[list[PairTest]]:
@@ -211,8 +219,8 @@ def family_tests(families: Sequence[Family], alpha: float = 0.05, seed: int = 0)
     smallest possible p is not below alpha, or Holm's first step (m tests times the smallest possible p
     of any of them, a floor under every adjusted p) is not. 5 runs a side reach p 0.008, so Holm over 7
     or more such comparisons can show nothing."""
-    untested = [[_unadjusted(label_a, _values(a), label_b, _values(b), seed) for label_a, a, label_b, b in family.pairs]
-                for family in families]
+    untested = [[_unadjusted(label_a, _values(a), label_b, _values(b), seed, family.test)
+                 for label_a, a, label_b, b in family.pairs] for family in families]
     testable = [t for tests in untested for t in tests if t.p_value is not None]
     adjusted = iter(holm([t.p_value for t in testable]))
     floor = len(testable) * min((t.min_p_possible for t in testable), default=0.0)
@@ -241,9 +249,75 @@ def _beyond(r: Estimate, noise: float) -> bool:
     return r.low is not None and r.high is not None and (r.low > 1 + noise or r.high < 1 - noise)
 
 
-def _unadjusted(label_a: str, a: np.ndarray, label_b: str, b: np.ndarray, seed: int) -> PairTest:
+def _unadjusted(label_a: str, a: np.ndarray, label_b: str, b: np.ndarray, seed: int, test: str) -> PairTest:
+    if test == LOG_T:
+        gap, p = log_t_test(a, b)
+        # a t statistic grows without bound as the sides separate: any p is possible from 2 runs a side
+        return PairTest(label_a, label_b, gap, p, None, False, None if p is None else 0.0, "")
     return PairTest(label_a, label_b, ratio(a, b, seed), mann_whitney(a, b, seed), None, False,
                     min_p_possible(a.size, b.size), "")
+
+
+def log_t_test(a: Sequence[float | None], b: Sequence[float | None]) -> tuple[Estimate, float | None]:
+    """Welch's two-sided t-test on the logs of a's and b's values (positive: times), and the ratio it speaks
+    of: exp(mean log a - mean log b), the ratio of geometric means, with the Welch t interval of the mean log
+    difference at CONFIDENCE, exponentiated. Log times because run-to-run noise is multiplicative (a busy
+    neighbour slows a run by a factor); Welch because the frameworks' spreads differ. With one value on a
+    side: the ratio without interval and no p. Two sides without any spread are equal (p 1) or apart (p 0,
+    scipy's infinite t)."""
+    from scipy import stats
+    x, y = _values(a), _values(b)
+    n = min(x.size, y.size)
+    if n == 0:
+        return Estimate(0, None, None, None), None
+    if np.any(x <= 0) or np.any(y <= 0):
+        raise ValueError(f"log_t_test takes positive values, got {list(a)!r} and {list(b)!r}")
+    log_x, log_y = np.log(x), np.log(y)
+    value = float(np.exp(log_x.mean() - log_y.mean()))
+    if n == 1:
+        return Estimate(1, value, None, None), None
+    if np.ptp(log_x) == 0 and np.ptp(log_y) == 0:  # scipy's interval is undefined without spread
+        return Estimate(n, value, value, value, CONFIDENCE), 1.0 if value == 1.0 else 0.0
+    with warnings.catch_warnings():
+        # scipy warns of precision loss where a side's values nearly tie (identical timings to the last digits):
+        # the statistic it computes from them stands, and a report's reader can do nothing about the warning
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = stats.ttest_ind(log_x, log_y, equal_var=False)
+    interval = result.confidence_interval(CONFIDENCE)
+    return (Estimate(n, value, float(np.exp(interval.low)), float(np.exp(interval.high)), CONFIDENCE),
+            float(result.pvalue))
+
+
+def log_t_repetitions(sigma: float, effect: float = 0.10, comparisons: int = 1, alpha: float = 0.05,
+                      power: float = 0.8, seed: int = 0) -> int | None:
+    """The smallest n a side (2 to MAX_REPETITIONS) at which log_t_test shows a ratio of 1 + effect in a share
+    `power` of SIMULATIONS simulated experiments (log times normal with standard deviation `sigma` on both
+    sides, the same draws for every n), at the level Holm's first step gives the first of `comparisons` tests
+    (alpha / comparisons: no later step is stricter); None beyond MAX_REPETITIONS. Simulated, not the
+    noncentral t's power: with 2 or 3 runs a side Welch's degrees of freedom fall well below 2 n - 2, and
+    that formula would promise nearly twice the power the test has (20 % against 11 % at n = 2, sigma 0.05, 10 %).
+    sigma 0: 2 (no spread: any gap is apart)."""
+    from scipy import stats
+    if sigma < 0 or effect <= 0 or comparisons < 1 or not 0 < alpha < 1 or not 0 < power < 1:
+        raise ValueError(f"need sigma >= 0, effect > 0, comparisons >= 1, 0 < alpha < 1 and 0 < power < 1; got "
+                         f"sigma={sigma}, effect={effect}, comparisons={comparisons}, alpha={alpha}, power={power}")
+    if sigma == 0:
+        return 2
+    rng = np.random.default_rng(seed)
+    base = rng.normal(0.0, sigma, (SIMULATIONS, MAX_REPETITIONS))
+    shifted = rng.normal(np.log1p(effect), sigma, (SIMULATIONS, MAX_REPETITIONS))
+
+    def detects(n: int) -> bool:
+        p = stats.ttest_ind(shifted[:, :n], base[:, :n], axis=1, equal_var=False).pvalue
+        return float(np.mean(p < alpha / comparisons)) >= power
+
+    if not detects(MAX_REPETITIONS):
+        return None
+    low, high = 1, MAX_REPETITIONS  # detects(high) holds, low is below any n that can
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if detects(middle) else (middle, high)
+    return high
 
 
 def _verdict(test: PairTest, alpha: float, floor: float, family: Family) -> str:

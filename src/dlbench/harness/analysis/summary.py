@@ -20,7 +20,8 @@ from dlbench.harness.store import is_inference
 FIGURES = ("steady_epoch_s", "train_time_s", "first_epoch_s", "metric_value", "peak_rss_mb", "mean_cpu_percent",
            "time_to_target_s",  # time_to_target_s: the runs that reached the target only
            "achieved_gflops", "mfu",  # of the steady epochs; mfu against the GEMM peak measured for the run
-           "peak_gflops")  # that peak, achieved_gflops / mfu: each framework's own, MFU's denominator
+           "peak_gflops",  # that peak, achieved_gflops / mfu: each framework's own, MFU's denominator
+           "wall_time_s")  # the whole run, worker start to exit: what another repetition of the cell costs
 # train_samples: a suite entry's first N training samples (None: the whole split), from the run's configuration;
 # runs on another N of the same dataset do other work per epoch, so they are another cell and group
 # batch_size and threads (a sweep's axes, issue #31), from the configuration too: runs of another batch size or
@@ -105,6 +106,8 @@ class CellSummary:
     train_samples: int | None = None  # a suite entry's first N training samples; None: the whole split
     batch_size: int | None = None  # the runs' batch size (config recipe.batch_size); None: not recorded
     threads: int | None = None  # the runs' threads (config threads); None: not recorded
+    wall_time_s: Estimate = NO_ESTIMATE  # of the successful runs
+    suite: str | None = None  # the suite its first run came from (None: not recorded)
 
     @property
     def warm(self) -> bool:
@@ -187,6 +190,7 @@ def _summary(key: tuple[Any, ...], runs: list[dict], seed: int, show_threads: bo
         runs=tuple(_brief(run) for run in runs),
         compile_cache=cache, warm_runs_left_out=len(ok) - len(pooled),
         samples=samples,
+        suite=next((run["suite"] for run in runs if run.get("suite")), None),
         own_target=next((run["config"]["target"] for run in runs if (run.get("config") or {}).get("target")), None),
     )
 

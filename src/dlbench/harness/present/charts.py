@@ -12,6 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend is chosen before pyplot is imported)
 from matplotlib.colors import LogNorm, to_hex, to_rgb  # noqa: E402
+from matplotlib.ticker import NullFormatter  # noqa: E402
 
 from dlbench.harness.environments.envs import RECIPES  # noqa: E402
 
@@ -332,4 +333,37 @@ def latency_ecdf(series: Mapping[str, Sequence[float]], palette: Mapping[str, tu
         ax.set_ylabel("share of calls")
         ax.set_ylim(0, 1.02)
         fig.legend(loc="outside right upper", fontsize=8, frameon=False)
+        return to_svg(fig, chart_id)
+
+
+RATIO_TICKS = (0.5, 0.8, 0.9, 1.0, 1.1, 1.2, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 50.0, 100.0)
+IntervalRow = tuple[str, float, float | None, float | None, bool, int]  # label, ratio, low, high, shown, runs
+
+
+def ratio_intervals(rows: Sequence[IntervalRow], palette: Mapping[str, tuple], title: str, chart_id: str) -> str:
+    """One workload's frameworks as ratios to the fastest with their intervals, on a logarithmic axis (a ratio
+    of 2 and one of 1/2 stand as far from 1): a dot per framework, filled where the test shows its gap, hollow
+    where it does not; whiskers where there is an interval (none for single runs); a line at 1. Dots, not bars:
+    a bar's length on a log axis depends on where the axis starts, and means nothing."""
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(4.2, 0.32 * len(rows) + 0.9))
+        for y, (label, ratio, low, high, shown, _) in enumerate(rows):
+            colour = palette[label]
+            if low is not None and high is not None:
+                ax.plot([low, high], [y, y], color=colour, lw=1.6, solid_capstyle="butt")
+            ax.plot([ratio], [y], "o", ms=6, color=colour, mfc=colour if shown else "white", mew=1.5)
+        ax.axvline(1.0, color="0.4", lw=0.8)
+        ax.set_xscale("log")
+        ends = [v for _, ratio, low, high, _, _ in rows for v in (ratio, low, high) if v]
+        left, right = min(ends + [1.0]) / 1.08, max(ends + [1.1]) * 1.08
+        ax.set_xlim(left, right)
+        # a log axis ticks only at powers of 10 by itself: these read as ratios at any span
+        ticks = [t for t in RATIO_TICKS if left <= t <= right]
+        ax.set_xticks(ticks, [f"{t:g}×" for t in ticks])
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_yticks(range(len(rows)), [f"{label} ({n})" for label, *_, n in rows])
+        ax.invert_yaxis()
+        ax.grid(axis="y", visible=False)
+        ax.set_title(title, loc="left", fontsize=9)
+        ax.set_xlabel("steady epoch time ÷ the fastest's (runs in brackets)")
         return to_svg(fig, chart_id)

@@ -291,10 +291,12 @@ def _has_gpu(runs: Sequence[Mapping], samples: Mapping[int, list]) -> bool:
 
 
 def expected_charts(report: Report) -> int:
-    """How many charts render() draws: two per workload group (one when no run has epochs), one per sampled run,
-    one per scaling figure, one per inference group with latencies."""
+    """How many charts render() draws: one per overview column with a speed ratio (its intervals), two per
+    workload group (one when no run has epochs), one per sampled run, one per scaling figure, one per
+    inference group with latencies."""
     groups = run_groups(report.runs).values()
-    return (len(groups) + sum(1 for g in groups if any(r.get("epochs") for r in g))
+    intervals = sum(len(overview_html.plotted(m)) for m in overview.matrices(report.findings))
+    return (intervals + len(groups) + sum(1 for g in groups if any(r.get("epochs") for r in g))
             + sum(1 for r in report.runs if report.samples.get(r["id"])) + len(report.scaling)
             + sum(1 for series in latency_groups(report).values() if series))
 
@@ -362,7 +364,8 @@ def render(report: Report, live: str | None = None) -> str:
     findings = "".join(finding_html(f, {r["framework"] for r in groups[(f.workload, f.dataset, f.train_samples,
                                                                          f.device, f.batch_size, f.threads)]})
                        for f in report.findings)
-    matrices = "".join(overview_html.matrix_html(m, palette) for m in overview.matrices(report.findings))
+    matrices = "".join(overview_html.matrix_html(m, palette, draw=live is None)
+                       for m in overview.matrices(report.findings))
     cells = group(report.summaries)
     figures = ("".join(group_figures(runs_of_group, cells[key], report.samples, palette, i)
                        for i, (key, runs_of_group) in enumerate(groups.items())) if live is None

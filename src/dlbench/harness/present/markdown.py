@@ -2,10 +2,11 @@
 Charts are left out (a note says where they are).
 
 The overview is the HTML page's first screen from the same matrices (present.overview): Markdown has no
-colours, so a text mark says whether the findings' test shows a gap where the HTML draws solid or striped."""
+colours, so a text mark says whether the findings' test shows a gap where the HTML colours the cell or leaves it
+grey."""
 from html import escape
 
-from dlbench.harness.present import overview, scaling
+from dlbench.harness.present import overview, overview_html, scaling
 from dlbench.harness.present.contents import Report
 from dlbench.harness.present.study import StudySection
 from dlbench.harness.present.tables import Table
@@ -68,12 +69,13 @@ def study_md(section: StudySection) -> list[str]:
     return parts
 
 
-SHOWN, NOT_SHOWN = "●", "○"  # the HTML's solid and striped
-LEGEND = (f"{SHOWN}: the findings' test shows the gap (on the lowest median or the best metric: shown ahead of "
-          f"all others); {NOT_SHOWN}: not shown. Time: the steady epoch time over the lowest median. Metric: the "
-          "best median, and each other framework's distance to it (accuracy and mAP in points, hundredths). Rows: "
-          "the fastest first (geometric mean of the ratios). After a column's name: why its test ranks nobody. "
-          "The findings below say each verdict in words.")
+SHOWN, NOT_SHOWN = "●", "○"  # the HTML's coloured and grey
+LEGEND = (f"{SHOWN}: the findings' test shows the gap (on the fastest or the best metric: shown ahead of all "
+          f"others); {NOT_SHOWN}: not shown. Time: the steady epoch time over the fastest's (geometric means), in "
+          "brackets its 95 % interval (Welch's t on log times) and the framework's runs. Metric: the best median, "
+          "and each other framework's distance to it (accuracy and mAP in points, hundredths). Rows: most often "
+          "shown fastest first, then least often shown slower, then by name. After a column's name: why its test "
+          "ranks nobody. The findings below say each verdict in words.")
 
 
 def overview_md(report: Report) -> list[str]:
@@ -83,8 +85,10 @@ def overview_md(report: Report) -> list[str]:
     if report.caveats:
         parts += ["### Caveats for every workload", ""] + [f"- _Caveat_: {_text(c)}" for c in report.caveats] + [""]
     for matrix in overview.matrices(report.findings):
-        parts += [f"### {_text(matrix.device)}: steady epoch time relative to the lowest median, and the final "
+        parts += [f"### {_text(matrix.device)}: steady epoch time relative to the fastest, and the final "
                   "metric's distance to the best", "", matrix_md(matrix), "", f"_{LEGEND}_", ""]
+        needed = [overview_html.needed_text(n) for key in matrix.groups if (n := matrix.needed.get(key))]
+        parts += [f"- {_text(text)}" for text in needed] + ([""] if needed else [])
         parts += [f"- **{_text(name)}**: {_text(matrix.lines[name])}" for name in matrix.frameworks] + [""]
     for table in report.serving_tables:  # inference runs: latency, throughput, first call per framework
         parts += [table_md(table), ""]
@@ -110,7 +114,7 @@ def matrix_header(matrix: overview.Matrix) -> list[str]:
 def _speed(mark: overview.Mark | None) -> str:
     if mark is None or mark.value is None:
         return "-"
-    return f"{mark.value:.2f}× {SHOWN if mark.shown else NOT_SHOWN}"
+    return f"{mark.value:.2f}× ({overview_html.interval_text(mark)}) {SHOWN if mark.shown else NOT_SHOWN}"
 
 
 def _metric(mark: overview.Mark | None, metric: str) -> str:

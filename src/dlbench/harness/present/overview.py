@@ -1,19 +1,19 @@
 """The report's first screen: per device, a frameworks x workloads matrix of the steady epoch time relative to
-the lowest median, each cell marked by whether the findings' test shows its gap, the final metric's distance
-to the best beside it, and one line per framework that counts those verdicts.
+the fastest (lowest geometric mean), each cell with its ratio's interval and runs and marked by whether the
+findings' test shows its gap, the final metric's distance to the best beside it, one line per framework that
+counts those verdicts, and per workload where no gap is shown how many runs would show a 10 % one.
 
 Nothing here tests anything: every mark comes from the findings' Standing of each group (analysis.findings),
 the same values and verdicts the findings' sentences state, so the matrix and the prose never disagree.
 """
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dlbench.harness.analysis.findings import RANKED, Finding, Standing
+from dlbench.harness.analysis.findings import RANKED, Finding, Needed, Standing, to_best
 from dlbench.harness.analysis.stats import FASTER, SLOWER
 from dlbench.harness.environments.envs import REFERENCE
 
-WITHIN = 1.10  # "within 10 %": a ratio to the lowest median up to this
+WITHIN = 1.10  # "within 10 %": a ratio to the fastest up to this
 FRACTIONS = ("accuracy", "map")  # metrics between 0 and 1, whose gaps read in points (hundredths)
 # why no framework of a group is ranked (Standing.kind), in the overview's few words
 UNRANKED_WORDS = {"no values": "no values", "only one": "one framework", "equal": "all equal",
@@ -27,6 +27,9 @@ class Mark:
     gap: float | None  # metric only: value - best (None for speed)
     shown: bool  # the best: shown ahead of all others; any other: shown behind the best
     best: bool  # holds the group's best median
+    low: float | None = None  # speed only: the interval of the ratio, from its test against the fastest
+    high: float | None = None
+    n: int = 0  # the framework's runs with a value
 
 
 # a matrix column: workload, dataset as shown ("NAME (first N of M)" for a suite entry's train_samples), device
@@ -37,12 +40,14 @@ Column = tuple[str, str | None, str | None]
 class Matrix:
     device: str
     groups: list[Column]  # columns
-    frameworks: list[str]  # rows: fastest (geometric mean of ratios) first
+    # rows: most often shown fastest first, then least often shown slower, then by name (row_key)
+    frameworks: list[str]
     speed: dict[tuple[str, Column], Mark]
     metric: dict[tuple[str, Column], Mark]
     metric_names: dict[Column, str]
     unranked: dict[Column, tuple[str | None, str | None]]  # per group: why speed, metric are not ranked (None: ranked)
     lines: dict[str, str]  # framework -> its one-line summary
+    needed: dict[Column, Needed | None]  # per group where no speed gap is shown: the runs a 10 % gap needs
 
 
 def matrices(found: Sequence[Finding]) -> list[Matrix]:
@@ -59,23 +64,25 @@ def _matrix(device: str, found: Sequence[Finding]) -> Matrix:
     metric = {(name, key): mark for f, key in zip(found, groups, strict=True)
               for name, mark in metric_marks(f.metric_standing).items()}
     names = {name for name, _ in speed} | {name for name, _ in metric}
-    frameworks = sorted(names, key=lambda name: (_geometric_mean([m.value for (n, _), m in speed.items()
-                                                                  if n == name]), name))
+    frameworks = sorted(names, key=lambda name: row_key([m for (n, _), m in speed.items() if n == name], name))
     unranked = {key: (_unranked(f.speed_standing), _unranked(f.metric_standing))
                 for f, key in zip(found, groups, strict=True)}
     metric_names = {key: f.metric_standing.quantity.what.removeprefix("final ") for f, key in
                     zip(found, groups, strict=True)}
     lines = {name: summary_line(name, found) for name in frameworks}
-    return Matrix(device, groups, frameworks, speed, metric, metric_names, unranked, lines)
+    needed = {key: f.needed for f, key in zip(found, groups, strict=True)}
+    return Matrix(device, groups, frameworks, speed, metric, metric_names, unranked, lines, needed)
+
+
+def row_key(marks: Sequence[Mark], name: str) -> tuple[int, int, str]:
+    """A row's place: the workloads where the framework is shown fastest (most first), then those where it is
+    shown slower than the fastest (fewest first), then its name. Only shown verdicts order rows: two
+    frameworks that no test tells apart stand in name order, however their unshown ratios differ."""
+    return -sum(m.best and m.shown for m in marks), sum(not m.best and m.shown for m in marks), name
 
 
 def _unranked(ranked: Standing) -> str | None:
     return None if ranked.kind == RANKED else UNRANKED_WORDS.get(ranked.kind, ranked.kind)
-
-
-def _geometric_mean(values: Sequence[float | None]) -> float:
-    known = [v for v in values if v]
-    return math.exp(sum(math.log(v) for v in known) / len(known)) if known else math.inf
 
 
 def _shown(ranked: Standing, name: str) -> bool:
@@ -88,10 +95,12 @@ def _holds_best(ranked: Standing, name: str) -> bool:
 
 
 def speed_marks(ranked: Standing) -> dict[str, Mark]:
-    """Each framework's steady epoch time over the group's lowest median, and whether its gap is shown."""
+    """Each framework's steady epoch time over the fastest's (geometric means: the test's ratio), its interval
+    from their test, its runs, and whether its gap is shown."""
     best = ranked.medians[ranked.best] if ranked.order else None
     return {name: Mark(ranked.medians[name] / best if best else None, None, _shown(ranked, name),
-                       _holds_best(ranked, name)) for name in ranked.order}
+                       _holds_best(ranked, name), *to_best(ranked, name), ranked.counts.get(name, 0))
+            for name in ranked.order}
 
 
 def metric_marks(ranked: Standing) -> dict[str, Mark]:
@@ -126,16 +135,16 @@ def _slower_than(tests: Sequence, name: str, other: str) -> bool:
 
 def summary_line(name: str, found: Sequence[Finding]) -> str:
     """What the verdicts of one device's groups say of one framework, counted: where it is shown fastest,
-    holds the lowest median without being shown ahead, is within 10 % of it, is shown slower, against the
+    is the fastest without being shown ahead, is within 10 % of the fastest, is shown slower, against the
     reference, and where it is shown the most or less accurate."""
     mine = [f for f in found if name in f.speed_standing.medians]
     if not mine:
         return "no steady epoch time on any workload"
     marks = [speed_marks(f.speed_standing)[name] for f in mine]
     counts = [(sum(m.best and m.shown for m in marks), "shown fastest on {}"),
-              (sum(m.best and not m.shown for m in marks), "lowest median, not shown ahead, on {}"),
+              (sum(m.best and not m.shown for m in marks), "fastest, not shown ahead, on {}"),
               (sum(not m.best and m.value is not None and m.value <= WITHIN for m in marks),
-               f"within {WITHIN - 1:.0%} of the lowest median on " + "{}"),
+               f"within {WITHIN - 1:.0%} of the fastest on " + "{}"),
               (sum(not m.best and m.shown for m in marks), "shown slower than the fastest on {}")]
     parts = [text.format(count) for count, text in counts if count]
     parts.append(_against_reference(name, mine))

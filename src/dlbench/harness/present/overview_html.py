@@ -1,16 +1,20 @@
 """The overview matrices (present.overview) as HTML: the report's first screen.
 
-A speed cell's background is its ratio's colour on the report's scale (charts.ratio_colour); a gap the
-findings' test shows is drawn solid, one it does not show is striped with white, so colour says how much
-slower and the stripes say "not shown". Each cell carries its numbers and verdict as data attributes, which
-the browser test reads.
+A speed cell holds the ratio to the fastest, its interval and the framework's runs. Only a verdict is
+coloured: a gap the findings' test shows gets its ratio's colour on the report's scale (charts.ratio_colour),
+the fastest shown ahead of all others the scale's green, and everything the test does not show stays neutral
+grey, whatever its ratio. Under the matrix, per workload, the same ratios and intervals on a logarithmic axis
+(charts.ratio_intervals) and, where no gap is shown, how many runs would show a 10 % one and what they cost.
+Each cell carries its numbers and verdict as data attributes, which the tests read.
 """
 from collections.abc import Mapping
 from html import escape
 
 from matplotlib.colors import to_hex
 
+from dlbench.harness.analysis.findings import Needed
 from dlbench.harness.present import charts
+from dlbench.harness.present.estimate import duration
 from dlbench.harness.present.overview import (
     FRACTIONS,
     METRIC_NAMES,
@@ -27,6 +31,11 @@ table.overview td,table.overview th{text-align:center;padding:3px 4px;font-size:
 table.overview th.fw{text-align:left;white-space:nowrap}
 table.overview .why{display:block;font-weight:400;color:#667;font-size:11px}
 td.speed{font-weight:600;min-width:40px}
+td.speed.unshown{background-color:#eef0f3;color:#556;font-weight:400}
+td.speed .ci{display:block;font-weight:400;font-size:10.5px;white-space:nowrap}
+.intervals{display:flex;flex-wrap:wrap;gap:10px;margin:8px 0}
+.intervals figure.chart{margin:0}
+p.needed{font-size:13px;margin:4px 0}
 td.metric{color:#667;border-right:2px solid #c6ccd6}
 td.metric.shown{color:#b3261e;font-weight:600}
 td.metric.best.shown{color:#176b2c}
@@ -38,31 +47,40 @@ ul.lines li{margin:3px 0}
 """
 
 
-NOTE = ("Rows: the fastest first (geometric mean of the ratios). Metric: the best median, and each other "
+NEUTRAL = "#eef0f3"  # a speed cell whose gap the test does not show: no colour, whatever its ratio
+NOTE = ("Time: each framework's steady epoch time over the fastest's (geometric means over runs), its 95 % "
+        "interval from Welch's t on log times, and its runs. Rows: most often shown fastest first, then least "
+        "often shown slower than the fastest, then by name: rows no test tells apart stand in name order. "
+        "Metric: the best median, and each other "
         "framework's distance to it (accuracy and mAP in points, hundredths); red where the test shows it behind, "
         "green where the best is shown ahead of all. Under a column's name: why its test ranks nobody. The findings "
         "below say each verdict in words.")
 
 
-def speed_background(mark: Mark) -> str:
-    """The cell's CSS background: its ratio's colour, striped with white where the test shows no gap."""
-    colour = charts.ratio_colour(mark.value)
-    if mark.shown:
-        return f"background-color:{colour}"
-    return (f"background-color:{colour};background-image:repeating-linear-gradient(135deg,transparent 0 6px,"
-            f"rgba(255,255,255,.6) 6px 8px)")
+def speed_colour(mark: Mark) -> str:
+    """The cell's background: its ratio's colour where the test shows its gap (the fastest's: shown ahead of
+    all), neutral where it does not."""
+    return charts.ratio_colour(mark.value) if mark.shown else NEUTRAL
+
+
+def interval_text(mark: Mark) -> str:
+    """"1.55-1.82, 8 runs"; the runs alone without an interval (the fastest itself, single runs)."""
+    runs = f"{mark.n} run{'s' if mark.n != 1 else ''}"
+    return runs if mark.low is None or mark.high is None else f"{mark.low:.2f}–{mark.high:.2f}, {runs}"
 
 
 def _speed_cell(mark: Mark | None, workload: str) -> str:
     if mark is None or mark.value is None:
         return f'<td class="speed" data-workload="{escape(workload)}" data-ratio="">-</td>'
     text = f"{mark.value:.2f}×"
-    title = ("lowest median, " + ("shown faster than all others" if mark.shown else "not shown ahead of all")
-             if mark.best else f"{text} the lowest median, " + ("gap shown" if mark.shown else "gap not shown"))
-    return (f'<td class="speed" data-workload="{escape(workload)}" data-ratio="{mark.value:.4g}" '
-            f'data-shown="{str(mark.shown).lower()}" '
-            f'data-colour="{charts.ratio_colour(mark.value)}" style="{speed_background(mark)}" '
-            f'title="{escape(title)}">{text}</td>')
+    title = ("the fastest, " + ("shown faster than all others" if mark.shown else "not shown ahead of all")
+             if mark.best else f"{text} the fastest's, " + ("gap shown" if mark.shown else "gap not shown"))
+    bounds = "".join(f' data-{name}="{value:.4g}"' for name, value in (("low", mark.low), ("high", mark.high))
+                     if value is not None)
+    return (f'<td class="speed{"" if mark.shown else " unshown"}" data-workload="{escape(workload)}" '
+            f'data-ratio="{mark.value:.4g}"{bounds} data-n="{mark.n}" data-shown="{str(mark.shown).lower()}" '
+            f'data-colour="{speed_colour(mark)}" style="background-color:{speed_colour(mark)}" '
+            f'title="{escape(title)}">{text}<span class="ci">{escape(interval_text(mark))}</span></td>')
 
 
 def _metric_cell(mark: Mark | None, metric: str, fmt_best: str, workload: str) -> str:
@@ -113,17 +131,17 @@ def legend() -> str:
     steps = (1.0, 1.1, 1.5, 2.0, 3.0, charts.RATIO_SCALE[1])
     boxes = "".join(f'<span class="box" style="background-color:{charts.ratio_colour(r)}">'
                     f'{r:g}×{"+" if r == charts.RATIO_SCALE[1] else ""}</span>' for r in steps)
-    striped = speed_background(Mark(1.5, None, False, False))
-    return (f'<div class="legend">time ÷ the lowest median: {boxes}'
-            f'&nbsp; solid: the gap is shown by the test; <span class="box" style="{striped}">striped</span>: '
-            f"not shown</div>")
+    return (f'<div class="legend">a gap the test shows, time ÷ the fastest\'s: {boxes}'
+            f'&nbsp; <span class="box" style="background-color:{NEUTRAL}">grey</span>: not shown, whatever '
+            f"its ratio</div>")
 
 
 def matrix_table(matrix: Matrix) -> Table:
     """The matrix as plain rows, for its CSV: per workload the ratio, whether its gap is shown, the metric
     and its distance to the best, then the framework's line."""
     header = ["framework"] + [f"{w} ({d or '?'}) {part}" for w, d, _ in matrix.groups
-                              for part in ("time ratio", "time gap shown", "metric", "metric gap", "metric gap shown")]
+                              for part in ("time ratio", "time ratio low", "time ratio high", "runs", "time gap shown",
+                                           "metric", "metric gap", "metric gap shown")]
     rows = []
     for name in matrix.frameworks:
         row = [name]
@@ -137,19 +155,64 @@ def matrix_table(matrix: Matrix) -> Table:
 def _csv_marks(speed: Mark | None, metric: Mark | None) -> list[str]:
     def known(mark: Mark | None, value: float | None) -> str:
         return "" if mark is None or value is None else f"{value:.4g}"
-    return [known(speed, speed and speed.value), "" if speed is None else str(speed.shown).lower(),
+    return [known(speed, speed and speed.value), known(speed, speed and speed.low), known(speed, speed and speed.high),
+            "" if speed is None else str(speed.n), "" if speed is None else str(speed.shown).lower(),
             known(metric, metric and metric.value), known(metric, metric and metric.gap),
             "" if metric is None else str(metric.shown).lower()]
 
 
-def matrix_html(matrix: Matrix, palette: Mapping[str, tuple]) -> str:
+def plotted(matrix: Matrix) -> list[Column]:
+    """The columns that get an interval chart: those with a speed ratio."""
+    return [key for key in matrix.groups if any(k == key and m.value is not None for (_, k), m in matrix.speed.items())]
+
+
+def interval_chart(matrix: Matrix, key: Column, palette: Mapping[str, tuple], chart_id: str) -> str:
+    """One column's ratios to the fastest with their intervals, in the matrix's row order."""
+    rows = [(name, mark.value, mark.low, mark.high, mark.shown, mark.n) for name in matrix.frameworks
+            if (mark := matrix.speed.get((name, key))) is not None and mark.value is not None]
+    workload, dataset, _ = key
+    svg = charts.ratio_intervals(rows, palette, f"{workload} ({dataset or '?'})", chart_id)
+    return f'<figure class="chart" data-workload="{escape(workload)}">{svg}</figure>'
+
+
+def needed_text(needed: Needed) -> str:
+    """How to get an answer where the test shows no gap: the runs a 10 % gap needs and what they cost."""
+    suite = needed.suite or "SUITE"
+    where = f"{needed.workload}: no speed gap shown"
+    if needed.sigma is None:
+        return (f"{where}. One run per framework measures no spread, so no test; with 3 repetitions or more "
+                f"this page says how many would show a 10 % gap (`dlbench estimate {suite} -w {needed.workload} "
+                f"--repeat 3` forecasts them).")
+    spread = f"at its spread ({needed.sigma * 100:.1f} % of the log steady epoch time, run to run)"
+    if needed.runs is None:
+        return f"{where}; {spread} even 1,000 runs a side would not show a 10 % gap."
+    pairs = f"{needed.comparisons} pair{'s' if needed.comparisons != 1 else ''}"
+    cost = ("" if needed.more_s is None else
+            f"; the runs its frameworks lack take about {duration(needed.more_s)} at their own runs' median wall "
+            "times")
+    return (f"{where} with {needed.have} run{'s' if needed.have != 1 else ''}; {spread}, {needed.runs} runs a side "
+            f"would show a 10 % gap 4 times in 5 (Holm over its {pairs}){cost}: `dlbench estimate {suite} -w "
+            f"{needed.workload} --repeat {needed.runs}` forecasts them.")
+
+
+def intervals_html(matrix: Matrix, palette: Mapping[str, tuple], draw: bool) -> str:
+    """Per column, its interval chart (where `draw`) and, where no gap is shown, how to get one."""
+    charts_html = "".join(interval_chart(matrix, key, palette, f"intervals-{matrix.device}-{index}")
+                          for index, key in enumerate(plotted(matrix))) if draw else ""
+    needed = "".join(f'<p class="needed" data-workload="{escape(key[0])}">{escape(needed_text(n))}</p>'
+                     for key in matrix.groups if (n := matrix.needed.get(key)) is not None)
+    return (f'<div class="intervals">{charts_html}</div>' if charts_html else "") + needed
+
+
+def matrix_html(matrix: Matrix, palette: Mapping[str, tuple], draw: bool = True) -> str:
+    """The device's card: the matrix, then (draw: with its interval charts) how to get the answers it lacks."""
     rows = "".join(_row(matrix, name, palette) for name in matrix.frameworks)
     csv_name, csv_href = csv_download(matrix_table(matrix))
     lines = "".join(f'<li data-framework="{escape(name.split(" ")[0])}"><b>{escape(name)}</b>: '
                     f"{escape(matrix.lines[name])}</li>" for name in matrix.frameworks)
     return (f'<section class="card" data-device="{escape(matrix.device)}"><h3>{escape(matrix.device)}: '
-            f"steady epoch time relative to the lowest median, and the final metric's distance to the best "
+            f"steady epoch time relative to the fastest, and the final metric's distance to the best "
             f'<a class="csv" download="{escape(csv_name)}" href="{escape(csv_href)}">CSV</a></h3>'
             f'{legend()}<div class="wide"><table class="overview" data-device="{escape(matrix.device)}">'
-            f"{_header(matrix)}<tbody>{rows}</tbody></table></div>"
+            f"{_header(matrix)}<tbody>{rows}</tbody></table></div>{intervals_html(matrix, palette, draw)}"
             f'<p class="note">{NOTE}</p><ul class="lines">{lines}</ul></section>')
