@@ -35,15 +35,18 @@ def cells_of(name: str) -> list[suite.Cell]:
 
 
 def test_the_readme_counts_the_quick_suite_as_the_code_plans_it() -> None:
-    found = re.search(r"the quick suite: (\d+) cells, its (\w+) workloads \(([^)]*)\) once in each of the (\w+) "
-                      r"frameworks", " ".join(README.split()))
+    found = re.search(r"the quick suite: (\d+) cells, its (\w+) workloads \(([^:)]*)[^)]*\) (\w+) times in each of "
+                      r"the (\w+) frameworks", " ".join(README.split()))
     assert found, "README.md no longer states the quick suite's cells, workloads and frameworks"
     cells = cells_of("quick")
     workloads = [name.strip() for name in found.group(3).split(",")]
     assert int(found.group(1)) == len(cells)
     assert count(found.group(2)) == len(workloads) == len({c.workload for c in cells})
     assert set(workloads) == {c.workload for c in cells}
-    assert count(found.group(4)) == len({c.framework for c in cells})
+    assert count(found.group(4)) == len({c.repetition for c in cells}) == suite.load("quick").repeat
+    assert count(found.group(5)) == len({c.framework for c in cells})
+    pairs = re.search(r"certifies the quick suite's (\d+) pairs", " ".join(README.split()))
+    assert pairs and int(pairs.group(1)) == len({(c.framework, c.workload) for c in cells if c.framework != "pytorch"})
 
 
 @pytest.mark.parametrize("name", ["paper", "paper-gpu"])

@@ -1,5 +1,6 @@
-"""dlbench run, end to end, on the quick suite with the real PyTorch environment: the results it
-stores, resuming, --force, exports, and a harness killed with SIGKILL mid-suite."""
+"""dlbench run, end to end, on six workloads of the stand-ins (e2e_suite.yaml: the quick suite's shape before
+it took its repetitions) with the real PyTorch environment: the results it stores, resuming, --force,
+exports, and a harness killed with SIGKILL mid-suite."""
 import csv
 import io
 import json
@@ -20,9 +21,10 @@ from dlbench.harness.store import Store
 # The other frameworks run in test_adapters. One thread a cell: the tests run on two pytest workers, and
 # a two-thread PyTorch cell beside a busy worker spins its OpenMP threads for the core it lacks (lstm-ptb's
 # epoch took 53 s instead of 3 s beside one busy loop). test_suite_cli checks the default, all cores.
-QUICK = ("run", "quick", "-f", "pytorch", "--epochs", "2", "--threads", "1")
-THREE = (*QUICK, "-w", "cnn-mnist", "-w", "lstm-imdb", "-w", "lstm-ptb")  # the quick suite's cheapest cells
-WORKLOADS = ["cnn-mnist", "frcnn-voc", "lstm-imdb", "lstm-ptb", "transformer-lm", "vit-cifar10"]  # quick's
+SUITE = Path(__file__).with_name("e2e_suite.yaml")
+QUICK = ("run", str(SUITE), "-f", "pytorch", "--epochs", "2", "--threads", "1")
+THREE = (*QUICK, "-w", "cnn-mnist", "-w", "lstm-imdb", "-w", "lstm-ptb")  # the suite's cheapest cells
+WORKLOADS = ["cnn-mnist", "frcnn-voc", "lstm-imdb", "lstm-ptb", "transformer-lm", "vit-cifar10"]  # the suite's
 
 
 @pytest.fixture(scope="module")

@@ -258,7 +258,7 @@ def test_list_datasets(capsys, tmp_path):
 def test_list_suites(capsys):
     assert main(["list", "suites"]) == 0
     out = capsys.readouterr().out
-    assert table_rows(out)["quick"][1:4] == ["six", "workloads", "on"]
+    assert table_rows(out)["quick"][1:4] == ["three", "workloads", "on"]
     assert "offline stand-in data" in out
 
 
@@ -461,7 +461,7 @@ def test_a_bad_axis_is_refused_with_its_line_entry_and_value(tmp_path, monkeypat
 
 
 def test_a_cell_without_threads_gets_the_cores_of_the_machine_that_runs_it(tmp_path):
-    [cell] = suite.plan(suite.load("quick"), ["pytorch"], ["cnn-mnist"])
+    [cell] = suite.plan(suite.load("quick"), ["pytorch"], ["cnn-mnist"], repeat=1)
     assert cell.threads is None
     assert cell_config.resolve(cell, tmp_path).config["threads"] == os.cpu_count()
     assert cell_config.resolve(cell, tmp_path, cores=5).config["threads"] == 5  # a Ray node's
@@ -469,16 +469,21 @@ def test_a_cell_without_threads_gets_the_cores_of_the_machine_that_runs_it(tmp_p
 
 
 @pytest.mark.parametrize("name, entries", [
-    ("quick", [("cnn-mnist", "digits-28", 4, 768), ("lstm-imdb", "rt-snippets", 2, None),
-               ("lstm-ptb", "lee-news-lm", 2, 860), ("frcnn-voc", "photo-boxes", 30, None),
-               ("transformer-lm", "lee-news-lm", 2, 320), ("vit-cifar10", "photo-patches-10", 3, 256)]),
-    ("quick-large", [("cnn-cifar10", "photo-patches-10", 10, None), ("seq2seq-manythings", "django-es-en", 3, None),
-                     ("cnn-cifar100", "photo-regions-100", 2, 128), ("cnn-svhn", "photo-patches-10", 2, 128)])])
+    ("quick", [("cnn-mnist", "digits-28", 4, 768), ("lstm-ptb", "lee-news-lm", 3, 580),
+               ("transformer-lm", "lee-news-lm", 3, 224)]),
+    ("quick-large", [("lstm-imdb", "rt-snippets", 3, None), ("frcnn-voc", "photo-boxes", 30, None),
+                     ("vit-cifar10", "photo-patches-10", 3, 256), ("cnn-cifar10", "photo-patches-10", 10, None),
+                     ("seq2seq-manythings", "django-es-en", 3, None), ("cnn-cifar100", "photo-regions-100", 3, 128),
+                     ("cnn-svhn", "photo-patches-10", 3, 128)])])
 def test_quick_suite_plans(name, entries):
-    """quick and quick-large hold the ten workloads between them, in every framework."""
-    cells = suite.plan(suite.load(name))  # every framework, one repetition, in a shuffled order
-    assert sorted((c.framework, c.workload, c.dataset, c.epochs, c.train_samples, c.seed) for c in cells) == sorted(
-        (framework, *entry, 0) for entry in entries for framework in envs.RECIPES)
+    """quick and quick-large hold the ten workloads between them, in every framework, each with two steady
+    epochs at least; quick three runs of each cell, quick-large one."""
+    cells = suite.plan(suite.load(name))  # every framework and repetition, in a shuffled order
+    runs = 3 if name == "quick" else 1
+    assert sorted((c.framework, c.workload, c.dataset, c.epochs, c.train_samples) for c in cells) == sorted(
+        (framework, *entry) for entry in entries for framework in envs.RECIPES for _ in range(runs))
+    assert sorted({c.repetition for c in cells}) == list(range(1, runs + 1))
+    assert min(c.epochs for c in cells) >= 3
     assert {(c.device, c.timeout_s, c.threads) for c in cells} == {("cpu", 600.0, None)}
 
 
@@ -752,10 +757,14 @@ workloads:
     assert {(c.mode, c.serve) for c in training} == {("train", None)}
 
 
-def test_the_serve_suite_serves_the_quick_suites_workloads_on_its_data():
-    served, quick = suite.load("serve"), suite.load("quick")
+def test_the_serve_suite_serves_the_quick_suites_workloads_on_their_data():
+    """The quick suite's three and the three that left it for quick-large, on the same stand-ins."""
+    served, quick, large = suite.load("serve"), suite.load("quick"), suite.load("quick-large")
     assert served.mode == "inference" and served.serve == ()
-    assert [(e.workload, e.dataset) for e in served.entries] == [(e.workload, e.dataset) for e in quick.entries]
+    moved = [("lstm-imdb", "rt-snippets"), ("frcnn-voc", "photo-boxes"), ("vit-cifar10", "photo-patches-10")]
+    assert set(moved) <= {(e.workload, e.dataset) for e in large.entries}
+    assert sorted((e.workload, e.dataset) for e in served.entries) == sorted(
+        [(e.workload, e.dataset) for e in quick.entries] + moved)
     assert all(e.weights is None for e in served.entries)  # canonical starting weights
 
 
