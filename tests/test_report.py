@@ -298,12 +298,12 @@ def test_convergence_draws_the_workloads_target() -> None:
     assert ">target</text>" not in charts.convergence(series, palette, "accuracy", "without")
 
 
-def test_both_panels_of_the_epoch_time_bars_have_their_axis_label() -> None:
+def test_both_panels_of_the_epoch_times_have_their_axis_label() -> None:
     from dlbench.harness.present import charts
 
     rows = [("a", (1.0, 0.9, 1.1), (3.0, 2.5, 3.5)), ("b", (2.0, 1.8, 2.2), (4.0, 3.9, 4.1))]
-    svg = charts.epoch_time_bars(rows, charts.colours(["a", "b"]), "bars", warm=["b"])
-    assert svg.count(">seconds</text>") == 2 and svg.count("> warm compile cache</text>") == 1
+    svg = charts.epoch_times(rows, charts.colours(["a", "b"]), "epochs", warm=["b"])
+    assert svg.count(">epoch time (s)</text>") == 2 and svg.count("> warm compile cache</text>") == 1
 
 
 def test_first_epochs_of_warm_compile_caches_are_labelled(tmp_path: Path) -> None:

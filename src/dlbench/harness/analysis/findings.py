@@ -16,7 +16,7 @@ import statistics
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from dlbench.harness.analysis.measures import metric_format
+from dlbench.harness.analysis.measures import metric_format, metric_label
 from dlbench.harness.analysis.stats import (
     LOG_T,
     NO_DIFFERENCE,
@@ -156,7 +156,7 @@ def metric_quantity(metric: str | None, higher: bool, held_out: HeldOutSet | Non
             return f"{other}, at {fmt(value)}, is level"
         size = f"{diff * 100:.1f} points" if metric == "accuracy" else f"{diff:.4g}"
         return f"{other}, at {fmt(value)}, is {size} {'lower' if higher else 'higher'}"
-    return Quantity("metric_value", f"final {metric or 'metric'}", "most accurate", not higher, fmt, gap, margin,
+    return Quantity("metric_value", f"final {metric_label(metric)}", "most accurate", not higher, fmt, gap, margin,
                     chance, ceiling)
 
 

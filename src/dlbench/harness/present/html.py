@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 
 from dlbench.harness.analysis.findings import Finding, group, label
+from dlbench.harness.analysis.measures import metric_label
 from dlbench.harness.analysis.scaling import THREADS
 from dlbench.harness.analysis.scaling import Figure as ScalingFigure
 from dlbench.harness.analysis.stats import Estimate
@@ -229,25 +230,25 @@ def figure(svg: str, caption: str, keys: str) -> str:
 
 def group_figures(runs: Sequence[Mapping], cells: Sequence[CellSummary], samples: Mapping[int, list],
                   palette: Mapping, index: int) -> str:
-    """A workload's figures: epoch-time bars (from the group's summaries, whose intervals the tables
+    """A workload's figures: epoch times (from the group's summaries, whose intervals the tables
     show too), convergence, and one resource timeline per sampled run."""
     first = runs[0]
     names = run_labels(runs)
     frameworks = sorted(set(names.values()))
     keys = _keys(first["workload"], first.get("device"), {r["framework"] for r in runs})
     by_label = {label(cell, cells): cell for cell in cells}
-    # fastest first: the bars read as a ranking of medians (the findings say which gaps are shown)
+    # fastest first: the dots read as a ranking of medians (the findings say which gaps are shown)
     rows = sorted(((name, _interval(by_label[name].steady_epoch_s), _interval(by_label[name].first_epoch_s))
                    for name in frameworks), key=lambda row: (row[1][0] is None, row[1][0] or 0.0, row[0]))
     # a warm run's curve against time is not drawn where its cell's cold runs give the times (summary.py)
     series = {name: [_curve(r) for r in runs if names[r["id"]] == name and r.get("epochs")
                      and not (r.get("compile_cache") == WARM and not by_label[name].warm)] for name in frameworks}
     series = {name: curves for name, curves in series.items() if curves}
-    metric = first.get("metric_name") or "metric"
+    metric = first.get("metric_name")
     warm = [name for name in frameworks if by_label[name].warm]
-    parts = [figure(charts.epoch_time_bars(rows, palette, f"bars-{index}", warm),
-                    "Epoch time per framework, fastest steady epoch first: steady epochs (median of each run's later "
-                    "epochs, median over runs, "
+    parts = [figure(charts.epoch_times(rows, palette, f"epoch-times-{index}", warm),
+                    "Epoch time per framework, fastest steady epoch first: steady epochs (dots: median of each run's "
+                    "later epochs, median over runs; "
                     "whiskers: the order-statistic interval of the median, at least 95%, or [min-max] with 2 to 5 "
                     "runs, 50 to 93.7%) and the first epoch apart"
                     + ("; warm compile cache: a first epoch without the compilation earlier runs did" if warm else ""),
@@ -255,9 +256,9 @@ def group_figures(runs: Sequence[Mapping], cells: Sequence[CellSummary], samples
     if series:
         target = first.get("target_value")
         parts.append(figure(charts.convergence(series, palette, metric, f"convergence-{index}", target),
-                            (f"{metric} against cumulative training time, one panel per framework with the others "
-                             "in grey: " if len(series) >= charts.SMALL_MULTIPLES else
-                             f"{metric} against epoch and against cumulative training time: ")
+                            (f"{metric_label(metric)} against cumulative training time, one panel per framework "
+                             "with the others in grey: " if len(series) >= charts.SMALL_MULTIPLES else
+                             f"{metric_label(metric)} against epoch and against cumulative training time: ")
                             + "median over repetitions, band from the lowest to the highest"
                             + ("" if target is None else f"; dashed: the workload's target ({target:g})"), keys))
     limits = charts.timeline_limits([samples[r["id"]] for r in runs if samples.get(r["id"])])

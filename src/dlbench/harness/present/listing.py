@@ -104,7 +104,8 @@ def columns(run: dict) -> dict[str, str]:
     if rebuilt:  # the environment was rebuilt from a stored run's packages (dlbench env create --from-run)
         stored["version"] += f" (env of run {rebuilt['run_id']})"
     if run.get("metric_name") and run.get("metric_value") is not None:  # "accuracy 74.3%", "perplexity 412.3"
-        stored["final metric"] = f"{run['metric_name']} {metric_text(run['metric_name'], run['metric_value'])}"
+        name = run["metric_name"]
+        stored["final metric"] = f"{measures.metric_label(name)} {metric_text(name, run['metric_value'])}"
     headings = [heading for _, heading in STORED_COLUMNS]
     split = headings.index("cpu %") + 1
     shown = {heading: stored[heading] for heading in headings[:split]}

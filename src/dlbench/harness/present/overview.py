@@ -10,11 +10,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dlbench.harness.analysis.findings import RANKED, Finding, Needed, Standing, to_best
+from dlbench.harness.analysis.measures import metric_label
 from dlbench.harness.analysis.stats import FASTER, SLOWER
 from dlbench.harness.environments.envs import REFERENCE
 
 WITHIN = 1.10  # "within 10 %": a ratio to the fastest up to this
-FRACTIONS = ("accuracy", "map")  # metrics between 0 and 1, whose gaps read in points (hundredths)
+# metrics between 0 and 1, whose gaps read in points (hundredths), by their names as the findings write them
+FRACTIONS = (metric_label("accuracy"), metric_label("map"))
 # why no framework of a group is ranked (Standing.kind), in the overview's few words
 UNRANKED_WORDS = {"no values": "no values", "only one": "one framework", "equal": "all equal",
                   "at chance": "at chance level", "single runs": "single runs", "too few": "too few repetitions"}
@@ -109,7 +111,7 @@ def metric_marks(ranked: Standing) -> dict[str, Mark]:
                        _shown(ranked, name), _holds_best(ranked, name)) for name in ranked.order}
 
 
-METRIC_NAMES = {"map": "mAP", "accuracy": "acc."}  # a narrow column's words for a metric
+METRIC_NAMES = {"accuracy": "acc."}  # a narrow column's words for a metric
 
 
 def metric_value_text(metric: str, value: float) -> str:

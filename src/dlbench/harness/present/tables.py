@@ -15,7 +15,7 @@ from urllib.parse import quote
 from dlbench.harness import data
 from dlbench.harness.analysis import measures
 from dlbench.harness.analysis.findings import Key, group, label, seconds, stand_in
-from dlbench.harness.analysis.measures import metric_format
+from dlbench.harness.analysis.measures import metric_format, metric_label
 from dlbench.harness.analysis.serving import ServingCell
 from dlbench.harness.analysis.stats import CONFIDENCE, NOISE, Estimate, level_text
 from dlbench.harness.analysis.summary import FIRST_EPOCH_FIGURES, CellSummary, speed_ratios
@@ -132,7 +132,8 @@ def study_tables(cells: Sequence[CellSummary], peaks: Sequence[Mapping] = ()) ->
                 metric = group_cells[0].metric_name or "metric"
                 fmt = metric_format(metric) if figure == "metric_value" else seconds
                 by_label = {label(c, group_cells): c for c in group_cells}
-                rows.append([f"{workload} ({dataset or '?'})" + (f", {metric}" if figure == "metric_value" else ""),
+                named = f", {metric_label(metric)}" if figure == "metric_value" else ""
+                rows.append([f"{workload} ({dataset or '?'}){named}",
                              *(_cell(by_label[name], figure, fmt) if name in by_label else "" for name in columns)])
             note = f"median over the successful repetitions [{INTERVAL}]"
             if figure == "train_time_s":
