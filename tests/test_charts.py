@@ -2,6 +2,7 @@
 more than 10x (never for a metric that can be 0), small multiples for many frameworks, shared timeline axes,
 and the certificate grid's stable order."""
 import re
+from itertools import pairwise
 
 import matplotlib.pyplot as plt
 
@@ -95,7 +96,7 @@ def test_the_epoch_time_panels_draw_dots_with_tick_labels_that_never_overlap() -
         for ax, boxes in zip(fig.axes, tick_label_boxes(fig), strict=True):
             assert len(boxes) >= 2, ax.get_title()  # a reader can tell the scale from two labels
             ordered = sorted(boxes, key=lambda box: box.x0)
-            assert all(left.x1 < right.x0 for left, right in zip(ordered, ordered[1:])), ax.get_title()
+            assert all(left.x1 < right.x0 for left, right in pairwise(ordered)), ax.get_title()
             # dots and whiskers, no bar: the only rectangle of an axes is its own background
             assert not [p for p in ax.patches if p is not ax.patch], ax.get_title()
             assert ax.get_xlabel() == "epoch time (s)"
@@ -109,7 +110,7 @@ def test_matplotlibs_own_log_ticks_label_the_minor_ticks_of_a_narrow_span() -> N
     ax.set_xscale("log")
     ax.set_xlim(1.5, 17.5)
     boxes = sorted(tick_label_boxes(fig)[0], key=lambda box: box.x0)
-    assert any(left.x1 >= right.x0 for left, right in zip(boxes, boxes[1:]))
+    assert any(left.x1 >= right.x0 for left, right in pairwise(boxes))
     plt.close(fig)
 
 

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 
-from dlbench.harness.analysis.findings import Finding, group, label
+from dlbench.harness.analysis.findings import COMPILATION_FACTOR, Finding, group, label
 from dlbench.harness.analysis.measures import metric_label
 from dlbench.harness.analysis.scaling import THREADS
 from dlbench.harness.analysis.scaling import Figure as ScalingFigure
@@ -212,12 +212,20 @@ def finding_html(finding: Finding, frameworks: Iterable[str]) -> str:
             + (f'<ul class="caveats">{caveats}</ul>' if caveats else "") + "</details>")
 
 
-def shared_caveats_html(caveats: list[str]) -> str:
-    """The caveats that hold for every workload, once, above the findings."""
-    if not caveats:
+def shared_caveats_html(caveats: list[str], first_epochs: Table | None = None) -> str:
+    """The caveats that hold for every workload, once, above the findings, and the table of slow first
+    epochs (a caveat per framework and workload), folded: its summary line says what it holds."""
+    if not caveats and first_epochs is None:
         return ""
     items = "".join(f"<li>{escape(c)}</li>" for c in caveats)
-    return f'<section class="card"><h3>Caveats for every workload</h3><ul class="caveats">{items}</ul></section>'
+    folded = ""
+    if first_epochs is not None:
+        marked = sum(1 for row in first_epochs.rows for cell in row[1:] if cell)
+        summary = (f"First epochs: {marked} framework x workload pair{'s' if marked != 1 else ''} over "
+                   f"{COMPILATION_FACTOR:g}x the steady epoch (compilation, warm-up) or from a warm compile cache")
+        folded = f"<details><summary>{escape(summary)}</summary>{table_html(first_epochs)}</details>"
+    return ('<section class="card"><h3>Caveats for every workload</h3>'
+            + (f'<ul class="caveats">{items}</ul>' if items else "") + f"{folded}</section>")
 
 
 def _keys(workload: str, device: str | None, frameworks: Iterable[str]) -> str:
@@ -388,7 +396,7 @@ def render(report: Report, live: str | None = None) -> str:
         banner
         + f"<header><h1>dlbench report</h1><p>{escape(_summary(report))}</p></header>"
         f"<nav><div>{nav}</div></nav><main>"
-        f'<h2 id="overview">Overview</h2>{shared_caveats_html(report.caveats)}{matrices}'
+        f'<h2 id="overview">Overview</h2>{shared_caveats_html(report.caveats, report.first_epochs)}{matrices}'
         f'<h2 id="findings">Findings</h2><p class="note">Each workload\'s verdicts in words, with its own '
         f'caveats: click a title to open it.</p>{findings}'
         f'<h2 id="tables">Tables</h2>{"".join(table_html(t) for t in report.study_tables)}'

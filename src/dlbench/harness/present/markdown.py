@@ -82,8 +82,10 @@ def overview_md(report: Report) -> list[str]:
     """The HTML page's first screen: the caveats of every workload once, then per device the matrix, its
     legend and one line per framework."""
     parts = ["## Overview", ""]
-    if report.caveats:
+    if report.caveats or report.first_epochs:
         parts += ["### Caveats for every workload", ""] + [f"- _Caveat_: {_text(c)}" for c in report.caveats] + [""]
+    if report.first_epochs:  # a caveat per framework and workload: one table, not a sentence each
+        parts += [table_md(report.first_epochs), ""]
     for matrix in overview.matrices(report.findings):
         parts += [f"### {_text(matrix.device)}: steady epoch time relative to the fastest, and the final "
                   "metric's distance to the best", "", matrix_md(matrix), "", f"_{LEGEND}_", ""]

@@ -14,7 +14,16 @@ from urllib.parse import quote
 
 from dlbench.harness import data
 from dlbench.harness.analysis import measures
-from dlbench.harness.analysis.findings import Key, group, label, seconds, stand_in
+from dlbench.harness.analysis.findings import (
+    COMPILATION_FACTOR,
+    Finding,
+    FirstEpoch,
+    Key,
+    group,
+    label,
+    seconds,
+    stand_in,
+)
 from dlbench.harness.analysis.measures import metric_format, metric_label
 from dlbench.harness.analysis.serving import ServingCell
 from dlbench.harness.analysis.stats import CONFIDENCE, NOISE, Estimate, level_text
@@ -332,6 +341,41 @@ def relative_speed(cells: Sequence[CellSummary], columns: list[str], device: str
                  _legend(note + "; colour: the ratio on the overview's scale (1x green to 4x and beyond red; "
                          "below 1x as green as 1x)", cells),
                  [{"workload": w} for w, *_ in group(cells)], {"device": device}, shades)
+
+
+WARM_CACHE = "warm cache"
+FIRST_EPOCH_NOTE = (f"each framework's median first epoch over its median steady epoch, where over "
+                    f"{COMPILATION_FACTOR:g}x (the first epoch's seconds in brackets): compilation or warm-up, which "
+                    f"its training time and time to target include; empty: within {COMPILATION_FACTOR:g}x, or no value")
+WARM_NOTE = (f"; {WARM_CACHE}: every run of the cell started from a warm compile cache, so compilation done by "
+             "earlier runs is not in its first epoch, training time or time to target, which are therefore not "
+             "comparable with cold ones (a slow one is warm-up, or compilation its cache did not hold)")
+
+
+def first_epoch_table(found: Sequence[Finding]) -> Table | None:
+    """The findings' slow and warm first epochs (Finding.first_epochs) as one table, framework x workload:
+    a caveat that repeats per framework said once, not as a sentence per framework and workload. None
+    where no finding has one."""
+    columns = [f for f in found if f.first_epochs]
+    if not columns:
+        return None
+    names = sorted({first.label for f in columns for first in f.first_epochs})
+    devices = {f.device for f in columns}
+    header = ["framework"] + [f"{f.workload} ({f.dataset_label or f.dataset or '?'}"
+                              + (f", {f.device})" if len(devices) > 1 else ")") for f in columns]
+    rows = []
+    for name in names:
+        cells = [next((first for first in f.first_epochs if first.label == name), None) for f in columns]
+        rows.append([name] + ["" if first is None else _first_epoch_text(first) for first in cells])
+    warm = any(first.warm for f in columns for first in f.first_epochs)
+    return Table("First epochs", header, rows, note=FIRST_EPOCH_NOTE + (WARM_NOTE if warm else ""),
+                 row_keys=[{"framework": name.split(" ")[0]} for name in names])
+
+
+def _first_epoch_text(first: FirstEpoch) -> str:
+    ratio = "" if first.ratio is None else f"{first.ratio:.1f}x "
+    when = "" if first.seconds is None else f"({seconds(first.seconds)})"
+    return f"{ratio}{when}" + (f", {WARM_CACHE}" if first.warm else "")
 
 
 def certificate_grid(certificates: Sequence[Mapping], runs: Sequence[Mapping]) -> Table:
