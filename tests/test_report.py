@@ -458,3 +458,34 @@ def test_the_serving_sections_charts_render_in_a_real_browser(tmp_path: Path) ->
     assert status["expected"] == status["charts"] == status["charts-shown"] and status["errors"] == "0"
     assert len(re.findall(r"batch-1 latency per framework", done.stdout)) == 2
     assert console_messages(done.stderr) == []
+
+
+# reports, into the page's body, where the browser lays out the first chart and how tall the page is
+LAYOUT_PROBE = ('<script>window.addEventListener("load", function () {'
+                'var chart = document.querySelector("figure.chart > svg");'
+                'document.body.setAttribute("data-first-chart", chart.getAttribute("aria-label") + " "'
+                ' + Math.round(chart.getBoundingClientRect().top + window.scrollY));'
+                'document.body.setAttribute("data-height", document.documentElement.scrollHeight);});</script></body>')
+
+
+def test_nine_frameworks_on_six_workloads_show_a_chart_on_the_first_screen_and_fold_long_tables(
+        tmp_path: Path) -> None:
+    """The quick suite's shape (6 workloads x 9 frameworks): the overview's first interval chart starts on a
+    1400 x 1000 first screen; the manifest's run order (one row per run) and the first-epoch table are
+    folded, and open with #expand."""
+    from synthetic_store import quick_store
+
+    quick_store(tmp_path / "quick", repetitions=2)
+    page = report.write(tmp_path / "quick")
+    probed = tmp_path / "probed.html"
+    probed.write_text(page.read_text().replace("</body>", LAYOUT_PROBE))
+    done = browse(tmp_path / "profile", probed.as_uri(), "--window-size=1400,1000", "--dump-dom")
+    assert done.returncode == 0, done.stderr[-2000:]
+    chart, top = re.search(r'data-first-chart="([\w-]+) (\d+)"', done.stdout).groups()
+    assert chart == "intervals-cpu-0" and int(top) < 1000
+    folded = re.findall(r'<details class="table"[^>]*><summary><h3>([^<]*)', done.stdout)
+    assert "Run order (108 rows) " in folded
+    assert re.search(r"<details><summary>First epochs: 42 framework x workload pairs over 3x", done.stdout)
+    height = int(re.search(r'data-height="(\d+)"', done.stdout).group(1))
+    done = browse(tmp_path / "profile", probed.as_uri() + "#expand", "--window-size=1400,1000", "--dump-dom")
+    assert int(re.search(r'data-height="(\d+)"', done.stdout).group(1)) > height  # the folds held rows

@@ -48,7 +48,7 @@ figure.chart{background:#fff;border:1px solid #dde1e8;border-radius:8px;margin:1
 figure.chart svg{max-width:100%;height:auto}
 figcaption{font-size:13px;color:#444;margin-bottom:4px}
 details{margin:8px 0}
-details.card summary h3{display:inline;margin:0}
+details.card summary h3,details.table summary h3{display:inline;margin:0}
 .timelines{display:grid;grid-template-columns:1fr 1fr;gap:0 12px}
 summary{cursor:pointer;color:#2456a6}
 a.csv{font-size:12px;font-weight:400;margin-left:8px;color:#2456a6}
@@ -154,9 +154,13 @@ def attrs(**values: str | None) -> str:
     return "".join(f' {k.replace("_", "-")}="{escape(v)}"' for k, v in values.items() if v is not None)
 
 
+FOLD_ROWS = 20  # a table of more rows is folded: the manifest's run order (one row per run) ran to 10,000 px
+
+
 def table_html(table: Table, sortable: bool = False) -> str:
     """The table with its CSV download; cells with a shade (a ratio) coloured on the report's scale. A table
-    without rows shows its title and note alone (the note says why it is empty)."""
+    without rows shows its title and note alone (the note says why it is empty); one of more than FOLD_ROWS
+    rows is folded under its title and row count, so it does not push what follows down the page."""
     note = f'<p class="note">{escape(table.note)}</p>' if table.note else ""
     if not table.rows:
         return f"<div{_data(table.keys)}><h3>{escape(table.title)}</h3>{note}</div>"
@@ -171,8 +175,11 @@ def table_html(table: Table, sortable: bool = False) -> str:
         cells = "".join(f"<td{attrs(data_framework=f or None, style=_shade(shade), **{'class': _verdict_class(c)})}>"
                         f"{_cell(c)}</td>" for c, f, shade in zip(row, columns, shades, strict=True))
         body.append(f"<tr{_data(keys)}>{cells}</tr>")
-    return (f'<div{_data(table.keys)}><h3>{escape(table.title)} {csv_link(table)}</h3><div class="wide">'
-            f"<table{cls}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>{note}</div>")
+    grid = f'<div class="wide"><table{cls}><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+    if len(table.rows) > FOLD_ROWS:
+        return (f'<details class="table"{_data(table.keys)}><summary><h3>{escape(table.title)} '
+                f"({len(table.rows)} rows) {csv_link(table)}</h3></summary>{grid}{note}</details>")
+    return f"<div{_data(table.keys)}><h3>{escape(table.title)} {csv_link(table)}</h3>{grid}{note}</div>"
 
 
 def _shade(ratio: float | None) -> str | None:
