@@ -16,7 +16,7 @@ import statistics
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from dlbench.harness.analysis.measures import metric_format, metric_label
+from dlbench.harness.analysis.measures import metric_format
 from dlbench.harness.analysis.stats import (
     LOG_T,
     NO_DIFFERENCE,
@@ -32,7 +32,7 @@ from dlbench.harness.analysis.stats import (
 )
 from dlbench.harness.analysis.summary import CellSummary, summarise
 from dlbench.harness.measure.cores import IDLE_MACHINE, SHARED_MACHINE
-from dlbench.harness.plan.workloads import WORKLOADS
+from dlbench.harness.plan.workloads import WORKLOADS, metric_label
 
 COMPILATION_FACTOR = 3.0  # a first epoch this many times the steady one is mostly compilation or warm-up
 UNCERTIFIED = ("failed", "none")

@@ -9,14 +9,6 @@ from dlbench.harness.measure.machine import hardware
 ENERGY_KINDS = (("cpu", "energy_cpu_j"), ("dram", "energy_dram_j"), ("gpu", "energy_gpu_j"))
 
 
-METRIC_LABELS = {"map": "mAP"}  # a metric's stored name -> its name as people write it, where the two differ
-
-
-def metric_label(metric: str | None) -> str:
-    """A metric's name as the report, the tables, the charts and the log write it: mAP, accuracy, perplexity."""
-    return METRIC_LABELS.get(metric, metric) if metric else "metric"
-
-
 def metric_format(metric: str | None) -> Callable[[float], str]:
     """How a metric's value reads everywhere dlbench shows one (the report, results, run, compare): an
     accuracy as a percentage with one decimal (74.3%), any other metric to 4 significant digits."""

@@ -15,8 +15,8 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend is chosen before pyp
 from matplotlib.colors import LogNorm, to_hex, to_rgb  # noqa: E402
 from matplotlib.ticker import NullFormatter  # noqa: E402
 
-from dlbench.harness.analysis.measures import metric_label  # noqa: E402
 from dlbench.harness.environments.envs import RECIPES  # noqa: E402
+from dlbench.harness.plan.workloads import metric_label  # noqa: E402
 
 STYLE = {
     "svg.fonttype": "none",

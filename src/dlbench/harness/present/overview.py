@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dlbench.harness.analysis.findings import RANKED, Finding, Needed, Standing, to_best
-from dlbench.harness.analysis.measures import metric_label
 from dlbench.harness.analysis.stats import FASTER, SLOWER
 from dlbench.harness.environments.envs import REFERENCE
+from dlbench.harness.plan.workloads import metric_label
 
 WITHIN = 1.10  # "within 10 %": a ratio to the fastest up to this
 # metrics between 0 and 1, whose gaps read in points (hundredths), by their names as the findings write them

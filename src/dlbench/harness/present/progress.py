@@ -18,12 +18,13 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from dlbench.harness.analysis.measures import metric_format, metric_label
+from dlbench.harness.analysis.measures import metric_format
 from dlbench.harness.measure import serving
 from dlbench.harness.plan.dataset_label import label as dataset_label
 from dlbench.harness.plan.dataset_label import recipe_batch_size
 from dlbench.harness.plan.estimate import Estimate, EstimateError
 from dlbench.harness.plan.suite import Cell
+from dlbench.harness.plan.workloads import metric_label
 from dlbench.harness.store import StoreError
 from dlbench.shared import protocol
 from dlbench.shared.protocol import EPOCH, READY, kind_of

@@ -24,7 +24,7 @@ from dlbench.harness.analysis.findings import (
     seconds,
     stand_in,
 )
-from dlbench.harness.analysis.measures import metric_format, metric_label
+from dlbench.harness.analysis.measures import metric_format
 from dlbench.harness.analysis.serving import ServingCell
 from dlbench.harness.analysis.stats import CONFIDENCE, NOISE, Estimate, level_text
 from dlbench.harness.analysis.summary import FIRST_EPOCH_FIGURES, CellSummary, speed_ratios
@@ -32,7 +32,7 @@ from dlbench.harness.certification import machine_store
 from dlbench.harness.environments import sources
 from dlbench.harness.measure.cores import BUSY_MACHINE
 from dlbench.harness.plan.dataset_label import run_label
-from dlbench.harness.plan.workloads import target_text
+from dlbench.harness.plan.workloads import metric_label, target_text
 
 INTERVAL = (f"order-statistic interval of the median, at least {CONFIDENCE:.0%} unless the cell prints the lower "
             "level its runs allow (2 to 5 runs: [min-max], 50 to 93.7%)")
