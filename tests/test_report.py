@@ -87,7 +87,7 @@ def test_report_in_a_real_browser_shows_every_chart_without_errors(page: Path, r
         runs = store.runs()
         sampled = sum(1 for run in runs if store.samples(run["id"]))
     groups = {(r["workload"], r["dataset"], r["device"]) for r in runs}
-    # epoch-time bars and convergence per workload, a timeline per run, and the overview's interval chart of
+    # epoch times and convergence per workload, a timeline per run, and the overview's interval chart of
     # each workload's ratios to the fastest
     expected = 3 * len(groups) + sampled
     assert expected == 3 * 2 + 48
@@ -111,7 +111,7 @@ def test_a_sweeps_scaling_charts_render_in_a_real_browser(tmp_path: Path) -> Non
     page = report.write(tmp_path / "sweep")
     done = browse(tmp_path / "profile", page.as_uri() + "#expand", "--dump-dom")
     assert done.returncode == 0, done.stderr[-2000:]
-    # four groups (batch 128 at 1, 2 and 4 threads, batch 64 at 2: bars, convergence and the overview's
+    # four groups (batch 128 at 1, 2 and 4 threads, batch 64 at 2: epoch times, convergence and the overview's
     # interval chart each), a timeline per run (17), and the scaling section's two figures (threads at batch
     # 128, batch sizes at 2 threads)
     expected = 3 * 4 + 17 + 2
