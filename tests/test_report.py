@@ -281,7 +281,7 @@ def test_failed_runs_and_missing_fields_still_make_a_report(tmp_path: Path) -> N
                        [], [])
     loaded = report.load(tmp_path / "dlbench.sqlite")
     page = html.render(loaded)
-    assert html.expected_charts(loaded) == 2 + 1  # bars of each group, one sampled run, no convergence
+    assert html.expected_charts(loaded) == 2 + 1  # epoch times of each group, one sampled run, no convergence
     assert page.count("<figure class=\"chart\"") == 3
     assert "No steady epoch time: no successful run recorded one." in page
     assert "jax, repetition 1 (of 1 run): failed before its first epoch: boom." in page
