@@ -9,10 +9,12 @@ from dlbench.harness.plan.workloads import get_workload
 from dlbench.harness.store import Store
 
 VERSIONS = {"pytorch": "2.13.0", "jax": "0.6.2", "tensorflow": "2.20.0"}
-METRICS = {"cnn-mnist": ("accuracy", 0.985), "lstm-ptb": ("perplexity", 200.0), "lstm-imdb": ("accuracy", 0.85)}
+METRICS = {"cnn-mnist": ("accuracy", 0.985), "lstm-ptb": ("perplexity", 200.0), "lstm-imdb": ("accuracy", 0.85),
+           "frcnn-voc": ("map", 0.3), "transformer-lm": ("perplexity", 170.0), "vit-cifar10": ("accuracy", 0.75)}
 MACHINE = {"hostname": "bench-1", "cpu_model": "Test CPU @ 2.0GHz", "logical_cores": 2, "memory_mib": 7936,
            "gpus": [], "os": "Linux-6.1-x86_64", "python": "3.11.2"}
-DATASETS = {"cnn-mnist": "digits-28", "lstm-ptb": "lee-news-lm", "lstm-imdb": "pang-lee-polarity"}
+DATASETS = {"cnn-mnist": "digits-28", "lstm-ptb": "lee-news-lm", "lstm-imdb": "pang-lee-polarity",
+            "frcnn-voc": "photo-boxes", "transformer-lm": "lee-news-lm", "vit-cifar10": "photo-patches-10"}
 
 
 def synthetic_run(framework: str, workload: str, repetition: int, steady: float, metric: float, *,
@@ -24,7 +26,7 @@ def synthetic_run(framework: str, workload: str, repetition: int, steady: float,
     done = epochs if done is None else done
     first = steady * 1.5 if first is None else first
     metric_name, target = METRICS[workload]
-    start = 0.1 if metric_name == "accuracy" else 2000.0
+    start = 2000.0 if metric_name == "perplexity" else 0.1
     rows = []
     for k in range(1, done + 1):
         value = start + (metric - start) * k / epochs
@@ -103,6 +105,30 @@ def study_store(path: Path, repetitions: int = 8) -> Path:
                     "workload_digest": workload_digest(get_workload(workload)),
                     "deviations": [{"tensor": "grad/dense_1/kernel", "kind": "gradient", "max_abs": worst,
                                     "max_rel": worst, "tolerance": 1e-3, "passed": bool(passed)}]})
+    return path / "dlbench.sqlite"
+
+
+# the quick suite's shape: nine frameworks, each ~QUICK_SPEED times pytorch's steady epoch, and its first
+# epoch QUICK_FIRST times its steady one (compilation: most above the findings' threshold, as in a real run)
+QUICK_SPEED = {"pytorch": 1.0, "jax": 0.7, "tensorflow": 1.3, "keras-jax": 1.1, "keras-tensorflow": 2.9,
+               "keras-torch": 1.6, "mxnet": 0.9, "chainer": 8.0, "theano": 2.2}
+QUICK_FIRST = {"pytorch": 1.3, "jax": 9.0, "tensorflow": 6.0, "keras-jax": 12.0, "keras-tensorflow": 7.0,
+               "keras-torch": 4.0, "mxnet": 3.5, "chainer": 1.2, "theano": 40.0}
+
+
+def quick_store(path: Path, repetitions: int = 3) -> Path:
+    """The six workloads of METRICS x the nine frameworks of QUICK_SPEED, `repetitions` runs each (a few per
+    cent apart), every pair certified but pytorch's (the reference)."""
+    position = 0
+    with Store(path / "dlbench.sqlite") as store:
+        for rep in range(1, repetitions + 1):
+            for workload, (_, target) in METRICS.items():
+                for framework, speed in QUICK_SPEED.items():
+                    position += 1
+                    steady = jitter(speed * (1 + len(workload) / 10), rep, 0.03)
+                    store.save_run(*synthetic_run(framework, workload, rep, steady, target,
+                                                  first=steady * QUICK_FIRST[framework], position=position,
+                                                  n_samples=8))
     return path / "dlbench.sqlite"
 
 

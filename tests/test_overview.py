@@ -11,10 +11,11 @@ from urllib.parse import unquote
 
 import pytest
 from matplotlib.colors import to_rgb
-from synthetic_store import study_store, synthetic_run
+from synthetic_store import jitter, store_of, study_store, synthetic_run
 from test_report import browse, render_status
 
-from dlbench.harness.analysis.findings import Needed
+from dlbench.harness import cli
+from dlbench.harness.analysis.findings import Needed, findings_of_runs
 from dlbench.harness.present import charts, html, markdown, overview, overview_html, report
 from dlbench.harness.store import Store
 
@@ -139,10 +140,10 @@ def test_the_metric_column_shows_the_best_and_each_gap_in_points(dom: str) -> No
     assert [(classes, text) for classes, _, _, text in metric[1::3]] == [(" best", "80.0")] * 3
 
 
-def test_the_bars_stand_fastest_first(dom: str) -> None:
+def test_the_epoch_times_stand_fastest_first(dom: str) -> None:
     """lstm-imdb's medians: tensorflow 1 s, jax 2 s, pytorch 4 s, not the alphabetical order."""
-    bars = re.search(r'aria-label="bars-1".*?</svg>', dom, flags=re.S).group(0)
-    assert re.findall(r">(jax|pytorch|tensorflow)</text>", bars) == ["tensorflow", "jax", "pytorch"]
+    dots = re.search(r'aria-label="epoch-times-1".*?</svg>', dom, flags=re.S).group(0)
+    assert re.findall(r">(jax|pytorch|tensorflow)</text>", dots) == ["tensorflow", "jax", "pytorch"]
 
 
 def test_the_first_screen_puts_caveats_above_the_matrix_and_folds_the_findings(dom: str) -> None:
@@ -278,3 +279,34 @@ def test_rows_are_ordered_by_shown_verdicts_alone() -> None:
     rows = {"zeta": [mark(1.01, False)], "alpha": [mark(1.9, False)], "omega": [mark(1.0, True)],
             "beta": [mark(1.5, True)]}
     assert sorted(rows, key=lambda name: overview.row_key(rows[name], name)) == ["omega", "alpha", "zeta", "beta"]
+
+
+def test_a_run_without_a_shown_gap_ends_with_the_repetitions_that_would_show_one(tmp_path: Path) -> None:
+    """The last lines of `dlbench run` (cli.repeat_hint): where no speed gap is shown, how many runs would
+    show a 10 % one and the commands; the count is the findings' own (Finding.needed), as the overview's."""
+    single = [synthetic_run(name, workload, 1, speed, 0.9, position=i)
+              for i, (name, speed) in enumerate((("pytorch", 1.0), ("jax", 1.05))) for workload in ("cnn-mnist",
+                                                                                                   "lstm-ptb")]
+    store_of(tmp_path / "single", single)
+    line = cli.repeat_hint(tmp_path / "single", "quick", ["cnn-mnist", "lstm-ptb", "lstm-imdb"])
+    assert line == ("no speed gap shown on 2 workloads (cnn-mnist, lstm-ptb): one run per framework measures no "
+                    "spread: 3 repetitions measure it; `dlbench estimate quick -w cnn-mnist -w lstm-ptb --repeat 3` "
+                    "forecasts them, `dlbench run quick -w cnn-mnist -w lstm-ptb --repeat 3` runs them.")
+
+    # two runs a side, 8 % apart run to run, 3 % between the frameworks: nothing shown, more runs needed
+    noisy = [synthetic_run(name, "cnn-mnist", rep, speed * (1.08 if rep == 2 else 1.0), 0.9, position=10 * i + rep)
+             for i, (name, speed) in enumerate((("pytorch", 1.0), ("jax", 1.03))) for rep in (1, 2)]
+    runs = store_of(tmp_path / "noisy", noisy)
+    [finding] = findings_of_runs(runs)
+    assert finding.needed.runs > 2
+    line = cli.repeat_hint(tmp_path / "noisy", "quick", ["cnn-mnist"])
+    assert line.startswith(f"no speed gap shown on 1 workload (cnn-mnist): {finding.needed.runs} runs a side would "
+                           "show a 10 % gap 4 times in 5")
+    assert line.endswith(f"`dlbench run quick --repeat {finding.needed.runs}` runs them.")
+
+    # a gap the test shows: nothing to say
+    clear = [synthetic_run(name, "cnn-mnist", rep, jitter(speed, rep), 0.9, position=10 * i + rep)
+             for i, (name, speed) in enumerate((("pytorch", 1.0), ("jax", 2.0))) for rep in (1, 2, 3)]
+    store_of(tmp_path / "clear", clear)
+    assert cli.repeat_hint(tmp_path / "clear", "quick", ["cnn-mnist"]) is None
+    assert cli.repeat_hint(tmp_path / "clear", "quick", ["lstm-ptb"]) is None  # no run of the plan's workloads

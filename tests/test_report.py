@@ -87,7 +87,7 @@ def test_report_in_a_real_browser_shows_every_chart_without_errors(page: Path, r
         runs = store.runs()
         sampled = sum(1 for run in runs if store.samples(run["id"]))
     groups = {(r["workload"], r["dataset"], r["device"]) for r in runs}
-    # epoch-time bars and convergence per workload, a timeline per run, and the overview's interval chart of
+    # epoch times and convergence per workload, a timeline per run, and the overview's interval chart of
     # each workload's ratios to the fastest
     expected = 3 * len(groups) + sampled
     assert expected == 3 * 2 + 48
@@ -111,7 +111,7 @@ def test_a_sweeps_scaling_charts_render_in_a_real_browser(tmp_path: Path) -> Non
     page = report.write(tmp_path / "sweep")
     done = browse(tmp_path / "profile", page.as_uri() + "#expand", "--dump-dom")
     assert done.returncode == 0, done.stderr[-2000:]
-    # four groups (batch 128 at 1, 2 and 4 threads, batch 64 at 2: bars, convergence and the overview's
+    # four groups (batch 128 at 1, 2 and 4 threads, batch 64 at 2: epoch times, convergence and the overview's
     # interval chart each), a timeline per run (17), and the scaling section's two figures (threads at batch
     # 128, batch sizes at 2 threads)
     expected = 3 * 4 + 17 + 2
@@ -281,7 +281,7 @@ def test_failed_runs_and_missing_fields_still_make_a_report(tmp_path: Path) -> N
                        [], [])
     loaded = report.load(tmp_path / "dlbench.sqlite")
     page = html.render(loaded)
-    assert html.expected_charts(loaded) == 2 + 1  # bars of each group, one sampled run, no convergence
+    assert html.expected_charts(loaded) == 2 + 1  # epoch times of each group, one sampled run, no convergence
     assert page.count("<figure class=\"chart\"") == 3
     assert "No steady epoch time: no successful run recorded one." in page
     assert "jax, repetition 1 (of 1 run): failed before its first epoch: boom." in page
@@ -298,12 +298,12 @@ def test_convergence_draws_the_workloads_target() -> None:
     assert ">target</text>" not in charts.convergence(series, palette, "accuracy", "without")
 
 
-def test_both_panels_of_the_epoch_time_bars_have_their_axis_label() -> None:
+def test_both_panels_of_the_epoch_times_have_their_axis_label() -> None:
     from dlbench.harness.present import charts
 
     rows = [("a", (1.0, 0.9, 1.1), (3.0, 2.5, 3.5)), ("b", (2.0, 1.8, 2.2), (4.0, 3.9, 4.1))]
-    svg = charts.epoch_time_bars(rows, charts.colours(["a", "b"]), "bars", warm=["b"])
-    assert svg.count(">seconds</text>") == 2 and svg.count("> warm compile cache</text>") == 1
+    svg = charts.epoch_times(rows, charts.colours(["a", "b"]), "epochs", warm=["b"])
+    assert svg.count(">epoch time (s)</text>") == 2 and svg.count("> warm compile cache</text>") == 1
 
 
 def test_first_epochs_of_warm_compile_caches_are_labelled(tmp_path: Path) -> None:
@@ -458,3 +458,34 @@ def test_the_serving_sections_charts_render_in_a_real_browser(tmp_path: Path) ->
     assert status["expected"] == status["charts"] == status["charts-shown"] and status["errors"] == "0"
     assert len(re.findall(r"batch-1 latency per framework", done.stdout)) == 2
     assert console_messages(done.stderr) == []
+
+
+# reports, into the page's body, where the browser lays out the first chart and how tall the page is
+LAYOUT_PROBE = ('<script>window.addEventListener("load", function () {'
+                'var chart = document.querySelector("figure.chart > svg");'
+                'document.body.setAttribute("data-first-chart", chart.getAttribute("aria-label") + " "'
+                ' + Math.round(chart.getBoundingClientRect().top + window.scrollY));'
+                'document.body.setAttribute("data-height", document.documentElement.scrollHeight);});</script></body>')
+
+
+def test_nine_frameworks_on_six_workloads_show_a_chart_on_the_first_screen_and_fold_long_tables(
+        tmp_path: Path) -> None:
+    """The quick suite's shape (6 workloads x 9 frameworks): the overview's first interval chart starts on a
+    1400 x 1000 first screen; the manifest's run order (one row per run) and the first-epoch table are
+    folded, and open with #expand."""
+    from synthetic_store import quick_store
+
+    quick_store(tmp_path / "quick", repetitions=2)
+    page = report.write(tmp_path / "quick")
+    probed = tmp_path / "probed.html"
+    probed.write_text(page.read_text().replace("</body>", LAYOUT_PROBE))
+    done = browse(tmp_path / "profile", probed.as_uri(), "--window-size=1400,1000", "--dump-dom")
+    assert done.returncode == 0, done.stderr[-2000:]
+    chart, top = re.search(r'data-first-chart="([\w-]+) (\d+)"', done.stdout).groups()
+    assert chart == "intervals-cpu-0" and int(top) < 1000
+    folded = re.findall(r'<details class="table"[^>]*><summary><h3>([^<]*)', done.stdout)
+    assert "Run order (108 rows) " in folded
+    assert re.search(r"<details><summary>First epochs: 42 framework x workload pairs over 3x", done.stdout)
+    height = int(re.search(r'data-height="(\d+)"', done.stdout).group(1))
+    done = browse(tmp_path / "profile", probed.as_uri() + "#expand", "--window-size=1400,1000", "--dump-dom")
+    assert int(re.search(r'data-height="(\d+)"', done.stdout).group(1)) > height  # the folds held rows

@@ -103,11 +103,26 @@ def run_and_show(chosen: suite.Suite, cells: list[suite.Cell], options: Options,
     print(", ".join(f"{n} {k}" for k, n in counts.items() if n))
     print(f"results: {options.results / 'dlbench.sqlite'} (dlbench results --results {args.results})")
     reported = live.finish()
+    repeat = repeat_hint(options.results, args.suite, [cell.workload for cell in cells])
+    if repeat:
+        print(repeat)
     uncertified = machine_store.missing(machine_store.pairs_of(cells))
     if uncertified:
         print(certify_hint(len(uncertified), machine_store.certify_command(args.suite, args.framework,
                                                                                    args.workload)))
     return 0 if counts["failed"] == counts["timeout"] == 0 and reported is not None else 1
+
+
+def repeat_hint(results: Path, suite_name: str, workloads: Sequence[str]) -> str | None:
+    """overview.repeat_line for the plan's workloads, from every training run the store holds of them (as the
+    report's overview reads them)."""
+    from dlbench.harness.analysis.findings import findings_of_runs
+    from dlbench.harness.analysis.serving import training_runs
+    from dlbench.harness.present import overview
+
+    with Store(results / FILENAME, for_reading=True) as store:
+        runs = [run for run in training_runs(store.runs()) if run["workload"] in workloads]
+    return overview.repeat_line(findings_of_runs(runs), suite_name, workloads) if runs else None
 
 
 def run_forecast(cells: list[suite.Cell], options: Options) -> progress.Forecaster:

@@ -32,7 +32,7 @@ from dlbench.harness.analysis.stats import (
 )
 from dlbench.harness.analysis.summary import CellSummary, summarise
 from dlbench.harness.measure.cores import IDLE_MACHINE, SHARED_MACHINE
-from dlbench.harness.plan.workloads import WORKLOADS
+from dlbench.harness.plan.workloads import WORKLOADS, metric_label
 
 COMPILATION_FACTOR = 3.0  # a first epoch this many times the steady one is mostly compilation or warm-up
 UNCERTIFIED = ("failed", "none")
@@ -41,6 +41,17 @@ WITHIN_ERROR = "within the test set's sampling error"
 
 # workload, dataset, train_samples, device, batch_size, threads (CellSummary.group)
 Key = tuple[str, str | None, int | None, str | None, int | None, int | None]
+
+
+@dataclass(frozen=True)
+class FirstEpoch:
+    """A framework whose first epoch a reader must read apart: over COMPILATION_FACTOR times its steady epoch,
+    or from a warm compile cache. Said as a table of framework x workload (tables.first_epoch_table), once,
+    not as one sentence per framework and workload."""
+    label: str  # the framework, with its version where its group holds several (label())
+    seconds: float | None  # the median first epoch
+    ratio: float | None  # over the median steady epoch; None where that is unknown
+    warm: bool  # every run of the cell started from a warm compile cache
 
 
 @dataclass(frozen=True)
@@ -60,6 +71,7 @@ class Finding:
     threads: int | None = None  # its cells' threads (CellSummary.threads)
     # where its speed test shows no gap: how many runs would show a 10 % one (None: a gap is shown)
     needed: "Needed | None" = field(default=None, compare=False)
+    first_epochs: tuple[FirstEpoch, ...] = ()  # its slow or warm first epochs (first_epochs), in its cells' order
 
     @property
     def title(self) -> str:
@@ -156,7 +168,7 @@ def metric_quantity(metric: str | None, higher: bool, held_out: HeldOutSet | Non
             return f"{other}, at {fmt(value)}, is level"
         size = f"{diff * 100:.1f} points" if metric == "accuracy" else f"{diff:.4g}"
         return f"{other}, at {fmt(value)}, is {size} {'lower' if higher else 'higher'}"
-    return Quantity("metric_value", f"final {metric or 'metric'}", "most accurate", not higher, fmt, gap, margin,
+    return Quantity("metric_value", f"final {metric_label(metric)}", "most accurate", not higher, fmt, gap, margin,
                     chance, ceiling)
 
 
@@ -311,7 +323,8 @@ def _reason(test: PairTest | None, best: float, other: float, quantity: Quantity
 
 def caveats(cells: Sequence[CellSummary]) -> list[str]:
     """What limits one group's findings: single runs, stand-in data, uncertified pairs, failed or stopped
-    runs, first epochs dominated by compilation. (Too few repetitions is no caveat of speed: Welch's t can
+    runs, warm runs left out, cores. (Its slow and warm first epochs are no sentence: Finding.first_epochs,
+    one table for the whole report. Too few repetitions is no caveat of speed: Welch's t can
     show a gap from 2 runs a side; where it shows none, Finding.needed says how many runs would.)"""
     notes = []
     single = [label(c, cells) for c in cells if c.n_ok == 1]
@@ -322,7 +335,7 @@ def caveats(cells: Sequence[CellSummary]) -> list[str]:
     notes += _stand_in_notes(cells[0])
     notes += _certificate_notes(cells)
     notes += _failure_notes(cells)
-    notes += _compilation_notes(cells)
+    notes += [note for cell in cells for note in _left_out_notes(cell, cells)]
     notes += _cores_notes(cells)
     return notes
 
@@ -409,33 +422,27 @@ def _failure_notes(cells: Sequence[CellSummary]) -> list[str]:
     return notes
 
 
-def _compilation_notes(cells: Sequence[CellSummary]) -> list[str]:
-    notes = []
+def first_epochs(cells: Sequence[CellSummary]) -> tuple[FirstEpoch, ...]:
+    """The cells whose first epoch takes over COMPILATION_FACTOR times their steady epoch (compilation or
+    warm-up, which their training time includes), and those whose first epoch came from a warm compile cache
+    (without the compilation earlier runs did, so not comparable with cold ones)."""
+    result = []
     for cell in cells:
         first, steady = cell.first_epoch_s.median, cell.steady_epoch_s.median
-        if first is not None and steady and first / steady > COMPILATION_FACTOR:
-            # from a warm compile cache the first epoch holds no compilation earlier runs did: only what
-            # the cache lacked, and warm-up
-            what = ("warm-up, or compilation its warm cache did not hold" if cell.warm
-                    else "compilation or warm-up")
-            notes.append(f"{label(cell, cells)}'s first epoch ({seconds(first)}) takes {first / steady:.1f}x its "
-                         f"steady epoch: {what}, which its training time includes.")
-        notes += _compile_cache_notes(cell, cells)
-    return notes
+        ratio = first / steady if first is not None and steady else None
+        if cell.warm or (ratio is not None and ratio > COMPILATION_FACTOR):
+            result.append(FirstEpoch(label(cell, cells), first, ratio, cell.warm))
+    return tuple(result)
 
 
-def _compile_cache_notes(cell: CellSummary, cells: Sequence[CellSummary]) -> list[str]:
-    """Which first epochs started from a warm compile cache: they are never pooled with cold ones."""
-    if cell.warm:
-        return [f"{label(cell, cells)}'s first epoch with a warm compile cache: compilation done by earlier runs "
-                f"is not included in its first epoch, training time or time to target, which are therefore not "
-                f"comparable with cold ones."]
-    if cell.warm_runs_left_out:
-        left = cell.warm_runs_left_out
-        return [f"{label(cell, cells)}: {left} run{'s' if left > 1 else ''} with a warm compile cache "
-                f"{'are' if left > 1 else 'is'} left out of its first epoch, training time and time to target, "
-                f"which its cold runs give."]
-    return []
+def _left_out_notes(cell: CellSummary, cells: Sequence[CellSummary]) -> list[str]:
+    """Runs with a warm compile cache left out of a cell whose cold runs give its first epoch."""
+    left = cell.warm_runs_left_out
+    if not left:
+        return []
+    return [f"{label(cell, cells)}: {left} run{'s' if left > 1 else ''} with a warm compile cache "
+            f"{'are' if left > 1 else 'is'} left out of its first epoch, training time and time to target, "
+            f"which its cold runs give."]
 
 
 def _families(cells: Sequence[CellSummary]) -> tuple[Family, Family]:
@@ -461,7 +468,7 @@ def group_finding(cells: Sequence[CellSummary], speed_tests: Sequence[PairTest],
     by_speed, by_metric = standing(steady, speed, speed_tests), standing(final, metric, metric_tests)
     return Finding(first.workload, first.dataset, first.device, sentence(by_speed), sentence(by_metric),
                    tuple(notes), by_speed, by_metric, first.dataset_label, first.train_samples, first.batch_size,
-                   first.threads, needed(cells, by_speed))
+                   first.threads, needed(cells, by_speed), first_epochs(cells))
 
 
 NEEDED_GAP = 0.10  # the gap whose repetitions a group without a shown speed gap is told

@@ -239,9 +239,18 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
 )}
 
 
+METRIC_LABELS = {"map": "mAP"}  # a metric's stored name -> its name as people write it, where the two differ
+
+
+def metric_label(metric: str | None) -> str:
+    """A metric's name as the report, the tables, the charts, `list` and the log write it: mAP, accuracy,
+    perplexity (the store and the workers keep the stored name)."""
+    return METRIC_LABELS.get(metric, metric) if metric else "metric"
+
+
 def target_text(target: dict) -> str:
     """A target as listings and tables show it: its metric, direction and value ("accuracy >= 0.985")."""
-    return f"{target['metric']} {'>=' if target['higher_is_better'] else '<='} {target['value']:g}"
+    return f"{metric_label(target['metric'])} {'>=' if target['higher_is_better'] else '<='} {target['value']:g}"
 
 
 # Workloads declared in users' files (plan/user_workload.py), registered as a suite naming them is loaded:

@@ -4,6 +4,7 @@ Text stays text (svg.fonttype none) so the page stays small and searchable; each
 hash salt, so the ids matplotlib generates (clip paths, markers) never collide between charts of one page.
 """
 import io
+import math
 import re
 from collections.abc import Collection, Mapping, Sequence
 
@@ -15,6 +16,7 @@ from matplotlib.colors import LogNorm, to_hex, to_rgb  # noqa: E402
 from matplotlib.ticker import NullFormatter  # noqa: E402
 
 from dlbench.harness.environments.envs import RECIPES  # noqa: E402
+from dlbench.harness.plan.workloads import metric_label  # noqa: E402
 
 STYLE = {
     "svg.fonttype": "none",
@@ -87,31 +89,41 @@ def _compact(text: str) -> str:
     return re.sub(r">\s+<", "><", text)
 
 
-def epoch_time_bars(rows: Sequence[tuple[str, tuple, tuple]], palette: Mapping[str, tuple], chart_id: str,
-                    warm: Collection[str] = ()) -> str:
-    """Steady epoch time per framework with CI whiskers, the first epoch in its own panel beside it.
+def epoch_times(rows: Sequence[tuple[str, tuple, tuple]], palette: Mapping[str, tuple], chart_id: str,
+                warm: Collection[str] = ()) -> str:
+    """epoch_time_figure drawn as SVG (in STYLE, whose text stays text)."""
+    with plt.rc_context(STYLE):
+        return to_svg(epoch_time_figure(rows, palette, warm), chart_id)
+
+
+def epoch_time_figure(rows: Sequence[tuple[str, tuple, tuple]], palette: Mapping[str, tuple],
+                      warm: Collection[str] = ()) -> plt.Figure:
+    """Steady epoch time per framework as a dot with its interval's whisker, the first epoch in its own panel
+    beside it. Dots, not bars: a panel whose values span more than WIDE gets a logarithmic axis, where a bar's
+    length would depend on where the axis starts.
 
     rows: (label, steady (median, low, high), first (median, low, high)); None where unknown; drawn top
-    down in the order given (the caller sorts them by speed). A panel whose values span more than WIDE
-    gets a logarithmic axis.
-    warm: the labels whose first epoch comes from runs with a warm compile cache, marked so on their bar.
+    down in the order given (the caller sorts them by speed).
+    warm: the labels whose first epoch comes from runs with a warm compile cache, marked so beside their dot.
     """
     with plt.rc_context(STYLE):
         fig, (steady_ax, first_ax) = plt.subplots(
-            1, 2, figsize=(8.5, 0.45 * len(rows) + 1.2), sharey=True, gridspec_kw={"width_ratios": [3, 2]})
+            1, 2, figsize=(8.5, 0.3 * len(rows) + 1.0), sharey=True, gridspec_kw={"width_ratios": [3, 2]})
         labels = [label for label, _, _ in rows]
-        for ax, index, title in ((steady_ax, 1, "steady epoch (median, interval)"),
-                                 (first_ax, 2, "first epoch (compilation, warm-up)")):
-            _bars(ax, labels, [row[index] for row in rows], palette, hatch="" if index == 1 else "//")
+        for ax, index, title, marker in ((steady_ax, 1, "steady epoch (median, interval)", "o"),
+                                         (first_ax, 2, "first epoch (compilation, warm-up)", "D")):
+            _dots(ax, labels, [row[index] for row in rows], palette, marker)
             ax.set_title(title, loc="left", fontsize=9)
-            ax.set_xlabel("seconds")
-        for ax, index in ((steady_ax, 1), (first_ax, 2)):
-            _log_if_wide(ax, "x", [v for row in rows for v in row[index] if v is not None])
+            ax.set_xlabel("epoch time (s)")
+            values = [v for row in rows for v in row[index] if v is not None]
+            _log_if_wide(ax, "x", values)
+            _seconds_axis(ax, values)
         for y, (label, _, first) in enumerate(rows):
             if label in warm and first[0] is not None:
                 first_ax.text(first[0], y, " warm compile cache", va="center", fontsize=8, color="0.3")
-        steady_ax.invert_yaxis()
-        return to_svg(fig, chart_id)
+        steady_ax.set_ylim(len(rows) - 0.5, -0.5)  # the first row on top
+        fig.tight_layout()
+        return fig
 
 
 def _log_if_wide(ax: plt.Axes, axis: str, values: Sequence[float]) -> None:
@@ -121,16 +133,48 @@ def _log_if_wide(ax: plt.Axes, axis: str, values: Sequence[float]) -> None:
         (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
 
 
-def _bars(ax: plt.Axes, labels: list[str], estimates: list[tuple], palette: Mapping[str, tuple], hatch: str) -> None:
-    medians = [e[0] if e[0] is not None else 0.0 for e in estimates]
-    ax.barh(labels, medians, color=[palette[label] for label in labels], alpha=0.85 if not hatch else 0.45,
-            hatch=hatch, edgecolor="white")
-    for y, (median, low, high) in enumerate(estimates):
+def _dots(ax: plt.Axes, labels: list[str], estimates: list[tuple], palette: Mapping[str, tuple], marker: str) -> None:
+    """A dot per median with its interval as a whisker; " no value" at the axis's start where there is none."""
+    ax.set_yticks(range(len(labels)), labels)
+    for y, (label, (median, low, high)) in enumerate(zip(labels, estimates, strict=True)):
         if median is None:
-            ax.text(0, y, " no value", va="center", fontsize=8, color="0.4")
-        elif low is not None and high is not None:
-            ax.errorbar(median, y, xerr=[[median - low], [high - median]], color="0.15", capsize=3, lw=1)
+            ax.text(0.0, y, " no value", va="center", fontsize=8, color="0.4", transform=ax.get_yaxis_transform())
+            continue
+        if low is not None and high is not None:
+            ax.plot([low, high], [y, y], color="0.15", lw=1)
+        ax.plot([median], [y], marker, ms=6, color=palette[label], mec="0.15", mew=0.6)
     ax.grid(axis="y", visible=False)
+
+
+def _seconds_axis(ax: plt.Axes, values: Sequence[float]) -> None:
+    """Tick labels a reader can tell apart: on a log axis, at most MAX_LOG_TICKS labelled ticks from the
+    1-2-5 series and no minor labels (matplotlib's own labels every minor tick of a span under 10x, into one
+    illegible string); from 0 on a linear axis, whose dots' distance from 0 then means something."""
+    if not values:
+        return
+    if ax.get_xscale() == "log":
+        low, high = min(values) / 1.25, max(values) * 1.25
+        ax.set_xlim(low, high)
+        ticks = log_ticks(low, high)
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    else:
+        ax.set_xlim(0, max(values) * 1.12)
+
+
+MAX_LOG_TICKS = 5
+
+
+def log_ticks(low: float, high: float) -> list[float]:
+    """Labelled ticks of a log axis from low to high: 1-2-5 of each decade, then 1-3, then 1 alone, then
+    every other decade, the first of these with at most MAX_LOG_TICKS ticks in range."""
+    first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
+    for mantissas, every in (((1, 2, 5), 1), ((1, 3), 1), ((1,), 1), ((1,), 2), ((1,), 3)):
+        ticks = [m * 10.0 ** k for k in range(first, last + 1, every) for m in mantissas]
+        ticks = [t for t in ticks if low <= t <= high]
+        if len(ticks) <= MAX_LOG_TICKS:
+            return ticks
+    return ticks
 
 
 Curve = tuple[list[int], list[float], list[float], list[float], list[float]]  # epochs, times, median, low, high
@@ -153,15 +197,15 @@ def _curve(runs: Sequence[Sequence[tuple[float, float]]]) -> Curve:
     return epochs, times, mids, lows, highs
 
 
-def _metric_axis(ax: plt.Axes, metric: str, values: Sequence[float]) -> None:
+def _metric_axis(ax: plt.Axes, metric: str | None, values: Sequence[float]) -> None:
     """Perplexities fall by orders of magnitude: a log axis past WIDE; an accuracy or mAP stays linear
     (it can be 0)."""
-    if metric not in ("accuracy", "map"):
+    if metric not in ("accuracy", "map"):  # stored names
         _log_if_wide(ax, "y", values)
 
 
 def convergence(series: Mapping[str, Sequence[Sequence[tuple[float, float]]]], palette: Mapping[str, tuple],
-                metric: str, chart_id: str, target: float | None = None) -> str:
+                metric: str | None, chart_id: str, target: float | None = None) -> str:
     """Metric against epoch and against cumulative training time, per framework: the median over its
     repetitions with a min-max band, and the workload's target as a dashed line (where a curve crosses
     it, on the time axis, is its time to target). series: label -> runs -> [(cumulative train s, metric)].
@@ -187,12 +231,12 @@ def convergence(series: Mapping[str, Sequence[Sequence[tuple[float, float]]]], p
         by_epoch.xaxis.get_major_locator().set_params(integer=True)
         by_epoch.set_xlabel("epoch")
         by_time.set_xlabel("cumulative training time (s)")
-        by_epoch.set_ylabel(metric)
+        by_epoch.set_ylabel(metric_label(metric))
         fig.legend(loc="outside right upper", fontsize=8, frameon=False)
         return to_svg(fig, chart_id)
 
 
-def small_multiples(curves: Mapping[str, Curve], palette: Mapping[str, tuple], metric: str, chart_id: str,
+def small_multiples(curves: Mapping[str, Curve], palette: Mapping[str, tuple], metric: str | None, chart_id: str,
                     target: float | None = None) -> str:
     """One panel per framework on shared axes, metric against cumulative training time: its own median
     curve and band in its colour, the others' medians in light grey behind it, the target dashed."""
@@ -221,7 +265,7 @@ def small_multiples(curves: Mapping[str, Curve], palette: Mapping[str, tuple], m
         for ax in axes.flat:  # a log axis's minor ticks, in every small panel, would double the figure's size
             ax.minorticks_off()
         fig.supxlabel("cumulative training time (s)", fontsize=9)
-        fig.supylabel(metric + ("" if target is None else " (dashed: target)"), fontsize=9)
+        fig.supylabel(metric_label(metric) + ("" if target is None else " (dashed: target)"), fontsize=9)
         return to_svg(fig, chart_id)
 
 

@@ -40,6 +40,8 @@ class Report:
     serving: list[ServingCell] = field(default_factory=list)
     serving_tables: list[tables.Table] = field(default_factory=list)
     latencies: dict[int, list[float]] = field(default_factory=dict)
+    # the findings' slow and warm first epochs, framework x workload (tables.first_epoch_table); None: none
+    first_epochs: tables.Table | None = None
 
     @property
     def all_runs(self) -> list[dict]:
@@ -66,4 +68,5 @@ def load(store_path: Path) -> Report:
                   samples, summaries, shared, found,
                   tables.study_tables(summaries, peaks) + tables.detector_time_split(runs),
                   tables.certificate_grid(certificates, every), manifest.manifest(every), manifest.dlbench_version(),
-                  section(runs), scaling(runs), served, serving, tables.serving_tables(serving), latencies)
+                  section(runs), scaling(runs), served, serving, tables.serving_tables(serving), latencies,
+                  tables.first_epoch_table(found))

@@ -8,12 +8,13 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 
-from dlbench.harness.analysis.findings import Finding, group, label
+from dlbench.harness.analysis.findings import COMPILATION_FACTOR, Finding, group, label
 from dlbench.harness.analysis.scaling import THREADS
 from dlbench.harness.analysis.scaling import Figure as ScalingFigure
 from dlbench.harness.analysis.stats import Estimate
 from dlbench.harness.analysis.summary import WARM, CellSummary, group_of
 from dlbench.harness.plan.dataset_label import run_label
+from dlbench.harness.plan.workloads import metric_label
 from dlbench.harness.present import charts, overview, overview_html, scaling, tables
 from dlbench.harness.present.contents import Report
 from dlbench.harness.present.study import StudySection
@@ -47,7 +48,7 @@ figure.chart{background:#fff;border:1px solid #dde1e8;border-radius:8px;margin:1
 figure.chart svg{max-width:100%;height:auto}
 figcaption{font-size:13px;color:#444;margin-bottom:4px}
 details{margin:8px 0}
-details.card summary h3{display:inline;margin:0}
+details.card summary h3,details.table summary h3{display:inline;margin:0}
 .timelines{display:grid;grid-template-columns:1fr 1fr;gap:0 12px}
 summary{cursor:pointer;color:#2456a6}
 a.csv{font-size:12px;font-weight:400;margin-left:8px;color:#2456a6}
@@ -153,9 +154,13 @@ def attrs(**values: str | None) -> str:
     return "".join(f' {k.replace("_", "-")}="{escape(v)}"' for k, v in values.items() if v is not None)
 
 
+FOLD_ROWS = 20  # a table of more rows is folded: the manifest's run order (one row per run) ran to 10,000 px
+
+
 def table_html(table: Table, sortable: bool = False) -> str:
     """The table with its CSV download; cells with a shade (a ratio) coloured on the report's scale. A table
-    without rows shows its title and note alone (the note says why it is empty)."""
+    without rows shows its title and note alone (the note says why it is empty); one of more than FOLD_ROWS
+    rows is folded under its title and row count, so it does not push what follows down the page."""
     note = f'<p class="note">{escape(table.note)}</p>' if table.note else ""
     if not table.rows:
         return f"<div{_data(table.keys)}><h3>{escape(table.title)}</h3>{note}</div>"
@@ -170,8 +175,11 @@ def table_html(table: Table, sortable: bool = False) -> str:
         cells = "".join(f"<td{attrs(data_framework=f or None, style=_shade(shade), **{'class': _verdict_class(c)})}>"
                         f"{_cell(c)}</td>" for c, f, shade in zip(row, columns, shades, strict=True))
         body.append(f"<tr{_data(keys)}>{cells}</tr>")
-    return (f'<div{_data(table.keys)}><h3>{escape(table.title)} {csv_link(table)}</h3><div class="wide">'
-            f"<table{cls}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>{note}</div>")
+    grid = f'<div class="wide"><table{cls}><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+    if len(table.rows) > FOLD_ROWS:
+        return (f'<details class="table"{_data(table.keys)}><summary><h3>{escape(table.title)} '
+                f"({len(table.rows)} rows) {csv_link(table)}</h3></summary>{grid}{note}</details>")
+    return f"<div{_data(table.keys)}><h3>{escape(table.title)} {csv_link(table)}</h3>{grid}{note}</div>"
 
 
 def _shade(ratio: float | None) -> str | None:
@@ -211,12 +219,20 @@ def finding_html(finding: Finding, frameworks: Iterable[str]) -> str:
             + (f'<ul class="caveats">{caveats}</ul>' if caveats else "") + "</details>")
 
 
-def shared_caveats_html(caveats: list[str]) -> str:
-    """The caveats that hold for every workload, once, above the findings."""
-    if not caveats:
+def shared_caveats_html(caveats: list[str], first_epochs: Table | None = None) -> str:
+    """The caveats that hold for every workload, once, above the findings, and the table of slow first
+    epochs (a caveat per framework and workload), folded: its summary line says what it holds."""
+    if not caveats and first_epochs is None:
         return ""
     items = "".join(f"<li>{escape(c)}</li>" for c in caveats)
-    return f'<section class="card"><h3>Caveats for every workload</h3><ul class="caveats">{items}</ul></section>'
+    folded = ""
+    if first_epochs is not None:
+        marked = sum(1 for row in first_epochs.rows for cell in row[1:] if cell)
+        summary = (f"First epochs: {marked} framework x workload pair{'s' if marked != 1 else ''} over "
+                   f"{COMPILATION_FACTOR:g}x the steady epoch (compilation, warm-up) or from a warm compile cache")
+        folded = f"<details><summary>{escape(summary)}</summary>{table_html(first_epochs)}</details>"
+    return ('<section class="card"><h3>Caveats for every workload</h3>'
+            + (f'<ul class="caveats">{items}</ul>' if items else "") + f"{folded}</section>")
 
 
 def _keys(workload: str, device: str | None, frameworks: Iterable[str]) -> str:
@@ -229,25 +245,25 @@ def figure(svg: str, caption: str, keys: str) -> str:
 
 def group_figures(runs: Sequence[Mapping], cells: Sequence[CellSummary], samples: Mapping[int, list],
                   palette: Mapping, index: int) -> str:
-    """A workload's figures: epoch-time bars (from the group's summaries, whose intervals the tables
+    """A workload's figures: epoch times (from the group's summaries, whose intervals the tables
     show too), convergence, and one resource timeline per sampled run."""
     first = runs[0]
     names = run_labels(runs)
     frameworks = sorted(set(names.values()))
     keys = _keys(first["workload"], first.get("device"), {r["framework"] for r in runs})
     by_label = {label(cell, cells): cell for cell in cells}
-    # fastest first: the bars read as a ranking of medians (the findings say which gaps are shown)
+    # fastest first: the dots read as a ranking of medians (the findings say which gaps are shown)
     rows = sorted(((name, _interval(by_label[name].steady_epoch_s), _interval(by_label[name].first_epoch_s))
                    for name in frameworks), key=lambda row: (row[1][0] is None, row[1][0] or 0.0, row[0]))
     # a warm run's curve against time is not drawn where its cell's cold runs give the times (summary.py)
     series = {name: [_curve(r) for r in runs if names[r["id"]] == name and r.get("epochs")
                      and not (r.get("compile_cache") == WARM and not by_label[name].warm)] for name in frameworks}
     series = {name: curves for name, curves in series.items() if curves}
-    metric = first.get("metric_name") or "metric"
+    metric = first.get("metric_name")
     warm = [name for name in frameworks if by_label[name].warm]
-    parts = [figure(charts.epoch_time_bars(rows, palette, f"bars-{index}", warm),
-                    "Epoch time per framework, fastest steady epoch first: steady epochs (median of each run's later "
-                    "epochs, median over runs, "
+    parts = [figure(charts.epoch_times(rows, palette, f"epoch-times-{index}", warm),
+                    "Epoch time per framework, fastest steady epoch first: steady epochs (dots: median of each run's "
+                    "later epochs, median over runs; "
                     "whiskers: the order-statistic interval of the median, at least 95%, or [min-max] with 2 to 5 "
                     "runs, 50 to 93.7%) and the first epoch apart"
                     + ("; warm compile cache: a first epoch without the compilation earlier runs did" if warm else ""),
@@ -255,9 +271,9 @@ def group_figures(runs: Sequence[Mapping], cells: Sequence[CellSummary], samples
     if series:
         target = first.get("target_value")
         parts.append(figure(charts.convergence(series, palette, metric, f"convergence-{index}", target),
-                            (f"{metric} against cumulative training time, one panel per framework with the others "
-                             "in grey: " if len(series) >= charts.SMALL_MULTIPLES else
-                             f"{metric} against epoch and against cumulative training time: ")
+                            (f"{metric_label(metric)} against cumulative training time, one panel per framework "
+                             "with the others in grey: " if len(series) >= charts.SMALL_MULTIPLES else
+                             f"{metric_label(metric)} against epoch and against cumulative training time: ")
                             + "median over repetitions, band from the lowest to the highest"
                             + ("" if target is None else f"; dashed: the workload's target ({target:g})"), keys))
     limits = charts.timeline_limits([samples[r["id"]] for r in runs if samples.get(r["id"])])
@@ -387,7 +403,7 @@ def render(report: Report, live: str | None = None) -> str:
         banner
         + f"<header><h1>dlbench report</h1><p>{escape(_summary(report))}</p></header>"
         f"<nav><div>{nav}</div></nav><main>"
-        f'<h2 id="overview">Overview</h2>{shared_caveats_html(report.caveats)}{matrices}'
+        f'<h2 id="overview">Overview</h2>{shared_caveats_html(report.caveats, report.first_epochs)}{matrices}'
         f'<h2 id="findings">Findings</h2><p class="note">Each workload\'s verdicts in words, with its own '
         f'caveats: click a title to open it.</p>{findings}'
         f'<h2 id="tables">Tables</h2>{"".join(table_html(t) for t in report.study_tables)}'

@@ -9,6 +9,7 @@ from dlbench.harness.analysis import measures
 from dlbench.harness.certification import machine_store
 from dlbench.harness.environments import sources
 from dlbench.harness.plan.dataset_label import run_label
+from dlbench.harness.plan.workloads import metric_label
 from dlbench.harness.store import is_inference
 
 # (run field, table heading); CSV and JSON carry every field
@@ -104,7 +105,8 @@ def columns(run: dict) -> dict[str, str]:
     if rebuilt:  # the environment was rebuilt from a stored run's packages (dlbench env create --from-run)
         stored["version"] += f" (env of run {rebuilt['run_id']})"
     if run.get("metric_name") and run.get("metric_value") is not None:  # "accuracy 74.3%", "perplexity 412.3"
-        stored["final metric"] = f"{run['metric_name']} {metric_text(run['metric_name'], run['metric_value'])}"
+        name = run["metric_name"]
+        stored["final metric"] = f"{metric_label(name)} {metric_text(name, run['metric_value'])}"
     headings = [heading for _, heading in STORED_COLUMNS]
     split = headings.index("cpu %") + 1
     shown = {heading: stored[heading] for heading in headings[:split]}

@@ -80,7 +80,8 @@ LEGEND = (f"{SHOWN}: the findings' test shows the gap (on the fastest or the bes
 
 def overview_md(report: Report) -> list[str]:
     """The HTML page's first screen: the caveats of every workload once, then per device the matrix, its
-    legend and one line per framework."""
+    legend and one line per framework, then the first-epoch table (folded on the page, which Markdown cannot
+    do: after the matrices, so as not to push them down)."""
     parts = ["## Overview", ""]
     if report.caveats:
         parts += ["### Caveats for every workload", ""] + [f"- _Caveat_: {_text(c)}" for c in report.caveats] + [""]
@@ -90,6 +91,8 @@ def overview_md(report: Report) -> list[str]:
         needed = [overview_html.needed_text(n) for key in matrix.groups if (n := matrix.needed.get(key))]
         parts += [f"- {_text(text)}" for text in needed] + ([""] if needed else [])
         parts += [f"- **{_text(name)}**: {_text(matrix.lines[name])}" for name in matrix.frameworks] + [""]
+    if report.first_epochs:  # a caveat per framework and workload: one table, not a sentence each
+        parts += [table_md(report.first_epochs), ""]
     for table in report.serving_tables:  # inference runs: latency, throughput, first call per framework
         parts += [table_md(table), ""]
     return parts

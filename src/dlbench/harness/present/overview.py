@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from dlbench.harness.analysis.findings import RANKED, Finding, Needed, Standing, to_best
 from dlbench.harness.analysis.stats import FASTER, SLOWER
 from dlbench.harness.environments.envs import REFERENCE
+from dlbench.harness.plan.workloads import metric_label
 
 WITHIN = 1.10  # "within 10 %": a ratio to the fastest up to this
-FRACTIONS = ("accuracy", "map")  # metrics between 0 and 1, whose gaps read in points (hundredths)
+# metrics between 0 and 1, whose gaps read in points (hundredths), by their names as the findings write them
+FRACTIONS = (metric_label("accuracy"), metric_label("map"))
 # why no framework of a group is ranked (Standing.kind), in the overview's few words
 UNRANKED_WORDS = {"no values": "no values", "only one": "one framework", "equal": "all equal",
                   "at chance": "at chance level", "single runs": "single runs", "too few": "too few repetitions"}
@@ -109,7 +111,7 @@ def metric_marks(ranked: Standing) -> dict[str, Mark]:
                        _shown(ranked, name), _holds_best(ranked, name)) for name in ranked.order}
 
 
-METRIC_NAMES = {"map": "mAP", "accuracy": "acc."}  # a narrow column's words for a metric
+METRIC_NAMES = {"accuracy": "acc."}  # a narrow column's words for a metric
 
 
 def metric_value_text(metric: str, value: float) -> str:
@@ -172,3 +174,35 @@ def _against_reference(name: str, mine: Sequence[Finding]) -> str:
     if not slower:
         return f"never shown slower than the reference ({REFERENCE}) on the {len(tested)} tested"
     return f"shown slower than the reference ({REFERENCE}) on {slower} of the {len(tested)} tested"
+
+
+def repeat_line(found: Sequence[Finding], suite: str, planned: Sequence[str] = ()) -> str | None:
+    """The one line `dlbench run` ends with where workloads show no speed gap: how many repetitions would show
+    a 10 % gap on each (the most any of them needs, Finding.needed, as the report's overview says per
+    workload), what the runs they lack cost, and the commands that forecast and run them. planned: the run's
+    workloads; where only some of them lack a gap, the commands name those with -w. None where every
+    workload shows a gap."""
+    from dlbench.harness.present.estimate import duration
+
+    lacking = [f.needed for f in found if f.needed is not None]
+    if not lacking:
+        return None
+    names = list(dict.fromkeys(n.workload for n in lacking))
+    where = (f"no speed gap shown on {len(names)} workload{'s' if len(names) != 1 else ''} "
+             f"({', '.join(names)})")
+    known = [n for n in lacking if n.runs is not None]
+    if known:
+        repeat = max(n.runs for n in known)
+        if all(n.have >= repeat for n in lacking):  # more runs would not help: the gaps are below 10 %
+            return (f"{where}: their {min(n.have for n in lacking)} runs a side would show a 10 % gap 4 times in 5, "
+                    "so their gaps are smaller than that.")
+        costs = [n.more_s for n in known if n.more_s]
+        how = (f"{repeat} runs a side would show a 10 % gap 4 times in 5 on each at its measured spread"
+               + (f" (the runs they lack: about {duration(sum(costs))})" if costs else ""))
+    elif any(n.sigma is None for n in lacking):
+        repeat, how = 3, "one run per framework measures no spread: 3 repetitions measure it"
+    else:
+        return f"{where}: even 1,000 runs a side would not show a 10 % gap at their spread."
+    only = "".join(f" -w {name}" for name in names) if set(planned) - set(names) else ""
+    return (f"{where}: {how}; `dlbench estimate {suite}{only} --repeat {repeat}` forecasts them, "
+            f"`dlbench run {suite}{only} --repeat {repeat}` runs them.")

@@ -24,6 +24,7 @@ from dlbench.harness.plan.dataset_label import label as dataset_label
 from dlbench.harness.plan.dataset_label import recipe_batch_size
 from dlbench.harness.plan.estimate import Estimate, EstimateError
 from dlbench.harness.plan.suite import Cell
+from dlbench.harness.plan.workloads import metric_label
 from dlbench.harness.store import StoreError
 from dlbench.shared import protocol
 from dlbench.shared.protocol import EPOCH, READY, kind_of
@@ -163,7 +164,7 @@ def outcome(run: dict) -> str:
     if run.get("mode") == "inference":
         return (f"ok: latency p50 {_number(run.get('latency_p50_ms'))} ms, p99 {_number(run.get('latency_p99_ms'))} "
                 f"ms; {_number(run.get('samples_per_s'))} samples/s")
-    return (f"ok: {run['metric_name']} {metric_format(run['metric_name'])(run['metric_value'])}, "
+    return (f"ok: {metric_label(run['metric_name'])} {metric_format(run['metric_name'])(run['metric_value'])}, "
             f"train {run['train_time_s']:.1f} s")
 
 
@@ -203,7 +204,7 @@ def ready(event: dict) -> str:
 
 
 def epoch(event: dict, cell: Cell) -> str:
-    metrics = ", ".join(f"{k} {metric_format(k)(v)}" for k, v in event["metrics"].items())
+    metrics = ", ".join(f"{metric_label(k)} {metric_format(k)(v)}" for k, v in event["metrics"].items())
     return (f"epoch {event['epoch']}/{cell.epochs}: {metrics}; train {event['train_time_s']:.2f} s, "
             f"eval {event['eval_time_s']:.2f} s")
 

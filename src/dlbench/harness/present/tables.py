@@ -14,7 +14,16 @@ from urllib.parse import quote
 
 from dlbench.harness import data
 from dlbench.harness.analysis import measures
-from dlbench.harness.analysis.findings import Key, group, label, seconds, stand_in
+from dlbench.harness.analysis.findings import (
+    COMPILATION_FACTOR,
+    Finding,
+    FirstEpoch,
+    Key,
+    group,
+    label,
+    seconds,
+    stand_in,
+)
 from dlbench.harness.analysis.measures import metric_format
 from dlbench.harness.analysis.serving import ServingCell
 from dlbench.harness.analysis.stats import CONFIDENCE, NOISE, Estimate, level_text
@@ -23,7 +32,7 @@ from dlbench.harness.certification import machine_store
 from dlbench.harness.environments import sources
 from dlbench.harness.measure.cores import BUSY_MACHINE
 from dlbench.harness.plan.dataset_label import run_label
-from dlbench.harness.plan.workloads import target_text
+from dlbench.harness.plan.workloads import metric_label, target_text
 
 INTERVAL = (f"order-statistic interval of the median, at least {CONFIDENCE:.0%} unless the cell prints the lower "
             "level its runs allow (2 to 5 runs: [min-max], 50 to 93.7%)")
@@ -132,7 +141,8 @@ def study_tables(cells: Sequence[CellSummary], peaks: Sequence[Mapping] = ()) ->
                 metric = group_cells[0].metric_name or "metric"
                 fmt = metric_format(metric) if figure == "metric_value" else seconds
                 by_label = {label(c, group_cells): c for c in group_cells}
-                rows.append([f"{workload} ({dataset or '?'})" + (f", {metric}" if figure == "metric_value" else ""),
+                named = f", {metric_label(metric)}" if figure == "metric_value" else ""
+                rows.append([f"{workload} ({dataset or '?'}){named}",
                              *(_cell(by_label[name], figure, fmt) if name in by_label else "" for name in columns)])
             note = f"median over the successful repetitions [{INTERVAL}]"
             if figure == "train_time_s":
@@ -331,6 +341,41 @@ def relative_speed(cells: Sequence[CellSummary], columns: list[str], device: str
                  _legend(note + "; colour: the ratio on the overview's scale (1x green to 4x and beyond red; "
                          "below 1x as green as 1x)", cells),
                  [{"workload": w} for w, *_ in group(cells)], {"device": device}, shades)
+
+
+WARM_CACHE = "warm cache"
+FIRST_EPOCH_NOTE = (f"each framework's median first epoch over its median steady epoch, where over "
+                    f"{COMPILATION_FACTOR:g}x (the first epoch's seconds in brackets): compilation or warm-up, which "
+                    f"its training time and time to target include; empty: within {COMPILATION_FACTOR:g}x, or no value")
+WARM_NOTE = (f"; {WARM_CACHE}: every run of the cell started from a warm compile cache, so compilation done by "
+             "earlier runs is not in its first epoch, training time or time to target, which are therefore not "
+             "comparable with cold ones (a slow one is warm-up, or compilation its cache did not hold)")
+
+
+def first_epoch_table(found: Sequence[Finding]) -> Table | None:
+    """The findings' slow and warm first epochs (Finding.first_epochs) as one table, framework x workload:
+    a caveat that repeats per framework said once, not as a sentence per framework and workload. None
+    where no finding has one."""
+    columns = [f for f in found if f.first_epochs]
+    if not columns:
+        return None
+    names = sorted({first.label for f in columns for first in f.first_epochs})
+    devices = {f.device for f in columns}
+    header = ["framework"] + [f"{f.workload} ({f.dataset_label or f.dataset or '?'}"
+                              + (f", {f.device})" if len(devices) > 1 else ")") for f in columns]
+    rows = []
+    for name in names:
+        cells = [next((first for first in f.first_epochs if first.label == name), None) for f in columns]
+        rows.append([name] + ["" if first is None else _first_epoch_text(first) for first in cells])
+    warm = any(first.warm for f in columns for first in f.first_epochs)
+    return Table("First epochs", header, rows, note=FIRST_EPOCH_NOTE + (WARM_NOTE if warm else ""),
+                 row_keys=[{"framework": name.split(" ")[0]} for name in names])
+
+
+def _first_epoch_text(first: FirstEpoch) -> str:
+    ratio = "" if first.ratio is None else f"{first.ratio:.1f}x "
+    when = "" if first.seconds is None else f"({seconds(first.seconds)})"
+    return f"{ratio}{when}" + (f", {WARM_CACHE}" if first.warm else "")
 
 
 def certificate_grid(certificates: Sequence[Mapping], runs: Sequence[Mapping]) -> Table:
