@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from dlbench.harness.analysis import measures
 from dlbench.harness.analysis.findings import Finding, findings, shared_caveats
 from dlbench.harness.analysis.load import device_with_hardware, held_out_sets
 from dlbench.harness.analysis.scaling import Figure, scaling
@@ -64,6 +65,10 @@ def load(store_path: Path) -> Report:
     # the test sets' sizes (an accuracy's sampling error) come from the prepared datasets the runs used
     data_dir = Path(os.environ.get("DLBENCH_DATA") or dlbench_home() / "data")
     shared, found = shared_caveats(summaries, findings(summaries, held_out_sets=held_out_sets(runs, data_dir)))
+    # the frameworks' GEMM libraries differ on this machine: a finding of its own, said at the top, since every
+    # MFU divides by the best of them
+    shared += [f"{gap}: the frameworks' matrix-multiply libraries differ; every MFU here is against the best"
+               for gap in measures.gemm_gap(peaks)]
     return Report(str(store_path), datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), runs, certificates,
                   samples, summaries, shared, found,
                   tables.study_tables(summaries, peaks) + tables.detector_time_split(runs),
