@@ -11,7 +11,7 @@ from urllib.parse import unquote
 
 import pytest
 from matplotlib.colors import to_rgb
-from synthetic_store import jitter, store_of, study_store, synthetic_run
+from synthetic_store import QUICK_SPEED, jitter, quick_store, store_of, study_store, synthetic_run
 from test_report import browse, render_status
 
 from dlbench.harness import cli
@@ -272,13 +272,22 @@ def test_the_runs_a_ten_percent_gap_needs_and_their_cost_in_words() -> None:
 
 
 def test_rows_are_ordered_by_shown_verdicts_alone() -> None:
-    """An unshown 1.01x and an unshown 1.9x stand in name order; a shown fastest comes first, a shown slower
-    last."""
+    """An unshown 1.01x and an unshown 1.9x stand in name order; a shown fastest comes first, then those shown
+    slower than the fewest others."""
     def mark(value: float, shown: bool) -> overview.Mark:
         return overview.Mark(value, None, shown, value == 1.0)
-    rows = {"zeta": [mark(1.01, False)], "alpha": [mark(1.9, False)], "omega": [mark(1.0, True)],
-            "beta": [mark(1.5, True)]}
-    assert sorted(rows, key=lambda name: overview.row_key(rows[name], name)) == ["omega", "alpha", "zeta", "beta"]
+    rows = {"zeta": ([mark(1.01, False)], 0), "alpha": ([mark(1.9, False)], 0), "omega": ([mark(1.0, True)], 0),
+            "beta": ([mark(1.5, True)], 1), "gamma": ([mark(1.4, True)], 3)}
+    assert sorted(rows, key=lambda name: overview.row_key(*rows[name], name)) == [
+        "omega", "alpha", "zeta", "beta", "gamma"]
+
+
+def test_rows_follow_the_pairwise_tests_on_a_store_of_nine_frameworks(tmp_path: Path) -> None:
+    """quick_store's frameworks, three runs each, each speed a few per cent apart at most between runs: every
+    pair is told apart, so the rows stand in the order of their speeds, the fastest first."""
+    quick_store(tmp_path)
+    [matrix] = overview.matrices(report.load(tmp_path / "dlbench.sqlite").findings)
+    assert matrix.frameworks == sorted(QUICK_SPEED, key=QUICK_SPEED.__getitem__)
 
 
 def test_a_run_without_a_shown_gap_ends_with_the_repetitions_that_would_show_one(tmp_path: Path) -> None:
@@ -310,3 +319,21 @@ def test_a_run_without_a_shown_gap_ends_with_the_repetitions_that_would_show_one
     store_of(tmp_path / "clear", clear)
     assert cli.repeat_hint(tmp_path / "clear", "quick", ["cnn-mnist"]) is None
     assert cli.repeat_hint(tmp_path / "clear", "quick", ["lstm-ptb"]) is None  # no run of the plan's workloads
+
+
+def test_a_shown_cells_text_stays_legible_on_its_colour() -> None:
+    """Near-black on the scale's light and middle colours, white on its dark ends; the contrast of the chosen
+    text against the cell is the better of the two (WCAG ratio)."""
+    def luminance(colour: str) -> float:
+        return sum(w * (c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4)
+                   for w, c in zip((0.2126, 0.7152, 0.0722), to_rgb(colour), strict=True))
+
+    def contrast(a: str, b: str) -> float:
+        high, low = sorted((luminance(a), luminance(b)), reverse=True)
+        return (high + 0.05) / (low + 0.05)
+    assert overview_html.text_colour("#ffffff") == "#1a1a1a" and overview_html.text_colour("#000000") == "#ffffff"
+    for ratio in (1.0, 1.1, 1.5, 2.0, 3.0, 4.0, 11.0):
+        cell = charts.ratio_colour(ratio)
+        chosen = overview_html.text_colour(cell)
+        other = "#ffffff" if chosen == "#1a1a1a" else "#1a1a1a"
+        assert contrast(chosen, cell) >= contrast(other, cell), (ratio, cell)

@@ -42,7 +42,7 @@ Column = tuple[str, str | None, str | None]
 class Matrix:
     device: str
     groups: list[Column]  # columns
-    # rows: most often shown fastest first, then least often shown slower, then by name (row_key)
+    # rows: most often shown fastest first, then shown slower than the fewest others, then by name (row_key)
     frameworks: list[str]
     speed: dict[tuple[str, Column], Mark]
     metric: dict[tuple[str, Column], Mark]
@@ -66,7 +66,8 @@ def _matrix(device: str, found: Sequence[Finding]) -> Matrix:
     metric = {(name, key): mark for f, key in zip(found, groups, strict=True)
               for name, mark in metric_marks(f.metric_standing).items()}
     names = {name for name, _ in speed} | {name for name, _ in metric}
-    frameworks = sorted(names, key=lambda name: row_key([m for (n, _), m in speed.items() if n == name], name))
+    frameworks = sorted(names, key=lambda name: row_key([m for (n, _), m in speed.items() if n == name],
+                                                        shown_slower_pairs(name, found), name))
     unranked = {key: (_unranked(f.speed_standing), _unranked(f.metric_standing))
                 for f, key in zip(found, groups, strict=True)}
     metric_names = {key: f.metric_standing.quantity.what.removeprefix("final ") for f, key in
@@ -76,11 +77,19 @@ def _matrix(device: str, found: Sequence[Finding]) -> Matrix:
     return Matrix(device, groups, frameworks, speed, metric, metric_names, unranked, lines, needed)
 
 
-def row_key(marks: Sequence[Mark], name: str) -> tuple[int, int, str]:
-    """A row's place: the workloads where the framework is shown fastest (most first), then those where it is
-    shown slower than the fastest (fewest first), then its name. Only shown verdicts order rows: two
-    frameworks that no test tells apart stand in name order, however their unshown ratios differ."""
-    return -sum(m.best and m.shown for m in marks), sum(not m.best and m.shown for m in marks), name
+def row_key(marks: Sequence[Mark], slower_pairs: int, name: str) -> tuple[int, int, str]:
+    """A row's place: the workloads where the framework is shown fastest (most first), then the frameworks it
+    is shown slower than, counted over the workloads (fewest first: the tests cover every pair, so a framework
+    shown slower than the fastest alone stands above one shown slower than three), then its name. Only shown
+    verdicts order rows: two frameworks that no test tells apart stand in name order, however their unshown
+    ratios differ."""
+    return -sum(m.best and m.shown for m in marks), slower_pairs, name
+
+
+def shown_slower_pairs(name: str, found: Sequence[Finding]) -> int:
+    """(workload, framework) pairs whose speed test shows `name` slower than that framework."""
+    return sum(_slower_than(f.speed_standing.tests, name, other) for f in found for other in f.speed_standing.order
+               if other != name)
 
 
 def _unranked(ranked: Standing) -> str | None:

@@ -32,7 +32,7 @@ table.overview th.fw{text-align:left;white-space:nowrap}
 table.overview .why{display:block;font-weight:400;color:#667;font-size:11px}
 td.speed{font-weight:600;min-width:40px}
 td.speed.unshown{background-color:#eef0f3;color:#556;font-weight:400}
-td.speed .ci{display:block;font-weight:400;font-size:10.5px;white-space:nowrap}
+td.speed .ci{display:block;font-weight:400;font-size:10.5px;white-space:nowrap;color:inherit}
 .intervals{display:flex;flex-wrap:wrap;gap:10px;margin:8px 0}
 .intervals figure.chart{margin:0}
 p.needed{font-size:13px;margin:4px 0}
@@ -79,8 +79,19 @@ def _speed_cell(mark: Mark | None, workload: str) -> str:
                      if value is not None)
     return (f'<td class="speed{"" if mark.shown else " unshown"}" data-workload="{escape(workload)}" '
             f'data-ratio="{mark.value:.4g}"{bounds} data-n="{mark.n}" data-shown="{str(mark.shown).lower()}" '
-            f'data-colour="{speed_colour(mark)}" style="background-color:{speed_colour(mark)}" '
+            f'data-colour="{speed_colour(mark)}" style="background-color:{speed_colour(mark)}'
+            + (f';color:{text_colour(speed_colour(mark))}' if mark.shown else "") + '" '
             f'title="{escape(title)}">{text}<span class="ci">{escape(interval_text(mark))}</span></td>')
+
+
+def text_colour(background: str) -> str:
+    """White on a dark cell, near-black on a light one (WCAG relative luminance of the #rrggbb background), so
+    that the ratio and its interval stay legible on the saturated ends of the scale."""
+    channels = [int(background[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+    linear = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    luminance = 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+    # the background against which white and #1a1a1a have equal contrast: (1.05)/(L+.05) = (L+.05)/(0.0103+.05)
+    return "#ffffff" if luminance < 0.18 else "#1a1a1a"
 
 
 def _metric_cell(mark: Mark | None, metric: str, fmt_best: str, workload: str) -> str:
