@@ -85,13 +85,16 @@ def _speed_cell(mark: Mark | None, workload: str) -> str:
 
 
 def text_colour(background: str) -> str:
-    """White on a dark cell, near-black on a light one (WCAG relative luminance of the #rrggbb background), so
-    that the ratio and its interval stay legible on the saturated ends of the scale."""
-    channels = [int(background[i:i + 2], 16) / 255 for i in (1, 3, 5)]
-    linear = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
-    luminance = 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
-    # the background against which white and #1a1a1a have equal contrast: (1.05)/(L+.05) = (L+.05)/(0.0103+.05)
-    return "#ffffff" if luminance < 0.18 else "#1a1a1a"
+    """White or near-black, whichever contrasts more with the #rrggbb background (WCAG's ratio of relative
+    luminances), so that the ratio and its interval stay legible on the saturated ends of the scale."""
+    def luminance(colour: str) -> float:
+        channels = [int(colour[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+        linear = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+        return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+    cell = luminance(background)
+    on_white = (luminance("#ffffff") + 0.05) / (cell + 0.05)
+    on_dark = (cell + 0.05) / (luminance("#1a1a1a") + 0.05)
+    return "#ffffff" if on_white > on_dark else "#1a1a1a"
 
 
 def _metric_cell(mark: Mark | None, metric: str, fmt_best: str, workload: str) -> str:
