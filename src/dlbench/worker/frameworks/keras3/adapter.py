@@ -23,8 +23,8 @@ framework's adapter forms alike: the split converted to the backend's tensors on
 it), each batch gathered on the device by the epoch's order, base.batch_slices' consecutive batches with
 the last one smaller (run_train_function). fit itself builds, every call and so inside the epoch's clock,
 a data adapter with a host copy of the split, on TensorFlow a tf.data pipeline and its iterators, and a
-callback list: 40-85 ms an epoch on keras-tensorflow, +20-28 % of a quick-suite cnn-mnist epoch, which no
-other framework pays (issue 46). feed_matches_fit() below trains a twin by
+callback list: on keras-tensorflow 40-85 ms an epoch, +20-28 % of a quick-suite cnn-mnist epoch on a 2-core
+AMD EPYC (issue 46), which no other framework pays. feed_matches_fit() below trains a twin by
 
     model.fit(x[order], y[order], batch_size=bs, shuffle=False, epochs=1, verbose=0)
 
