@@ -622,7 +622,7 @@ class Adapter(BaseAdapter):
         self.optimizer = make_optimizer(recipe["optimizer"], recipe.get("schedule"))
         self._trainers = {}  # input scale -> compiled Trainer (the weights and optimizer are shared)
         self._arrays = {}  # id of a Split -> (the split, x, y in memory)
-        self._tensors = {}  # id of a Split -> (x, y) as the backend's tensors on the device
+        self._tensors = {}  # id of a Split -> (the split, x, y as the backend's tensors on the device)
 
     # ---- facts ----
 
@@ -678,14 +678,16 @@ class Adapter(BaseAdapter):
         return self._arrays[key][1:]
 
     def _tensors_of(self, data: Split):
-        """Inputs and labels as the backend's tensors on the cell's device, converted once per split (at
-        the first epoch, which takes every conversion and compilation in every framework)."""
+        """Inputs and labels as the backend's tensors on the cell's device, converted once per split (in the
+        first epoch, which takes every conversion and compilation in every framework) from the split itself,
+        so that no second copy stays in host memory (pixels stay uint8)."""
         key = id(data)
-        if key not in self._tensors:
-            x, y = self._arrays_of(data)
+        if key not in self._tensors:  # holding the split keeps its id from being reused
+            x = np.array(data.x) if self.float_inputs else np.array(data.x, dtype=np.int32)
             with keras.device(self.device_name):
-                self._tensors[key] = (ops.convert_to_tensor(x), ops.convert_to_tensor(y))
-        return self._tensors[key]
+                x, y = ops.convert_to_tensor(x), ops.convert_to_tensor(np.array(data.y, dtype=np.int32))
+            self._tensors[key] = (data, x, y)
+        return self._tensors[key][1:]
 
     def _sums(self, trainer: Trainer) -> Dict[str, float]:
         return finish_metrics(self.loss_name, *np.asarray(ops.convert_to_numpy(trainer.epoch_sums.sums), np.float64))
