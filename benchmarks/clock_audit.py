@@ -162,8 +162,9 @@ def bookkeeping_s(framework: str, module, split, logits_shape, rounds: int, kera
 
 
 def inside(cell: dict, rounds: int) -> list:
-    """The audit's rows for one cell: the adapter's epochs, and for Keras also fit's (the adapter before
-    issue 46) interleaved with them, with the bookkeeping of each."""
+    """The audit's rows for one cell: the adapter's epochs, and for Keras also fit's (the adapter's feed
+    before issue 46; the step is the same) interleaved with them, with the bookkeeping of each: the
+    adapter's first maximum, and for the fit row ops.argmax (the Keras adapter's before issue 46)."""
     from dlbench.shared.ir import infer_shapes
     from dlbench.worker.cell import load_adapter_class, load_split, read_meta, starting_weights
     from dlbench.worker.train import first_samples
@@ -176,7 +177,7 @@ def inside(cell: dict, rounds: int) -> list:
     keras = cell["framework"].startswith("keras")
     variants = {"adapter": train_epoch}
     if keras:
-        variants["fit, ops.argmax"] = keras_fit_epoch
+        variants["fit"] = keras_fit_epoch  # its bookkeeping row times ops.argmax, the form before issue 46
     rows = epoch_rounds(adapter, variants, split, cell["seed"], batch_size, rounds)
     logits_shape = (batch_size,) + tuple(infer_shapes(cell["model"])[-1][2])  # the last layer's output
     module = sys.modules[adapter_class.__module__]
