@@ -9,7 +9,9 @@ a case with "data": {"x": path, "y": path, "scale"} trains on those arrays' firs
 "grid" (a list of floats) is a dense layer as wide as the grid, then an activation: it gets an identity
 kernel and zero bias, and its row holds only the predictions on the grid (the activation itself); a case
 with "gradients" (weight name -> a list of steps) applies them one step each through apply_gradients from
-the case's "weights", and its row holds the weights after every step. Last, one line {"workload":
+the case's "weights", and its row holds the weights after every step; a case with "fit_orders" (Keras's
+adapters alone) trains two twins on 21 generated samples, one by train_epoch, one by model.fit, over that
+many epoch orders, and its row is the adapter module's feed_matches_fit. Last, one line {"workload":
 "refusals", ...}: what the adapter raised for a layer type, an optimizer and a learning-rate schedule that
 the IR and the recipes would accept (patched in here) but that it has no code for.
 Data come from numpy's legacy RandomState, whose stream is the same in every numpy version, so the
@@ -110,6 +112,16 @@ def check(adapter_class, case):
     }
 
 
+def fit_comparison(adapter_class, case):
+    """Keras's train_epoch against model.fit over the same epoch orders (keras3/adapter.py's
+    feed_matches_fit): 21 samples in batches of 8, so the last batch of every epoch is partial."""
+    data = tiny_data(case, 21)
+    orders = [epoch_order(0, epoch, len(data)) for epoch in range(1, case["fit_orders"] + 1)]
+    compare = sys.modules[adapter_class.__module__].feed_matches_fit
+    return dict(compare(case["model"], dict(case["recipe"], batch_size=8), case["task"], data, orders),
+                workload=case["workload"])
+
+
 def grid(adapter_class, case):
     """The activation alone on the case's grid of inputs, through an identity dense layer."""
     adapter = adapter_class(case["model"], dict(case["recipe"], batch_size=1), case["task"], "cpu", 1, 0)
@@ -168,7 +180,8 @@ def main():
     adapter_class = load_adapter_class(sys.argv[1])
     cases = json.load(sys.stdin)
     for case in cases:
-        run = grid if "grid" in case else optimizer_steps if "gradients" in case else check
+        run = (grid if "grid" in case else optimizer_steps if "gradients" in case
+               else fit_comparison if "fit_orders" in case else check)
         print(json.dumps(run(adapter_class, case)), flush=True)
     print(json.dumps(refusals(adapter_class, cases[0])), flush=True)
 

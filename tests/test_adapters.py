@@ -103,8 +103,9 @@ def case_rows(checked: dict[str, dict]) -> dict[str, dict]:
 def checked(request, compile_cache, standin_cases) -> dict[str, dict]:
     """Every case of this file in one process per framework: the workloads, their stand-ins, the Transformer
     pieces and AdamW's (defined below)."""
-    return run_check(request.param, CASES + standin_cases + [PIECES, GELU_GRID, BLOCKS, ADAMW_TRAINING, ADAMW_STEPS],
-                     compile_cache)
+    keras_only = FIT_CASES if request.param.startswith("keras") else []
+    return run_check(request.param, CASES + standin_cases + [PIECES, GELU_GRID, BLOCKS, ADAMW_TRAINING, ADAMW_STEPS]
+                     + keras_only, compile_cache)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c["workload"])
@@ -307,3 +308,45 @@ def test_adamw_with_warmup_cosine_lowers_the_loss(checked):
 def test_a_schedule_the_adapter_lacks_raises_naming_it(checked):
     refused = checked["refusals"]["schedule"]
     assert "schedule 'novel'" in (refused or ""), refused
+
+
+# ---- Keras: the adapter's feed (its train function over batches gathered on the device) trains as fit ----
+
+def without_dropout(layers: list[dict]) -> list[dict]:
+    """The layers without dropout (attention's included): two Keras models draw different dropout masks."""
+    kept = []
+    for layer in layers:
+        if layer["type"] == "dropout":
+            continue
+        layer = dict(layer, layers=without_dropout(layer["layers"])) if "layers" in layer else dict(layer)
+        if layer["type"] == "attention":
+            layer["dropout"] = 0.0
+        kept.append(layer)
+    return kept
+
+
+def fit_case(workload: str) -> dict:
+    case = next(case for case in CASES if case["workload"] == workload)
+    model = dict(case["model"], layers=without_dropout(case["model"]["layers"]))
+    return dict(case, workload=f"{workload} fed as fit", model=model, fit_orders=3)
+
+
+# SGD with momentum and coupled L2 over BatchNorm on uint8 pixels, Adadelta on a language model, Adam on the
+# masked loss, AdamW with its warm-up and cosine schedule
+FIT_CASES = [fit_case(name) for name in ("cnn-svhn", "lstm-ptb", "seq2seq-manythings", "transformer-lm")]
+
+
+@pytest.mark.parametrize("checked", [name for name in FRAMEWORKS if name.startswith("keras")], indirect=True)
+@pytest.mark.parametrize("case", FIT_CASES, ids=lambda c: c["workload"])
+def test_keras_feed_trains_as_fit(checked, case):
+    """Three epochs of 21 samples in batches of 8 (a partial last batch) by train_epoch and by model.fit from
+    the same weights: the same weights to float32 rounding, the same epoch metrics and optimiser steps. A
+    batch taken out of order, a step missed or run twice, or a schedule read at another step is far off."""
+    result = checked[case["workload"]]
+    print(f"max |feed - fit| weight: {result['max_weight_difference']:.3g}")
+    assert result["feed_iterations"] == result["fit_iterations"] == 9
+    assert result["max_weight_difference"] <= 1e-5
+    for feed, fit in zip(result["feed_metrics"], result["fit_metrics"], strict=True):
+        assert feed.keys() == fit.keys()
+        for name, value in fit.items():
+            assert abs(feed[name] - value) <= 1e-5 * max(1.0, abs(value)), (name, feed[name], value)

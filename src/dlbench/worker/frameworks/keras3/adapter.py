@@ -17,17 +17,22 @@ projection biases to (heads, dk)), so get/set weights and the gradients reshape.
 ops.dot_product_attention(is_causal=...), each backend's fused kernel. Learned positions and the tied
 output (x E^T + b on the Embedding's own variable, listed once by Keras) are two small layers below.
 
-Training is model.fit over the epoch's order, the Keras way:
+Training drives Keras's own compiled train step (trainer.train_function, which fit calls, as compile()
+resolved it: a tf.function, a jax.jit of train_step, torch's eager train_step) over batches that every
+framework's adapter forms alike: the split converted to the backend's tensors once (the first epoch takes
+it), each batch gathered on the device by the epoch's order, base.batch_slices' consecutive batches with
+the last one smaller (run_train_function). fit itself builds, every call and so inside the epoch's clock,
+a data adapter with a host copy of the split, on TensorFlow a tf.data pipeline and its iterators, and a
+callback list: on keras-tensorflow 40-85 ms an epoch, +20-28 % of a quick-suite cnn-mnist epoch on a 2-core
+AMD EPYC (issue 46), which no other framework pays. feed_matches_fit() below trains a twin by
 
     model.fit(x[order], y[order], batch_size=bs, shuffle=False, epochs=1, verbose=0)
 
-With shuffle=False, Keras's ArrayDataAdapter (keras/src/trainers/data_adapters/array_data_adapter.py:
-_get_iterator for jax/numpy, a SequentialSampler BatchSampler with drop_last=False for torch, the
-index batches plus the partial batch for tf.data) yields the slices [i*bs, min((i+1)*bs, n)) in
-order, the last one smaller: exactly base.batch_slices(n, bs). fit_matches_batch_slices() below
-checks it against a train_on_batch loop over batch_slices (45 samples in batches of 8, SGD + L2 CNN
-with BatchNorm and an Adam masked-loss LSTM; max weight difference with keras 3.15.1: 0.0 on jax
-and torch, 2e-7 on tensorflow, i.e. the same batches in the same order).
+whose ArrayDataAdapter forms the same slices with shuffle=False (keras/src/trainers/data_adapters/
+array_data_adapter.py: _get_iterator), and compares (tests/test_adapters.py: test_keras_feed_trains_as_fit):
+SGD + L2 BatchNorm CNN, Adadelta LSTM language model, Adam masked seq2seq, AdamW with warm-up and cosine,
+3 epochs of 21 samples in batches of 8: weight difference 0.0 on all three backends (keras 3.15.1), the
+same epoch sums and optimiser iterations.
 
 Pixels stay uint8 until a batch: a small trainer model wraps the float model and divides by the
 split's input scale on the device. The epoch's metric sums (batch mean loss x batch weight, weight,
@@ -51,6 +56,7 @@ Where Keras differs from the reference (PyTorch) semantics, it is corrected here
 """
 from __future__ import annotations
 
+import itertools
 import os
 from typing import Dict
 
@@ -91,6 +97,7 @@ if BACKEND == "tensorflow":
     _configure_tf_threads(thread_budget())
 elif BACKEND == "jax":
     import jax
+    import jax.numpy as jnp
     import jaxlib
 elif BACKEND == "torch":
     import torch
@@ -320,6 +327,22 @@ def make_loss(name: str):
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
+def first_maximum(scores):
+    """argmax over the last axis (the first maximum) as the backend's own adapter takes it, its fastest exact
+    form (docs/fairness.md, "One bookkeeping rule"): torch's max(-1).indices, the JAX adapter's max, compare
+    and min (a NaN counts as the maximum, as in jnp.argmax), TensorFlow's argmax. On lstm-ptb's logits
+    (600 x 2,000, 2 busy cores, medians): keras-jax 2.6 ms against ops.argmax's 8.6, keras-torch 5.1
+    against 14.6; on TensorFlow neither top_k (1.6 ms) nor max-compare-min (3.6) beat argmax (2.2) clearly."""
+    if BACKEND == "torch":
+        return torch.max(scores, -1).indices
+    if BACKEND == "jax":
+        top = jnp.max(scores, axis=-1, keepdims=True)
+        positions = jax.lax.broadcasted_iota("int32", scores.shape, scores.ndim - 1)
+        hit = (scores == top) | jnp.isnan(scores)
+        return jnp.min(jnp.where(hit, positions, scores.shape[-1]), axis=-1)
+    return ops.argmax(scores, axis=-1)
+
+
 def batch_terms(name: str, y_true, y_pred):
     """(weight, right, made) of one batch as finish_metrics sums them (see pytorch.loss_terms)."""
     labels = ops.cast(y_true, "int32")
@@ -327,7 +350,7 @@ def batch_terms(name: str, y_true, y_pred):
     if name == "sigmoid_cross_entropy":
         right = ops.sum(ops.cast(ops.equal(ops.greater(y_pred, 0.0), ops.equal(labels, 1)), "float32"))
         return batch, right, batch
-    hits = ops.equal(ops.cast(ops.argmax(y_pred, axis=-1), "int32"), labels)
+    hits = ops.equal(ops.cast(first_maximum(y_pred), "int32"), labels)
     if name == "masked_sequence_softmax_cross_entropy":
         kept = ops.not_equal(labels, PAD_ID)
         count = ops.sum(ops.cast(kept, "float32"))
@@ -499,6 +522,57 @@ def make_optimizer(config: dict, schedule=None):
     return cls(learning_rate=learning_rate(config, schedule), **kwargs)
 
 
+# ---- the training feed ------------------------------------------------------------------------
+
+def gather(tensor, index):
+    """The rows of a split's tensor at a batch's positions in the epoch's order: one gather on the device."""
+    if BACKEND == "tensorflow":
+        return tf.gather(tensor, index)
+    return tensor[index]
+
+
+JAX_STATE = ("trainable_variables", "non_trainable_variables", "optimizer_variables", "metrics_variables")
+
+
+def run_train_function(trainer: Trainer, batches) -> None:
+    """One epoch of Keras's own compiled train step, trainer.train_function as compile() resolved it for the
+    backend (a tf.function, a jax.jit of train_step, torch's eager train_step), over the (x, y) batches as
+    fit drives it (keras/src/backend/*/trainer.py, keras 3.15): the metrics reset, the model built and the
+    function made on the first call; on jax the state (variables, optimiser slots, metric sums) threaded
+    through the steps and written back to the variables after the last, on torch the module in training
+    mode. What fit builds around it every call is left out of the clock: the data adapter with its host
+    copy of the split, on tensorflow a tf.data pipeline and its iterators, and the callback list."""
+    batches = iter(batches)
+    first = next(batches)
+    if trainer.train_function is None:  # the first epoch: fit's build and function, once
+        if BACKEND == "tensorflow":
+            trainer._maybe_symbolic_build(data_batch=first)
+        else:
+            trainer._symbolic_build(data_batch=first)
+        trainer.make_train_function()
+    trainer.reset_metrics()
+    batches = itertools.chain((first,), batches)
+    if BACKEND == "jax":
+        state = trainer._get_jax_state(**dict.fromkeys(JAX_STATE, True), purge_model_variables=True)
+        trainer._jax_state_synced = False
+        try:
+            for batch in batches:
+                _, state = trainer.train_function(state, iter((batch,)))
+        finally:  # the variables take the state back, as fit's jax_state_sync after an epoch
+            trainer._jax_state = dict(zip(JAX_STATE, state))
+            trainer.jax_state_sync()
+            trainer._jax_state = None
+    elif BACKEND == "torch":
+        trainer.train()
+        for batch in batches:
+            trainer.train_function((batch,))
+        trainer.eval()
+    else:
+        for batch in batches:
+            trainer.train_function((batch,))
+    trainer.optimizer.finalize_variable_values(trainer.trainable_weights)  # as fit ends (moving averages)
+
+
 # ---- the adapter ------------------------------------------------------------------------------
 
 def _check_device(device: str) -> str:
@@ -548,6 +622,7 @@ class Adapter(BaseAdapter):
         self.optimizer = make_optimizer(recipe["optimizer"], recipe.get("schedule"))
         self._trainers = {}  # input scale -> compiled Trainer (the weights and optimizer are shared)
         self._arrays = {}  # id of a Split -> (the split, x, y in memory)
+        self._tensors = {}  # id of a Split -> (the split, x, y as the backend's tensors on the device)
 
     # ---- facts ----
 
@@ -602,15 +677,29 @@ class Adapter(BaseAdapter):
             self._arrays[key] = (data, x, np.array(data.y).astype(np.int32, copy=False))
         return self._arrays[key][1:]
 
+    def _tensors_of(self, data: Split):
+        """Inputs and labels as the backend's tensors on the cell's device, converted once per split (in the
+        first epoch, which takes every conversion and compilation in every framework) from the split itself,
+        so that no second copy stays in host memory (pixels stay uint8)."""
+        key = id(data)
+        if key not in self._tensors:  # holding the split keeps its id from being reused
+            x = np.array(data.x) if self.float_inputs else np.array(data.x, dtype=np.int32)
+            with keras.device(self.device_name):
+                x, y = ops.convert_to_tensor(x), ops.convert_to_tensor(np.array(data.y, dtype=np.int32))
+            self._tensors[key] = (data, x, y)
+        return self._tensors[key][1:]
+
     def _sums(self, trainer: Trainer) -> Dict[str, float]:
         return finish_metrics(self.loss_name, *np.asarray(ops.convert_to_numpy(trainer.epoch_sums.sums), np.float64))
 
     def train_epoch(self, data, order):
-        x, y = self._arrays_of(data)
+        x, y = self._tensors_of(data)
         trainer = self._trainer(data.input_scale)
         with keras.device(self.device_name):
-            trainer.fit(x[order], y[order], batch_size=self.recipe["batch_size"], shuffle=False, epochs=1,
-                        verbose=0)
+            index = ops.convert_to_tensor(order)
+            batches = ((gather(x, index[batch]), gather(y, index[batch]))
+                       for batch in batch_slices(len(order), self.recipe["batch_size"]))
+            run_train_function(trainer, batches)
         return self._sums(trainer)
 
     def evaluate(self, data):
@@ -695,17 +784,25 @@ class Adapter(BaseAdapter):
             tf.test.experimental.sync_devices()
 
 
-def fit_matches_batch_slices(model: dict, recipe: dict, task: str, data: Split, order: np.ndarray) -> float:
-    """Largest weight difference between an adapter's train_epoch (fit with shuffle=False over x[order])
-    and a twin adapter's train_on_batch loop over base.batch_slices, from the same weights (use a model
-    without dropout): 0.0 when fit took the same batches in the same order. A development check."""
-    by_fit, by_loop = (Adapter(model, recipe, task, "cpu", 1, 0) for _ in range(2))
-    by_loop.set_weights(by_fit.get_weights())
-    by_fit.train_epoch(data, order)
-    x, y = by_loop._arrays_of(data)
-    trainer = by_loop._trainer(data.input_scale)
-    with keras.device(by_loop.device_name):
-        for batch in batch_slices(len(order), recipe["batch_size"]):
-            trainer.train_on_batch(x[order[batch]], y[order[batch]])
-    fit_weights, loop_weights = by_fit.get_weights(), by_loop.get_weights()
-    return max(float(np.max(np.abs(fit_weights[k] - loop_weights[k]))) for k in fit_weights)
+def feed_matches_fit(model: dict, recipe: dict, task: str, data: Split, orders) -> dict:
+    """An adapter's epochs (train_epoch: Keras's train function over batches gathered on the device) against
+    a twin adapter's model.fit(x[order], y[order], batch_size, shuffle=False, epochs=1) over the same orders,
+    from the same weights (use a model without dropout, whose masks differ between two models): the largest
+    weight difference, each one's epoch metrics and the optimiser's iteration count. A development check
+    (tests/adapter_check.py runs it): with shuffle=False, Keras's ArrayDataAdapter forms the slices
+    base.batch_slices forms, so equal weights mean the same batches, steps, schedule and metric sums."""
+    by_feed, by_fit = (Adapter(model, recipe, task, "cpu", 1, 0) for _ in range(2))
+    by_fit.set_weights(by_feed.get_weights())
+    feed_metrics = [by_feed.train_epoch(data, order) for order in orders]
+    x, y = by_fit._arrays_of(data)
+    trainer = by_fit._trainer(data.input_scale)
+    fit_metrics = []
+    for order in orders:
+        with keras.device(by_fit.device_name):
+            trainer.fit(x[order], y[order], batch_size=recipe["batch_size"], shuffle=False, epochs=1, verbose=0)
+        fit_metrics.append(by_fit._sums(trainer))
+    feed_weights, fit_weights = by_feed.get_weights(), by_fit.get_weights()
+    return {"max_weight_difference": max(float(np.max(np.abs(feed_weights[k] - fit_weights[k]))) for k in fit_weights),
+            "feed_metrics": feed_metrics, "fit_metrics": fit_metrics,
+            "feed_iterations": int(ops.convert_to_numpy(by_feed.optimizer.iterations)),
+            "fit_iterations": int(ops.convert_to_numpy(by_fit.optimizer.iterations))}
