@@ -164,13 +164,13 @@ def test_a_plan_over_10000_cells_or_beyond_the_last_seed_is_refused_before_it_is
     with pytest.raises(SuiteError, match=r"^seed 4294967295 and 2 repetitions: the last repetition would draw "
                                          r"from seed 4294967296; seed \+ repetitions - 1 may be at most 4294967295$"):
         suite.plan(suite.load(str(path)))
-    # --repeat 100000000 built a list of every cell first and ran out of memory (MemoryError); 371 repetitions
-    # of the quick suite's 27 cells are 10,017
-    with pytest.raises(SuiteError, match=r"^the plan would hold 10,017 cells \(371 repetitions x 3 workload entries "
+    # --repeat 100000000 built a list of every cell first and ran out of memory (MemoryError); 556 repetitions
+    # of the quick suite's 18 cells are 10,008
+    with pytest.raises(SuiteError, match=r"^the plan would hold 10,008 cells \(556 repetitions x 2 workload entries "
                                          r"and axis values x 9 frameworks\); a plan holds at most 10,000: ask for "
                                          r"fewer repetitions \(repeat, --repeat\), workloads \(-w\), frameworks "
                                          r"\(-f\) or values of the entries' batch_size and threads$"):
-        suite.plan(suite.load("quick"), repeat=371)
+        suite.plan(suite.load("quick"), repeat=556)
     # a sweep's axes count: 2 batch sizes x 3 threads x 1,667 repetitions are 10,002 cells
     sweep = suite.load(str(write_suite(tmp_path, "name: s\nframeworks: [pytorch]\nworkloads:\n  - {workload: "
                                                  "cnn-mnist, dataset: digits-28, batch_size: [32, 64], "
@@ -178,7 +178,7 @@ def test_a_plan_over_10000_cells_or_beyond_the_last_seed_is_refused_before_it_is
     with pytest.raises(SuiteError, match=r"^the plan would hold 10,002 cells \(1,667 repetitions x 6 workload "):
         suite.plan(sweep, repeat=1667)
     assert len(suite.plan(sweep, repeat=1666)) == 9_996
-    assert len(suite.plan(suite.load("quick"), repeat=371, frameworks=["pytorch"])) == 371 * 3
+    assert len(suite.plan(suite.load("quick"), repeat=556, frameworks=["pytorch"])) == 556 * 2
     plain = suite.load(str(write_suite(tmp_path, "name: s\nframeworks: [pytorch]\n" + ENTRY)))
     assert len(suite.plan(plain, repeat=10_000)) == 10_000
 
