@@ -71,7 +71,7 @@ def test_frameworks_all_means_those_with_a_cuda_build_on_a_gpu(tmp_path):
     assert suite.load("paper-gpu").frameworks == (
         "pytorch", "tensorflow", "keras-tensorflow", "keras-jax", "keras-torch", "jax", "mxnet")
     assert suite.load("paper-gpu").device == "gpu"
-    cells = suite.plan(suite.load("quick"), workloads=["cnn-mnist"], device="gpu")
+    cells = suite.plan(suite.load("quick"), workloads=["cnn-mnist"], device="gpu", repeat=1)
     assert sorted(cell.framework for cell in cells) == sorted(WITH_CUDA)
     path = tmp_path / "gpu.yaml"
     path.write_text("name: g\nframeworks: all\ndevice: gpu\nworkloads: [{workload: cnn-mnist, dataset: digits-28}]\n")
@@ -84,7 +84,7 @@ def test_frameworks_all_means_those_with_a_cuda_build_on_a_gpu(tmp_path):
 
 def test_gpu_cells_without_a_gpu_are_refused_before_anything_is_built(tmp_path):
     home = tmp_path / "home"
-    done = dlbench("run", "quick", "--device", "gpu", "-w", "cnn-mnist", "-f", "pytorch", "--results",
+    done = dlbench("run", "quick", "--device", "gpu", "-w", "cnn-mnist", "-f", "pytorch", "--repeat", "1", "--results",
                    str(tmp_path / "results"), env=dict(os.environ, DLBENCH_HOME=str(home), CUDA_VISIBLE_DEVICES=""))
     if done.returncode != 2:
         pytest.skip("this machine has an NVIDIA GPU")  # CI's machines have none

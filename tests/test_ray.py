@@ -45,8 +45,8 @@ def quiet(*args) -> None:
 
 
 def cells(epochs: int = 2, repeat: int | None = None) -> list[suite.Cell]:
-    """Without threads: each gets the cores of the node that runs it."""
-    return suite.plan(suite.load("quick"), ["pytorch"], [WORKLOAD], None, repeat, epochs, None)
+    """Without threads: each gets the cores of the node that runs it; one run of each cell unless asked."""
+    return suite.plan(suite.load("quick"), ["pytorch"], [WORKLOAD], None, repeat or 1, epochs, None)
 
 
 @pytest.fixture(scope="module")
@@ -226,7 +226,7 @@ def test_a_gpu_cell_runs_only_on_a_node_with_a_gpu(cluster, data_dir, tmp_path, 
 
     adopt_as_gpu_environment(tmp_path / "home", "pytorch")
     monkeypatch.setenv("DLBENCH_HOME", str(tmp_path / "home"))  # before the GPU node starts: it inherits it
-    plan = suite.plan(suite.load("quick"), ["pytorch"], ["cnn-mnist"], "gpu", None, 1, None)
+    plan = suite.plan(suite.load("quick"), ["pytorch"], ["cnn-mnist"], "gpu", 1, 1, None)
     with pytest.raises(ClusterError, match="no Ray node with a CPU and a GPU is alive; 1 cells not run"):
         ray_plan(cluster, plan, Options(tmp_path / "none", data_dir, peak_size=0))
     # a GPU in name only; add_node returns once the node is registered (wait_for_nodes would also wait

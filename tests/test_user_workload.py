@@ -570,6 +570,8 @@ def test_certify_power_checks_only_the_suites_own_workload(tmp_path):
     done = guard.run([sys.executable, "-m", "dlbench", "certify", "--power", "--suite", str(path), "--results",
                       str(tmp_path / "results")], 600)
     assert done.returncode == 0, done.stdout + done.stderr
-    rows = [line.split()[0] for line in done.stdout.splitlines()[2:] if line.strip() and " of " not in line]
+    # the notice that the workload file runs, then the table's header and rule
+    assert done.stdout.startswith(f"dlbench: running workload file {tmp_path / 'mine.py'} ")
+    rows = [line.split()[0] for line in done.stdout.splitlines()[3:] if line.strip() and " of " not in line]
     assert rows and set(rows) == {"mine"}, done.stdout
     assert "conv2d_1.filters" in done.stdout

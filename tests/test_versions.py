@@ -74,8 +74,8 @@ def two_versions(tmp_path_factory) -> tuple[Path, Path]:
     results = tmp_path_factory.mktemp("versions") / "results"
     data = tmp_path_factory.mktemp("versions-data")
     # one thread a cell, as in test_e2e: beside the other pytest worker, more threads fight for its core
-    done = dlbench("run", "quick", "-f", "jax", "-f", OLDER_JAX, "-w", "lstm-ptb", "--epochs", "2", "--threads", "1",
-                   "--results", str(results), "--data-dir", str(data))
+    done = dlbench("run", "quick-large", "-f", "jax", "-f", OLDER_JAX, "-w", "lstm-ptb", "--epochs", "2",
+                   "--threads", "1", "--results", str(results), "--data-dir", str(data))
     assert done.returncode == 0, done.stdout + done.stderr
     return results, data
 
@@ -122,7 +122,7 @@ def test_an_environment_rebuilt_from_a_run_has_its_packages_and_its_runs_say_so(
     listed = dlbench("env", "list", env=variables).stdout
     assert f"ok: the packages of run {older['id']} (env create --from-run)" in listed
     again = tmp_path / "again"
-    done = dlbench("run", "quick", "-f", OLDER_JAX, "-w", "lstm-ptb", "--epochs", "1", "--results", str(again),
+    done = dlbench("run", "quick-large", "-f", OLDER_JAX, "-w", "lstm-ptb", "--epochs", "1", "--results", str(again),
                    "--data-dir", str(data), env=variables)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"0.6.2 (env of run {older['id']})" in dlbench("results", "--results", str(again), env=variables).stdout
