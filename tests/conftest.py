@@ -9,6 +9,7 @@ import pytest
 
 from dlbench.harness import data
 from dlbench.harness.environments import envs
+from dlbench.harness.plan import workloads
 
 # The last hang guard, for waits inside the test process (a Ray plan, a monitor's thread): longer than any
 # test's own guard on a child process, which fires first and shows the child's output. pytest-timeout
@@ -69,3 +70,15 @@ def certificates_apart(tmp_path_factory) -> Path:
         del os.environ["DLBENCH_CERTIFICATES"]
     else:
         os.environ["DLBENCH_CERTIFICATES"] = before
+
+
+@pytest.fixture
+def user_registries():
+    """The users' workloads and datasets a test registers in this process (reading a suite registers them),
+    forgotten after it."""
+    before = dict(data._DATASETS)
+    yield
+    workloads.USER_WORKLOADS.clear()
+    workloads.USER_FILES.clear()
+    data._DATASETS.clear()
+    data._DATASETS.update(before)

@@ -13,10 +13,10 @@ import psutil
 import pytest
 from user_errors import error_of
 
-from dlbench.harness import data, file_names
+from dlbench.harness import file_names
 from dlbench.harness.cli import main, parser
 from dlbench.harness.environments import envs
-from dlbench.harness.plan import suite, workloads
+from dlbench.harness.plan import suite
 from dlbench.harness.plan.suite import SuiteError
 from dlbench.harness.plan.workloads import WorkloadError
 from dlbench.harness.run import cell_config, record
@@ -391,17 +391,11 @@ WORKLOAD = user.Workload(name="huge", description="a dense layer of 2.5e17 units
 
 
 @pytest.fixture
-def fake_framework(tmp_path, monkeypatch):
+def fake_framework(tmp_path, monkeypatch, user_registries):
     """The tests' fake framework, its environment built under DLBENCH_HOME; the user's workloads and datasets
     registered by the test are forgotten after it."""
     monkeypatch.setitem(envs.RECIPES, "fakefw", fake_dlbench.RECIPE)
     fake_dlbench.make_environment(tmp_path / "home")
-    datasets = dict(data._DATASETS)
-    yield
-    workloads.USER_WORKLOADS.clear()
-    workloads.USER_FILES.clear()
-    data._DATASETS.clear()
-    data._DATASETS.update(datasets)
 
 
 def test_a_model_of_10_to_the_19_parameters_is_refused_before_any_cell(capsys, tmp_path, fake_framework):

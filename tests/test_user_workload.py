@@ -50,14 +50,8 @@ WORKLOAD = user.Workload(description="a tiny LSTM", model=model, task="binary",
 
 
 @pytest.fixture(autouse=True)
-def fresh_registries():
+def fresh_registries(user_registries):
     """Each test registers users' workloads and datasets in this process; none outlives it."""
-    before = dict(data._DATASETS)
-    yield
-    workloads.USER_WORKLOADS.clear()
-    workloads.USER_FILES.clear()
-    data._DATASETS.clear()
-    data._DATASETS.update(before)
 
 
 def images(n_train: int = 24, n_test: int = 8, classes: int = 3, side: int = 6) -> dict[str, np.ndarray]:
