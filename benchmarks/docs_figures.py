@@ -26,6 +26,7 @@ with one `docs_figures: error: ...` line and writes nothing.
 import argparse
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,6 +37,7 @@ from pathlib import Path
 
 from dlbench.harness import cli
 from dlbench.harness.plan import estimate, makespan, suite
+from dlbench.harness.plan.workloads import metric_label
 from dlbench.harness.store import FILENAME, Store
 
 REPO = Path(__file__).resolve().parent.parent
@@ -45,7 +47,6 @@ WINDOW = "1400,1000"  # the first screen a laptop shows
 FORECAST_SUITES = ("paper", "paper-gpu")
 UNITS = {"h": 3600, "min": 60, "s": 1}
 PERCENT_METRICS = {"accuracy", "map", "token_accuracy"}  # fractions, shown as percentages
-METRIC_NAMES = {"map": "mAP", "token_accuracy": "token accuracy"}
 
 
 class FiguresError(ValueError):
@@ -168,7 +169,7 @@ def row_label(runs: list[dict]) -> str:
                f"first {config['train_samples']:,} training samples" if config.get("train_samples") else None]
     details_text = "; ".join(d for d in details if d)
     name = first.get("metric_name") or "metric"
-    shown = "" if name == "accuracy" else f", {METRIC_NAMES.get(name, name)}"
+    shown = "" if name == "accuracy" else f", {metric_label(name)}"
     return f"{first['workload']} on {first.get('dataset')}{f' ({details_text})' if details_text else ''}{shown}"
 
 
@@ -177,12 +178,17 @@ def by_workload(runs: list[dict], suite_name: str) -> list[tuple[str, list[dict]
 
 
 def quick_metrics_block(runs: list[dict], suite_name: str) -> str:
-    """The metric after each run's last epoch, a workload a row, a framework a column ('-': no ok run)."""
+    """The metric after the last epoch, the median over each framework's ok runs (its repetitions), a workload a
+    row, a framework a column ('-': no ok run)."""
     frameworks = sorted({run["framework"] for run in runs})
     lines = [provenance(runs, suite_name), "",
              "| workload on its dataset | " + " | ".join(frameworks) + " |", "|---" * (len(frameworks) + 1) + "|"]
     for _, own in by_workload(runs, suite_name):
-        values = {run["framework"]: run.get("metric_value") for run in own if run.get("status") == "ok"}
+        finals: dict[str, list[float]] = {}
+        for run in own:
+            if run.get("status") == "ok" and run.get("metric_value") is not None:
+                finals.setdefault(run["framework"], []).append(run["metric_value"])
+        values = {framework: statistics.median(found) for framework, found in finals.items()}
         name = own[0].get("metric_name")
         lines.append(f"| {row_label(own)} | " + " | ".join(metric_text(name, values.get(f)) for f in frameworks)
                      + " |")
@@ -204,7 +210,7 @@ def quick_epochs_block(runs: list[dict], suite_name: str) -> str:
                     per_epoch.setdefault(row["epoch"], []).append(row["metric_value"])
         steps = [f"{epoch}: {metric_text(name, min(v))}" + ("" if min(v) == max(v) else f"-{metric_text(name, max(v))}")
                  for epoch, v in sorted(per_epoch.items())]
-        lines.append(f"| {workload} ({METRIC_NAMES.get(name or '', name)}) | {'; '.join(steps) or '-'} |")
+        lines.append(f"| {workload} ({metric_label(name)}) | {'; '.join(steps) or '-'} |")
     return "\n".join(lines) + "\n"
 
 

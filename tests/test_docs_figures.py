@@ -161,3 +161,15 @@ def test_durations_read_as_the_docs_write_them(seconds: float, text: str) -> Non
 @pytest.mark.parametrize(("text", "seconds"), [("17 min 8 s", 1028), ("1 h 2 min", 3720), ("1028 s", 1028)])
 def test_make_run_time_is_read_in_hours_minutes_and_seconds(text: str, seconds: int) -> None:
     assert docs_figures.parse_duration(text) == seconds
+
+
+def test_the_metric_table_takes_the_median_of_each_frameworks_runs(repo: Path, tmp_path: Path) -> None:
+    """Three runs a framework: the median, not the run stored last."""
+    runs = []
+    for repetition, accuracy in enumerate((0.50, 0.70, 0.40), start=1):
+        run, rows, samples = synthetic_run("pytorch", "cnn-mnist", repetition, 1.0, accuracy, position=repetition)
+        run.update(suite="quick", n_train=1000, flops_per_sample=1_000_000, achieved_gflops=5.0)
+        runs.append((run, rows, samples))
+    store_of(tmp_path / "three", runs)
+    assert run_script(repo, tmp_path / "three") == 0
+    assert "| cnn-mnist on digits-28 (4 epochs) | 50.0% |" in (repo / "docs" / "quick-suite.md").read_text()
