@@ -72,6 +72,13 @@ def stop(child: subprocess.Popen) -> None:
         pass
 
 
+def default_sigint() -> None:
+    """A child's preexec_fn: Ctrl-C as at a terminal. A test process started with SIGINT ignored (a shell's
+    background job, as a CI runner may start it) passes that on, and a harness keeps an ignored SIGINT
+    ignored, as it should; a test of what Ctrl-C does must not depend on how its runner was started."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run(command: list[str], seconds: float, *, input: str | None = None, env: dict | None = None,
         cwd: os.PathLike | str | None = None, check: bool = False) -> subprocess.CompletedProcess:
     """subprocess.run(command, capture_output=True, text=True) under a hang guard of `seconds`. The child

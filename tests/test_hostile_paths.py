@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import guard
 import numpy as np
 import psutil
 import pytest
@@ -329,7 +330,7 @@ def test_ctrl_c_prints_one_line_exits_130_and_leaves_no_worker(tmp_path: Path) -
     # its own process group, which Ctrl-C signals as a terminal does its foreground group
     harness = subprocess.Popen([sys.executable, "-c", SLEEPING_WORKER, *RUN, "--plain", "--results", str(results)],
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+                               start_new_session=True, preexec_fn=guard.default_sigint)
     try:
         pid_file = results / "worker" / "pid"
         deadline = time.monotonic() + 60

@@ -38,16 +38,10 @@ def run_args(suite_file: Path, results: Path, digits_dir: Path) -> list[str]:
     return ["run", str(suite_file), "--results", str(results), "--data-dir", str(digits_dir), "--plain"]
 
 
-def _default_sigint() -> None:
-    """A process started with SIGINT ignored (a shell's background job) keeps it ignored, as dlbench
-    does: the harness under test gets it back."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def start(args: list[str], **variables: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, str(FAKE_DLBENCH), *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=dict(os.environ, **variables),
-                            start_new_session=True, preexec_fn=_default_sigint)
+                            start_new_session=True, preexec_fn=guard.default_sigint)
 
 
 def dlbench(args: list[str]) -> subprocess.CompletedProcess:
@@ -155,7 +149,17 @@ def test_an_interrupted_run_stores_its_cell_as_interrupted_and_leaves_no_orphan(
     assert [run["status"] for run in stored(results)[0]] == ["interrupted", "ok"]
 
 
-def test_a_signal_inside_held_is_noted_and_raised_at_its_end(tmp_path):
+@pytest.fixture
+def ctrl_c_as_at_a_terminal():
+    """SIGINT raises KeyboardInterrupt in this process for the test, whatever the process inherited:
+    handled() rightly leaves an ignored SIGINT (a shell's background job, as a CI runner may start pytest)
+    ignored."""
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, inherited)
+
+
+def test_a_signal_inside_held_is_noted_and_raised_at_its_end(tmp_path, ctrl_c_as_at_a_terminal):
     """The executor's stretch from a cell's peak to its stored run: the first signal waits for the run to
     be stored (a worker about to start is not started), a second one raises at once."""
     before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
