@@ -68,7 +68,29 @@ def test_speed_is_idiomatic_time_over_dlbench_time():
     assert row.speed_percent == pytest.approx(100 * 3.1 / 4.1)
     lines = compare.table([row]).splitlines()
     assert lines[0].split("  ")[0] == "framework"
-    assert lines[1].split() == ["pytorch", "cnn-mnist", "4.100", "3.100", "75.6", "%", "0.5000", "0.6000"]
+    assert lines[1].split() == ["pytorch", "cnn-mnist", "1", "4.100", "3.100", "75.6", "%", "-", "-", "0.5000",
+                                "0.6000"]  # one run a side: no interval, no verdict
+
+
+def _row(dlbench_runs: list[float], idiomatic_runs: list[float]):
+    return compare.Row("jax", "lstm-ptb", compare.pooled([compare.Side([9.0, t], [1.0]) for t in dlbench_runs]),
+                       compare.pooled([compare.Side([9.0, t], [1.0]) for t in idiomatic_runs]),
+                       dlbench_runs=tuple(dlbench_runs), idiomatic_runs=tuple(idiomatic_runs))
+
+
+def test_repeated_runs_give_the_geometric_ratio_its_interval_and_the_verdict_against_95_percent():
+    slower = _row([1.00, 1.02, 0.98, 1.01], [0.80, 0.81, 0.79, 0.80])  # dlbench at about 80 %
+    estimate = slower.speed
+    assert estimate.n == 4 and estimate.level == 0.95
+    geometric = np.exp(np.mean(np.log([0.80, 0.81, 0.79, 0.80])) - np.mean(np.log([1.00, 1.02, 0.98, 1.01])))
+    assert slower.speed_percent == pytest.approx(100 * geometric)
+    assert estimate.low < estimate.median < estimate.high < 0.95
+    assert slower.against_target == "below 95%"
+    assert _row([1.00, 1.01, 0.99], [1.02, 1.03, 1.01]).against_target == "at or above 95%"
+    assert _row([1.0, 1.3, 0.8], [0.9, 1.2, 1.0]).against_target == "not shown either way"
+    line = compare.table([slower]).splitlines()[1].split()
+    assert line[2] == "4" and line[-4:-2] == ["below", "95%"]
+    assert line[7].endswith("-" + f"{100 * estimate.high:.1f}")
 
 
 def test_repetitions_pool_their_steady_times():

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from dlbench.harness import data
+from dlbench.harness.analysis import stats
 from dlbench.harness.data.prepared import VOCAB_FILE, Built, load_prepared, write_prepared
 from dlbench.harness.environments import envs
 from dlbench.harness.environments.process import worker_environment
@@ -74,6 +75,7 @@ DEFAULTS: dict[str, dict] = {
     "transformer-lm": {"dataset": "lee-news-lm", "train_limit": 320, "test_limit": 100},
 }
 DEFAULT_EPOCHS = 3  # the first (warm-up, compilation) and two steady ones
+TARGET = 0.95  # dlbench's speed should be at least this share of the idiomatic program's
 PROGRAM_TIMEOUT_S = 900.0
 
 
@@ -103,12 +105,38 @@ class Row:
     dlbench: Side | None
     idiomatic: Side | None
     note: str = ""  # why a side is missing
+    # each run's steady epoch time, a side's repetitions (empty where the row was built from one Side)
+    dlbench_runs: tuple[float, ...] = ()
+    idiomatic_runs: tuple[float, ...] = ()
+
+    @property
+    def speed(self) -> stats.Estimate | None:
+        """dlbench's speed as a share of the program's: the ratio of the sides' geometric mean steady times
+        (program over dlbench) with Welch's interval on the log times (stats.log_t_test, as the report's
+        pairs), from two runs a side; from one run a side, the ratio of the two steady times alone."""
+        if self.dlbench is None or self.idiomatic is None:
+            return None
+        if len(self.dlbench_runs) > 1 and len(self.idiomatic_runs) > 1:
+            return stats.log_t_test(self.idiomatic_runs, self.dlbench_runs)[0]
+        percent = speed_percent(self.dlbench.steady_epoch_s, self.idiomatic.steady_epoch_s)
+        return None if percent is None else stats.Estimate(1, percent / 100, None, None)
 
     @property
     def speed_percent(self) -> float | None:
-        if self.dlbench is None or self.idiomatic is None:
-            return None
-        return speed_percent(self.dlbench.steady_epoch_s, self.idiomatic.steady_epoch_s)
+        speed = self.speed
+        return None if speed is None or speed.median is None else 100.0 * speed.median
+
+    @property
+    def against_target(self) -> str:
+        """Whether the interval shows dlbench at or above TARGET of the program's speed, below it, or neither."""
+        speed = self.speed
+        if speed is None or speed.low is None or speed.high is None:
+            return "-"
+        if speed.low >= TARGET:
+            return f"at or above {TARGET:.0%}"
+        if speed.high < TARGET:
+            return f"below {TARGET:.0%}"
+        return "not shown either way"
 
 
 def steady_epoch_s(train_times: list[float]) -> float | None:
@@ -251,7 +279,12 @@ def compare_pair(framework: str, workload: str, args: argparse.Namespace, scratc
             else:
                 idiomatic_sides.append(run_program(framework, workload, program, prepared.path, scratch,
                                                    args.epochs, args.threads, args.seed, args.allocator))
-    return Row(framework, workload, pooled(dlbench_sides), pooled(idiomatic_sides))
+    return Row(framework, workload, pooled(dlbench_sides), pooled(idiomatic_sides),
+               dlbench_runs=runs_steady(dlbench_sides), idiomatic_runs=runs_steady(idiomatic_sides))
+
+
+def runs_steady(sides: list[Side]) -> tuple[float, ...]:
+    return tuple(s.steady_epoch_s for s in sides if s.steady_epoch_s is not None)
 
 
 def pooled(sides: list[Side]) -> Side:
@@ -266,16 +299,20 @@ def pooled(sides: list[Side]) -> Side:
 # ---- the table ----------------------------------------------------------------------------------
 
 def table(rows: list[Row]) -> str:
-    header = ["framework", "workload", "dlbench steady s", "idiomatic steady s", "dlbench speed % of idiomatic",
-              "dlbench final loss", "idiomatic final loss"]
+    header = ["framework", "workload", "runs a side", "dlbench steady s", "idiomatic steady s",
+              "dlbench speed % of idiomatic", "95 % interval", f"against {TARGET:.0%}", "dlbench final loss",
+              "idiomatic final loss"]
     lines = [header]
     for row in rows:
         if row.dlbench is None or row.idiomatic is None:
-            lines.append([row.framework, row.workload, "-", "-", row.note or "-", "-", "-"])
+            lines.append([row.framework, row.workload, "-", "-", "-", row.note or "-", "-", "-", "-", "-"])
             continue
-        percent = row.speed_percent
-        lines.append([row.framework, row.workload, _number(row.dlbench.steady_epoch_s, "{:.3f}"),
-                      _number(row.idiomatic.steady_epoch_s, "{:.3f}"), _number(percent, "{:.1f} %"),
+        speed = row.speed
+        interval = ("-" if speed is None or speed.low is None or speed.high is None
+                    else f"{100 * speed.low:.1f}-{100 * speed.high:.1f} %")
+        lines.append([row.framework, row.workload, str(max(1, min(len(row.dlbench_runs), len(row.idiomatic_runs)))),
+                      _number(row.dlbench.steady_epoch_s, "{:.3f}"), _number(row.idiomatic.steady_epoch_s, "{:.3f}"),
+                      _number(row.speed_percent, "{:.1f} %"), interval, row.against_target,
                       _number(row.dlbench.final_loss, "{:.4f}"), _number(row.idiomatic.final_loss, "{:.4f}")])
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
@@ -325,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(compare_pair(framework, workload, args, scratch, lambda m: print(m, flush=True)))
                 if rows[-1].speed_percent is not None:
                     print(f"  {framework} {workload}: dlbench at {rows[-1].speed_percent:.1f} % of the idiomatic "
-                          "program's speed", flush=True)
+                          f"program's speed ({rows[-1].against_target})", flush=True)
             except (RuntimeError, ProgramOutputError, subprocess.TimeoutExpired, envs.EnvError) as error:
                 failed += 1
                 print(f"  {framework} {workload} failed: {error}", flush=True)
@@ -336,7 +373,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"threads {args.threads}, {args.epochs} epochs, allocator {args.allocator}, "
           f"steady = median of epochs 2..{args.epochs}"
-          + (f", median of {args.repeat} runs a side" if args.repeat > 1 else ""))
+          + (f"; from {args.repeat} runs a side the speed is the ratio of the geometric means with Welch's 95 % "
+             "interval on the log times" if args.repeat > 1 else ""))
     print(table(rows))
     return 1 if failed else 0
 
