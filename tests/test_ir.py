@@ -1,6 +1,10 @@
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+import dlbench.ir as public_ir
 from dlbench.harness.plan.workloads import WORKLOADS, WorkloadError, get_workload
 from dlbench.shared import ir
 from dlbench.shared.init import canonical_init
@@ -360,3 +364,14 @@ def test_a_hand_written_layer_with_stride_0_is_an_ir_error_in_infer_shapes():
                         "padding": "valid"}]}
     with pytest.raises(ir.IRError, match=f"layer mine: stride 0; {SIZE}"):
         ir.infer_shapes(spec)
+
+
+def test_the_public_ir_exports_every_layer_kind_and_every_name_docs_ir_gives():
+    """A user follows docs/ir.md with `from dlbench import ir`: each constructor and table it names is there
+    (the detector, which the docs say stays in dlbench.shared.ir, apart)."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "ir.md").read_text()
+    documented = set(re.findall(r"\| `(\w+)\(", text)) | set(re.findall(r"\bir\.(?!py\b)(\w+)", text))
+    assert {"attention", "residual", "tied_output", "POSITIVE_SETTINGS"} <= documented  # the scrape works
+    assert documented - {"detector"} <= set(public_ir.__all__)
+    assert set(ir.LAYER_SETTINGS) <= set(public_ir.__all__)
+    assert all(getattr(public_ir, name) is getattr(ir, name) for name in public_ir.__all__)

@@ -109,6 +109,38 @@ def test_a_valid_file_and_npz_load_plan_and_prepare_as_a_dataset(tmp_path, fake)
     assert prepared.config["recipe"]["optimizer"]["lr"] == 0.1
 
 
+VIT_MODEL = '''from dlbench import ir, user
+
+
+def model(meta):
+    return ir.model(meta["input_shape"], "float32", [
+        ir.conv2d(8, kernel=2, stride=2), ir.to_sequence(), ir.positional_embedding(9),
+        ir.residual([ir.layer_norm(), ir.attention(2, causal=False)]),
+        ir.residual([ir.layer_norm(), ir.dense(16), ir.activation("gelu"), ir.dense(8)]),
+        ir.sequence_mean(), ir.dense(meta["num_classes"])])
+
+
+WORKLOAD = user.Workload(name="mine", description="a tiny ViT", model=model,
+                         optimizer={"name": "adam", "lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-7},
+                         loss="softmax_cross_entropy", batch_size=8, epochs=1, metric="accuracy", target=0.5)
+'''
+
+
+def test_a_users_file_declares_a_transformer_with_the_public_ir(tmp_path, fake):
+    """docs/ir.md's Transformer pieces, imported from `dlbench.ir` as a user's file imports them, plan a cell
+    whose model holds them."""
+    cells = suite.plan(suite.load(str(write(tmp_path, model=VIT_MODEL))))
+    fake_dlbench.make_environment(tmp_path / "home")
+    os.environ["DLBENCH_HOME"] = str(tmp_path / "home")
+    try:
+        layers = cell_config.resolve(cells[0], tmp_path / "cache").config["model"]["layers"]
+    finally:
+        del os.environ["DLBENCH_HOME"]
+    assert [layer["type"] for layer in layers] == ["conv2d", "to_sequence", "positional_embedding", "residual",
+                                                   "residual", "sequence_mean", "dense"]
+    assert [layer["type"] for layer in layers[3]["layers"]] == ["layer_norm", "attention"]
+
+
 def test_editing_the_file_or_the_data_changes_the_cell_hash(tmp_path, fake, monkeypatch):
     fake_dlbench.make_environment(tmp_path / "home")
     monkeypatch.setenv("DLBENCH_HOME", str(tmp_path / "home"))
