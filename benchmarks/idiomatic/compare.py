@@ -279,6 +279,9 @@ def compare_pair(framework: str, workload: str, args: argparse.Namespace, scratc
             else:
                 idiomatic_sides.append(run_program(framework, workload, program, prepared.path, scratch,
                                                    args.epochs, args.threads, args.seed, args.allocator))
+            latest = (dlbench_sides if side == "dlbench" else idiomatic_sides)[-1]
+            say(f"    steady {_number(latest.steady_epoch_s, '{:.3f}')} s (epochs "
+                f"{', '.join(f'{t:.3f}' for t in latest.train_times)})")
     return Row(framework, workload, pooled(dlbench_sides), pooled(idiomatic_sides),
                dlbench_runs=runs_steady(dlbench_sides), idiomatic_runs=runs_steady(idiomatic_sides))
 
