@@ -109,6 +109,43 @@ def test_a_valid_file_and_npz_load_plan_and_prepare_as_a_dataset(tmp_path, fake)
     assert prepared.config["recipe"]["optimizer"]["lr"] == 0.1
 
 
+SCHEDULED = 'loss="softmax_cross_entropy", schedule={SCHEDULE}, '
+WARMUP_COSINE = '{"name": "warmup_cosine", "warmup_fraction": 0.25, "total_steps": "auto", "final_lr_fraction": 0.1}'
+
+
+def with_schedule(schedule: str) -> str:
+    return MODEL.replace('loss="softmax_cross_entropy", ', SCHEDULED.format(SCHEDULE=schedule))
+
+
+def test_a_schedule_reaches_the_cell_resolved_for_its_updates(tmp_path, fake, monkeypatch):
+    """24 training samples in batches of 8 for 2 epochs: 6 updates, a quarter of them (1.5, rounded to 2) warm
+    up; the worker sees numbers. A file without one trains at a constant rate."""
+    fake_dlbench.make_environment(tmp_path / "home")
+    monkeypatch.setenv("DLBENCH_HOME", str(tmp_path / "home"))
+
+    def recipe(model: str) -> dict:
+        cells = suite.plan(suite.load(str(write(tmp_path, model=model))))
+        return cell_config.resolve(cells[0], tmp_path / "cache").config["recipe"]
+
+    assert recipe(with_schedule(WARMUP_COSINE))["schedule"] == {
+        "name": "warmup_cosine", "warmup_steps": 2, "total_steps": 6, "final_lr_fraction": 0.1}
+    assert "schedule" not in recipe(MODEL)
+
+
+@pytest.mark.parametrize("schedule, words", [
+    ('"warmup"', "schedule': expected a mapping with a 'name', got 'warmup'"),
+    ('{"name": "cosine"}', "schedule 'cosine': unknown; known: warmup_cosine"),
+    (WARMUP_COSINE.replace('"warmup_fraction": 0.25', '"warmup_steps": 6'),
+     "total_steps: expected a whole number above warmup_steps (6), got 6"),
+    (WARMUP_COSINE.replace("0.25", "1.5"), "schedule warmup_fraction 1.5; a number in [0, 1) is needed"),
+    (WARMUP_COSINE.replace("0.1}", '0.1, "cycles": 2}'), "unknown setting(s) cycles"),
+    (WARMUP_COSINE.replace('"auto"', "float('nan')"), "total_steps as a whole number above 0"),
+])
+def test_a_bad_schedule_is_refused_naming_the_file_and_the_setting(tmp_path, fake, schedule, words):
+    message = refused(write(tmp_path, model=with_schedule(schedule)), "mine.py", words)
+    assert '"warmup_fraction": 0.05 (or "warmup_steps": N)' in message  # what is accepted
+
+
 VIT_MODEL = '''from dlbench import ir, user
 
 
@@ -295,8 +332,9 @@ def test_runs_end_to_end_through_the_fake_framework(tmp_path, monkeypatch):
 
 
 def test_one_pytorch_cell_trains_on_a_users_data(tmp_path):
+    """With the file's learning-rate schedule, which the worker validates and steps."""
     envs.require("pytorch")  # make test builds it; without it this fails naming the command
-    path = write(tmp_path, frameworks="[pytorch]")
+    path = write(tmp_path, frameworks="[pytorch]", model=with_schedule(WARMUP_COSINE))
     results = tmp_path / "results"
     done = guard.run([sys.executable, "-m", "dlbench", "run", str(path), "--results", str(results),
                       "--data-dir", str(tmp_path / "cache"), "--plain", "--no-live-report"], 600)
@@ -304,6 +342,7 @@ def test_one_pytorch_cell_trains_on_a_users_data(tmp_path):
     with Store(results / "dlbench.sqlite") as store:
         runs = store.runs()
     assert [(run["framework"], run["workload"], run["status"]) for run in runs] == [("pytorch", "mine", "ok")]
+    assert runs[0]["config"]["recipe"]["schedule"]["total_steps"] == 6
     epochs = runs[0]["epochs"]
     assert len(epochs) == 2 and all(0 <= epoch["metrics"]["accuracy"] <= 1 for epoch in epochs)
 

@@ -11,6 +11,9 @@ The file defines WORKLOAD, a `dlbench.user.Workload`; a suite entry names the fi
                              optimizer={"name": "sgd", "lr": 0.1, "momentum": 0.0, "nesterov": False,
                                         "weight_decay": 0.0},
                              loss="softmax_cross_entropy", batch_size=32, epochs=5, metric="accuracy", target=0.9)
+
+A learning-rate schedule is optional: schedule={"name": "warmup_cosine", "warmup_fraction": 0.05 (or
+"warmup_steps": N), "total_steps": "auto" (or N), "final_lr_fraction": 0.1}, as the built-in Transformers'.
 """
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +27,8 @@ METRICS = ("accuracy",)
 @dataclass(frozen=True)
 class Workload:
     """A workload of the user's: the model (a function of the dataset's meta that returns dlbench.ir.model(...)),
-    the recipe (optimizer, loss, batch size, epochs), the metric and its target, and a description."""
+    the recipe (optimizer, loss, batch size, epochs, and a learning-rate schedule or None), the metric and its
+    target, and a description."""
     description: str
     model: Callable[[dict[str, Any]], dict]
     optimizer: dict[str, Any]
@@ -35,3 +39,4 @@ class Workload:
     target: float
     task: str = "classification"  # one of TASK_LOSSES
     name: str | None = None  # the name tables show; None: the file's name without .py
+    schedule: dict[str, Any] | None = None  # None: a constant learning rate

@@ -13,6 +13,10 @@ current_step / num_warmup_steps in the warm-up) both do. After T updates the rat
 import math
 
 SCHEDULES = {"warmup_cosine": ("warmup_steps", "total_steps", "final_lr_fraction")}
+# what a recipe may give in place of a setting, which `resolved` turns into the setting for a cell's updates:
+# total_steps "auto" (the cell's updates) and warmup_fraction (a share of them, in place of warmup_steps)
+AUTO_TOTAL = "auto"
+WARMUP_FRACTION = "warmup_fraction"
 
 
 class ScheduleError(ValueError):
@@ -34,6 +38,33 @@ def validate(schedule: dict) -> None:
                             % (name, ", ".join(sorted(given - needed)), ", ".join(SCHEDULES[name])))
     if name == "warmup_cosine":
         _check_warmup_cosine(schedule)
+
+
+def resolved(schedule: dict, updates: int) -> dict:
+    """The recipe's schedule for a cell of `updates` optimiser updates: total_steps "auto" becomes `updates`,
+    warmup_fraction becomes warmup_steps (round(fraction x total_steps), kept below total_steps: the schedule
+    needs a decay after it); then validated. Raises ScheduleError naming the setting and what is accepted."""
+    if not isinstance(schedule, dict):
+        raise ScheduleError("recipe field 'schedule': expected a mapping with a 'name', got %r" % (schedule,))
+    schedule = dict(schedule)
+    if schedule.get("total_steps") == AUTO_TOTAL:
+        schedule["total_steps"] = updates
+    if WARMUP_FRACTION in schedule:
+        if "warmup_steps" in schedule:
+            raise ScheduleError("schedule %s: warmup_steps and warmup_fraction both given; give one"
+                                % (schedule.get("name"),))
+        schedule["warmup_steps"] = _warmup_steps(schedule.pop(WARMUP_FRACTION), schedule.get("total_steps"))
+    validate(schedule)
+    return schedule
+
+
+def _warmup_steps(fraction, total_steps) -> int:
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction < 1:
+        raise ScheduleError("schedule warmup_fraction %r; a number in [0, 1) is needed" % (fraction,))
+    if not _whole(total_steps) or total_steps < 1:
+        raise ScheduleError("schedule warmup_fraction needs total_steps as a whole number above 0 or %r, got %r"
+                            % (AUTO_TOTAL, total_steps))
+    return min(round(fraction * total_steps), total_steps - 1)
 
 
 def _check_warmup_cosine(schedule: dict) -> None:

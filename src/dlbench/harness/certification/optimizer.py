@@ -35,6 +35,7 @@ import numpy as np
 
 from dlbench.harness.plan.workloads import OPTIMIZER_SETTINGS
 from dlbench.shared import ir
+from dlbench.shared import schedule as schedules
 from dlbench.shared.init import canonical_init
 
 SEED = 0
@@ -147,7 +148,7 @@ def _signed(rng: np.random.RandomState, shape: tuple[int, ...], low: float, high
 def probe_schedule(schedule: dict) -> dict:
     """The schedule check's schedule: the recipe's, over PROBE_SCHEDULE's few steps (see the module's doc)."""
     # a warm-up given as a share of the updates is the harness's, resolved into warmup_steps per cell
-    return dict({key: value for key, value in schedule.items() if key != "warmup_fraction"}, **PROBE_SCHEDULE)
+    return dict({key: value for key, value in schedule.items() if key != schedules.WARMUP_FRACTION}, **PROBE_SCHEDULE)
 
 
 def checks(config: dict, schedule: dict | None = None) -> list[Check]:

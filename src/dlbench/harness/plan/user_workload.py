@@ -29,6 +29,7 @@ from dlbench.harness.data.user import UserDataset
 from dlbench.harness.plan import workloads
 from dlbench.harness.plan.workloads import OPTIMIZER_SETTINGS, Workload
 from dlbench.shared import ir
+from dlbench.shared import schedule as schedules
 
 DECLARED = "WORKLOAD"  # the name a workload file binds its dlbench.user.Workload to
 # a user's workload or dataset name: tables show it and a prepared folder is named by it, so no path separators
@@ -38,6 +39,8 @@ NAME_ACCEPTED = "1 to 64 letters, digits, '.', '_' or '-', the first a letter or
 
 # the most a workload file may take to be imported and to return its model(meta), in the child that reads it
 READ_TIMEOUT_S = 60.0
+SCHEDULE_EXAMPLE = ('{"name": "warmup_cosine", "warmup_fraction": 0.05 (or "warmup_steps": N), "total_steps": '
+                    '"auto" (or N), "final_lr_fraction": 0.1}')
 # what each (file, SHA-256, dataset meta) read to in this process, and the dataset it was read for
 _READ: dict[tuple[str, str, str], dict] = {}
 _READ_FOR: dict[tuple[str, str, str], str] = {}
@@ -76,12 +79,19 @@ def load(path: Path, dataset: UserDataset | None) -> Workload:
     fresh = existing is None or workloads.USER_FILES[name][1] != digest
     study = (dataset.NAME, meta) if fresh else (existing.study_dataset, existing.study_meta)
     workload = Workload(name, declared["description"], study[0], study[1], _builder(path, digest),
-                        {"optimizer": declared["optimizer"], "batch_size": declared["batch_size"],
-                         "epochs": declared["epochs"], "loss": declared["loss"]},
+                        _recipe(declared),
                         {"metric": declared["metric"], "value": declared["target"], "higher_is_better": True},
                         (declared["task"],))
     workloads.register_user(workload, str(path), digest)
     return workload
+
+
+def _recipe(declared: dict) -> dict:
+    """The recipe as a built-in workload's: a schedule only where the file declares one."""
+    recipe = {key: declared[key] for key in ("optimizer", "batch_size", "epochs", "loss")}
+    if declared["schedule"] is not None:
+        recipe["schedule"] = declared["schedule"]
+    return recipe
 
 
 def read(path: Path, digest: str, meta: dict, dataset_name: str) -> dict:
@@ -138,8 +148,10 @@ def read_here(path: Path, meta: dict) -> dict:
         raise UserWorkloadError(f"{path}: the workload's name {file_names.shortened(name)}; accepted: "
                                 f"{NAME_ACCEPTED} (give the Workload name=)")
     _check_recipe(path, declared)
+    _check_schedule(path, declared, meta)
     return {"name": name, "description": str(declared.description), "optimizer": dict(declared.optimizer),
-            "batch_size": declared.batch_size, "epochs": declared.epochs, "loss": declared.loss,
+            "schedule": declared.schedule, "batch_size": declared.batch_size, "epochs": declared.epochs,
+            "loss": declared.loss,
             "metric": declared.metric, "target": float(declared.target), "task": declared.task,
             "model": _model(path, declared.model, meta)}
 
@@ -248,6 +260,20 @@ def _check_recipe(path: Path, declared: user.Workload) -> None:
     target = declared.target
     if isinstance(target, bool) or not isinstance(target, int | float) or not 0 < target <= 1 or math.isnan(target):
         raise UserWorkloadError(f"{path}: target {target!r}; an accuracy target is a number in (0, 1]")
+
+
+def _check_schedule(path: Path, declared: user.Workload, meta: dict) -> None:
+    """The schedule as the cells of the file's own epochs and batch size on this dataset resolve it (a suite
+    entry that changes them is checked again when its cells are planned, run/cell_config.cell_recipe)."""
+    if declared.schedule is None:
+        return
+    try:
+        updates = declared.epochs * math.ceil(meta["n_train"] / declared.batch_size)
+        schedules.resolved(declared.schedule, updates)
+        json.dumps(declared.schedule, allow_nan=False)  # it travels to the harness and the worker as JSON
+    except (TypeError, ValueError) as error:  # ScheduleError is a ValueError; json's are ValueError, TypeError
+        raise UserWorkloadError(f"{path}: {error}; a schedule is None or a dict such as {SCHEDULE_EXAMPLE}") \
+            from None
 
 
 def check_fit(workload: Workload, dataset: UserDataset, where: str) -> None:

@@ -131,31 +131,15 @@ def cell_recipe(workload: Workload, epochs: int, batch_size: int, train_count: i
     if epochs == 0:  # an inference cell: it makes no update, so no learning rate of its is ever read
         del recipe["schedule"]
         return recipe
-    schedule = dict(recipe["schedule"])
-    if schedule.get("total_steps") == "auto":
-        if train_count is None:
-            raise WorkloadError(f"workload {workload.name}: recipe: schedule total_steps 'auto' needs the training "
-                                "samples, which the dataset's meta does not give (n_train)")
-        schedule["total_steps"] = epochs * math.ceil(train_count / batch_size)
-    if "warmup_fraction" in schedule:  # the warm-up as a share of the updates, resolved as total_steps is
-        schedule["warmup_steps"] = _warmup_steps(workload, schedule.pop("warmup_fraction"), schedule["total_steps"])
+    updates = None if train_count is None else epochs * math.ceil(train_count / batch_size)
+    if recipe["schedule"].get("total_steps") == schedules.AUTO_TOTAL and updates is None:
+        raise WorkloadError(f"workload {workload.name}: recipe: schedule total_steps 'auto' needs the training "
+                            "samples, which the dataset's meta does not give (n_train)")
     try:
-        schedules.validate(schedule)
+        recipe["schedule"] = schedules.resolved(recipe["schedule"], updates)
     except schedules.ScheduleError as error:
         raise WorkloadError(f"workload {workload.name}: recipe: {error}") from None
-    recipe["schedule"] = schedule
     return recipe
-
-
-def _warmup_steps(workload: Workload, fraction, total_steps) -> int:
-    """round(fraction x total_steps) updates, kept below total_steps (the schedule needs a decay after it)."""
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction < 1:
-        raise WorkloadError(f"workload {workload.name}: recipe: schedule warmup_fraction {fraction!r}; a number in "
-                            "[0, 1) is needed")
-    if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1:
-        raise WorkloadError(f"workload {workload.name}: recipe: schedule warmup_fraction needs total_steps as a "
-                            f"whole number above 0 or 'auto', got {total_steps!r}")
-    return min(round(fraction * total_steps), total_steps - 1)
 
 
 def serve_config(cell: Cell, n_test: int) -> dict[str, int]:
