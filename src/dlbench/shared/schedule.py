@@ -11,6 +11,7 @@ alpha = end_value / peak_value) and Hugging Face's get_cosine_schedule_with_warm
 current_step / num_warmup_steps in the warm-up) both do. After T updates the rate stays at f * lr.
 """
 import math
+from typing import Optional
 
 SCHEDULES = {"warmup_cosine": ("warmup_steps", "total_steps", "final_lr_fraction")}
 # what a recipe may give in place of a setting, which `resolved` turns into the setting for a cell's updates:
@@ -40,10 +41,11 @@ def validate(schedule: dict) -> None:
         _check_warmup_cosine(schedule)
 
 
-def resolved(schedule: dict, updates: int) -> dict:
-    """The recipe's schedule for a cell of `updates` optimiser updates: total_steps "auto" becomes `updates`,
-    warmup_fraction becomes warmup_steps (round(fraction x total_steps), kept below total_steps: the schedule
-    needs a decay after it); then validated. Raises ScheduleError naming the setting and what is accepted."""
+def resolved(schedule: dict, updates: Optional[int]) -> dict:
+    """The recipe's schedule for a cell of `updates` optimiser updates (None: unknown, where total_steps is a
+    number): total_steps "auto" becomes `updates`, warmup_fraction becomes warmup_steps (round(fraction x
+    total_steps), kept below total_steps: the schedule needs a decay after it); then validated. Raises
+    ScheduleError naming the setting and what is accepted."""
     if not isinstance(schedule, dict):
         raise ScheduleError("recipe field 'schedule': expected a mapping with a 'name', got %r" % (schedule,))
     schedule = dict(schedule)
