@@ -75,7 +75,8 @@ def test_the_report_is_rewritten_between_cells_and_written_whole_at_the_end(tmp_
     first, second = seen_at_each_cell
     assert first is None  # nothing stored yet, nothing written
     assert second is not None
-    assert "Live: 1 of 2 cells done, rewritten at " in second and "charts are drawn when the run ends" in second
+    assert "Live: 1 of 2 cells done, rewritten at " in second
+    assert "charts are drawn when the run ends. This page reloads every 30 s." in second
     assert '<meta http-equiv="refresh" content="30">' in second
     assert "<svg" not in second and "1 runs (1 ok, 0 failed or stopped) of 1 frameworks" in second
     assert "fakefw" in second
@@ -124,7 +125,7 @@ def test_a_cost_file_that_is_not_a_list_of_runs_is_left_as_it_is(tmp_path):
     said: list[str] = []
     for text in ("{not json", '{"cells": 2}'):
         (tmp_path / live_report.COST_FILE).write_text(text)
-        live_report.LiveReport(tmp_path, 2, say=said.append).keep_cost(1.0)
+        live_report.LiveReport(tmp_path, 2, cli.write_report, say=said.append).keep_cost(1.0)
         assert (tmp_path / live_report.COST_FILE).read_text() == text
     assert [line.split(" (")[0] for line in said] == [
         f"live report: its cost not kept: {tmp_path / live_report.COST_FILE} is not a JSON list of runs"] * 2
@@ -142,6 +143,6 @@ def test_a_cost_file_that_is_not_a_list_of_runs_is_left_as_it_is(tmp_path):
                "full report 2.0 s"),
 ])
 def test_the_cost_line_says_what_the_rewrites_did(tmp_path, rewrites, failures, line):
-    live = live_report.LiveReport(tmp_path, total=5)
+    live = live_report.LiveReport(tmp_path, 5, cli.write_report)
     live.rewrites, live.failures = rewrites, failures
     assert live.cost_line(2.0) == line

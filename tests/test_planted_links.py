@@ -183,7 +183,7 @@ def test_the_live_reports_cost_is_not_kept_through_a_link(tmp_path):
     target = victim(tmp_path)
     link = plant(tmp_path / "live-report.json", target)
     said: list[str] = []
-    LiveReport(tmp_path, 2, say=said.append).keep_cost(None)
+    LiveReport(tmp_path, 2, cli.write_report, say=said.append).keep_cost(None)
     assert target.read_bytes() == VICTIM and link.is_symlink()
     assert said and f"{link} is a symbolic link (to {target})" in said[-1]
 
@@ -226,7 +226,7 @@ def test_the_next_run_removes_a_killed_rewrites_file_and_says_it_is_live_itself(
     study_store(results, repetitions=1)
     page = live_page(results)
     said: list[str] = []
-    LiveReport(results, 4, enabled=False, say=said.append).start()
+    LiveReport(results, 4, cli.write_report, enabled=False, say=said.append).start()
     assert not list(results.glob(".*.partial")) and said == []
     assert "Live: 0 of 4 cells done" in page.read_text()  # this run's, until its full report replaces it
 

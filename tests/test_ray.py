@@ -24,6 +24,7 @@ import psutil
 import pytest
 
 from dlbench.harness import data
+from dlbench.harness.cli import write_report
 from dlbench.harness.data.prepared import Built, write_prepared
 from dlbench.harness.environments import envs
 from dlbench.harness.plan import suite
@@ -106,7 +107,7 @@ def test_the_same_cells_and_metrics_as_the_local_executor_and_a_rerun_skips_them
 
 def test_packed_nodes_record_how_many_cells_shared_them(cluster, data_dir, tmp_path):
     plan = cells(epochs=1, repeat=2)
-    live = LiveReport(tmp_path, len(plan), say=pytest.fail)
+    live = LiveReport(tmp_path, len(plan), write_report, say=pytest.fail)
     counts, _ = ray_plan(cluster, plan, Options(tmp_path, data_dir, peak_size=0), live, cells_per_node=2)
     assert counts["ok"] == 2
     # the first cell ended while the second was measured on this machine: the live report waited for the end

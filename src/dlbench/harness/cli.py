@@ -72,6 +72,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             return stop.exit_status
 
 
+def write_report(results: Path, live: str | None = None) -> Path:
+    """The run's report (its live page with `live`, the banner), for run/live_report."""
+    from dlbench.harness.present import report  # matplotlib and scipy load when the run writes its first page
+
+    return report.write(results, live=live)
+
+
 def run_and_show(chosen: suite.Suite, cells: list[suite.Cell], options: Options, args: argparse.Namespace) -> int:
     """The plan's cells run and stored, then their table and the report; 1 when a cell failed or timed out
     or the report could not be written. Ctrl-C and SIGTERM raise interrupt.Interrupted, after the local
@@ -81,7 +88,7 @@ def run_and_show(chosen: suite.Suite, cells: list[suite.Cell], options: Options,
     print(f"suite {chosen.name}: {len(cells)} cells{where}; results in {options.results}")
     # report.html rewritten after each cell (without charts), and written whole once at the end, however the
     # plan ends: stopped by a signal, by an error, or with failed cells
-    live = LiveReport(options.results, len(cells), not args.no_live_report)
+    live = LiveReport(options.results, len(cells), write_report, not args.no_live_report)
     live.start()  # a killed run's page and temporary files, corrected and removed
     try:
         with progress.display(cells, args.plain, run_forecast(cells, options)) as shown:

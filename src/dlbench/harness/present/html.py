@@ -397,7 +397,8 @@ def render(report: Report, live: str | None = None) -> str:
     serving = (f'<h2 id="serving">Serving</h2><p class="note">Inference runs: each framework\'s serving path '
                f"called on test samples, no training.</p>{serving_html(report, palette, live is not None)}"
                if served else "")
-    banner = "" if live is None else f'<p id="live" class="live">{escape(live)}</p>'
+    banner = "" if live is None else (f'<p id="live" class="live">{escape(live)} This page reloads every '
+                                      f'{LIVE_REFRESH_S} s.</p>')
     expected = expected_charts(report) if live is None else 0
     body = (
         banner

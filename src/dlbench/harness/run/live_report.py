@@ -11,6 +11,9 @@ is and a refresh tag. Each write goes through a temporary file renamed over repo
 A rewrite that fails (a store the analysis cannot read, a full disk) never stops the run: its cells are
 stored already. The first failure is printed, later ones counted. What the rewrites cost is timed, printed
 at the end and kept beside the store in live-report.json (COST_FILE), one entry per `dlbench run`.
+
+The pages are drawn by the function the CLI gives (present/report.write), so that the executor, which runs
+the cells, does not reach up into the report that reads their results.
 """
 import json
 import statistics
@@ -35,13 +38,21 @@ def left_live(page: Path) -> bool:
         return False
 
 
+# writes the report of the store in a results folder and returns its path; `live`: the banner of a page
+# rewritten while the run goes on, drawn without charts; None: the full report
+WriteReport = Callable[..., Path]
+
+
 class LiveReport:
-    """The report of one `dlbench run` of `total` cells into `results`; `enabled` False: no rewrites between
+    """The report of one `dlbench run` of `total` cells into `results`, written by `write_report(results,
+    live=BANNER)` between cells and `write_report(results)` at the end; `enabled` False: no rewrites between
     cells (`--no-live-report`), the full report at the end all the same. No rewrite follows the plan's last
     cell: the full report does."""
 
-    def __init__(self, results: Path, total: int, enabled: bool = True, say: Callable[[str], None] = print) -> None:
+    def __init__(self, results: Path, total: int, write_report: WriteReport, enabled: bool = True,
+                 say: Callable[[str], None] = print) -> None:
         self.results, self.total, self.enabled, self.say = Path(results), total, enabled, say
+        self.write_report = write_report
         self.rewrites: list[float] = []  # seconds of each rewrite that succeeded
         self.failures = 0
 
@@ -67,13 +78,10 @@ class LiveReport:
 
     def write_live(self, done: int) -> bool:
         """The live page after `done` cells; False where it failed (said the first time, counted after)."""
+        banner = (f"Live: {done} of {self.total} cells done, rewritten at {time.strftime('%H:%M:%S %Z')}; "
+                  "charts are drawn when the run ends.")
         try:
-            # the run imports the report's modules (matplotlib, scipy) when it first writes one
-            from dlbench.harness.present import html, report
-
-            banner = (f"Live: {done} of {self.total} cells done, rewritten at {time.strftime('%H:%M:%S %Z')}; "
-                      f"charts are drawn when the run ends. This page reloads every {html.LIVE_REFRESH_S} s.")
-            report.write(self.results, live=banner)
+            self.write_report(self.results, live=banner)
         except Exception as error:  # noqa: BLE001 - whatever it is, the run goes on: its cells are stored
             self.failures += 1
             if self.failures == 1:
@@ -92,9 +100,7 @@ class LiveReport:
             self.say("writing the report of the cells stored (Ctrl-C again skips it)")
         tic = time.perf_counter()
         try:
-            from dlbench.harness.present import report
-
-            path = report.write(self.results)
+            path = self.write_report(self.results)
         except Exception as error:  # noqa: BLE001 - the run's own status stands; say why there is no report
             self.say(f"report: not written ({type(error).__name__}: {error}); "
                      f"`dlbench report --results {self.results}` writes it from the store")
