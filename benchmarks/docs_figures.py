@@ -36,7 +36,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from dlbench.harness import cli
-from dlbench.harness.plan import estimate, makespan, suite
+from dlbench.harness.analysis import estimate
+from dlbench.harness.plan import makespan, suite
 from dlbench.harness.plan.workloads import metric_label
 from dlbench.harness.store import FILENAME, Store
 

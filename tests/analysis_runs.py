@@ -4,7 +4,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dlbench.harness.plan.dataset_label import recipe_batch_size
+from dlbench.harness.analysis.dataset_label import recipe_batch_size
 from dlbench.harness.store import Store
 
 MODEL = {"layers": [{"type": "dense", "units": 10}]}

@@ -2,9 +2,9 @@
 import random
 from pathlib import Path
 
+from dlbench.harness.analysis.dataset_label import recipe_batch_size
 from dlbench.harness.certification.certified_model import workload_digest
 from dlbench.harness.environments import sources
-from dlbench.harness.plan.dataset_label import recipe_batch_size
 from dlbench.harness.plan.workloads import get_workload
 from dlbench.harness.store import Store
 

@@ -6,8 +6,8 @@ import pytest
 from synthetic_store import synthetic_run
 
 from dlbench.harness import cli
+from dlbench.harness.analysis.estimate import EstimateError, Estimator, Forecast, forecast_plan
 from dlbench.harness.plan import makespan
-from dlbench.harness.plan.estimate import EstimateError, Estimator, Forecast, forecast_plan
 from dlbench.harness.plan.suite import Cell
 from dlbench.harness.plan.workloads import get_workload
 from dlbench.harness.present import estimate as shown
@@ -190,7 +190,7 @@ def test_unknown_suite_and_missing_store_exit_2(tmp_path: Path, capsys) -> None:
 
 
 def test_runs_of_other_hardware() -> None:
-    from dlbench.harness.plan.estimate import usable_runs
+    from dlbench.harness.analysis.estimate import usable_runs
 
     mine, other = {"device": "cpu", "machine": HERE}, {"device": "cpu", "machine": {"cpu_model": "Other CPU"}}
     assert usable_runs([mine, other], HERE) == ([mine], "1 runs of other hardware left out")

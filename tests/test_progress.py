@@ -9,8 +9,8 @@ from rich.console import Console
 from synthetic_store import synthetic_run
 
 from dlbench.harness import cli
-from dlbench.harness.plan.dataset_label import recipe_batch_size
-from dlbench.harness.plan.estimate import Estimate, EstimateError, Forecast
+from dlbench.harness.analysis.dataset_label import recipe_batch_size
+from dlbench.harness.analysis.estimate import Estimate, EstimateError, Forecast
 from dlbench.harness.plan.suite import Cell
 from dlbench.harness.present import progress
 from dlbench.harness.present.progress import ETA, LiveProgress, PlainProgress, duration

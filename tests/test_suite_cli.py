@@ -11,10 +11,11 @@ import pytest
 from user_errors import error_of
 
 from dlbench.harness import data
+from dlbench.harness.analysis import dataset_label
 from dlbench.harness.cli import main
 from dlbench.harness.environments import envs
 from dlbench.harness.measure import cores
-from dlbench.harness.plan import dataset_label, suite
+from dlbench.harness.plan import suite
 from dlbench.harness.plan.suite import SuiteError
 from dlbench.harness.run import cell_config
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 from dlbench.harness import data, file_names, folders
 from dlbench.harness.analysis import compare
+from dlbench.harness.analysis.estimate import EstimateError
 from dlbench.harness.analysis.load import AnalysisError
 from dlbench.harness.certification import machine_store, probes
 from dlbench.harness.data import DatasetError
 from dlbench.harness.environments import disk, envs
 from dlbench.harness.environments.envs import EnvError
 from dlbench.harness.plan import suite
-from dlbench.harness.plan.estimate import EstimateError
 from dlbench.harness.plan.initial_weights import WeightsError
 from dlbench.harness.plan.suite import SuiteError
 from dlbench.harness.plan.workloads import (
@@ -135,8 +135,8 @@ def repeat_hint(results: Path, suite_name: str, workloads: Sequence[str]) -> str
 def run_forecast(cells: list[suite.Cell], options: Options) -> progress.Forecaster:
     """The plan's forecast as `dlbench estimate` makes it, from the store the run writes to: the run's
     time left (present/progress.ETA) reads it before the first cell and after each cell."""
+    from dlbench.harness.analysis import estimate
     from dlbench.harness.measure import machine
-    from dlbench.harness.plan import estimate
 
     here = machine.describe()
 
@@ -388,8 +388,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_estimate(args: argparse.Namespace) -> int:
     """Prints each cell's forecast wall time, the total and the makespan on --nodes nodes."""
+    from dlbench.harness.analysis import estimate
     from dlbench.harness.measure import machine
-    from dlbench.harness.plan import estimate
     from dlbench.harness.present import estimate as shown
 
     chosen = suite.load(args.suite)

@@ -19,10 +19,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from dlbench.harness.analysis.dataset_label import label as dataset_label
+from dlbench.harness.analysis.dataset_label import recipe_batch_size
 from dlbench.harness.analysis.stats import Estimate, estimate, ratio
 from dlbench.harness.analysis.summary import CELL_KEYS, key_value
-from dlbench.harness.plan.dataset_label import label as dataset_label
-from dlbench.harness.plan.dataset_label import recipe_batch_size
 
 THREADS, BATCH_SIZE = "threads", "batch_size"
 AXES = (THREADS, BATCH_SIZE)

@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlbench.harness.analysis.dataset_label import run_label
 from dlbench.harness.analysis.stats import Estimate, estimate, ratio
 from dlbench.harness.environments.envs import REFERENCE
-from dlbench.harness.plan.dataset_label import run_label
 from dlbench.harness.store import is_inference
 
 FIGURES = ("steady_epoch_s", "train_time_s", "first_epoch_s", "metric_value", "peak_rss_mb", "mean_cpu_percent",

@@ -1,8 +1,8 @@
 """`dlbench estimate`'s output: one line per cell (within 120 columns), the total and the makespan on N nodes."""
 from collections.abc import Sequence
 
+from dlbench.harness.analysis.estimate import KINDS, Estimate, Forecast
 from dlbench.harness.plan import makespan
-from dlbench.harness.plan.estimate import KINDS, Estimate, Forecast
 
 WIDTH = 120
 # (heading, width) of the cell table's columns; the basis takes the rest of the 120

@@ -8,12 +8,12 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 
+from dlbench.harness.analysis.dataset_label import run_label
 from dlbench.harness.analysis.findings import COMPILATION_FACTOR, Finding, group, label
 from dlbench.harness.analysis.scaling import THREADS
 from dlbench.harness.analysis.scaling import Figure as ScalingFigure
 from dlbench.harness.analysis.stats import Estimate
 from dlbench.harness.analysis.summary import WARM, CellSummary, group_of
-from dlbench.harness.plan.dataset_label import run_label
 from dlbench.harness.plan.workloads import metric_label
 from dlbench.harness.present import charts, overview, overview_html, scaling, tables
 from dlbench.harness.present.contents import Report

@@ -6,9 +6,9 @@ import math
 from typing import Any
 
 from dlbench.harness.analysis import measures
+from dlbench.harness.analysis.dataset_label import run_label
 from dlbench.harness.certification import machine_store
 from dlbench.harness.environments import sources
-from dlbench.harness.plan.dataset_label import run_label
 from dlbench.harness.plan.workloads import metric_label
 from dlbench.harness.store import is_inference
 

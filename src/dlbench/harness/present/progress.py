@@ -18,11 +18,11 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from dlbench.harness.analysis.dataset_label import label as dataset_label
+from dlbench.harness.analysis.dataset_label import recipe_batch_size
+from dlbench.harness.analysis.estimate import Estimate, EstimateError
 from dlbench.harness.analysis.measures import metric_format
 from dlbench.harness.measure import serving
-from dlbench.harness.plan.dataset_label import label as dataset_label
-from dlbench.harness.plan.dataset_label import recipe_batch_size
-from dlbench.harness.plan.estimate import Estimate, EstimateError
 from dlbench.harness.plan.suite import Cell
 from dlbench.harness.plan.workloads import metric_label
 from dlbench.harness.store import StoreError
@@ -42,11 +42,11 @@ def duration(seconds: float) -> str:
     return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
 
 
-Forecaster = Callable[[], Estimate]  # the plan's forecast from the store as it is now (plan/estimate.py)
+Forecaster = Callable[[], Estimate]  # the plan's forecast from the store as it is now (analysis/estimate.py)
 
 
 class ETA:
-    """The time left in a plan, from the forecast `dlbench estimate` makes (plan/estimate.py), read again from
+    """The time left in a plan, from the forecast `dlbench estimate` makes (analysis/estimate.py), read again from
     the store each time a cell ends, so the cells this run stores sharpen the forecast of the cells after them.
 
     - The current cell: once it has timed an epoch, its epochs left times its latest epoch's time (training
@@ -147,7 +147,7 @@ def units(cell: Cell) -> int:
 
 def cell_dataset(cell: Cell) -> str:
     """The cell's dataset as the run display shows it: "NAME (first N)", ", batch B (recipe R)" for a changed
-    recipe's batch size (plan.dataset_label.label)."""
+    recipe's batch size (analysis.dataset_label.label)."""
     return dataset_label(cell.dataset, cell.train_samples, batch_size=cell.batch_size,
                          recipe_batch_size=recipe_batch_size(cell.workload))
 

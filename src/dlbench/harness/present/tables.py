@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 from dlbench.harness import data
 from dlbench.harness.analysis import measures
+from dlbench.harness.analysis.dataset_label import run_label
 from dlbench.harness.analysis.findings import (
     COMPILATION_FACTOR,
     Finding,
@@ -31,7 +32,6 @@ from dlbench.harness.analysis.summary import FIRST_EPOCH_FIGURES, CellSummary, s
 from dlbench.harness.certification import machine_store
 from dlbench.harness.environments import sources
 from dlbench.harness.measure.cores import BUSY_MACHINE
-from dlbench.harness.plan.dataset_label import run_label
 from dlbench.harness.plan.workloads import metric_label, target_text
 
 INTERVAL = (f"order-statistic interval of the median, at least {CONFIDENCE:.0%} unless the cell prints the lower "

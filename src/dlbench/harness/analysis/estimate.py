@@ -32,8 +32,8 @@ from pathlib import Path
 from statistics import median
 
 from dlbench.harness import data
+from dlbench.harness.analysis.dataset_label import run_label
 from dlbench.harness.measure.machine import hardware
-from dlbench.harness.plan.dataset_label import run_label
 from dlbench.harness.plan.suite import Cell
 from dlbench.harness.plan.workloads import get_workload
 from dlbench.harness.store import FILENAME, Store, is_inference
