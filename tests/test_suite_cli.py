@@ -794,3 +794,16 @@ def test_results_json_holds_no_nan_but_null_and_the_reason(capsys, tmp_path):
     assert (last["train_loss"], last["train_loss_reason"]) == (None, "was inf, which JSON cannot hold: written as null")
     assert (last["metrics"]["accuracy"], last["metrics"]["accuracy_reason"]) == (
         None, "was nan, which JSON cannot hold: written as null")
+
+
+@pytest.mark.parametrize("command", [[], ["run"], ["list"], ["env"], ["certify"], ["data"], ["results"],
+                                     ["compare"], ["estimate"], ["report"]])
+def test_every_commands_help_prints(capsys, command):
+    """`dlbench results --help` raised a TypeError: argparse formats help with %, and a column is 'cpu %'."""
+    with pytest.raises(SystemExit) as ended:
+        main([*command, "--help"])
+    assert ended.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: dlbench {' '.join(command)}".rstrip())
+    if command == ["results"]:
+        assert "cpu %," in out

@@ -567,7 +567,19 @@ FORMAT_HELP = (f"table: fits {listing.WIDTH} columns, a long cell clipped with '
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="dlbench", description=__doc__)
     commands = top.add_subparsers(dest="command", required=True)
+    run_parser(commands)
+    list_parser(commands)
+    env_parser(commands)
+    certify_parser(commands)
+    data_parser(commands)
+    results_parser(commands)
+    compare_parser(commands)
+    estimate_parser(commands)
+    report_parser(commands)
+    return top
 
+
+def run_parser(commands: argparse._SubParsersAction) -> None:
     run = commands.add_parser("run", help="run a suite of benchmark cells")
     run.add_argument("suite", nargs="?", default="quick", help="built-in suite name or suite file (default: quick)")
     run.add_argument("-f", "--framework", action="append", metavar="NAME[@VERSION]",
@@ -618,6 +630,8 @@ def parser() -> argparse.ArgumentParser:
                      help="print progress as plain lines even on a terminal (they always are in a pipe or a log)")
     run.set_defaults(func=cmd_run)
 
+
+def list_parser(commands: argparse._SubParsersAction) -> None:
     lister = commands.add_parser("list", help="list workloads, frameworks, datasets or suites")
     lister.add_argument("what", choices=("workloads", "frameworks", "datasets", "suites"))
     lister.add_argument("--data-dir", help="data folder whose prepared datasets are listed (default: "
@@ -625,6 +639,8 @@ def parser() -> argparse.ArgumentParser:
     lister.add_argument("--format", choices=FORMATS, default="table", help=FORMAT_HELP)
     lister.set_defaults(func=cmd_list)
 
+
+def env_parser(commands: argparse._SubParsersAction) -> None:
     env = commands.add_parser("env", help="create, list, remove or prune framework environments")
     env.add_argument("action", choices=("create", "list", "remove", "prune"))
     env.add_argument("names", nargs="*", metavar="NAME", help="a framework, or name@version for another version")
@@ -641,6 +657,8 @@ def parser() -> argparse.ArgumentParser:
     env.add_argument("--results", default=str(DEFAULT_RESULTS), help="--from-run: results folder holding the run")
     env.set_defaults(func=cmd_env)
 
+
+def certify_parser(commands: argparse._SubParsersAction) -> None:
     cert = commands.add_parser("certify", help=f"certify frameworks against the reference ({envs.REFERENCE})")
     cert.add_argument("--suite", metavar="SUITE|FILE",
                       help="the pairs of this suite's frameworks and workloads (narrowed by -f and -w); runs the "
@@ -659,6 +677,8 @@ def parser() -> argparse.ArgumentParser:
                            "certify: --suite's, narrowed by -f and -w, else -w's (default: all built-in)")
     cert.set_defaults(func=cmd_certify)
 
+
+def data_parser(commands: argparse._SubParsersAction) -> None:
     dat = commands.add_parser("data", help="list, fetch, verify or locate datasets")
     dat.add_argument("action", choices=("list", "fetch", "verify", "path"))
     dat.add_argument("names", nargs="*", metavar="NAME")
@@ -669,6 +689,12 @@ def parser() -> argparse.ArgumentParser:
                      help="never use the network (also DLBENCH_OFFLINE=1); say which files are missing and where")
     dat.set_defaults(func=cmd_data)
 
+
+# argparse formats help with %: the column 'cpu %' doubled, or `dlbench results --help` raised a TypeError
+KNOWN_COLUMNS = ", ".join(listing.column_names()).replace("%", "%%")
+
+
+def results_parser(commands: argparse._SubParsersAction) -> None:
     res = commands.add_parser("results", help="show stored runs")
     res.add_argument("--results", default=str(DEFAULT_RESULTS), help="results folder holding the store "
                      "(default: ./dlbench-results)")
@@ -677,9 +703,11 @@ def parser() -> argparse.ArgumentParser:
                           "every stored field")
     res.add_argument("--columns", type=table_columns, default=",".join(listing.DEFAULT_COLUMNS), metavar="NAMES",
                      help="the table's columns, separated by commas, or 'all' (default: %(default)s); "
-                          f"known: {', '.join(listing.column_names())}")
+                          f"known: {KNOWN_COLUMNS}")
     res.set_defaults(func=cmd_results)
 
+
+def compare_parser(commands: argparse._SubParsersAction) -> None:
     cmp = commands.add_parser("compare", help="compare two results stores, or two framework versions in one, "
                               "cell by cell")
     cmp.add_argument("--results", default=str(DEFAULT_RESULTS),
@@ -702,6 +730,8 @@ def parser() -> argparse.ArgumentParser:
                           "other threads or batch sizes never match")
     cmp.set_defaults(func=cmd_compare)
 
+
+def estimate_parser(commands: argparse._SubParsersAction) -> None:
     est = commands.add_parser("estimate", help="forecast a suite's wall time from the runs a results store holds")
     est.add_argument("suite", help="built-in suite name or suite file (its workload files, Python, run to read "
                                    "their models)")
@@ -718,6 +748,8 @@ def parser() -> argparse.ArgumentParser:
     est.add_argument("--threads", type=thread_count, help="threads per cell, overriding the suite and its entries")
     est.set_defaults(func=cmd_estimate)
 
+
+def report_parser(commands: argparse._SubParsersAction) -> None:
     rep = commands.add_parser("report", help="write the report of the stored runs: findings, tables, figures")
     rep.add_argument("--results", default=str(DEFAULT_RESULTS), help="results folder holding the store")
     rep.add_argument("--format", choices=("html", "md"), default="html",
@@ -725,7 +757,6 @@ def parser() -> argparse.ArgumentParser:
                           "as Markdown")
     rep.add_argument("--output", help="file to write (default: <results>/report.html or report.md)")
     rep.set_defaults(func=cmd_report)
-    return top
 
 
 def refuse_unnameable_paths(args: argparse.Namespace) -> None:
