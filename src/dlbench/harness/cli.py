@@ -14,7 +14,7 @@ from dlbench.harness.analysis.estimate import EstimateError
 from dlbench.harness.analysis.load import AnalysisError
 from dlbench.harness.certification import machine_store, probes
 from dlbench.harness.data import DatasetError
-from dlbench.harness.environments import disk, envs
+from dlbench.harness.environments import disk, envs, rebuild
 from dlbench.harness.environments.envs import EnvError
 from dlbench.harness.plan import suite
 from dlbench.harness.plan.initial_weights import WeightsError
@@ -27,7 +27,7 @@ from dlbench.harness.plan.workloads import (
     get_workload,
     target_text,
 )
-from dlbench.harness.present import comparison, listing, progress
+from dlbench.harness.present import comparison, environments, listing, progress
 from dlbench.harness.run import ExecutorError, cell_config, interrupt, local, results_folder
 from dlbench.harness.run.cell_config import Options
 from dlbench.harness.run.live_report import LiveReport
@@ -238,14 +238,14 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_env(args: argparse.Namespace) -> int:
     if args.action == "list":
-        print(env_table())
+        print(environments.table())
         return 0
     if args.action == "prune":
         return env_prune(args.older_than, args.dry_run)
     if args.from_run is not None:
         if args.action != "create" or args.names or args.all or args.dry_run:
             raise EnvError("--from-run RUN_ID goes with 'env create' alone (no names, no --all, no --dry-run)")
-        env_from_run(Path(args.results), args.from_run)
+        print(rebuild.from_run(Path(args.results), args.from_run))
         return 0
     names = args.names
     if args.all:  # on a GPU, every framework that has a CUDA build; the others say why not
@@ -271,64 +271,14 @@ def cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
-def env_from_run(results_dir: Path, run_id: int) -> None:
-    path = results_dir / FILENAME
-    if not path.exists():
-        raise StoreError(f"no results at {path}; pass the --results folder that holds run {run_id}")
-    with Store(path, for_reading=True) as store:
-        runs = {run["id"]: run for run in store.runs()}
-        if run_id not in runs:
-            known = f"{min(runs)} to {max(runs)}" if runs else "none"
-            raise StoreError(f"no run {run_id} in {path} (its runs: {known})")
-        run = runs[run_id]
-        # the environment's freeze as the run resolved it: the run's own package list also holds what the
-        # adapter reported importing, by module name ("tensorflow" for the tensorflow-cpu distribution)
-        packages = run["config"]["env_packages"]
-        recorded = store.environment(envs.digest_of(packages)) or {}
-    origin = {"store": str(path.resolve()), "run_id": run_id, "cell_hash": run["cell_hash"],
-              "started_at": run["started_at"]}
-    hashes = recorded.get("hashes")
-    env = envs.create_from_run(run["framework"], run["python"].split()[0], packages, origin,
-                               run["config"]["device"], hashes)
-    checked = env.info()["from_run"]["packages_checked_by_hash"]
-    how = (f"{checked} of them checked against the registry's hashes recorded at its build" if hashes
-           else "pinned by version only: the store recorded no hashes of that environment")
-    print(f"{env.path.name}: rebuilt with run {run_id}'s {len(packages)} packages at {env.path}; {how}")
-
-
-def _mib(size: int) -> str:
-    return f"{size / 2**20:,.0f} MiB"
-
-
-def _days_ago(when: float | None) -> str:
-    if when is None:
-        return "never"
-    hours = (time.time() - when) / 3600
-    return f"{hours:.0f} h ago" if hours < 48 else f"{hours / 24:.0f} days ago"
-
-
-def env_table() -> str:
-    rows = [["environment", "framework", "version", "device", "size", "own", "built", "last run", "status"]]
-    for built in disk.built():
-        size, own = disk.disk_usage(built.folder)
-        rows.append([built.folder.name, built.framework, built.version or "?", built.device, _mib(size), _mib(own),
-                     built.created[:10], _days_ago(built.last_used), built.status])
-    present = {row[0] for row in rows}
-    missing = [name for name in envs.RECIPES if name not in present]
-    rows += [[name, name, envs.RECIPES[name].default_version, "-", "-", "-", "-", "-", "missing"] for name in missing]
-    create = f"\ncreate the missing ones with:\n  dlbench env create {' '.join(missing)}" if missing else ""
-    return listing.aligned(rows) + (f"\nin {envs.env_root()}; own: what removing it frees (the rest is hard-linked "
-                                    "\nfrom uv's cache or another environment)") + create
-
-
 def env_prune(older_than_days: float, dry_run: bool) -> int:
     chosen = disk.stale(older_than_days)
     for built in chosen:
         own = disk.disk_usage(built.folder)[1]
         if not dry_run:
             disk.delete(built)
-        print(f"{built.folder.name}: {'would remove' if dry_run else 'removed'} ({_mib(own)} freed; "
-              f"last run {_days_ago(built.last_used)})")
+        print(f"{built.folder.name}: {'would remove' if dry_run else 'removed'} ({environments.mib(own)} freed; "
+              f"last run {environments.days_ago(built.last_used)})")
     if not chosen:
         print(f"no environment unused for {older_than_days:g} days")
     return 0
