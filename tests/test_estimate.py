@@ -198,7 +198,7 @@ def test_runs_of_other_hardware() -> None:
     assert kept == [other] and note is not None and "forecast from Other CPU" in note
 
 
-def test_gemm_peaks_cost_once_per_framework_and_node(tmp_path: Path) -> None:
+def test_plan_peakss_cost_once_per_framework_and_node(tmp_path: Path) -> None:
     # the synthetic runs start at 10:00:01 and 10:00:02; the peak began at 10:00:00: it took 1 s
     peak = {"framework": "pytorch", "threads": 2, "device": "cpu", "measured_at": "2026-12-03T10:00:00+0000",
             "gflops": 50.0}

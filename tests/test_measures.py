@@ -8,10 +8,10 @@ from analysis_runs import build_store, run_dict
 
 from dlbench.harness.analysis import measures
 from dlbench.harness.environments import disk, envs, process
-from dlbench.harness.measure import cores, peaks
+from dlbench.harness.measure import cores, gemm_peak
 from dlbench.harness.plan import suite
 from dlbench.harness.present import listing, report
-from dlbench.harness.run import cell_config, gemm_peak, one_cell, record
+from dlbench.harness.run import cell_config, one_cell, plan_peaks, record
 from dlbench.harness.run.cell_config import Options, Prepared
 from dlbench.harness.run.local import run_plan
 from dlbench.harness.store import Store
@@ -19,11 +19,11 @@ from dlbench.harness.store import Store
 
 def test_achieved_gflops_and_mfu_arithmetic():
     # cnn-mnist on digits-28: 1,257 training samples a steady epoch of 0.8 s at 3x the forward FLOPs
-    assert peaks.achieved_gflops(60_000_000, 1257, 0.8) == pytest.approx(60e6 * 1257 / 0.8 / 1e9)
-    assert peaks.achieved_gflops(60_000_000, 1257, None) is None  # one epoch: no steady epoch
-    assert peaks.achieved_gflops(None, 1257, 0.8) is None
-    assert peaks.mfu(94.275, 62.85) == pytest.approx(1.5)
-    assert peaks.mfu(30.0, None) is None and peaks.mfu(None, 60.0) is None
+    assert gemm_peak.achieved_gflops(60_000_000, 1257, 0.8) == pytest.approx(60e6 * 1257 / 0.8 / 1e9)
+    assert gemm_peak.achieved_gflops(60_000_000, 1257, None) is None  # one epoch: no steady epoch
+    assert gemm_peak.achieved_gflops(None, 1257, 0.8) is None
+    assert gemm_peak.mfu(94.275, 62.85) == pytest.approx(1.5)
+    assert gemm_peak.mfu(30.0, None) is None and gemm_peak.mfu(None, 60.0) is None
 
 
 def sample(t: float, cpu: float, system: float = 0.0) -> dict:
@@ -146,7 +146,7 @@ def fake_plan(tmp_path, monkeypatch):
 
     monkeypatch.setattr(cell_config, "resolve", resolve)
     monkeypatch.setattr(one_cell, "run_cell", run_cell)
-    monkeypatch.setattr(gemm_peak, "measure_peak", measure_peak)
+    monkeypatch.setattr(plan_peaks, "measure_peak", measure_peak)
     monkeypatch.setattr(record, "certificate_status", lambda prepared: "none")
     return peaks, measured
 
@@ -177,7 +177,7 @@ def test_peak_of_the_pytorch_environment(tmp_path):
     recipe = envs.get_recipe("pytorch")
     command = [str(env.python), "-m", "dlbench.worker.peak", recipe.adapter, "--threads", "1", "--size", "256",
                "--repeats", "3"]
-    found = peaks.run(command, process.worker_environment(tmp_path, 1, recipe.worker_env), tmp_path)
+    found = gemm_peak.run(command, process.worker_environment(tmp_path, 1, recipe.worker_env), tmp_path)
     assert found["method"] == "torch.matmul" and found["gflops"] > 0
     assert found["others_busy_cores"] >= 0  # what the rest of the machine ran meanwhile
 
@@ -201,9 +201,9 @@ def test_a_peak_that_cannot_be_measured_is_null_with_its_reason(tmp_path):
     env = envs.require("pytorch")
     command = [str(env.python), "-m", "dlbench.worker.peak", "dlbench.worker.frameworks.no_such_framework:Adapter",
                "--size", "64"]
-    found = peaks.run(command, process.worker_environment(tmp_path, 1, {}), tmp_path)
+    found = gemm_peak.run(command, process.worker_environment(tmp_path, 1, {}), tmp_path)
     assert found["gflops"] is None and found["reason"].startswith("peak not measured: ModuleNotFoundError")
-    missing = peaks.run([str(tmp_path / "no-python")], {}, tmp_path)
+    missing = gemm_peak.run([str(tmp_path / "no-python")], {}, tmp_path)
     assert missing["gflops"] is None and "No such file" in missing["reason"]
 
 

@@ -18,9 +18,9 @@ import pytest
 
 from dlbench.harness import cli
 from dlbench.harness.environments import envs
-from dlbench.harness.measure import peaks
+from dlbench.harness.measure import gemm_peak
 from dlbench.harness.plan import suite
-from dlbench.harness.run import gemm_peak, interrupt, launch
+from dlbench.harness.run import interrupt, launch, plan_peaks
 from dlbench.harness.run.cell_config import Options, Prepared
 from dlbench.harness.store import Store
 
@@ -194,8 +194,8 @@ def test_a_peak_stopped_midway_leaves_no_folder(tmp_path, suite_file, monkeypatc
         (folder / "stderr.log").write_text("half a measurement")
         raise interrupt.Interrupted(signal.SIGINT)
 
-    monkeypatch.setattr(peaks, "run", stopped)
+    monkeypatch.setattr(gemm_peak, "run", stopped)
     results = tmp_path / "results"
     with pytest.raises(interrupt.Interrupted):
-        gemm_peak.measure_peak(prepared, Options(results, tmp_path / "data"), 1)
+        plan_peaks.measure_peak(prepared, Options(results, tmp_path / "data"), 1)
     assert list((results / "peaks").iterdir()) == []

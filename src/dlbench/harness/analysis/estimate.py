@@ -322,7 +322,7 @@ def moment(text: str | None) -> float | None:
 
 
 def peak_seconds(peaks: Iterable[Mapping], runs: Iterable[Mapping]) -> dict[str, float]:
-    """Framework -> the seconds its GEMM peak takes before its first cell (harness/run/gemm_peak.py): from
+    """Framework -> the seconds its GEMM peak takes before its first cell (harness/run/plan_peaks.py): from
     the peak's start (measured_at) to the start of the framework's first run after it, the median over
     the store's peaks; a framework without a peak of its own gets the median of all."""
     starts: dict[str, list[float]] = {}

@@ -13,7 +13,7 @@ def list_schedule(durations: Sequence[float], nodes: int, keys: Sequence[str] = 
     """The makespan of the cells run in the order given, each on the node that frees first (all free at 0).
     Ties go to the node listed first, as the driver's loop over its nodes does; with one node it is the sum.
     A cell whose key (its framework) a node has not run yet costs setup(key) more there: the GEMM peak
-    each executor measures once per framework environment, on each node (harness/run/gemm_peak.py)."""
+    each executor measures once per framework environment, on each node (harness/run/plan_peaks.py)."""
     if nodes < 1:
         raise ValueError(f"nodes must be >= 1, got {nodes}")
     free = [(0.0, node) for node in range(min(nodes, max(len(durations), 1)))]

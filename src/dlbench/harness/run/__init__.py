@@ -1,7 +1,7 @@
 """Where a plan's cells run, and one cell's run. The executors: `local` runs a plan's cells one after
 another on this machine; `ray_cluster` spreads them over a Ray cluster's nodes, only the driver writing
 the store. Both make the environments ready first (`readiness`) and run each cell the same way:
-`cell_config` resolves it, `gemm_peak` measures the peak it is measured against, `one_cell` runs it
+`cell_config` resolves it, `plan_peaks` measures the peak it is measured against, `one_cell` runs it
 through `launch` (the worker's variables and process), and `record` saves what it left."""
 
 

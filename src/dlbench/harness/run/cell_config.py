@@ -11,7 +11,7 @@ import psutil
 
 from dlbench.harness import data
 from dlbench.harness.environments import envs, sources
-from dlbench.harness.measure import energy, peaks
+from dlbench.harness.measure import energy, gemm_peak
 from dlbench.harness.plan import initial_weights
 from dlbench.harness.plan.suite import Cell, SuiteError
 from dlbench.harness.plan.workloads import USER_FILES, Workload, WorkloadError, get_workload
@@ -26,7 +26,7 @@ class Options:
     force: bool = False
     timeout_s: float | None = None  # overrides the suite's
     memory_limit_mb: float | None = None
-    peak_size: int = peaks.PEAK_SIZE  # n of the n x n float32 GEMM whose FLOP/s is the peak; 0: no peak measured
+    peak_size: int = gemm_peak.PEAK_SIZE  # n of the n x n float32 GEMM whose FLOP/s is the peak; 0: no peak measured
     powercap: Path = energy.POWERCAP
 
 

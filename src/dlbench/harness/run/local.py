@@ -4,7 +4,7 @@ interrupted, with its events, samples, run folder and peak, and Interrupted says
 from collections.abc import Callable
 
 from dlbench.harness.plan.suite import Cell
-from dlbench.harness.run import cell_config, gemm_peak, interrupt, no_endings, one_cell, readiness, record
+from dlbench.harness.run import cell_config, interrupt, no_endings, one_cell, plan_peaks, readiness, record
 from dlbench.harness.run.cell_config import Options
 from dlbench.harness.run.live_report import LiveReport
 from dlbench.harness.store import FILENAME, Store
@@ -41,7 +41,7 @@ def run_plan(cells: list[Cell], options: Options, progress: Callable[..., None],
                 # from its peak to its stored run, a signal stops the worker and the run is stored as
                 # interrupted: no run folder or peak is left that no run names
                 with interrupt.held():
-                    peak = gemm_peak.peak_of(prepared, options, store, measured_peaks, provenance["machine"], on_event)
+                    peak = plan_peaks.peak_of(prepared, options, store, measured_peaks, provenance["machine"], on_event)
                     ran = one_cell.run_cell(prepared, options, on_event)
                     run = record.finish_run(store, prepared, ran, peak,
                                             dict(provenance, plan_position=index, executor="local"))

@@ -34,7 +34,7 @@ from dlbench.harness.measure import machine
 from dlbench.harness.plan import initial_weights
 from dlbench.harness.plan.suite import Cell
 from dlbench.harness.plan.workloads import get_workload
-from dlbench.harness.run import ExecutorError, cell_config, gemm_peak, no_endings, one_cell, readiness, record
+from dlbench.harness.run import ExecutorError, cell_config, no_endings, one_cell, plan_peaks, readiness, record
 from dlbench.harness.run.cell_config import Options, Prepared
 from dlbench.harness.run.launch import Outcome
 from dlbench.harness.run.live_report import LiveReport
@@ -127,7 +127,7 @@ def run_on_node(cell: Cell, config: dict, options: Options, node_data: Path | No
         result["failed"] = f"on node {result['machine']['hostname']}: {error}"
         return result
     if measure_peak:
-        result["peak"] = gemm_peak.measure_peak(prepared, options, config["threads"])
+        result["peak"] = plan_peaks.measure_peak(prepared, options, config["threads"])
     result["ran"] = one_cell.run_cell(prepared, options)
     return result
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from dlbench.harness.certification import machine_store
 from dlbench.harness.certification.certified_model import workload_digest
 from dlbench.harness.environments import envs, sources
-from dlbench.harness.measure import cores, machine, peaks, serving
+from dlbench.harness.measure import cores, gemm_peak, machine, serving
 from dlbench.harness.measure.monitor import Sample, summarise
 from dlbench.harness.run.cell_config import Prepared
 from dlbench.harness.run.launch import Outcome
@@ -85,7 +85,7 @@ def run_row(prepared: Prepared, outcome: Outcome, epochs: list[dict], run_dir: P
         "metric_name": prepared.workload.target["metric"],
         "target_value": prepared.target["value"], "params": ir.count_params(config["model"]),
         "flops_per_sample": flops, "threads": ready.get("threads"), "n_train": ready.get("n_train"),
-        "achieved_gflops": peaks.achieved_gflops(flops, ready.get("n_train"), timing.get("steady_epoch_s")),
+        "achieved_gflops": gemm_peak.achieved_gflops(flops, ready.get("n_train"), timing.get("steady_epoch_s")),
         "cores_used": used, "energy_source": energy_source,
         "cores_flag": cores.flag(used, config["threads"], cores.others(outcome.samples, outcome.events,
                                                                       outcome.event_times, os.cpu_count())),
@@ -121,7 +121,7 @@ def finish_run(store: Store, prepared: Prepared, ran: Ran, peak: tuple[int, floa
     nothing of the run is written."""
     run = ran.run
     if peak is not None:
-        run.update(peak_id=peak[0], mfu=peaks.mfu(run.get("achieved_gflops"), peak[1]))
+        run.update(peak_id=peak[0], mfu=gemm_peak.mfu(run.get("achieved_gflops"), peak[1]))
     run["certificate"] = certificate_status(prepared)
     run.update(recorded)
     info = prepared.env.info()  # one read of dlbench-env.json for the whole row

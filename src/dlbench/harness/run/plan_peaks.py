@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from dlbench.harness.environments import envs
 from dlbench.harness.environments.process import worker_environment
-from dlbench.harness.measure import peaks
+from dlbench.harness.measure import gemm_peak
 from dlbench.harness.run import interrupt, results_folder
 from dlbench.harness.run.cell_config import Options, Prepared
 from dlbench.harness.store import Store
@@ -18,20 +18,20 @@ def measure_peak(prepared: Prepared, options: Options, threads: int) -> dict:
     """The float32 GEMM peak of the cell's framework environment (dlbench.worker.peak) at the cell's threads and
     device, as a peaks row: gflops NULL with the reason when the measurement fails."""
     cell, env = prepared.cell, prepared.env
-    size = options.peak_size or peaks.PEAK_SIZE
-    if cell.device == "gpu" and size == peaks.PEAK_SIZE:
-        size = peaks.PEAK_SIZE_GPU
+    size = options.peak_size or gemm_peak.PEAK_SIZE
+    if cell.device == "gpu" and size == gemm_peak.PEAK_SIZE:
+        size = gemm_peak.PEAK_SIZE_GPU
     row: dict = {"framework": cell.framework, "framework_version": env.version(),
                  "framework_env": env.packages_digest(), "threads": threads, "device": cell.device,
                  "suite": cell.suite, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "matrix_size": size,
-                 "repeats": peaks.PEAK_REPEATS, "gflops": None, "reason": None, "method": None}
+                 "repeats": gemm_peak.PEAK_REPEATS, "gflops": None, "reason": None, "method": None}
     recipe = envs.get_recipe(cell.framework, cell.device)
     folder = results_folder.new_folder(options.results / "peaks",
                                        f"{time.strftime('%Y%m%d-%H%M%S')}-{cell.framework}-{threads}-{cell.device}")
     command = [str(env.python), "-m", "dlbench.worker.peak", recipe.adapter, "--device", cell.device,
-               "--threads", str(threads), "--size", str(size), "--repeats", str(peaks.PEAK_REPEATS)]
+               "--threads", str(threads), "--size", str(size), "--repeats", str(gemm_peak.PEAK_REPEATS)]
     try:
-        row.update(peaks.run(command, worker_environment(folder, threads, envs.worker_variables(recipe, env.path)),
+        row.update(gemm_peak.run(command, worker_environment(folder, threads, envs.worker_variables(recipe, env.path)),
                              folder))
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM (run.interrupt): nothing was measured, nothing is kept
         shutil.rmtree(folder, ignore_errors=True)
