@@ -7,17 +7,17 @@ import pytest
 from scipy.stats import kendalltau
 from synthetic_store import synthetic_run
 
-from dlbench.harness.analysis import study
+from dlbench.harness.analysis import study_rankings
 from dlbench.harness.present import contents, html, markdown
 from dlbench.harness.store import Store
 
-HEADER = ",".join(study.COLUMNS)
+HEADER = ",".join(study_rankings.COLUMNS)
 GOOD_ROW = "cnn-mnist,mnist,cpu,pytorch,98.40,0.46,h,15,15,no,yes,"
 
 
 def test_tau_is_scipys_on_a_hand_case() -> None:
     # b and c swap places: 1 discordant pair of 6, so tau = (5 - 1) / 6
-    _, _, _, tau, p = study.agreement({"a": 1, "b": 2, "c": 3, "d": 4}, {"a": 10, "b": 30, "c": 20, "d": 40},
+    _, _, _, tau, p = study_rankings.agreement({"a": 1, "b": 2, "c": 3, "d": 4}, {"a": 10, "b": 30, "c": 20, "d": 40},
                                       higher_is_better=False)
     expected = kendalltau([1, 2, 3, 4], [1, 3, 2, 4])
     assert tau == pytest.approx(2 / 3)
@@ -26,18 +26,18 @@ def test_tau_is_scipys_on_a_hand_case() -> None:
 
 def test_ranks_with_ties_and_frameworks_one_side_lacks() -> None:
     ours = {"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0, "f": 0.5}  # f: dlbench only
-    common, study_rank, our_rank, tau, _ = study.agreement(
+    common, study_rank, our_rank, tau, _ = study_rankings.agreement(
         {"a": 10.0, "b": 20.0, "c": 20.0, "d": 30.0, "e": 5.0}, ours, higher_is_better=False)  # e: study only
     assert common == ("a", "b", "c", "d")
     assert study_rank == {"a": 1.0, "b": 2.5, "c": 2.5, "d": 4.0}
     assert our_rank == {"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0}
     # 5 concordant pairs, none discordant, one tied in the study alone: tau-b = 5 / sqrt(5 x 6)
     assert tau == pytest.approx(5 / 30 ** 0.5)
-    assert study.rank({"x": 90.0, "y": 95.0}, higher_is_better=True) == {"x": 2.0, "y": 1.0}
+    assert study_rankings.rank({"x": 90.0, "y": 95.0}, higher_is_better=True) == {"x": 2.0, "y": 1.0}
 
 
 def test_a_side_that_ties_everything_measures_no_agreement_and_moves_nothing() -> None:
-    ranking = study.ranking("accuracy", {"a": 1.0, "b": 2.0, "c": 3.0}, {"a": 5.0, "b": 5.0, "c": 5.0},
+    ranking = study_rankings.ranking("accuracy", {"a": 1.0, "b": 2.0, "c": 3.0}, {"a": 5.0, "b": 5.0, "c": 5.0},
                             lambda aspect, framework: ())
     assert ranking.tau is None and ranking.p is None and ranking.disagreements == ()
 
@@ -51,19 +51,20 @@ def test_a_side_that_ties_everything_measures_no_agreement_and_moves_nothing() -
     ("cnn-mnist,mnist,cpu,paddle,98.4,0.46,h,15,15,no,yes,", "framework"),
 ])
 def test_the_loader_refuses_a_malformed_row_naming_file_line_and_field(row: str, field: str) -> None:
-    with pytest.raises(study.StudyDataError, match=rf"^bad\.csv, line 3: field {field}:"):
-        study.read_results("\n".join([HEADER, GOOD_ROW.replace("pytorch", "mxnet"), row]), "bad.csv")
+    with pytest.raises(study_rankings.StudyDataError, match=rf"^bad\.csv, line 3: field {field}:"):
+        study_rankings.read_results("\n".join([HEADER, GOOD_ROW.replace("pytorch", "mxnet"), row]), "bad.csv")
 
 
 def test_the_loader_refuses_a_row_with_fields_missing_and_a_second_row_for_one_framework() -> None:
-    with pytest.raises(study.StudyDataError, match=r"^bad\.csv, line 2: 12 fields expected"):
-        study.read_results(f"{HEADER}\ncnn-mnist,mnist,cpu\n", "bad.csv")
-    with pytest.raises(study.StudyDataError, match=r"^bad\.csv, line 3: a second row for cnn-mnist cpu pytorch"):
-        study.read_results(f"{HEADER}\n{GOOD_ROW}\n{GOOD_ROW}\n", "bad.csv")
+    with pytest.raises(study_rankings.StudyDataError, match=r"^bad\.csv, line 2: 12 fields expected"):
+        study_rankings.read_results(f"{HEADER}\ncnn-mnist,mnist,cpu\n", "bad.csv")
+    with pytest.raises(study_rankings.StudyDataError,
+                       match=r"^bad\.csv, line 3: a second row for cnn-mnist cpu pytorch"):
+        study_rankings.read_results(f"{HEADER}\n{GOOD_ROW}\n{GOOD_ROW}\n", "bad.csv")
 
 
 def test_the_shipped_figures_cover_the_studys_six_frameworks_per_setting() -> None:
-    data = study.load()
+    data = study_rankings.load()
     settings: dict[tuple[str, str], set[str]] = {}
     for row in data.rows:
         settings.setdefault((row.workload, row.device), set()).add(row.framework)
@@ -147,7 +148,7 @@ def test_runs_on_two_hardware_models_are_compared_apart() -> None:
              "metric_value": 0.98, "epochs": [{}]}
             for i, (f, device, steady) in enumerate([("pytorch", "cpu: A", 1.0), ("mxnet", "cpu: A", 2.0),
                                                      ("pytorch", "cpu: B", 2.0), ("mxnet", "cpu: B", 1.0)])]
-    comparisons, missing = study.compare(runs, study.load())
+    comparisons, missing = study_rankings.compare(runs, study_rankings.load())
     assert [(c.device, c.time.dlbench_rank) for c in comparisons] == [
         ("cpu: A", {"mxnet": 2.0, "pytorch": 1.0}), ("cpu: B", {"mxnet": 1.0, "pytorch": 2.0})]
     assert ("cnn-mnist", "cpu") not in {(m.workload, m.device) for m in missing}
@@ -159,7 +160,7 @@ def test_a_framework_in_several_versions_counts_with_its_newest() -> None:
              "metric_value": 150.0, "epochs": [{"metrics": {"accuracy": 0.2}}]}
             for i, (f, version, steady) in enumerate([("pytorch", "2.9.0", 9.0), ("pytorch", "2.13.0", 1.0),
                                                       ("mxnet", "1.9.1", 2.0)])]
-    [comparison] = [c for c in study.compare(runs, study.load())[0] if c.workload == "lstm-ptb"]
+    [comparison] = [c for c in study_rankings.compare(runs, study_rankings.load())[0] if c.workload == "lstm-ptb"]
     assert comparison.time.dlbench == {"pytorch": 1.0, "mxnet": 2.0}
     assert comparison.accuracy is not None and comparison.accuracy.dlbench == {"pytorch": 20.0, "mxnet": 20.0}
     assert "pytorch: its newest version here, 2.13.0, of 2.9.0, 2.13.0." in comparison.notes
@@ -168,5 +169,5 @@ def test_a_framework_in_several_versions_counts_with_its_newest() -> None:
 def test_a_reason_with_an_unknown_scope_is_refused_naming_file_entry_and_field() -> None:
     about = ("citation: c\nderived_from: d\nsetup: s\ncaveats: [x]\nreasons:\n"
              "  - {id: r, aspect: time, frameworks: [pytroch], workloads: [all], devices: [all], text: t, source: s}\n")
-    with pytest.raises(study.StudyDataError, match=r"^study\.yaml, reason 1: field frameworks:"):
-        study.read_about(about, "study.yaml")
+    with pytest.raises(study_rankings.StudyDataError, match=r"^study\.yaml, reason 1: field frameworks:"):
+        study_rankings.read_about(about, "study.yaml")

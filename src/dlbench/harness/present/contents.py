@@ -14,7 +14,7 @@ from dlbench.harness.analysis.summary import CellSummary, summarise
 from dlbench.harness.certification import machine_store
 from dlbench.harness.environments.envs import dlbench_home
 from dlbench.harness.present import manifest, tables
-from dlbench.harness.present.study import StudySection, section
+from dlbench.harness.present.study_section import StudySection, section
 from dlbench.harness.store import Store
 
 

@@ -17,7 +17,7 @@ from dlbench.harness.analysis.summary import WARM, CellSummary, group_of
 from dlbench.harness.plan.workloads import metric_label
 from dlbench.harness.present import charts, overview, overview_html, scaling, tables
 from dlbench.harness.present.contents import Report
-from dlbench.harness.present.study import StudySection
+from dlbench.harness.present.study_section import StudySection
 from dlbench.harness.present.tables import Table
 
 STYLE = """

@@ -8,7 +8,7 @@ from html import escape
 
 from dlbench.harness.present import overview, overview_html, scaling
 from dlbench.harness.present.contents import Report
-from dlbench.harness.present.study import StudySection
+from dlbench.harness.present.study_section import StudySection
 from dlbench.harness.present.tables import Table
 
 

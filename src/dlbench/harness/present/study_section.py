@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 
-from dlbench.harness.analysis import study
-from dlbench.harness.analysis.study import Comparison, Missing, Ranking, StudyData, StudyRow
+from dlbench.harness.analysis import study_rankings
+from dlbench.harness.analysis.study_rankings import Comparison, Missing, Ranking, StudyData, StudyRow
 from dlbench.harness.plan import suite
 from dlbench.harness.present.tables import Table
 
@@ -22,8 +22,9 @@ METHOD = ("Each side ranks the frameworks both ran, 1 for the best: by time (the
           "epochs it completed; dlbench's median steady epoch, the first epoch and evaluation left out) and by "
           "test accuracy after the last epoch. Their agreement is Kendall's tau-b (scipy.stats.kendalltau, "
           "two-sided p): 1 for the same order, -1 for the reverse. Times are shown only as ratios to the fastest "
-          f"framework of their own side. A framework whose rank moves by {study.DISPLACED} places or more is named "
-          "with the documented differences between the study's implementation and dlbench's that may explain it. "
+          "framework of their own side. A framework whose rank moves by "
+          f"{study_rankings.DISPLACED} places or more is named with the documented differences between the "
+          "study's implementation and dlbench's that may explain it. "
           "Only runs on the study's own dataset count: a stand-in is not the study's data.")
 
 
@@ -44,8 +45,8 @@ class StudySection:
 
 
 def section(runs: Sequence[Mapping], data: StudyData | None = None) -> StudySection:
-    data = data or study.load()
-    comparisons, missing = study.compare(runs, data)
+    data = data or study_rankings.load()
+    comparisons, missing = study_rankings.compare(runs, data)
     by_key = {(r.workload, r.device, r.framework): r for r in data.rows}
     blocks = [Block(_table(c, by_key), _lines(c)) for c in comparisons]
     source = (f"The study: {data.citation}. Its figures here are derived from {data.derived_from}. "
@@ -122,7 +123,7 @@ def _agreement(ranking: Ranking) -> str:
             "frameworks both ran.")
 
 
-def _disagreement(ranking: Ranking, moved: study.Disagreement) -> str:
+def _disagreement(ranking: Ranking, moved: study_rankings.Disagreement) -> str:
     where = (f"{moved.framework}'s {ranking.aspect} ranks {_place(moved.study_rank)} of {len(ranking.common)} in "
              f"the study and {_place(moved.dlbench_rank)} here")
     if not moved.reasons:
