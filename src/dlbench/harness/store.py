@@ -213,7 +213,7 @@ ENVIRONMENT_COLUMNS: dict[str, str] = {
     "hashes": "TEXT",  # JSON: name -> ["sha256:..."]; NULL for an environment built before dlbench recorded them
 }
 # added in schema version 12: an inference run's timed batch-1 calls, one row per call in call order
-LATENCY_COLUMNS: dict[str, str] = {
+LATENCY_CALL_COLUMNS: dict[str, str] = {
     "call": "INTEGER",  # 0-based
     "seconds": "REAL",
 }
@@ -226,7 +226,7 @@ def _columns_sql(columns: Mapping[str, str]) -> str:
 
 
 LATENCIES_TABLE = (f"CREATE TABLE IF NOT EXISTS latencies (run_id INTEGER REFERENCES runs(id), "
-                   f"{_columns_sql(LATENCY_COLUMNS)}, PRIMARY KEY (run_id, call))")
+                   f"{_columns_sql(LATENCY_CALL_COLUMNS)}, PRIMARY KEY (run_id, call))")
 SCHEMA_12_RUN_COLUMNS = ("mode", "first_call_s", "warmup_calls", "latency_calls", "latency_p50_ms", "latency_p90_ms",
                          "latency_p99_ms", "serve_batch_size", "throughput_samples", "throughput_s", "samples_per_s",
                          "first_batch_call_s")
@@ -427,7 +427,7 @@ class Store:
                 assert run_id is not None  # always set after a successful INSERT
                 self._insert_children("epochs", EPOCH_COLUMNS, run_id, epoch_rows)
                 self._insert_children("samples", SAMPLE_COLUMNS, run_id, sample_rows)
-                self._insert_children("latencies", LATENCY_COLUMNS, run_id, latency_rows)
+                self._insert_children("latencies", LATENCY_CALL_COLUMNS, run_id, latency_rows)
         except sqlite3.IntegrityError as exc:
             raise StoreError(f"{self.path}: run not saved: {exc}") from exc
         return run_id

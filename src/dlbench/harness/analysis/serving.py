@@ -7,11 +7,12 @@ from dataclasses import dataclass
 
 from dlbench.harness.analysis.stats import Estimate, estimate
 from dlbench.harness.analysis.summary import key_value
+from dlbench.harness.measure.serving import LATENCY_COLUMNS
 from dlbench.harness.store import is_inference
 
 # the per-run figures a cell estimates (harness/store.py RUN_COLUMNS)
-FIGURES = ("latency_p50_ms", "latency_p90_ms", "latency_p99_ms", "samples_per_s", "first_call_s",
-           "first_batch_call_s", "peak_rss_mb", "peak_gpu_mem_mb")
+FIGURES = (*LATENCY_COLUMNS, "samples_per_s", "first_call_s", "first_batch_call_s", "peak_rss_mb",
+           "peak_gpu_mem_mb")
 KEYS = ("framework", "framework_version", "workload", "dataset", "device", "batch_size", "threads")
 
 

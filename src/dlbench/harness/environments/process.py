@@ -4,7 +4,7 @@ dlbench starts gets them: a run's worker, a GEMM peak, certification's probes.""
 import os
 from pathlib import Path
 
-from dlbench.harness.environments.sources import PACKAGE_DIR
+from dlbench.harness import PACKAGE_DIR
 
 PACKAGE_PARENT = PACKAGE_DIR.parent  # put on the worker's PYTHONPATH
 

@@ -12,11 +12,10 @@ import hashlib
 from functools import cache
 from pathlib import Path
 
-import dlbench
+from dlbench.harness import PACKAGE_DIR
 from dlbench.harness.environments import envs
 
 PACKAGE = "dlbench"
-PACKAGE_DIR = Path(dlbench.__file__).resolve().parent
 ENTRY_POINTS = ("dlbench.worker.train", "dlbench.worker.probe", "dlbench.worker.peak")
 
 

@@ -9,10 +9,9 @@ from typing import Any
 
 import psutil
 
-import dlbench
+from dlbench.harness import PACKAGE_DIR
 from dlbench.harness.measure import nvml
 
-PACKAGE_DIR = Path(dlbench.__file__).resolve().parent
 _MIB = 1024 * 1024
 
 
