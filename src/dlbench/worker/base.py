@@ -15,14 +15,17 @@ from dlbench.shared import schedule as schedules
 from dlbench.shared.ir import LOSSES
 
 PAD_ID = 0  # the label the masked loss and its accuracy leave out
+# the losses over a sequence's tokens (labels (batch, steps)), whose metrics add perplexity
+SEQUENCE_LOSSES = ("sequence_softmax_cross_entropy", "masked_sequence_softmax_cross_entropy")
 OPTIMIZERS = ("sgd", "adam", "adadelta", "adamw")
 PIXEL_SCALE = 255.0  # every image dataset's input_scale (its meta): uint8 pixels -> [0, 1]
 
 
 def not_built(what: str, name: str) -> NotImplementedError:
-    """The error for a layer type the IR declares, an optimizer OPTIMIZERS names, or a learning-rate
-    schedule shared/schedule.py names, that an adapter has no code for: raised, so that no other layer,
-    optimizer or schedule ever stands in for it."""
+    """The error for a layer type, activation, padding or loss the IR declares, an optimizer OPTIMIZERS
+    names, or a learning-rate schedule shared/schedule.py names, that an adapter has no code for (its
+    build, its weights' mapping or its metrics): raised, so that no other one ever stands in for it. Every
+    dispatch on such a name lists its known cases and ends in this, never in a default branch."""
     return NotImplementedError("%s %r: this adapter does not build it" % (what, name))
 
 
@@ -87,8 +90,10 @@ def finish_metrics(loss: str, loss_sum: float, weight: float, correct: float, pr
     predictions out of `predictions` (samples, tokens, or unmasked tokens)."""
     mean_loss = loss_sum / weight
     metrics = {"loss": mean_loss, "accuracy": correct / predictions}
-    if loss.endswith("sequence_softmax_cross_entropy"):
+    if loss in SEQUENCE_LOSSES:
         metrics["perplexity"] = math.exp(min(mean_loss, 700.0))  # exp overflows past ~709
+    elif loss not in ("softmax_cross_entropy", "sigmoid_cross_entropy"):  # a new loss must say its metrics
+        raise not_built("loss", loss)
     return metrics
 
 
