@@ -1,17 +1,24 @@
 """No silent fallbacks (issue #42): every dispatch on a layer type, activation, padding, loss or schedule
 names its known cases and refuses any other by name, so a member added to one of the IR's sets fails
 loudly in every place that must learn it instead of taking the last known member's rule. Here the shared
-side (FLOPs, parameter shapes, initial weights, token inputs, the schedule's factor), the worker's metrics
-and the numpy reference; each framework's adapter is asked in its own environment (test_adapters.py,
+side (FLOPs, parameter shapes, initial weights, token inputs, the schedule's factor), the worker's metrics,
+the adapter contract's dtype and device, the detector's loss, the certification probes' kinds and the numpy
+reference; each framework's adapter is asked in its own environment (test_adapters.py,
 adapter_check.refusals)."""
+import json
+import sys
+
 import numpy as np
 import pytest
 from numpy_forward import forward
 
+from dlbench.harness.plan.workloads import get_workload
 from dlbench.shared import ir
 from dlbench.shared import schedule as schedules
 from dlbench.shared.init import _layer_weights, canonical_init
-from dlbench.worker.base import finish_metrics
+from dlbench.worker import probe
+from dlbench.worker.base import BaseAdapter, finish_metrics
+from dlbench.worker.detector import DetectorAdapter
 
 NOVEL = "novel"
 
@@ -100,3 +107,37 @@ def test_the_numpy_reference_refuses_a_novel_layer_type_and_padding(novel_layer)
     spec["layers"][0]["padding"] = NOVEL
     with pytest.raises(NotImplementedError, match="padding 'novel': this adapter does not build it"):
         forward(spec, {}, np.ones((1, 4, 4, 1), np.float32))
+
+
+PLAIN = ir.model([8], "float32", [ir.dense(2)])
+RECIPE = {"optimizer": {"name": "sgd", "lr": 0.1}, "batch_size": 4, "epochs": 1, "loss": "softmax_cross_entropy"}
+
+
+@pytest.mark.parametrize("changed, refused", [
+    ({"recipe": dict(RECIPE, dtype="float64")}, "dtype 'float64'"),  # only an adapter that builds it says so
+    ({"recipe": dict(RECIPE, dtype="bfloat16")}, "dtype 'bfloat16'"),
+    ({"device": "tpu"}, "device 'tpu'"),
+])
+def test_the_adapter_contract_refuses_a_dtype_or_device_the_adapter_does_not_build(changed, refused):
+    """The adapters read any dtype but float64 as float32 and any device but gpu as the CPU."""
+    arguments = dict({"model": PLAIN, "recipe": RECIPE, "task": "classification", "device": "cpu", "threads": 1,
+                      "seed": 0}, **changed)
+    with pytest.raises(NotImplementedError, match=f"{refused}: this adapter does not build it"):
+        BaseAdapter(**arguments)
+    BaseAdapter(**dict(arguments, recipe=RECIPE, device="cpu"))  # float32 on the CPU: built by all
+
+
+def test_a_detector_refuses_a_classifiers_loss():
+    """DetectorAdapter computed its four losses whatever the recipe's loss named."""
+    frcnn = get_workload("frcnn-voc")
+    with pytest.raises(NotImplementedError, match="loss 'softmax_cross_entropy': this adapter does not build it"):
+        DetectorAdapter(frcnn.model(), dict(frcnn.recipe, loss="softmax_cross_entropy"), "detection", "cpu", 1, 0)
+
+
+def test_a_probe_of_a_kind_the_worker_lacks_is_refused(tmp_path, monkeypatch):
+    """worker/probe.py ran the weights probe for any kind it did not know."""
+    requests = tmp_path / "requests.json"
+    requests.write_text(json.dumps([{"kind": NOVEL, "out": str(tmp_path / "novel.npz")}]))
+    monkeypatch.setattr(sys, "argv", ["probe", str(requests)])
+    assert probe.main() == 1
+    assert "probe kind 'novel': this adapter does not build it" in (tmp_path / "novel.npz.error").read_text()

@@ -18,6 +18,7 @@ PAD_ID = 0  # the label the masked loss and its accuracy leave out
 # the losses over a sequence's tokens (labels (batch, steps)), whose metrics add perplexity
 SEQUENCE_LOSSES = ("sequence_softmax_cross_entropy", "masked_sequence_softmax_cross_entropy")
 OPTIMIZERS = ("sgd", "adam", "adadelta", "adamw")
+DEVICES = ("cpu", "gpu")  # a cell's device; every adapter's device code has a branch for each
 PIXEL_SCALE = 255.0  # every image dataset's input_scale (its meta): uint8 pixels -> [0, 1]
 
 
@@ -34,6 +35,11 @@ def lookup(table: dict, what: str, name: str):
     if name not in table:
         raise not_built(what, name)
     return table[name]
+
+
+def recipe_dtype(recipe: dict) -> str:
+    """The float type the recipe asks for: its "dtype", float32 where it names none."""
+    return recipe.get("dtype", "float32")
 
 
 def sibling_module(adapter_path: str, name: str) -> str:
@@ -106,6 +112,9 @@ class BaseAdapter(object):
     name = ""
     # What serving()'s call divides stored pixels by; worker/serve.py sets the served dataset's own.
     input_scale = PIXEL_SCALE
+    # The float types a recipe's "dtype" may ask for (certification asks the reference for float64); an
+    # adapter that builds float64 says so. Any other is refused: never trained in float32 in its place.
+    dtypes = ("float32",)
 
     def __init__(self, model: dict, recipe: dict, task: str, device: str, threads: int, seed: int):
         if recipe["loss"] not in LOSSES:
@@ -114,6 +123,10 @@ class BaseAdapter(object):
             raise ValueError("unknown optimizer %r; known: %s" % (recipe["optimizer"]["name"], ", ".join(OPTIMIZERS)))
         if "schedule" in recipe:  # the learning rate's (shared/schedule.py); none: constant
             schedules.validate(recipe["schedule"])
+        if recipe_dtype(recipe) not in self.dtypes:
+            raise not_built("dtype", recipe_dtype(recipe))
+        if device not in DEVICES:  # the adapters' device code reads anything but "gpu" as the CPU
+            raise not_built("device", device)
         self.model_ir = model
         self.recipe = recipe
         self.task = task
