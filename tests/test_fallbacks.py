@@ -72,6 +72,15 @@ def test_a_novel_detector_part_has_no_input_rule(monkeypatch):
         ir.detector((32, 32), [ir.conv2d(2, 3, "same", 16)], 4, [8], 3, [1.0])
 
 
+@pytest.mark.parametrize("changed", [{"op": "roi_pool"}, {"aligned": True}])
+def test_a_detector_roi_op_that_nothing_computes_is_refused(changed):
+    """Every detector computes torchvision's roi_align with aligned=False, whatever the spec declared."""
+    spec = get_workload("frcnn-voc").model()
+    spec["detector"]["roi"].update(changed)
+    with pytest.raises(ir.IRError, match="only roi_align with aligned false is built"):
+        ir.detector_parts(spec)
+
+
 def test_a_novel_schedule_has_no_factor(monkeypatch):
     """Its factor was the warm-up and cosine's."""
     monkeypatch.setitem(schedules.SCHEDULES, NOVEL, ())

@@ -292,6 +292,10 @@ def detector_parts(spec: dict) -> "OrderedDict[str, dict]":
     """Every part of a detector as a model of its own ({"input_shape", "input_dtype", "layers"}), in
     order: "backbone", then DETECTOR_PARTS. Spatial sizes are those of the landscape canvas."""
     config = spec["detector"]
+    roi = config["roi"]
+    if roi["op"] != "roi_align" or roi["aligned"] is not False:  # all that pipeline.roi_align_plan computes
+        raise IRError("detector RoI op %r with aligned %r: only roi_align with aligned false is built"
+                      % (roi["op"], roi["aligned"]))
     feature = infer_shapes(spec)[-1][2]
     size = config["roi"]["size"]
     parts = OrderedDict([("backbone", {"input_shape": list(spec["input_shape"]), "input_dtype": "float32",

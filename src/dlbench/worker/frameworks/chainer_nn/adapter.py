@@ -126,8 +126,7 @@ class Seq2Seq(chainer.Chain):
 
 def _padding(layer: dict, in_shape) -> "tuple[int, int, tuple]":
     """(symmetric pad h, symmetric pad w, explicit pad widths or ()) for a conv or pool layer."""
-    size = lookup({"conv2d": "kernel", "maxpool2d": "pool"}, "layer type", layer["type"])
-    size = layer[size]
+    size = layer[lookup({"conv2d": "kernel", "maxpool2d": "pool"}, "layer type", layer["type"])]
     if layer["padding"] == "valid":
         return 0, 0, ()
     if layer["padding"] != "same":
