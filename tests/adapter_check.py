@@ -12,8 +12,9 @@ with "gradients" (weight name -> a list of steps) applies them one step each thr
 the case's "weights", and its row holds the weights after every step; a case with "fit_orders" (Keras's
 adapters alone) trains two twins on 21 generated samples, one by train_epoch, one by model.fit, over that
 many epoch orders, and its row is the adapter module's feed_matches_fit. Last, one line {"workload":
-"refusals", ...}: what the adapter raised for a layer type, an optimizer and a learning-rate schedule that
-the IR and the recipes would accept (patched in here) but that it has no code for.
+"refusals", ...}: what the adapter raised for a layer type, an optimizer, a learning-rate schedule, a loss,
+an activation and a padding that the IR and the recipes would accept (patched in here) but that it has no
+code for, and for the detector's loss, which a classifier adapter does not compute.
 Data come from numpy's legacy RandomState, whose stream is the same in every numpy version, so the
 harness side regenerates the probe inputs exactly.
 """
@@ -31,7 +32,7 @@ from dlbench.worker import base
 from dlbench.worker.base import Split, epoch_order
 from dlbench.worker.cell import load_adapter_class
 
-NOVEL = "novel"  # a layer type and an optimizer that no adapter builds
+NOVEL = "novel"  # a layer type, optimizer, schedule, loss, activation and padding that no adapter builds
 
 
 def generated_inputs(model, count, seed):
@@ -144,20 +145,25 @@ def optimizer_steps(adapter_class, case):
     return {"workload": case["workload"], "after": after}
 
 
-def raised(build):
-    """What build() raised, as "Type: message" (or while training one epoch on what it returned)."""
+def raised(build, input_shape=(8,), train=True):
+    """What build() raised, as "Type: message" (or while computing a loss and its gradients, then, if `train`,
+    training one epoch, on what it returned). A loss is asked without training: it must be refused where it is
+    computed, not by the epoch's metrics (base.finish_metrics) after an epoch of another loss."""
     try:
         adapter = build()
-        data = Split(np.ones((4, 8), np.uint8), np.zeros(4, np.int32), 255.0)  # pixels, as stored
-        adapter.train_epoch(data, epoch_order(0, 1, 4))
+        data = Split(np.ones([4] + list(input_shape), np.uint8), np.zeros(4, np.int32), 255.0)  # pixels, as stored
+        adapter.loss_and_gradients(data)
+        if train:
+            adapter.train_epoch(data, epoch_order(0, 1, 4))
     except Exception as error:  # the adapter's own error, whatever its framework wraps it in
         return f"{type(error).__name__}: {error}"
     return None
 
 
 def refusals(adapter_class, case):
-    """A layer type the IR accepts and an optimizer the adapter contract accepts, neither built by any
-    adapter: each must raise an error naming it, never build another in its place."""
+    """A layer type, activation and padding the IR accepts, a loss, optimizer and schedule the adapter
+    contract accepts, none built by any adapter: each must raise an error naming it, never build another
+    in its place (a loss: never train as softmax cross-entropy); so must the detector's loss."""
     recipe = dict(case["recipe"], batch_size=4, loss="softmax_cross_entropy")
     ir.LAYER_SETTINGS[NOVEL] = ()
     shape_rule = ir.output_shape
@@ -168,11 +174,29 @@ def refusals(adapter_class, case):
     novel_optimizer = dict(recipe, optimizer={"name": NOVEL, "lr": 0.1})
     schedules.SCHEDULES[NOVEL] = ()
     novel_schedule = dict(recipe, schedule={"name": NOVEL})
+    ir.LOSSES += (NOVEL,)
+    base.LOSSES += (NOVEL,)  # the adapter contract's own copy
+    ir.ACTIVATIONS += (NOVEL,)
+    with_novel_activation = ir.model([8], "float32", [ir.dense(4), ir.activation(NOVEL), ir.dense(2)])
+    ir.PADDINGS += (NOVEL,)
+    sized = ir._spatial_out  # the IR sizes the novel padding as "valid"; the adapter must not build it so
+    ir._spatial_out = lambda size, kernel, stride, padding: sized(size, kernel, stride,
+                                                                  "valid" if padding == NOVEL else padding)
+    padded = [ir.model([4, 4, 1], "float32", [layer, ir.flatten(), ir.dense(2)])
+              for layer in (ir.conv2d(2, 3, NOVEL), ir.maxpool2d(2, padding=NOVEL))]
+
+    def build(model, changed=None):
+        return lambda: adapter_class(model, dict(recipe, **(changed or {})), "classification", "cpu", 1, 0)
     return {
         "workload": "refusals",
-        "layer": raised(lambda: adapter_class(with_novel_layer, recipe, "classification", "cpu", 1, 0)),
-        "optimizer": raised(lambda: adapter_class(plain, novel_optimizer, "classification", "cpu", 1, 0)),
-        "schedule": raised(lambda: adapter_class(plain, novel_schedule, "classification", "cpu", 1, 0)),
+        "layer": raised(build(with_novel_layer)),
+        "optimizer": raised(build(plain, novel_optimizer)),
+        "schedule": raised(build(plain, novel_schedule)),
+        "loss": raised(build(plain, {"loss": NOVEL}), train=False),
+        "detector_loss": raised(build(plain, {"loss": "faster_rcnn"}), train=False),
+        "activation": raised(build(with_novel_activation)),
+        "conv_padding": raised(build(padded[0]), padded[0]["input_shape"]),
+        "pool_padding": raised(build(padded[1]), padded[1]["input_shape"]),
     }
 
 

@@ -167,6 +167,23 @@ def test_a_layer_type_or_optimizer_the_adapter_lacks_raises_naming_it(checked):
     assert "optimizer 'novel'" in (refused["optimizer"] or ""), refused["optimizer"]
 
 
+@pytest.mark.parametrize("what", ["loss", "activation", "conv_padding", "pool_padding"])
+def test_a_loss_activation_or_padding_the_adapter_lacks_raises_naming_it(checked, what):
+    """adapter_check.refusals: the IR made to accept a loss, an activation and a padding named 'novel' (issue
+    #42): the adapter must refuse each by name, not train softmax cross-entropy, apply another activation
+    or pad as 'valid' in its place."""
+    refused = checked["refusals"][what]
+    name = what.rpartition("_")[2]
+    assert f"{name} 'novel': this adapter does not build it" in (refused or ""), refused
+
+
+def test_a_classifier_refuses_the_detectors_loss(checked):
+    """faster_rcnn is in ir.LOSSES, so the adapter contract accepts it; a classifier adapter trained it as
+    softmax cross-entropy."""
+    refused = checked["refusals"]["detector_loss"]
+    assert "loss 'faster_rcnn': this adapter does not build it" in (refused or ""), refused
+
+
 RECURRENT = {case["workload"] for case in CASES
              if any(layer["type"] in ("lstm", "seq2seq") for layer in case["model"]["layers"])}
 

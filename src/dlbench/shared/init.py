@@ -14,7 +14,7 @@ from typing import Dict
 
 import numpy as np
 
-from dlbench.shared.ir import all_shapes, param_shapes
+from dlbench.shared.ir import IRError, all_shapes, param_shapes
 
 
 def glorot_uniform(rng, shape, fan_in: int, fan_out: int) -> np.ndarray:
@@ -31,23 +31,41 @@ def orthogonal(rng, rows: int, cols: int) -> np.ndarray:
 
 
 def _layer_weights(rng, layer: dict, key: str, shape) -> np.ndarray:
+    """The initial value of one canonical weight, by its layer's type and its key. Every weighted type is
+    named: a new one (or a new key of a known one) raises instead of taking another type's rule."""
     kind = layer["type"]
-    if key.endswith("bias") or key in ("beta", "moving_mean"):
-        value = np.zeros(shape)
-        if kind in ("lstm", "seq2seq"):  # forget gate (second quarter) starts open
+    if kind in ("batchnorm", "layer_norm"):
+        if key in ("gamma", "moving_var"):
+            return np.ones(shape)
+        if key in ("beta", "moving_mean"):
+            return np.zeros(shape)
+    elif kind in ("embedding", "positional_embedding"):
+        if key == "embeddings":
+            return rng.uniform(-0.05, 0.05, size=shape)
+    elif kind == "tied_output":
+        if key == "bias":
+            return np.zeros(shape)
+    elif kind in ("conv2d", "dense", "attention"):
+        if key.endswith("bias"):
+            return np.zeros(shape)
+        if kind == "conv2d" and key == "kernel":
+            receptive = shape[0] * shape[1]
+            return glorot_uniform(rng, shape, receptive * shape[2], receptive * shape[3])
+        if kind != "conv2d" and key.endswith("kernel"):  # (in, out)
+            return glorot_uniform(rng, shape, shape[0], shape[1])
+    elif kind in ("lstm", "seq2seq"):  # seq2seq: its two tables, then an lstm's weights per prefix
+        if key.endswith("bias"):
+            value = np.zeros(shape)
             units = layer["units"]
-            value[units:2 * units] = 1.0
-        return value
-    if key in ("gamma", "moving_var"):
-        return np.ones(shape)
-    if key.endswith("embeddings"):
-        return rng.uniform(-0.05, 0.05, size=shape)
-    if key.endswith("recurrent_kernel"):
-        return orthogonal(rng, shape[0], shape[1])
-    if kind == "conv2d":
-        receptive = shape[0] * shape[1]
-        return glorot_uniform(rng, shape, receptive * shape[2], receptive * shape[3])
-    return glorot_uniform(rng, shape, shape[0], shape[1])
+            value[units:2 * units] = 1.0  # forget gate (second quarter) starts open
+            return value
+        if key.endswith("embeddings"):
+            return rng.uniform(-0.05, 0.05, size=shape)
+        if key.endswith("recurrent_kernel"):
+            return orthogonal(rng, shape[0], shape[1])
+        if key.endswith("kernel"):
+            return glorot_uniform(rng, shape, shape[0], shape[1])
+    raise IRError("canonical_init has no rule for weight %r of layer type %r" % (key, kind))
 
 
 def canonical_init(spec: dict, seed: int) -> Dict[str, np.ndarray]:

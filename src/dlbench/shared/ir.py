@@ -292,6 +292,10 @@ def detector_parts(spec: dict) -> "OrderedDict[str, dict]":
     """Every part of a detector as a model of its own ({"input_shape", "input_dtype", "layers"}), in
     order: "backbone", then DETECTOR_PARTS. Spatial sizes are those of the landscape canvas."""
     config = spec["detector"]
+    roi = config["roi"]
+    if roi["op"] != "roi_align" or roi["aligned"] is not False:  # all that pipeline.roi_align_plan computes
+        raise IRError("detector RoI op %r with aligned %r: only roi_align with aligned false is built"
+                      % (roi["op"], roi["aligned"]))
     feature = infer_shapes(spec)[-1][2]
     size = config["roi"]["size"]
     parts = OrderedDict([("backbone", {"input_shape": list(spec["input_shape"]), "input_dtype": "float32",
@@ -303,8 +307,10 @@ def detector_parts(spec: dict) -> "OrderedDict[str, dict]":
             shape = (size, size, feature[-1])
         elif name in ("cls", "box"):
             shape = infer_shapes(parts["head"])[-1][2]
-        else:  # rpn
+        elif name == "rpn":
             shape = feature
+        else:  # a part added to DETECTOR_PARTS must say what it reads
+            raise IRError("detector part %r has no input rule" % name)
         parts[name] = {"input_shape": list(shape), "input_dtype": "float32", "layers": config[name]}
         infer_shapes(parts[name])
     return parts
@@ -347,7 +353,9 @@ def same_padding(size: int, kernel: int, stride: int) -> Tuple[int, int]:
 def _spatial_out(size: int, kernel: int, stride: int, padding: str) -> int:
     if padding == "same":
         return -(-size // stride)
-    return (size - kernel) // stride + 1
+    if padding == "valid":
+        return (size - kernel) // stride + 1
+    raise IRError("padding %r has no output size rule" % padding)  # a padding added to PADDINGS must say
 
 
 def _check(layer: dict) -> None:
@@ -514,7 +522,13 @@ def param_shapes(layer: dict, in_shape: Shape) -> "OrderedDict[str, Shape]":
         shapes["target_embeddings"] = (layer["target_vocab"], layer["embed_dim"])
         shapes.update(_lstm_shapes("encoder_", layer["embed_dim"], layer["units"]))
         shapes.update(_lstm_shapes("decoder_", layer["embed_dim"], layer["units"]))
+    elif kind not in WEIGHTLESS:  # a new layer type must say which weights it holds, none included
+        raise IRError("layer type %r has no parameter rule" % kind)
     return shapes
+
+
+# the layer types that hold no weights of their own (a residual block's layers are listed apart: all_shapes)
+WEIGHTLESS = ("maxpool2d", "activation", "dropout", "flatten", "to_sequence", "sequence_mean", "residual")
 
 
 ATTENTION_PARTS = ("query", "key", "value", "output")  # canonical order of an attention layer's weights
@@ -537,7 +551,11 @@ def weight_shapes(spec: dict) -> "OrderedDict[str, Shape]":
 def input_vocab(spec: dict) -> int:
     """How many token ids a token model's input may hold (both languages' for a seq2seq block)."""
     first = spec["layers"][0]
-    return first["vocab"] if first["type"] == "embedding" else min(first["source_vocab"], first["target_vocab"])
+    if first["type"] == "embedding":
+        return first["vocab"]
+    if first["type"] == "seq2seq":
+        return min(first["source_vocab"], first["target_vocab"])
+    raise IRError("layer type %r does not take token ids" % first["type"])
 
 
 def count_params(spec: dict) -> int:
@@ -583,7 +601,14 @@ def _layers_flops(shapes: List[Tuple[dict, Shape, Shape]]) -> int:
         elif kind == "seq2seq":
             steps = in_shape[0]  # source steps in the encoder, the rest in the decoder
             total += _lstm_flops(steps, layer["embed_dim"], layer["units"])
+        elif kind not in UNCOUNTED:  # a new layer type must say what it costs, were it nothing
+            raise IRError("layer type %r has no FLOPs rule" % kind)
     return total
+
+
+# the layer types forward_flops leaves out: element-wise, reshapes, lookups
+UNCOUNTED = ("maxpool2d", "batchnorm", "layer_norm", "activation", "dropout", "flatten", "embedding",
+             "positional_embedding", "to_sequence", "sequence_mean")
 
 
 DETECTOR_ROIS = 128  # the RoIs a training step samples per image (py-faster-rcnn's and torchvision's)

@@ -89,6 +89,8 @@ def factor(schedule: dict, step: int) -> float:
     """The learning rate's multiplier for the update numbered `step` (from 0); 1 without a schedule."""
     if not schedule:
         return 1.0
+    if schedule["name"] != "warmup_cosine":  # a schedule added to SCHEDULES must bring its own formula
+        raise ScheduleError("schedule %r: no learning-rate factor for it" % (schedule["name"],))
     warmup, total = schedule["warmup_steps"], schedule["total_steps"]
     if step < warmup:
         return step / warmup

@@ -15,14 +15,18 @@ from dlbench.shared import schedule as schedules
 from dlbench.shared.ir import LOSSES
 
 PAD_ID = 0  # the label the masked loss and its accuracy leave out
+# the losses over a sequence's tokens (labels (batch, steps)), whose metrics add perplexity
+SEQUENCE_LOSSES = ("sequence_softmax_cross_entropy", "masked_sequence_softmax_cross_entropy")
 OPTIMIZERS = ("sgd", "adam", "adadelta", "adamw")
+DEVICES = ("cpu", "gpu")  # a cell's device; every adapter's device code has a branch for each
 PIXEL_SCALE = 255.0  # every image dataset's input_scale (its meta): uint8 pixels -> [0, 1]
 
 
 def not_built(what: str, name: str) -> NotImplementedError:
-    """The error for a layer type the IR declares, an optimizer OPTIMIZERS names, or a learning-rate
-    schedule shared/schedule.py names, that an adapter has no code for: raised, so that no other layer,
-    optimizer or schedule ever stands in for it."""
+    """The error for a layer type, activation, padding or loss the IR declares, an optimizer OPTIMIZERS
+    names, or a learning-rate schedule shared/schedule.py names, that an adapter has no code for (its
+    build, its weights' mapping or its metrics): raised, so that no other one ever stands in for it. Every
+    dispatch on such a name lists its known cases and ends in this, never in a default branch."""
     return NotImplementedError("%s %r: this adapter does not build it" % (what, name))
 
 
@@ -31,6 +35,11 @@ def lookup(table: dict, what: str, name: str):
     if name not in table:
         raise not_built(what, name)
     return table[name]
+
+
+def recipe_dtype(recipe: dict) -> str:
+    """The float type the recipe asks for: its "dtype", float32 where it names none."""
+    return recipe.get("dtype", "float32")
 
 
 def sibling_module(adapter_path: str, name: str) -> str:
@@ -87,8 +96,10 @@ def finish_metrics(loss: str, loss_sum: float, weight: float, correct: float, pr
     predictions out of `predictions` (samples, tokens, or unmasked tokens)."""
     mean_loss = loss_sum / weight
     metrics = {"loss": mean_loss, "accuracy": correct / predictions}
-    if loss.endswith("sequence_softmax_cross_entropy"):
+    if loss in SEQUENCE_LOSSES:
         metrics["perplexity"] = math.exp(min(mean_loss, 700.0))  # exp overflows past ~709
+    elif loss not in ("softmax_cross_entropy", "sigmoid_cross_entropy"):  # a new loss must say its metrics
+        raise not_built("loss", loss)
     return metrics
 
 
@@ -101,6 +112,9 @@ class BaseAdapter(object):
     name = ""
     # What serving()'s call divides stored pixels by; worker/serve.py sets the served dataset's own.
     input_scale = PIXEL_SCALE
+    # The float types a recipe's "dtype" may ask for (certification asks the reference for float64); an
+    # adapter that builds float64 says so. Any other is refused: never trained in float32 in its place.
+    dtypes = ("float32",)
 
     def __init__(self, model: dict, recipe: dict, task: str, device: str, threads: int, seed: int):
         if recipe["loss"] not in LOSSES:
@@ -109,6 +123,10 @@ class BaseAdapter(object):
             raise ValueError("unknown optimizer %r; known: %s" % (recipe["optimizer"]["name"], ", ".join(OPTIMIZERS)))
         if "schedule" in recipe:  # the learning rate's (shared/schedule.py); none: constant
             schedules.validate(recipe["schedule"])
+        if recipe_dtype(recipe) not in self.dtypes:
+            raise not_built("dtype", recipe_dtype(recipe))
+        if device not in DEVICES:  # the adapters' device code reads anything but "gpu" as the CPU
+            raise not_built("device", device)
         self.model_ir = model
         self.recipe = recipe
         self.task = task

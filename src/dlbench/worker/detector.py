@@ -85,6 +85,8 @@ class DetectorAdapter(BaseAdapter):
         super().__init__(model, recipe, task, device, threads, seed)
         if recipe["batch_size"] != 1:  # the loop below takes one image a step, whatever a recipe says
             raise ValueError("a detector trains on one image a step: batch_size %r; accepted: 1" % recipe["batch_size"])
+        if recipe["loss"] != "faster_rcnn":  # the four losses below are the only ones a detector computes
+            raise not_built("loss", recipe["loss"])
         if "schedule" in recipe:  # the detectors step their optimisers at the recipe's constant rate
             raise not_built("learning-rate schedule", recipe["schedule"]["name"])
         self.config = pipeline.settings(recipe)

@@ -126,9 +126,11 @@ class Seq2Seq(chainer.Chain):
 
 def _padding(layer: dict, in_shape) -> "tuple[int, int, tuple]":
     """(symmetric pad h, symmetric pad w, explicit pad widths or ()) for a conv or pool layer."""
-    size = layer["kernel"] if layer["type"] == "conv2d" else layer["pool"]
+    size = layer[lookup({"conv2d": "kernel", "maxpool2d": "pool"}, "layer type", layer["type"])]
     if layer["padding"] == "valid":
         return 0, 0, ()
+    if layer["padding"] != "same":
+        raise not_built("padding", layer["padding"])
     (top, bottom), (left, right) = (same_padding(in_shape[i], size, layer["stride"]) for i in (0, 1))
     if top == bottom and left == right:
         return top, left, ()
@@ -284,7 +286,7 @@ class Model(chainer.Chain):
                 x = F.pad(x, widths, "constant", constant_values=-np.inf)
             return F.max_pooling_2d(x, layer["pool"], stride=layer["stride"], pad=(pad_h, pad_w), cover_all=False)
         if kind == "activation":
-            return ACTIVATIONS[layer["fn"]](x)
+            return lookup(ACTIVATIONS, "activation", layer["fn"])(x)
         if kind == "dropout":  # F.dropout is the identity unless chainer.config.train
             return F.dropout(x, layer["rate"]) if layer["rate"] > 0 else x
         if kind == "flatten":
@@ -300,7 +302,9 @@ class Model(chainer.Chain):
         if kind == "lstm":
             outputs, (h, _) = link(x)
             return F.stack(outputs, axis=1) if layer["return_sequences"] else h
-        return link(x)  # batchnorm, layer_norm, embedding, seq2seq, attention, positional_embedding
+        if kind in ("batchnorm", "layer_norm", "embedding", "seq2seq", "attention", "positional_embedding"):
+            return link(x)
+        raise not_built("layer type", kind)
 
 
 # ---- canonical weights <-> Chainer's arrays ----------------------------------------------------
@@ -330,10 +334,24 @@ def native_arrays(kind: str, link) -> Dict[str, object]:
         arrays.update(_lstm_arrays("encoder_", link.encoder))
         arrays.update(_lstm_arrays("decoder_", link.decoder))
         return arrays
-    return {"kernel": link.W, "bias": link.b}
+    if kind in ("conv2d", "dense"):
+        return {"kernel": link.W, "bias": link.b}
+    raise not_built("weights of layer type", kind)
+
+
+# the layer types whose weights Chainer holds as the canonical layout has them, or as Linear's (out, in)
+# transpose of every (in, out) kernel; conv2d and the LSTMs' are converted apart
+_AS_CANONICAL = ("batchnorm", "layer_norm", "embedding", "positional_embedding", "tied_output")
+_LINEAR = ("dense", "attention", "lstm", "seq2seq")
+
+
+def _check_layout(kind: str) -> None:
+    if kind != "conv2d" and kind not in _AS_CANONICAL + _LINEAR:
+        raise not_built("weights of layer type", kind)
 
 
 def to_chainer_layout(kind: str, key: str, value: np.ndarray) -> np.ndarray:
+    _check_layout(kind)
     if kind == "conv2d" and key == "kernel":
         return value.transpose(3, 2, 0, 1)  # HWIO -> OIHW
     if kind in ("lstm", "seq2seq") and not key.endswith("embeddings"):
@@ -342,6 +360,7 @@ def to_chainer_layout(kind: str, key: str, value: np.ndarray) -> np.ndarray:
 
 
 def from_chainer_layout(kind: str, key: str, value: np.ndarray) -> np.ndarray:
+    _check_layout(kind)
     if kind == "conv2d" and key == "kernel":
         return value.transpose(2, 3, 1, 0)  # OIHW -> HWIO
     value = value.T if key.endswith("kernel") else value
@@ -433,7 +452,9 @@ def loss_terms(loss: str, logits, labels: np.ndarray):
         count = int(np.count_nonzero(kept))
         value = F.softmax_cross_entropy(flat, flat_labels, ignore_label=PAD_ID)  # mean over kept tokens
         return value, count, int(np.count_nonzero(right & kept)), count
-    return F.softmax_cross_entropy(flat, flat_labels), len(labels), int(np.count_nonzero(right)), flat_labels.size
+    if loss in ("softmax_cross_entropy", "sequence_softmax_cross_entropy"):
+        return F.softmax_cross_entropy(flat, flat_labels), len(labels), int(np.count_nonzero(right)), flat_labels.size
+    raise not_built("loss", loss)
 
 
 class WarmupCosine(object):

@@ -56,6 +56,7 @@ from dlbench.worker.base import (  # noqa: E402
     Split,
     batch_slices,
     finish_metrics,
+    lookup,
     not_built,
 )
 
@@ -66,6 +67,7 @@ jax.config.update("jax_default_matmul_precision", "highest")
 # jax.nn.gelu defaults to the tanh approximation: the IR's gelu is the exact (erf) form
 ACTIVATIONS = {"relu": jax.nn.relu, "sigmoid": jax.nn.sigmoid, "tanh": jnp.tanh,
                "gelu": functools.partial(jax.nn.gelu, approximate=False)}
+PADDINGS = {"same": "SAME", "valid": "VALID"}  # lax's SAME is TensorFlow's (the odd pixel after), the IR's
 
 
 def lstm_scan(x, kernel, recurrent, bias, state=None):
@@ -195,10 +197,10 @@ window_max.defvjp(_window_max_forward, _window_max_backward)
 
 
 def max_pool(x, layer: dict):
-    pool, stride, padding = layer["pool"], layer["stride"], layer["padding"]
-    if pool == stride and padding == "valid":
+    pool, stride, padding = layer["pool"], layer["stride"], lookup(PADDINGS, "padding", layer["padding"])
+    if pool == stride and padding == "VALID":
         return window_max(x, pool)
-    return nn.max_pool(x, (pool, pool), strides=(stride, stride), padding=padding.upper())
+    return nn.max_pool(x, (pool, pool), strides=(stride, stride), padding=padding)
 
 
 def jax_device(device: str):
@@ -278,9 +280,8 @@ class IRModel(nn.Module):
             kind, name = layer["type"], layer["name"]
             if kind == "conv2d":
                 size, stride = layer["kernel"], layer["stride"]
-                # lax's SAME is TensorFlow's (the odd pixel after)
                 x = nn.Conv(layer["filters"], (size, size), strides=(stride, stride),
-                            padding=layer["padding"].upper(), name=name)(x)
+                            padding=lookup(PADDINGS, "padding", layer["padding"]), name=name)(x)
             elif kind == "maxpool2d":
                 x = max_pool(x, layer)
             elif kind == "batchnorm":
@@ -292,7 +293,7 @@ class IRModel(nn.Module):
                 # machine (1.08 s against 0.78 s, 320 lee-news-lm windows), the certificates passing either way
                 x = nn.LayerNorm(epsilon=layer["epsilon"], name=name)(x)
             elif kind == "activation":
-                x = ACTIVATIONS[layer["fn"]](x)
+                x = lookup(ACTIVATIONS, "activation", layer["fn"])(x)
             elif kind == "dropout":
                 x = nn.Dropout(layer["rate"], deterministic=not train)(x)
             elif kind == "flatten":
@@ -327,13 +328,16 @@ class IRModel(nn.Module):
 
 def _locate(kind: str, key: str) -> "tuple[str, str]":
     """Where a canonical weight lives in the Flax variables: (collection, key inside the layer)."""
-    if key.startswith("moving_"):
+    if kind == "batchnorm" and key.startswith("moving_"):
         return "batch_stats", key
     if kind == "embedding":
         return "params", "embedding"  # nn.Embed's name for the table
     if kind == "layer_norm":
         return "params", {"gamma": "scale", "beta": "bias"}[key]  # nn.LayerNorm's names
-    return "params", key
+    if kind in ("conv2d", "dense", "batchnorm", "lstm", "seq2seq", "attention", "positional_embedding",
+                "tied_output"):
+        return "params", key  # the canonical names and layouts are the modules' own
+    raise not_built("weights of layer type", kind)
 
 
 def learning_rate(config: dict, schedule=None):
@@ -401,7 +405,9 @@ def loss_terms(loss: str, logits, labels):
         count = jnp.sum(kept)
         value = jnp.sum(jnp.where(kept, per_token, 0.0)) / jnp.maximum(count, 1)
         return value, count, jnp.sum(right & kept), count
-    return jnp.mean(per_token), jnp.int32(labels.shape[0]), jnp.sum(right), jnp.int32(flat_labels.size)
+    if loss in ("softmax_cross_entropy", "sequence_softmax_cross_entropy"):
+        return jnp.mean(per_token), jnp.int32(labels.shape[0]), jnp.sum(right), jnp.int32(flat_labels.size)
+    raise not_built("loss", loss)
 
 
 def _add_sums(sums, loss, weight, right, made):

@@ -62,13 +62,14 @@ from typing import Dict
 
 import numpy as np
 
-from dlbench.shared.ir import all_shapes, param_shapes
+from dlbench.shared.ir import WEIGHTLESS, all_shapes, param_shapes
 from dlbench.worker.base import (
     PAD_ID,
     BaseAdapter,
     Split,
     batch_slices,
     finish_metrics,
+    lookup,
     not_built,
     thread_budget,
 )
@@ -144,9 +145,21 @@ def exact_gelu(x):
     return keras.activations.gelu(x, approximate=False)
 
 
+# the Keras activation of each IR activation: its name, or for gelu the exact form's function
+ACTIVATIONS = {"relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh", "gelu": exact_gelu}
+PADDINGS = ("same", "valid")  # Keras's 'same' is TensorFlow's, the IR's (shared/ir.py same_padding)
+
+
 def keras_activation(fn: str):
-    """The Keras activation of an IR activation: its name, or for gelu the exact form's function."""
-    return exact_gelu if fn == "gelu" else fn
+    """The Keras activation of an IR activation; one it does not list is refused, never handed to Keras by
+    name (Keras knows activations the IR does not)."""
+    return lookup(ACTIVATIONS, "activation", fn)
+
+
+def keras_padding(padding: str) -> str:
+    if padding not in PADDINGS:
+        raise not_built("padding", padding)
+    return padding
 
 
 def folded_activation(layers, index: int):
@@ -227,10 +240,12 @@ def build_layers(layers, x, variables: dict, built: dict):
             x = attention(layer, x, variables)
             continue
         if kind == "conv2d":
-            module = L.Conv2D(layer["filters"], layer["kernel"], strides=layer["stride"], padding=layer["padding"],
-                              activation=folded_activation(layers, index), name=name)
+            module = L.Conv2D(layer["filters"], layer["kernel"], strides=layer["stride"],
+                              padding=keras_padding(layer["padding"]), activation=folded_activation(layers, index),
+                              name=name)
         elif kind == "maxpool2d":
-            module = L.MaxPooling2D(layer["pool"], strides=layer["stride"], padding=layer["padding"], name=name)
+            module = L.MaxPooling2D(layer["pool"], strides=layer["stride"], padding=keras_padding(layer["padding"]),
+                                    name=name)
         elif kind == "batchnorm":
             module = BatchNorm(momentum=layer["momentum"], epsilon=layer["epsilon"], name=name)
         elif kind == "layer_norm":  # over the last axis, biased variance (ops.moments); rms_scaling stays off
@@ -274,6 +289,8 @@ def build_layers(layers, x, variables: dict, built: dict):
             variables[name + "/bias"] = module.bias
         elif kind == "lstm":
             variables.update((name + "/" + k, v) for k, v in _lstm_vars("", module).items())
+        elif kind not in WEIGHTLESS:  # else set_weights would pass its weights by unseen
+            raise not_built("weights of layer type", kind)
     return x
 
 
@@ -323,8 +340,10 @@ def make_loss(name: str):
         return keras.losses.BinaryCrossentropy(from_logits=True)  # on the squeezed (batch,) logits
     if name == "masked_sequence_softmax_cross_entropy":
         return masked_sequence_loss  # a scalar: Keras's reduction leaves it as it is
-    # over every label position: samples, or samples x steps for the language model
-    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    if name in ("softmax_cross_entropy", "sequence_softmax_cross_entropy"):
+        # over every label position: samples, or samples x steps for the language model
+        return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    raise not_built("loss", name)
 
 
 def first_maximum(scores):
@@ -355,7 +374,9 @@ def batch_terms(name: str, y_true, y_pred):
         kept = ops.not_equal(labels, PAD_ID)
         count = ops.sum(ops.cast(kept, "float32"))
         return count, ops.sum(ops.cast(ops.logical_and(hits, kept), "float32")), count
-    return batch, ops.sum(ops.cast(hits, "float32")), ops.cast(ops.size(labels), "float32")
+    if name in ("softmax_cross_entropy", "sequence_softmax_cross_entropy"):
+        return batch, ops.sum(ops.cast(hits, "float32")), ops.cast(ops.size(labels), "float32")
+    raise not_built("loss", name)
 
 
 class EpochSums(keras.metrics.Metric):

@@ -71,7 +71,7 @@ from mxnet import autograd, gluon, nd  # noqa: E402
 from mxnet.gluon import nn, rnn  # noqa: E402
 
 from dlbench.shared import schedule as schedules  # noqa: E402
-from dlbench.shared.ir import all_shapes, block_shapes, infer_shapes, same_padding  # noqa: E402
+from dlbench.shared.ir import WEIGHTLESS, all_shapes, block_shapes, infer_shapes, same_padding  # noqa: E402
 from dlbench.worker.base import (  # noqa: E402
     PAD_ID,
     BaseAdapter,
@@ -80,6 +80,7 @@ from dlbench.worker.base import (  # noqa: E402
     finish_metrics,
     lookup,
     not_built,
+    recipe_dtype,
 )
 
 # ---- blocks -------------------------------------------------------------------------------------
@@ -291,18 +292,26 @@ class Net(gluon.HybridBlock):
 
 WEIGHTED = ("conv2d", "batchnorm", "layer_norm", "dense", "embedding", "lstm", "seq2seq", "attention",
             "positional_embedding", "tied_output")
+# MXNet's Activation has no gelu; Gluon's GELU (LeakyReLU act_type 'gelu') is the exact (erf) form
+ACTIVATIONS = {"relu": lambda: nn.Activation("relu"), "sigmoid": lambda: nn.Activation("sigmoid"),
+               "tanh": lambda: nn.Activation("tanh"), "gelu": nn.GELU}
 
 
 def _spatial(layer: dict, in_shape) -> List[gluon.HybridBlock]:
     kind, stride = layer["type"], layer["stride"]
-    size = layer["kernel"] if kind == "conv2d" else layer["pool"]
     if kind == "conv2d":
+        size, pad_value = layer["kernel"], 0.0
         core = nn.Conv2D(layer["filters"], size, strides=stride, in_channels=in_shape[-1])
-    else:
+    elif kind == "maxpool2d":
+        size, pad_value = layer["pool"], float("-inf")
         core = nn.MaxPool2D(size, strides=stride)
+    else:
+        raise not_built("layer type", kind)
     if layer["padding"] == "valid":
         return [core]
-    return [SamePad(in_shape[:2], size, stride, 0.0 if kind == "conv2d" else float("-inf")), core]
+    if layer["padding"] == "same":
+        return [SamePad(in_shape[:2], size, stride, pad_value), core]
+    raise not_built("padding", layer["padding"])
 
 
 def build_net(spec: dict):
@@ -334,8 +343,7 @@ def _build(shapes, by_name: dict, norms: list) -> Net:
         elif kind == "layer_norm":  # over the last axis, biased variance
             made = [nn.LayerNorm(axis=-1, epsilon=layer["epsilon"], in_channels=in_shape[-1])]
         elif kind == "activation":
-            # MXNet's Activation has no gelu; Gluon's GELU (LeakyReLU act_type 'gelu') is the exact (erf) form
-            made = [nn.GELU() if layer["fn"] == "gelu" else nn.Activation(layer["fn"])]
+            made = [lookup(ACTIVATIONS, "activation", layer["fn"])()]
         elif kind == "dropout":
             made = [nn.Dropout(layer["rate"])]
         elif kind == "flatten":
@@ -368,6 +376,8 @@ def _build(shapes, by_name: dict, norms: list) -> Net:
         blocks += made
         if kind in WEIGHTED:
             by_name[layer["name"]] = made[-1]
+        elif kind not in WEIGHTLESS:  # else set_weights would pass its weights by unseen
+            raise not_built("weights of layer type", kind)
     if channels_first:
         blocks.append(Transpose((0, 2, 3, 1)))
     return Net(blocks)
@@ -402,15 +412,20 @@ def gluon_params(kind: str, block) -> Dict[str, gluon.Parameter]:
         params.update(_lstm_params("encoder_", block.encoder))
         params.update(_lstm_params("decoder_", block.decoder))
         return params
-    return {"kernel": block.weight, "bias": block.bias}
+    if kind in ("conv2d", "dense"):
+        return {"kernel": block.weight, "bias": block.bias}
+    raise not_built("weights of layer type", kind)
 
 
 def to_gluon_layout(kind: str, key: str, value: np.ndarray) -> np.ndarray:
-    if kind == "conv2d" and key == "kernel":
-        return value.transpose(3, 2, 0, 1)  # HWIO -> OIHW
-    if key.endswith("kernel"):
-        return value.T  # (in, out) -> (out, in); the LSTM's gate order i, f, g, o is MXNet's own
-    return value
+    if kind == "conv2d":
+        return value.transpose(3, 2, 0, 1) if key == "kernel" else value  # HWIO -> OIHW
+    if kind in ("dense", "lstm", "seq2seq", "attention"):
+        # every (in, out) kernel -> (out, in); the LSTM's gate order i, f, g, o is MXNet's own
+        return value.T if key.endswith("kernel") else value
+    if kind in ("batchnorm", "layer_norm", "embedding", "positional_embedding", "tied_output"):
+        return value  # Gluon's own layout
+    raise not_built("weights of layer type", kind)
 
 
 def from_gluon_layout(kind: str, key: str, value: np.ndarray) -> np.ndarray:
@@ -540,7 +555,9 @@ class Objective(gluon.HybridBlock):
             count = F.sum(kept)
             value = F.sum(per_token * kept) / F.maximum(count, 1.0)  # no tokens kept: 0, as divide_no_nan
             return [value, F.sum(hits * kept), count] + list(stats)
-        return [F.mean(per_token), F.sum(hits), F.sum(F.ones_like(y))] + list(stats)
+        if self.loss in ("softmax_cross_entropy", "sequence_softmax_cross_entropy"):
+            return [F.mean(per_token), F.sum(hits), F.sum(F.ones_like(y))] + list(stats)
+        raise not_built("loss", self.loss)
 
 
 def check_threads(threads: int) -> None:
@@ -550,8 +567,12 @@ def check_threads(threads: int) -> None:
                            "%d cannot be set in the same process" % (THREADS, threads))
 
 
+DTYPES = {"float32": np.float32, "float64": np.float64}
+
+
 class Adapter(BaseAdapter):
     name = "mxnet"
+    dtypes = tuple(DTYPES)
 
     def __init__(self, model, recipe, task, device, threads, seed):
         super().__init__(model, recipe, task, device, threads, seed)
@@ -568,7 +589,7 @@ class Adapter(BaseAdapter):
         self.objective = Objective(self.net, recipe["loss"])
         self.objective.initialize(ctx=self.ctx)  # placeholders: set_weights brings the canonical ones
         # float64 only for certification, which measures float32 rounding against it
-        self.dtype = np.float64 if recipe.get("dtype") == "float64" else np.float32
+        self.dtype = lookup(DTYPES, "dtype", recipe_dtype(recipe))
         if self.dtype == np.float64:
             self.objective.cast("float64")
         # marks only: the graphs are built by the first calls. static_alloc and static_shape (Gluon's

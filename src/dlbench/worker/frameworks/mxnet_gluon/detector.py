@@ -21,6 +21,7 @@ import numpy as np
 
 # first: it fixes MXNet's OpenMP threads and cache folder, which mxnet reads when it loads
 from dlbench.worker.frameworks.mxnet_gluon.adapter import (
+    DTYPES,
     OPTIMIZERS,
     THREADS,
     build_net,
@@ -36,7 +37,7 @@ from mxnet import autograd, gluon, nd
 
 from dlbench.shared.detection.pipeline import SMOOTH_L1_BETA
 from dlbench.shared.ir import detector_parts
-from dlbench.worker.base import lookup
+from dlbench.worker.base import lookup, recipe_dtype
 from dlbench.worker.detector import LOSS_NAMES, DetectorAdapter
 
 PROPOSER = ("backbone", "rpn", "rpn_cls", "rpn_box")
@@ -96,12 +97,13 @@ class Objective(gluon.HybridBlock):
 
 class Detector(DetectorAdapter):
     name = "mxnet"
+    dtypes = tuple(DTYPES)
 
     def __init__(self, model, recipe, task, device, threads, seed):
         super().__init__(model, recipe, task, device, threads, seed)
         check_threads(threads)
         self.ctx = _context(device)
-        self.dtype = np.float64 if recipe.get("dtype") == "float64" else np.float32
+        self.dtype = lookup(DTYPES, "dtype", recipe_dtype(recipe))
         self.parts, self.by_name, self.kinds = {}, {}, {}
         for name, part in detector_parts(model).items():
             self.parts[name], blocks, norms = build_net(part)

@@ -14,8 +14,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from dlbench.shared import schedule as schedules
-from dlbench.shared.ir import ATTENTION_PARTS, all_shapes, block_shapes, infer_shapes, same_padding
-from dlbench.worker.base import PAD_ID, BaseAdapter, Split, batch_slices, finish_metrics, lookup, not_built
+from dlbench.shared.ir import ATTENTION_PARTS, WEIGHTLESS, all_shapes, block_shapes, infer_shapes, same_padding
+from dlbench.worker.base import (
+    PAD_ID,
+    BaseAdapter,
+    Split,
+    batch_slices,
+    finish_metrics,
+    lookup,
+    not_built,
+    recipe_dtype,
+)
 
 
 class Permute(nn.Module):
@@ -147,15 +156,19 @@ ACTIVATIONS = {"relu": nn.ReLU, "sigmoid": nn.Sigmoid, "tanh": nn.Tanh,
 
 def _spatial(layer: dict, in_shape) -> nn.Module:
     kind, padding = layer["type"], layer["padding"]
-    size = layer["kernel"] if kind == "conv2d" else layer["pool"]
     if kind == "conv2d":
+        size, pad_value = layer["kernel"], 0.0
         core = nn.Conv2d(in_shape[-1], layer["filters"], size, stride=layer["stride"])
-    else:
+    elif kind == "maxpool2d":
+        size, pad_value = layer["pool"], float("-inf")
         core = nn.MaxPool2d(size, stride=layer["stride"])
+    else:
+        raise not_built("layer type", kind)
     if padding == "valid":
         return core
-    pad_value = 0.0 if kind == "conv2d" else float("-inf")
-    return nn.Sequential(SamePad(in_shape[:2], size, layer["stride"], pad_value), core)
+    if padding == "same":
+        return nn.Sequential(SamePad(in_shape[:2], size, layer["stride"], pad_value), core)
+    raise not_built("padding", padding)
 
 
 def build_module(spec: dict) -> "tuple[nn.Sequential, Dict[str, nn.Module]]":
@@ -193,6 +206,8 @@ def _build_layers(shapes, by_name: Dict[str, nn.Module]) -> "tuple[list, bool]":
         modules.append(module)
         if kind in WEIGHTED:
             by_name[layer["name"]] = module[-1] if isinstance(module, nn.Sequential) else module
+        elif kind not in WEIGHTLESS:  # else set_weights would pass its weights by unseen
+            raise not_built("weights of layer type", kind)
     return modules, channels_first
 
 
@@ -207,7 +222,7 @@ def _layer_module(layer: dict, in_shape, by_name: Dict[str, nn.Module]) -> nn.Mo
     if kind == "layer_norm":  # over the last axis, biased variance
         return nn.LayerNorm(in_shape[-1], eps=layer["epsilon"])
     if kind == "activation":
-        return ACTIVATIONS[layer["fn"]]()
+        return lookup(ACTIVATIONS, "activation", layer["fn"])()
     if kind == "dropout":
         return nn.Dropout(layer["rate"])
     if kind == "flatten":
@@ -252,7 +267,9 @@ def _torch_params(kind: str, module: nn.Module) -> Dict[str, torch.Tensor]:
         return {"source_embeddings": module.source_embedding.weight,
                 "target_embeddings": module.target_embedding.weight,
                 **_lstm_params("encoder_", module.encoder), **_lstm_params("decoder_", module.decoder)}
-    return {"kernel": module.weight, "bias": module.bias}
+    if kind in ("conv2d", "dense"):
+        return {"kernel": module.weight, "bias": module.bias}
+    raise not_built("weights of layer type", kind)
 
 
 def _lstm_params(prefix: str, lstm: nn.LSTM) -> Dict[str, torch.Tensor]:
@@ -262,11 +279,14 @@ def _lstm_params(prefix: str, lstm: nn.LSTM) -> Dict[str, torch.Tensor]:
 
 
 def to_torch_layout(kind: str, key: str, value: np.ndarray) -> np.ndarray:
-    if kind == "conv2d" and key == "kernel":
-        return value.transpose(3, 2, 0, 1)  # HWIO -> OIHW
-    if key.endswith("kernel"):
-        return value.T  # (in, out) -> (out, in); LSTM gate order i, f, g, o is torch's own
-    return value
+    if kind == "conv2d":
+        return value.transpose(3, 2, 0, 1) if key == "kernel" else value  # HWIO -> OIHW
+    if kind in ("dense", "lstm", "seq2seq", "attention"):
+        # every (in, out) kernel -> (out, in); LSTM gate order i, f, g, o is torch's own
+        return value.T if key.endswith("kernel") else value
+    if kind in ("batchnorm", "layer_norm", "embedding", "positional_embedding", "tied_output"):
+        return value  # torch's own layout
+    raise not_built("weights of layer type", kind)
 
 
 def from_torch_layout(kind: str, key: str, value: np.ndarray) -> np.ndarray:
@@ -319,7 +339,9 @@ def loss_terms(loss: str, logits: torch.Tensor, labels: torch.Tensor):
         kept = flat_labels != PAD_ID
         count = kept.sum()
         return F.cross_entropy(flat, flat_labels, ignore_index=PAD_ID), count, (right & kept).sum(), count
-    return F.cross_entropy(flat, flat_labels), len(labels), right.sum(), flat_labels.numel()
+    if loss in ("softmax_cross_entropy", "sequence_softmax_cross_entropy"):
+        return F.cross_entropy(flat, flat_labels), len(labels), right.sum(), flat_labels.numel()
+    raise not_built("loss", loss)
 
 
 def batch_sums(loss, weight, right, made) -> torch.Tensor:
@@ -336,8 +358,12 @@ def torch_device(device: str) -> torch.device:
     return torch.device("cuda" if device == "gpu" else "cpu")
 
 
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
 class Adapter(BaseAdapter):
     name = "pytorch"
+    dtypes = tuple(DTYPES)
 
     def __init__(self, model, recipe, task, device, threads, seed):
         super().__init__(model, recipe, task, device, threads, seed)
@@ -351,7 +377,7 @@ class Adapter(BaseAdapter):
         self.scheduler = make_scheduler(self.optimizer, recipe)
         self.float_inputs = model["input_dtype"].startswith("float")
         # float64 only for certification, which measures float32 rounding against it
-        self.dtype = torch.float64 if recipe.get("dtype") == "float64" else torch.float32
+        self.dtype = lookup(DTYPES, "dtype", recipe_dtype(recipe))
         self.module.to(self.dtype)
         self._tensors = {}  # id of a Split -> (the split, x, y on the device): converted once
 

@@ -18,8 +18,10 @@ import torch.nn.functional as F
 
 from dlbench.shared.detection.pipeline import SMOOTH_L1_BETA
 from dlbench.shared.ir import detector_parts
+from dlbench.worker.base import lookup, recipe_dtype
 from dlbench.worker.detector import LOSS_NAMES, DetectorAdapter
 from dlbench.worker.frameworks.pytorch.adapter import (
+    DTYPES,
     _torch_params,
     build_module,
     from_torch_layout,
@@ -49,12 +51,13 @@ def head_losses(logits, box_deltas, labels, targets, weights):
 
 class Detector(DetectorAdapter):
     name = "pytorch"
+    dtypes = tuple(DTYPES)
 
     def __init__(self, model, recipe, task, device, threads, seed):
         super().__init__(model, recipe, task, device, threads, seed)
         torch.set_num_threads(threads)
         self.torch_device = torch_device(device)
-        self.dtype = torch.float64 if recipe.get("dtype") == "float64" else torch.float32
+        self.dtype = lookup(DTYPES, "dtype", recipe_dtype(recipe))
         self.parts, self.by_name, self.kinds = torch.nn.ModuleDict(), {}, {}
         for name, part in detector_parts(model).items():
             self.parts[name], modules = build_module(part)

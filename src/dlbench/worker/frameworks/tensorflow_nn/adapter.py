@@ -99,6 +99,7 @@ def dense(x, kernel, bias):
 
 ACTIVATIONS = {"relu": tf.nn.relu, "sigmoid": tf.sigmoid, "tanh": tf.tanh,
                "gelu": lambda x: tf.nn.gelu(x, approximate=False)}  # the exact (erf) form
+PADDINGS = {"same": "SAME", "valid": "VALID"}  # TensorFlow's 'same' is the IR's (shared/ir.py same_padding)
 
 
 class Model(tf.Module):
@@ -137,17 +138,19 @@ class Model(tf.Module):
         if kind == "tied_output":  # the embedding's own variable, transposed: one variable, two uses
             return dense(x, tf.transpose(self.weights[layer["embedding"] + "/embeddings"]), w["bias"])
         if kind == "conv2d":
-            y = tf.nn.conv2d(x, w["kernel"], strides=layer["stride"], padding=layer["padding"].upper())
+            padding = lookup(PADDINGS, "padding", layer["padding"])
+            y = tf.nn.conv2d(x, w["kernel"], strides=layer["stride"], padding=padding)
             return tf.nn.bias_add(y, w["bias"])
         if kind == "maxpool2d":  # TensorFlow's 'same' leaves the padding out of the max: -inf padding
-            return tf.nn.max_pool2d(x, ksize=layer["pool"], strides=layer["stride"], padding=layer["padding"].upper())
+            padding = lookup(PADDINGS, "padding", layer["padding"])
+            return tf.nn.max_pool2d(x, ksize=layer["pool"], strides=layer["stride"], padding=padding)
         if kind == "batchnorm":
             return self.batchnorm(layer, w, x, training)
         if kind == "layer_norm":  # over the last axis; tf.nn.moments' variance is the biased one
             mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
             return tf.nn.batch_normalization(x, mean, variance, w["beta"], w["gamma"], layer["epsilon"])
         if kind == "activation":
-            return ACTIVATIONS[layer["fn"]](x)
+            return lookup(ACTIVATIONS, "activation", layer["fn"])(x)
         if kind == "dropout":
             if not training or layer["rate"] == 0:
                 return x
@@ -328,8 +331,10 @@ def loss_terms(loss: str, logits, labels):
         value = tf.math.divide_no_nan(tf.reduce_sum(per_token * tf.cast(kept, tf.float32)), count)
         count = tf.cast(count, tf.float64)
         return value, count, tf.reduce_sum(tf.cast(right & kept, tf.float64)), count
-    made = tf.cast(tf.size(labels), tf.float64)
-    return tf.reduce_mean(per_token), batch, tf.reduce_sum(tf.cast(right, tf.float64)), made
+    if loss in ("softmax_cross_entropy", "sequence_softmax_cross_entropy"):
+        made = tf.cast(tf.size(labels), tf.float64)
+        return tf.reduce_mean(per_token), batch, tf.reduce_sum(tf.cast(right, tf.float64)), made
+    raise not_built("loss", loss)
 
 
 def dense_gradient(gradient):

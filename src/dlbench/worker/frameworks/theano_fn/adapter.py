@@ -65,6 +65,7 @@ import numpy as np
 from dlbench.shared.ir import all_shapes, block_shapes, infer_shapes, param_shapes, same_padding
 from dlbench.worker.base import (
     PAD_ID,
+    SEQUENCE_LOSSES,
     BaseAdapter,
     Split,
     batch_slices,
@@ -259,7 +260,12 @@ class Model(object):
         if kind == "conv2d":
             return self.conv(layer, in_shape, x, w)
         if kind == "maxpool2d":
-            pads = same_pads(in_shape, layer["pool"], layer["stride"]) if layer["padding"] == "same" else (0,) * 4
+            if layer["padding"] == "same":
+                pads = same_pads(in_shape, layer["pool"], layer["stride"])
+            elif layer["padding"] == "valid":
+                pads = (0,) * 4
+            else:
+                raise not_built("padding", layer["padding"])
             if any(pads):
                 x = pad_hw(x, pads, -np.inf)
             size, stride = layer["pool"], layer["stride"]
@@ -269,7 +275,7 @@ class Model(object):
         if kind == "layer_norm":
             return layer_norm(x, w["gamma"], w["beta"], layer["epsilon"])
         if kind == "activation":
-            return ACTIVATIONS[layer["fn"]](x)
+            return lookup(ACTIVATIONS, "activation", layer["fn"])(x)
         if kind == "dropout":
             return self.dropout(x, layer["rate"], training)
         if kind == "flatten":
@@ -336,6 +342,8 @@ class Model(object):
                 border = (top, left)
             else:
                 x = pad_hw(x, (top, bottom, left, right), 0.0)
+        elif layer["padding"] != "valid":
+            raise not_built("padding", layer["padding"])
         kernel = w["kernel"].dimshuffle(3, 2, 0, 1)  # HWIO -> OIHW
         y = conv2d(x, kernel, filter_shape=(layer["filters"], in_shape[-1], size, size), border_mode=border,
                    subsample=(stride, stride), filter_flip=False)
@@ -468,8 +476,10 @@ def loss_terms(loss: str, logits, labels):
         value = T.sum(per_token * kept) / T.maximum(count, F32(1))
         count = T.cast(count, "float64")
         return value, count, T.sum(right * kept, dtype="float64"), count
-    made = T.cast(flat_labels.shape[0], "float64")
-    return T.mean(per_token), batch, T.sum(right, dtype="float64"), made
+    if loss in ("softmax_cross_entropy", "sequence_softmax_cross_entropy"):
+        made = T.cast(flat_labels.shape[0], "float64")
+        return T.mean(per_token), batch, T.sum(right, dtype="float64"), made
+    raise not_built("loss", loss)
 
 
 def batch_sums(loss, weight, right, made):
@@ -494,7 +504,7 @@ class Adapter(BaseAdapter):
         self.params = [self.model.weights[n] for n in self.model.trainable_names]
         input_type = "float32" if self.float_inputs else "int32"
         self.x = T.TensorType(input_type, (False,) * (1 + len(model["input_shape"])))("x")
-        label_rank = 2 if recipe["loss"].endswith("sequence_softmax_cross_entropy") else 1
+        label_rank = 2 if recipe["loss"] in SEQUENCE_LOSSES else 1  # loss_terms refuses a loss it lacks
         self.y = T.TensorType("int32", (False,) * label_rank)("y")
         self._functions = {}  # type: Dict[str, theano.compile.Function]
 
