@@ -3,7 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test envs lint clean
+.PHONY: run test test-fast envs lint clean
 
 $(BIN)/dlbench: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,13 @@ lint: $(BIN)/dlbench
 PYTEST_WORKERS ?= 2
 test: envs lint
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=20
+
+# ruff and the tests that need no framework environment, those without the marker `framework` (pyproject.toml):
+# no environment is built. Every test without the marker runs with a DLBENCH_HOME of its own that holds nothing,
+# here and in make test (tests/conftest.py, no_environments), so one that needs an environment and lacks the
+# marker fails in both.
+test-fast: lint
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not framework" --durations=10
 
 clean:
 	rm -rf $(VENV) dlbench-results

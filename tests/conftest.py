@@ -1,6 +1,7 @@
 """Session-wide test set-up: one folder that the pytest workers of a session share (`make test` runs
 the suite on pytest-xdist workers, one test file per worker at a time), the compile cache of the
-framework processes that time nothing, and the last hang guard."""
+framework processes that time nothing, the last hang guard, and an empty DLBENCH_HOME for every test
+that lacks the marker `framework` (`make test-fast` runs those)."""
 import os
 from pathlib import Path
 
@@ -17,10 +18,38 @@ from dlbench.harness.plan import workloads
 TEST_GUARD_S = 3600
 
 
+# Tests that need a framework environment carry the marker `framework` (pyproject.toml), set in their own file;
+# these are marked here instead, while their file is being changed on another branch.
+FRAMEWORK_TESTS_ELSEWHERE = {
+    "test_user_workload.py": {"test_one_pytorch_cell_trains_on_a_users_data",
+                              "test_certify_suite_certifies_a_users_workload",
+                              "test_certify_power_checks_only_the_suites_own_workload"},
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(guard.bound(TEST_GUARD_S), method="signal"))
+        if getattr(item, "originalname", item.name) in FRAMEWORK_TESTS_ELSEWHERE.get(item.path.name, ()):
+            item.add_marker(pytest.mark.framework)
+
+
+@pytest.fixture(autouse=True)
+def no_environments(request, tmp_path_factory, monkeypatch) -> None:
+    """A test without the marker `framework` runs, with every process it starts in this process's environment,
+    with DLBENCH_HOME a folder of its own that holds nothing (no environment, no data, no compile cache),
+    DLBENCH_DATA unset and uv offline with an empty cache: one that needs a framework environment and lacks the
+    marker fails, naming the environment, instead of quietly using the machine's, and builds none. A test may
+    still set a home of its own (the fake framework's). Fixtures of a wider scope are set up before this one and
+    see the machine's home."""
+    if request.node.get_closest_marker("framework") is None:
+        folder = tmp_path_factory.mktemp("no-environments")
+        monkeypatch.setenv("DLBENCH_HOME", str(folder / "home"))
+        monkeypatch.delenv("DLBENCH_DATA", raising=False)
+        monkeypatch.setenv("UV_OFFLINE", "1")
+        monkeypatch.setenv("UV_CACHE_DIR", str(folder / "uv-cache"))
 
 
 @pytest.fixture(scope="session")

@@ -21,6 +21,8 @@ from dlbench.harness.run.cell_config import cell_recipe
 from dlbench.shared import ir
 from dlbench.shared.init import canonical_init
 
+pytestmark = pytest.mark.framework
+
 TESTS = Path(__file__).parent
 # Theano first: its cold compilation (about 6 minutes) then fills the shared compile folder before
 # test_certify's Theano probes, which come last on the other worker, instead of both compiling at once.

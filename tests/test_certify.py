@@ -52,6 +52,7 @@ def broken(monkeypatch):
     monkeypatch.setattr(envs, "require", lambda name: real_require(REFERENCE if name.startswith("pytorch-") else name))
 
 
+@pytest.mark.framework
 def test_the_reference_certifies_against_itself_exactly(store, tmp_path):
     [cert] = probes.certify([REFERENCE], [get_workload("lstm-imdb")], store, tmp_path, quiet)
     assert cert["passed"] and cert["worst_scaled_deviation"] == 0.0
@@ -62,6 +63,7 @@ def test_the_reference_certifies_against_itself_exactly(store, tmp_path):
     assert store.certificates()[0]["deviations"] == cert["deviations"]
 
 
+@pytest.mark.framework
 @pytest.mark.parametrize("framework, workload, culprit", [
     ("pytorch-swapped-gates", "lstm-imdb", "lstm_1"),
     ("pytorch-transposed-conv", "cnn-mnist", "conv2d_1"),
@@ -74,6 +76,7 @@ def test_a_broken_mapping_fails_certification(broken, store, tmp_path, framework
     assert cert["worst_scaled_deviation"] > 100 * probes.TOLERANCES["output"]
 
 
+@pytest.mark.framework
 def test_a_serving_path_that_differs_fails_certification(broken, store, tmp_path):
     """predict is right, the serving path serves unscaled pixels: only the serving entry can see it."""
     [cert] = probes.certify(["pytorch-unscaled-serving"], [get_workload("cnn-mnist")], store, tmp_path, quiet)
@@ -81,6 +84,7 @@ def test_a_serving_path_that_differs_fails_certification(broken, store, tmp_path
     assert not cert["passed"] and failed == {"serving"} and cert["worst_tensor"] == "serving"
 
 
+@pytest.mark.framework
 @pytest.mark.parametrize("framework, caught", [
     ("pytorch-doubled-dropout", {"zeros", "scale"}),  # torch scales by 1/(1-2 rate) for it
     ("pytorch-unscaled-dropout", {"scale"}),
@@ -97,6 +101,7 @@ def test_a_broken_dropout_fails_certification(broken, store, tmp_path, framework
         assert {name.split("/")[1] for name in failed} == {"dropout_1"}
 
 
+@pytest.mark.framework
 def test_a_hundredfold_weight_decay_fails_the_certificate(broken, store, tmp_path):
     """The CNN recipes' coupled L2 of 1e-6 moves a weight by 1e-8 of itself a step: invisible to the
     few steps on one batch, seen by the optimiser certificate's zero-gradient check."""
@@ -111,6 +116,7 @@ ADAMW = {"name": "adamw", "lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "epsilon": 1
 WARMUP_COSINE = {"name": "warmup_cosine", "warmup_steps": 1000, "total_steps": 50000, "final_lr_fraction": 0.1}
 
 
+@pytest.mark.framework
 @pytest.mark.parametrize("framework, config, schedule, culprits", [
     ("pytorch-nesterov-dropped", SGD_NESTEROV, None, {"sequence"}),
     ("pytorch-tenfold-epsilon", get_workload("lstm-imdb").recipe["optimizer"], None, {"epsilon"}),
@@ -135,6 +141,7 @@ def test_a_broken_optimiser_term_fails_its_check(broken, tmp_path, framework, co
                for row in optimizer.rows(check, out))
 
 
+@pytest.mark.framework
 def test_the_dropout_check_passes_the_reference_and_names_each_layer(store, tmp_path):
     workload = get_workload("cnn-mnist")
     folder = probes.probe_folder(REFERENCE, tmp_path)
@@ -167,6 +174,7 @@ def test_dropout_rows_on_known_outputs():
     assert [row["passed"] for row in probes.dropout_rows(request, channels)][2] is False
 
 
+@pytest.mark.framework
 def test_batchnorms_moving_statistics_are_certified(broken, store, tmp_path):
     """The moving statistics after the steps are compared like every weight: a momentum given in the
     other convention leaves everything else equal and fails them alone."""
@@ -178,6 +186,7 @@ def test_batchnorms_moving_statistics_are_certified(broken, store, tmp_path):
     assert "after/batchnorm_1/moving_mean" in failed
 
 
+@pytest.mark.framework
 def test_runs_are_marked_with_their_certificate(broken, store, tmp_path):
     env = envs.require("pytorch-swapped-gates")
     code, reference = sources.framework_source("pytorch-swapped-gates"), sources.framework_source(REFERENCE)
@@ -244,6 +253,7 @@ def test_adams_steps_on_a_rounding_level_gradient_are_judged_by_the_amplified_ro
     assert not after_row(dict(exact, **{"grad/b": np.array([1e-2, 1e-2])}), adam)["passed"]
 
 
+@pytest.mark.framework
 def test_certify_fills_the_machines_missing_pairs_and_again_certifies_anew(tmp_path, capsys, monkeypatch):
     machine = tmp_path / "machine" / "certificates.sqlite"
     monkeypatch.setenv("DLBENCH_CERTIFICATES", str(machine))
@@ -293,6 +303,7 @@ def certificates(request, tmp_path_factory, certify_dir, reference) -> dict[str,
     return {cert["workload"]: cert for cert in made}
 
 
+@pytest.mark.framework
 def test_every_workload_certifies(certificates):
     assert set(certificates) == {workload.name for workload in probed_workloads()}
     assert [name for name in certificates if name in WORKLOADS] == sorted(WORKLOADS)
@@ -302,6 +313,7 @@ def test_every_workload_certifies(certificates):
     assert failed == {}
 
 
+@pytest.mark.framework
 def test_the_transformer_pieces_certify(certificates):
     """The pieces of issue #30 (transformer_pieces.py), in a tiny model of their own: outputs, loss, gradients
     and the optimizer's steps against the reference's."""
@@ -316,6 +328,7 @@ def test_the_transformer_pieces_certify(certificates):
     assert {"output", "loss", "grad", "after"} <= {row["kind"] for row in cert["deviations"]}
 
 
+@pytest.mark.framework
 def test_the_transformer_blocks_certify(certificates):
     """Residual blocks, causal attention, learned positions and the tied output (transformer_pieces.gpt_model):
     outputs, loss, gradients (the tied table's summed over both uses) and the optimizer's steps."""
@@ -325,6 +338,7 @@ def test_the_transformer_blocks_certify(certificates):
     assert {"output", "loss", "grad", "after"} <= {row["kind"] for row in cert["deviations"]}
 
 
+@pytest.mark.framework
 def test_the_detectors_certificate_exercises_every_loss(reference):
     """The fixed proposals and boxes of frcnn-voc's probe give every one of the four losses a value."""
     float32, _ = reference["frcnn-voc"]
@@ -334,6 +348,7 @@ def test_the_detectors_certificate_exercises_every_loss(reference):
     assert float32["output/rpn_objectness"].shape == (4 * 6 * 9,)
 
 
+@pytest.mark.framework
 def test_a_failing_probe_names_its_workload_and_keeps_the_others(broken, tmp_path, monkeypatch):
     """One probe process serves several workloads: a workload that fails is named with its traceback,
     and the workloads before and after it still ran."""
@@ -420,6 +435,7 @@ def test_each_check_makes_its_terms_dominate():
     assert len(adam[1].gradients["dense_1/bias"]) == optimizer.SEQUENCE_STEPS
 
 
+@pytest.mark.framework
 @pytest.mark.parametrize("workload", ["cnn-mnist", "lstm-imdb", "frcnn-voc"])
 def test_every_value_of_a_workload_is_seen_or_explained(certify_dir, workload):
     """One workload of each family: every value of its model and recipe, changed, fails certification
@@ -454,6 +470,7 @@ def gpt_with_attention_dropout():
     return dataclasses.replace(gpt, name=f"{gpt.name}-dropout", build=build)
 
 
+@pytest.mark.framework
 def test_every_value_of_the_transformer_blocks_is_seen_or_explained(certify_dir):
     """certify --power on the GPT-style blocks: attention's heads and causal mask, the positions' max_len and
     every layer normalisation's epsilon (inside residual blocks too) are seen; attention's dropout, turned off
@@ -487,6 +504,7 @@ def test_changes_cover_every_kind_of_value():
     assert not any(label.endswith((".type", ".name")) for label in labels if not label.startswith("recipe."))
 
 
+@pytest.mark.framework
 def test_batchnorms_epsilon_is_checked_where_it_dominates(tmp_path):
     """In the workloads BatchNorm's variances dwarf its epsilon (cnn-svhn's deep stack hid a 10 % change
     in its float32 noise); the check of each BatchNorm layer alone, from moving variances of epsilon's
@@ -501,6 +519,7 @@ def test_batchnorms_epsilon_is_checked_where_it_dominates(tmp_path):
     assert not wrong["passed"] and wrong["max_rel"] > 100 * probes.TOLERANCES["output"]
 
 
+@pytest.mark.framework
 def test_every_value_of_adamw_and_its_schedule_is_seen_by_the_optimiser_certificate(tmp_path):
     """certify --power on a recipe with AdamW and warmup_cosine: each optimiser and schedule value, changed,
     fails the true reference's optimiser certificate (a schedule value in the probe's own schedule)."""
@@ -539,6 +558,7 @@ def pieces_with_adamw():
                                recipe=dict(pieces.recipe, optimizer=ADAMW, schedule=schedule))
 
 
+@pytest.mark.framework
 def test_adamw_with_warmup_cosine_certifies(certificates):
     """Each framework's AdamW and schedule pass every check of the optimiser certificate (the decay, epsilon,
     sequence and schedule checks), beside the pieces' outputs, gradients and steps."""

@@ -13,6 +13,8 @@ from dlbench.harness.data.mnist import DEBIAN_FASHION
 from dlbench.harness.environments import envs
 from dlbench.harness.store import Store
 
+pytestmark = pytest.mark.framework
+
 
 @pytest.mark.skipif(not Path(DEBIAN_FASHION).is_dir(),
                     reason=f"needs Debian's dataset-fashion-mnist in {DEBIAN_FASHION} (.ci/run installs it)")

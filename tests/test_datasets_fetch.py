@@ -324,6 +324,7 @@ def test_unpublished_checksum_is_pinned_at_first_download(capsys, monkeypatch, t
     assert f"expected {size}" in capsys.readouterr().err.replace(",", "")
 
 
+@pytest.mark.framework
 def test_run_names_missing_study_data(capsys, tmp_path):
     suite = tmp_path / "s.yaml"
     suite.write_text("name: s\nframeworks: [pytorch]\nworkloads:\n  - {workload: lstm-ptb, dataset: ptb}\n")

@@ -53,11 +53,13 @@ def checked(request, photo_boxes, tmp_path_factory, compile_cache):
     return request.param, case, run_check(request.param, case, tmp_path_factory.mktemp("home"), compile_cache)
 
 
+@pytest.mark.framework
 def test_canonical_weights_round_trip_exactly(checked):
     _, _, facts = checked
     assert facts["same_shapes"] and facts["roundtrip_max_abs"] == 0.0
 
 
+@pytest.mark.framework
 def test_a_few_epochs_lower_the_loss(checked):
     _, _, facts = checked
     losses = [epoch["loss"] for epoch in facts["epochs"]]
@@ -67,6 +69,7 @@ def test_a_few_epochs_lower_the_loss(checked):
     assert all(0 <= epoch["accuracy"] <= 1 for epoch in facts["epochs"])
 
 
+@pytest.mark.framework
 def test_detections_are_finite_boxes_inside_their_images(checked):
     _, _, facts = checked
     assert 0 <= facts["evaluation"]["map"] <= 1
@@ -82,6 +85,7 @@ def test_detections_are_finite_boxes_inside_their_images(checked):
         assert len(boxes) <= 100
 
 
+@pytest.mark.framework
 def test_serving_detects_what_the_evaluation_detects(checked):
     """adapter.serving(), one image a call (served in reverse order): each image's boxes, scores and labels
     after NMS, those the evaluation path's detect() found for it."""
@@ -94,6 +98,7 @@ def test_serving_detects_what_the_evaluation_detects(checked):
         np.testing.assert_allclose(served["scores"], evaluated["scores"], rtol=0, atol=1e-6)
 
 
+@pytest.mark.framework
 def test_nms_keeps_what_the_reference_keeps(checked):
     _, _, facts = checked
     expected = [nms(np.array(b), np.array(s), t).tolist() for b, s, t in NMS_CASES]
@@ -102,6 +107,7 @@ def test_nms_keeps_what_the_reference_keeps(checked):
     assert facts["nms"] == expected
 
 
+@pytest.mark.framework
 def test_epoch_time_splits_into_host_nms_and_framework(checked):
     _, _, facts = checked
     for epoch in facts["epochs"]:

@@ -18,6 +18,8 @@ from fixtures_data import STANDIN_WHEELS, prepared_standin
 from dlbench.harness.environments import envs, sources
 from dlbench.harness.store import Store
 
+pytestmark = pytest.mark.framework
+
 # The other frameworks run in test_adapters. One thread a cell: the tests run on two pytest workers, and
 # a two-thread PyTorch cell beside a busy worker spins its OpenMP threads for the core it lacks (lstm-ptb's
 # epoch took 53 s instead of 3 s beside one busy loop). test_suite_cli checks the default, all cores.

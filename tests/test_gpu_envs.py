@@ -126,6 +126,7 @@ def test_env_list_and_remove_tell_the_gpu_environment_apart(tmp_path):
     assert sorted(p.name for p in (tmp_path / "envs").iterdir()) == ["tensorflow"]
 
 
+@pytest.mark.framework
 def test_the_cuda_recipes_resolve_on_the_registry():
     """uv's resolver on PyPI's metadata (nothing installed, no CUDA wheel downloaded): each CUDA recipe
     resolves for Linux x86-64 to the framework's pinned version and NVIDIA's CUDA libraries."""

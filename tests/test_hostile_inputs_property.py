@@ -52,7 +52,9 @@ def verify(capsys: pytest.CaptureFixture[str], suite_path: Path, data_dir: Path)
 
 
 @pytest.fixture(autouse=True)
-def own_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def own_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, user_registries) -> None:
+    """Each test's own DLBENCH_HOME, offline; the datasets and workloads its suites register (`data`, `gen`) are
+    forgotten after it, as every later test file in this process expects."""
     monkeypatch.setenv("DLBENCH_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("DLBENCH_OFFLINE", "1")
     monkeypatch.delenv("DLBENCH_DATA", raising=False)

@@ -152,6 +152,7 @@ def test_subset_is_a_prepared_dataset_of_the_first_rows(tmp_path):
     assert data.prepare("digits-28", tmp_path / "cut").hash == cut.hash  # how runner.resolve finds it
 
 
+@pytest.mark.framework
 def test_pytorch_program_keeps_the_contract(tmp_path):
     """One tiny epoch of torch_cnn_mnist.py in the pytorch environment: its stdout parses."""
     python = envs.require("pytorch").python  # make test builds it first
@@ -177,6 +178,7 @@ def _windows(folder: Path, vocab: int = 40, steps: int = 30, n_train: int = 20, 
     return data.load_prepared(folder / "prepared" / "lee-news-lm")
 
 
+@pytest.mark.framework
 @pytest.mark.parametrize("framework", TRANSFORMER_LM)
 def test_transformer_lm_program_keeps_the_contract(framework, tmp_path):
     """Two tiny epochs of each transformer-lm program (3 batches of 8, the last short, 6 updates: a warm-up

@@ -134,12 +134,14 @@ def canonical_file(folder: Path, change=lambda weights: None) -> Path:
     return saved(folder, weights)
 
 
+@pytest.mark.framework
 def test_an_empty_weights_file_is_not_an_npz(capsys, tmp_path, prepared_data):
     (tmp_path / "weights.npz").write_bytes(b"")  # numpy.load raised EOFError: a traceback
     assert run_refused(capsys, tmp_path, tmp_path / "weights.npz", prepared_data) == (
         f"{tmp_path / 'weights.npz'}: not an .npz (zip) file; {ACCEPTED}")
 
 
+@pytest.mark.framework
 def test_a_weights_file_that_is_not_a_zip_says_so_and_never_suggests_unpickling(capsys, tmp_path, prepared_data):
     # numpy.load took it for a pickle and advised loading it "unsafely using the allow_pickle= keyword"
     (tmp_path / "weights.npz").write_text("these are not weights\n")
@@ -150,6 +152,7 @@ def test_a_weights_file_that_is_not_a_zip_says_so_and_never_suggests_unpickling(
 HUGE = {"descr": "<f4", "fortran_order": False, "shape": (10**10,)}  # 37 GiB of float32, in a header of 128 bytes
 
 
+@pytest.mark.framework
 def test_an_extra_member_whose_header_claims_37_gib_is_refused_by_its_name(capsys, tmp_path, prepared_data):
     weights = with_member(canonical_file(tmp_path), "extra.npy", HUGE, b"\0" * 64)
     with address_space_capped():  # numpy.load allocated 37 GiB for it
@@ -157,6 +160,7 @@ def test_an_extra_member_whose_header_claims_37_gib_is_refused_by_its_name(capsy
     assert message.startswith(f"{weights}: 'extra' is not a weight of cnn-mnist; its weights: conv2d_1/kernel, ")
 
 
+@pytest.mark.framework
 def test_a_weight_whose_header_claims_37_gib_is_refused_by_its_shape_before_its_data_is_read(
         capsys, tmp_path, prepared_data):
     weights = with_member(canonical_file(tmp_path, lambda w: w.pop("dense_2/bias")), "dense_2/bias.npy", HUGE)
@@ -200,6 +204,7 @@ def test_a_zip_that_zipfile_cannot_read_is_refused(tmp_path):
         initial_weights.check(weights, get_workload("cnn-mnist").model(MNIST_META), "cnn-mnist")
 
 
+@pytest.mark.framework
 def test_the_files_digest_enters_the_configuration_and_the_hash(tmp_path):
     data_dir = tmp_path / "data"
     saved(tmp_path, canonical_init(get_workload("cnn-mnist").model(MNIST_META), 0))
@@ -220,6 +225,7 @@ def run(suite_path: Path, results: Path, data_dir: Path) -> dict:
         return store.runs()[-1]
 
 
+@pytest.mark.framework
 def test_a_run_starts_from_the_file(tmp_path):
     """The canonical weights written to a file train exactly as the canonical start does; all-zero
     weights leave only the last bias able to learn, so the test accuracy is at most the commonest

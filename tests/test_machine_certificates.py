@@ -75,6 +75,7 @@ def test_a_second_results_folder_finds_the_machines_certificates(machine, tmp_pa
     assert loaded.certificate_grid.rows[1][:2] == ["jax", "pass (2.0e-06, grad/dense_1/kernel)"]
 
 
+@pytest.mark.framework
 def test_a_changed_model_or_recipe_is_not_covered(machine):
     workload = get_workload("lstm-imdb")
     key = machine_store.key_now("jax", workload)
@@ -89,6 +90,7 @@ def test_a_changed_model_or_recipe_is_not_covered(machine):
     assert machine_store.workload_state(cert) == "older"
 
 
+@pytest.mark.framework
 def test_missing_pairs_and_the_command_that_certifies_them(machine):
     cells = suite.plan(suite.load("quick"), ["pytorch", "jax"], ["cnn-mnist", "transformer-lm"])
     pairs = machine_store.pairs_of(cells)

@@ -171,6 +171,7 @@ def test_run_plan_measures_each_peak_once_and_links_runs_to_it(tmp_path, fake_pl
     assert measures.mfu_text(theano) == "no peak"
 
 
+@pytest.mark.framework
 def test_peak_of_the_pytorch_environment(tmp_path):
     """A small product (the default, 2048, saturates the CPUs) through the harness's own call."""
     env = envs.require("pytorch")
@@ -197,6 +198,7 @@ def test_results_lists_the_peaks_with_the_reason_of_a_failed_one(tmp_path, capsy
     assert "- (peak not measured: RuntimeError: no GEMM)" in peaks[3]
 
 
+@pytest.mark.framework
 def test_a_peak_that_cannot_be_measured_is_null_with_its_reason(tmp_path):
     env = envs.require("pytorch")
     command = [str(env.python), "-m", "dlbench.worker.peak", "dlbench.worker.frameworks.no_such_framework:Adapter",

@@ -10,6 +10,8 @@ from dlbench.harness.environments.envs import REFERENCE
 from dlbench.harness.plan.workloads import get_workload
 from dlbench.shared.init import canonical_init
 
+pytestmark = pytest.mark.framework
+
 NAMES = ["cnn-svhn", "lstm-ptb", "seq2seq-manythings"]
 
 

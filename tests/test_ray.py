@@ -77,6 +77,7 @@ def stored(results: Path) -> list[dict]:
         return store.runs()
 
 
+@pytest.mark.framework
 def test_the_same_cells_and_metrics_as_the_local_executor_and_a_rerun_skips_them(cluster, data_dir, tmp_path):
     plan = cells(repeat=2)
     on_one_thread = [dataclasses.replace(cell, threads=NODE_CPUS) for cell in plan]  # as on a node
@@ -105,6 +106,7 @@ def test_the_same_cells_and_metrics_as_the_local_executor_and_a_rerun_skips_them
     assert again["skipped"] == 2 and again["ok"] == 0 and len(stored(tmp_path / "ray")) == 2
 
 
+@pytest.mark.framework
 def test_packed_nodes_record_how_many_cells_shared_them(cluster, data_dir, tmp_path):
     plan = cells(epochs=1, repeat=2)
     live = LiveReport(tmp_path, len(plan), write_report, say=pytest.fail)
@@ -124,6 +126,7 @@ def test_the_live_report_counts_loopback_nodes_and_the_drivers_address_as_this_m
     assert on_this_machine("10.0.0.2", None)  # the driver's address unknown: rewrite only with no cell running
 
 
+@pytest.mark.framework
 def test_a_node_whose_dataset_differs_fails_the_cell_with_the_reason(cluster, data_dir, tmp_path):
     shared = tmp_path / "node-data"
     real = data.prepare("digits-28", data_dir)
@@ -141,6 +144,7 @@ def test_a_node_whose_dataset_differs_fails_the_cell_with_the_reason(cluster, da
     assert real.hash[:16] in run["reason"] and "node" in run["reason"]
 
 
+@pytest.mark.framework
 def test_the_driver_killed_mid_plan_loses_nothing_and_a_rerun_completes_it(cluster, data_dir, tmp_path):
     command = [sys.executable, "-m", "dlbench", "run", "quick", "-f", "pytorch", "--epochs", "1", "--repeat", "4",
                "-w", WORKLOAD, "--executor", "ray", "--address", cluster.address,
@@ -181,6 +185,7 @@ def raylet_of(pid: int, nodes: list) -> object | None:
     return next((raylets[p.pid] for p in ancestors if p.pid in raylets), None)
 
 
+@pytest.mark.framework
 def test_a_node_killed_mid_cell_is_retried_on_the_other_one(cluster, data_dir, tmp_path):
     """Last in this file: it leaves the cluster one node short."""
     killed: list = []
@@ -222,6 +227,7 @@ def adopt_as_gpu_environment(home: Path, framework: str) -> None:
     (folder / "dlbench-env.json").write_text(json.dumps(info))
 
 
+@pytest.mark.framework
 def test_a_gpu_cell_runs_only_on_a_node_with_a_gpu(cluster, data_dir, tmp_path, monkeypatch):
     from dlbench.harness.run.ray_cluster import ClusterError
 

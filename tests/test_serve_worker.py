@@ -60,6 +60,7 @@ def events_of(python: str, config: dict, folder: Path, extra: dict) -> tuple[int
     return done.returncode, [json.loads(line) for line in done.stdout.splitlines()]
 
 
+@pytest.mark.framework
 def test_pytorch_serves_a_cell_as_the_protocol_says(data_path, tmp_path):
     recipe = envs.get_recipe("pytorch")
     code, events = events_of(str(envs.require("pytorch").python), cell(data_path), tmp_path, recipe.worker_env)
@@ -76,6 +77,7 @@ def test_pytorch_serves_a_cell_as_the_protocol_says(data_path, tmp_path):
     assert throughput["seconds"] > 0 and throughput["first_call_s"] > 0
 
 
+@pytest.mark.framework
 def test_pytorch_serves_a_detector_image_by_image(session_dir, tmp_path):
     """frcnn-voc on the photo-boxes stand-in: every call one image, the throughput's samples images."""
     dataset = prepared_standin("photo-boxes", session_dir / "standins")

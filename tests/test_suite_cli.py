@@ -397,6 +397,7 @@ def test_a_long_axis_with_a_value_listed_twice_names_it(tmp_path):
         suite.load(str(path))
 
 
+@pytest.mark.framework
 def test_each_axis_value_enters_the_cells_configuration_and_hash(tmp_path):
     path = write_suite(tmp_path, """
         name: sweep
@@ -421,6 +422,7 @@ def test_each_axis_value_enters_the_cells_configuration_and_hash(tmp_path):
     assert cell_config.resolve(plain, tmp_path).hash == configs[(128, 1)].hash
 
 
+@pytest.mark.framework
 def test_a_run_on_one_thread_of_two_is_still_flagged_inside_a_sweep(tmp_path):
     path = write_suite(tmp_path, """
         name: sweep
@@ -461,6 +463,7 @@ def test_a_bad_axis_is_refused_with_its_line_entry_and_value(tmp_path, monkeypat
     assert str(refused.value).startswith(f"{path}:6: field {field!r}: entry cnn-mnist on digits-28: {message}")
 
 
+@pytest.mark.framework
 def test_a_cell_without_threads_gets_the_cores_of_the_machine_that_runs_it(tmp_path):
     [cell] = suite.plan(suite.load("quick"), ["pytorch"], ["cnn-mnist"], repeat=1)
     assert cell.threads is None
@@ -506,6 +509,7 @@ def test_train_samples_must_be_a_positive_integer(capsys, tmp_path, value, shown
         f"digits-28's training samples (the first N of them are trained on), got {shown}")
 
 
+@pytest.mark.framework
 def test_train_samples_enter_the_cells_configuration_and_hash(tmp_path):
     def resolved(value: int | None) -> cell_config.Prepared:
         text = FIRST_N_SUITE.format(value=value) if value else FIRST_N_SUITE.replace("    train_samples: {value}\n", "")
@@ -521,6 +525,7 @@ def test_train_samples_enter_the_cells_configuration_and_hash(tmp_path):
     assert resolved(n_train).config["train_samples"] == n_train  # the whole split, asked for, is accepted
 
 
+@pytest.mark.framework
 def test_train_samples_beyond_the_training_split_stop_the_plan_before_any_cell(capsys, tmp_path):
     [cell] = suite.plan(suite.load(str(write_suite(tmp_path, FIRST_N_SUITE.format(value=10**6)))))
     with pytest.raises(SuiteError) as raised:

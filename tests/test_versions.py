@@ -80,6 +80,7 @@ def two_versions(tmp_path_factory) -> tuple[Path, Path]:
     return results, data
 
 
+@pytest.mark.framework
 def test_two_versions_run_in_one_suite_and_are_stored_apart(two_versions):
     done = dlbench("results", "--results", str(two_versions[0]), "--format", "json")
     runs = json.loads(done.stdout)
@@ -90,6 +91,7 @@ def test_two_versions_run_in_one_suite_and_are_stored_apart(two_versions):
     assert len({r["cell_hash"] for r in runs}) == 2
 
 
+@pytest.mark.framework
 def test_compare_tells_the_two_versions_apart(two_versions):
     done = dlbench("compare", "--results", str(two_versions[0]), "--versions", "jax@0.10.2", OLDER_JAX)
     assert done.returncode == 0, done.stderr
@@ -98,6 +100,7 @@ def test_compare_tells_the_two_versions_apart(two_versions):
     assert "1/1" in row  # one run a side matched
 
 
+@pytest.mark.framework
 def test_env_list_shows_both_versions_with_their_sizes(two_versions):
     done = dlbench("env", "list")
     assert done.returncode == 0, done.stderr
@@ -106,6 +109,7 @@ def test_env_list_shows_both_versions_with_their_sizes(two_versions):
     assert "never" not in rows[OLDER_JAX]  # the suite's run marked it used
 
 
+@pytest.mark.framework
 def test_an_environment_rebuilt_from_a_run_has_its_packages_and_its_runs_say_so(two_versions, tmp_path):
     results, data = two_versions
     runs = json.loads(dlbench("results", "--results", str(results), "--format", "json").stdout)
@@ -131,6 +135,7 @@ def test_an_environment_rebuilt_from_a_run_has_its_packages_and_its_runs_say_so(
     assert rerun["packages"] == older["packages"]
 
 
+@pytest.mark.framework
 def test_from_run_refuses_a_missing_run_or_extra_names(two_versions):
     results = str(two_versions[0])
     missing = dlbench("env", "create", "--from-run", "999", "--results", results)
@@ -185,6 +190,7 @@ def test_disk_usage_counts_hard_linked_files_apart(tmp_path):
         (tmp_path.parent / f"{tmp_path.name}-link").unlink()
 
 
+@pytest.mark.framework
 def test_the_build_records_the_registrys_hashes_of_every_package(two_versions):
     env = envs.require(OLDER_JAX)
     hashes = env.info()["hashes"]
@@ -194,6 +200,7 @@ def test_the_build_records_the_registrys_hashes_of_every_package(two_versions):
         assert store.environment(env.packages_digest())["hashes"] == hashes
 
 
+@pytest.mark.framework
 def test_from_run_refuses_a_package_whose_hash_differs(two_versions, tmp_path):
     results = tmp_path / "results"
     shutil.copytree(two_versions[0], results, ignore=shutil.ignore_patterns("runs"))

@@ -57,6 +57,7 @@ def models() -> dict[str, dict]:
     return {name: w.model(dict(w.study_meta, **SMALL_META.get(name, {}))) for name, w in WORKLOADS.items()}
 
 
+@pytest.mark.framework
 def test_python_3_8_and_old_numpy_draw_identical_weights_and_order(python38, tmp_path):
     drawn = tmp_path / "drawn.npz"
     done = subprocess.run([str(python38), "-c", DRAW, str(drawn)], input=json.dumps(models()), text=True,
@@ -98,6 +99,7 @@ print(np.__version__, sys.version_info[:2])
 """
 
 
+@pytest.mark.framework
 def test_python_3_8_and_old_numpy_compute_identical_detection_targets(python38, tmp_path):
     """The detector's shared pieces sample the same anchors and RoIs from a seed in every numpy."""
     drawn = tmp_path / "detection.npz"
@@ -134,6 +136,7 @@ print("%d.%d.%d" % sys.version_info[:3], numpy.__version__, name)
 """
 
 
+@pytest.mark.framework
 @pytest.mark.parametrize("framework", sorted(envs.RECIPES))
 def test_worker_side_imports_under_each_environments_python_and_numpy(framework, tmp_path):
     env = envs.require(framework)  # make test builds it first

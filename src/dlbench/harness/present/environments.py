@@ -27,5 +27,7 @@ def table() -> str:
     missing = [name for name in envs.RECIPES if name not in present]
     rows += [[name, name, envs.RECIPES[name].default_version, "-", "-", "-", "-", "-", "missing"] for name in missing]
     create = f"\ncreate the missing ones with:\n  dlbench env create {' '.join(missing)}" if missing else ""
-    return listing.aligned(rows) + (f"\nin {envs.env_root()}; own: what removing it frees (the rest is hard-linked "
-                                    "\nfrom uv's cache or another environment)") + create
+    # the folder on a line of its own, as `list frameworks` gives it: a long one (a test's) pushed the sentence
+    # after it past 120 columns
+    return listing.aligned(rows) + (f"\nenvironments in {envs.env_root()}\nown: what removing it frees (the rest is "
+                                    "hard-linked from uv's cache or another environment)") + create
