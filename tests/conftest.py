@@ -18,22 +18,10 @@ from dlbench.harness.plan import workloads
 TEST_GUARD_S = 3600
 
 
-# Tests that need a framework environment carry the marker `framework` (pyproject.toml), set in their own file;
-# these are marked here instead, while their file is being changed on another branch.
-FRAMEWORK_TESTS_ELSEWHERE = {
-    "test_user_workload.py": {"test_one_pytorch_cell_trains_on_a_users_data",
-                              "test_certify_suite_certifies_a_users_workload",
-                              "test_certify_power_checks_only_the_suites_own_workload"},
-}
-
-
-@pytest.hookimpl(tryfirst=True)  # before -m selects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(guard.bound(TEST_GUARD_S), method="signal"))
-        if getattr(item, "originalname", item.name) in FRAMEWORK_TESTS_ELSEWHERE.get(item.path.name, ()):
-            item.add_marker(pytest.mark.framework)
 
 
 @pytest.fixture(autouse=True)

@@ -331,6 +331,7 @@ def test_runs_end_to_end_through_the_fake_framework(tmp_path, monkeypatch):
     assert runs[0]["config"]["workload_file"]["file"] == str(tmp_path / "mine.py")
 
 
+@pytest.mark.framework
 def test_one_pytorch_cell_trains_on_a_users_data(tmp_path):
     """With the file's learning-rate schedule, which the worker validates and steps."""
     envs.require("pytorch")  # make test builds it; without it this fails naming the command
@@ -347,6 +348,7 @@ def test_one_pytorch_cell_trains_on_a_users_data(tmp_path):
     assert len(epochs) == 2 and all(0 <= epoch["metrics"]["accuracy"] <= 1 for epoch in epochs)
 
 
+@pytest.mark.framework
 def test_certify_suite_certifies_a_users_workload(tmp_path):
     """`dlbench certify --suite` probes the user's model against the reference like a built-in workload's."""
     envs.require("pytorch")
@@ -628,6 +630,7 @@ def test_a_model_that_raises_on_a_later_call_is_called_once(tmp_path, fake, monk
         mine.model(dict(mine.study_meta, num_classes=5))  # a meta no entry gave: an error, not a guess
 
 
+@pytest.mark.framework
 def test_certify_power_checks_only_the_suites_own_workload(tmp_path):
     """certify --power --suite runs the power check on the suite's workloads alone: here the user's."""
     envs.require("pytorch")  # the reference, which power runs with each value changed
