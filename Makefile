@@ -39,12 +39,12 @@ PYTEST_WORKERS ?= 2
 test: envs lint
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=20
 
-# ruff and the tests that need no framework environment, those without the marker `framework` (pyproject.toml):
-# no environment is built. Every test without the marker runs with a DLBENCH_HOME of its own that holds nothing,
-# here and in make test (tests/conftest.py, no_environments), so one that needs an environment and lacks the
-# marker fails in both.
+# ruff and the tests that need no framework environment and take under two seconds, those without the markers
+# `framework` and `slow` (pyproject.toml): no environment is built. Every test without `framework` runs with a
+# DLBENCH_HOME of its own that holds nothing, here and in make test (tests/conftest.py, no_environments), so one
+# that needs an environment and lacks the marker fails in both.
 test-fast: lint
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not framework" --durations=10
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not framework and not slow" --durations=10
 
 clean:
 	rm -rf $(VENV) dlbench-results

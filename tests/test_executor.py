@@ -208,6 +208,7 @@ def test_sigkill_is_reported_as_the_oom_killer_would_be(tmp_path):
     assert_first_epoch_kept(outcome.events)
 
 
+@pytest.mark.slow
 def test_hang_times_out_and_the_worker_is_killed(tmp_path):
     outcome, _ = run_fake(tmp_path, "hang", timeout_s=HANG_TIMEOUT_S)
     assert outcome.status == "timeout"
@@ -220,6 +221,7 @@ def test_hang_times_out_and_the_worker_is_killed(tmp_path):
 
 
 @pytest.mark.parametrize("mode", ["child_hang", "child_setsid"])
+@pytest.mark.slow
 def test_timeout_kills_the_grandchild_too(tmp_path, mode):
     """child_hang: a grandchild in the worker's session; child_setsid: one that left it."""
     outcome, run_dir = run_fake(tmp_path, mode, timeout_s=HANG_TIMEOUT_S)
@@ -341,6 +343,7 @@ def test_epoch_boundaries_bound_the_training(tmp_path):
 
 
 @pytest.mark.parametrize("spinning, flagged", [(1, True), (2, False)])
+@pytest.mark.slow
 def test_a_run_using_one_core_of_two_is_flagged(tmp_path, monkeypatch, spinning, flagged):
     """The fake keeps `spinning` cores busy in each epoch; the cell gave it two threads."""
     monkeypatch.setenv("FAKE_SPIN", str(spinning))

@@ -426,6 +426,7 @@ def test_a_framework_that_leaves_cores_idle_by_itself_is_said_to_be_its_own(tmp_
     assert not [c for c in caveats if c.startswith("Threads not used as asked")]
 
 
+@pytest.mark.slow
 def test_nine_frameworks_on_six_workloads_say_each_caveat_once_and_their_first_epochs_in_one_table(
         tmp_path: Path) -> None:
     """Issue 41's report said 45 caveats, most "X's first epoch takes N times its steady epoch" once per

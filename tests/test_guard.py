@@ -24,6 +24,7 @@ def short_bounds(monkeypatch):
     monkeypatch.setenv(guard.SCALE_VARIABLE, "0.02")
 
 
+@pytest.mark.slow
 def test_a_fired_guard_fails_with_the_output_so_far_and_stops_the_descendants(short_bounds):
     with pytest.raises(pytest.fail.Exception) as failure:
         guard.run([sys.executable, "-c", HANGS], 100)
@@ -50,6 +51,7 @@ def test_a_child_within_its_bound_is_left_alone(short_bounds):
         guard.run([sys.executable, "-c", "raise SystemExit(3)"], 100, check=True)
 
 
+@pytest.mark.slow
 def test_communicate_and_read_until_fail_with_what_was_read(short_bounds):
     child = subprocess.Popen([sys.executable, "-c", HANGS], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, start_new_session=True)
@@ -68,6 +70,7 @@ def test_communicate_and_read_until_fail_with_what_was_read(short_bounds):
         guard.read_until(ended, lambda line: False, 100, "a line never written")
 
 
+@pytest.mark.slow
 def test_wait_until_returns_the_condition_or_fails_with_the_progress(short_bounds):
     calls = iter([0, 0, 5])
     assert guard.wait_until(lambda: next(calls), 100, "a count", poll_s=0.01) == 5

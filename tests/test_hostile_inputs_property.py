@@ -232,6 +232,7 @@ def test_generated_suite_files_are_read_or_refused(capsys, tmp_path_factory, doc
 @example_settings(60)
 @given(archive=archives(), workload=st.sampled_from(["cnn-mnist", "model.py"]),
        task=st.sampled_from(["classification", "binary"]), classes=st.sampled_from([None, 1, 2, 10, 10**19]))
+@pytest.mark.slow
 def test_generated_dataset_archives_are_read_or_refused(capsys, tmp_path_factory, archive, workload, task, classes):
     dataset = {"path": "data.npz", "task": task}
     if classes is not None:

@@ -134,6 +134,7 @@ def read_only_results(shared_folder: Path) -> Path:
     return read_only(results)
 
 
+@pytest.mark.slow
 def test_readers_read_a_read_only_results_folder(shared_folder: Path) -> None:
     results = read_only_results(shared_folder)
     before = tree(results)
@@ -236,6 +237,7 @@ def never_ends(*args) -> str:
     raise KeyboardInterrupt  # Ctrl-C while the report renders
 
 
+@pytest.mark.slow
 def test_report_checks_its_output_before_rendering_and_writes_it_whole(stores: Path, tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch,
                                                                        capsys: pytest.CaptureFixture[str]) -> None:
@@ -259,6 +261,7 @@ def test_report_checks_its_output_before_rendering_and_writes_it_whole(stores: P
     assert tree(tmp_path) == {"afile": b"in the way\n", "report.md": b"an earlier report\n"}
 
 
+@pytest.mark.slow
 def test_writers_refuse_a_read_only_results_folder_first(shared_folder: Path) -> None:
     results = read_only_results(shared_folder)
     before = tree(results)

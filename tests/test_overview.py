@@ -19,6 +19,9 @@ from dlbench.harness.analysis.findings import Needed, findings_of_runs
 from dlbench.harness.present import charts, html, markdown, overview, overview_html, report
 from dlbench.harness.store import Store
 
+# the first screen drawn from synthetic stores of up to nine frameworks, some in Chromium
+pytestmark = pytest.mark.slow
+
 # what the page's test script writes back: each overview cell's computed background, as the browser drew it
 PROBE = """<script>document.addEventListener('DOMContentLoaded', function () {
   document.querySelectorAll('table.overview td.speed').forEach(function (td) {

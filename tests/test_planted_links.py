@@ -188,6 +188,7 @@ def test_the_live_reports_cost_is_not_kept_through_a_link(tmp_path):
     assert said and f"{link} is a symbolic link (to {target})" in said[-1]
 
 
+@pytest.mark.slow
 def test_a_link_at_a_run_folders_name_is_passed_over(tmp_path, monkeypatch, digits_dir):
     """A run folder is made new (mkdir), so a link planted at the name a run would give it is passed over:
     the run makes name-2, and nothing is written where the link points."""

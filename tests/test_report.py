@@ -18,6 +18,9 @@ from dlbench.harness import cli
 from dlbench.harness.present import html, report
 from dlbench.harness.store import Store
 
+# the report drawn from synthetic stores and opened in Chromium: a minute of the harness tests' two
+pytestmark = pytest.mark.slow
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 BROWSER_GUARD_S = 300
 # Every request, loopback included (<-loopback>), goes to a proxy on the discard port where nothing listens.

@@ -57,6 +57,7 @@ def events_of(run: dict) -> list[dict]:
     return [json.loads(line) for line in (Path(run["run_dir"]) / "events.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_a_second_run_into_a_held_folder_is_refused_at_once_naming_the_first(tmp_path, suite_file, digits_dir):
     results, gate = tmp_path / "results", tmp_path / "gate"
     first = start(run_args(suite_file, results, digits_dir), FAKE_GATE=str(gate))
@@ -89,6 +90,7 @@ def test_a_second_run_into_a_held_folder_is_refused_at_once_naming_the_first(tmp
     assert (results / "dlbench.lock").read_text() == ""  # released: no holder named any more
 
 
+@pytest.mark.slow
 def test_two_runs_of_one_cell_in_the_same_second_get_folders_of_their_own(tmp_path, suite_file, digits_dir,
                                                                            monkeypatch):
     """A run folder's name holds the time to the second: with the clock frozen, both runs (and both
@@ -109,6 +111,7 @@ def test_two_runs_of_one_cell_in_the_same_second_get_folders_of_their_own(tmp_pa
 
 
 @pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.slow
 def test_an_interrupted_run_stores_its_cell_as_interrupted_and_leaves_no_orphan(tmp_path, suite_file, digits_dir,
                                                                                 signal_number):
     results, gate = tmp_path / "results", tmp_path / "gate"

@@ -159,6 +159,7 @@ def parsed(path: Path) -> Page:
     return page
 
 
+@pytest.mark.slow
 def test_the_report_gets_a_scaling_section_only_with_a_sweep(tmp_path: Path) -> None:
     store_of(tmp_path / "sweep", thread_sweep() + [
         sweep_run("pytorch", t, rep, batch_size=64, position=90 + rep) for rep, t in enumerate([2.0, 2.2], 1)])

@@ -105,6 +105,7 @@ def test_a_large_difference_is_found_and_named_by_direction():
     assert accuracy.verdict == "more accurate"
 
 
+@pytest.mark.slow
 def test_identical_distributions_are_rarely_called_different():
     shown = raw = 0
     for seed in range(200):

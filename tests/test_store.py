@@ -387,6 +387,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 def test_killed_writer_never_leaves_a_partial_run(tmp_path: Path) -> None:
     path = tmp_path / "dlbench.sqlite"
     rng = random.Random(1234)

@@ -317,6 +317,7 @@ def test_token_ids_beyond_the_embedding_vocabulary(tmp_path, fake):
             "array x_test holds token id 10, beyond the vocabulary of embedding_1 (10 ids: 0 to 9)")
 
 
+@pytest.mark.slow
 def test_runs_end_to_end_through_the_fake_framework(tmp_path, monkeypatch):
     path = write(tmp_path)
     fake_dlbench.make_environment(tmp_path / "home")
@@ -564,6 +565,7 @@ def test_a_hand_written_layer_with_stride_0_names_the_layer(capsys, monkeypatch,
     assert message.endswith("layer conv2d_2: stride 0; a positive integer is needed"), message
 # ---- the workload file is the user's code: where, when and how long it runs ------------------------------
 
+@pytest.mark.slow
 def test_a_file_that_never_returns_is_stopped_at_the_time_limit(tmp_path, fake, monkeypatch):
     monkeypatch.setattr(user_workload, "READ_TIMEOUT_S", 3)
     refused(write(tmp_path, model="while True:\n    pass\n" + MODEL), "mine.py", "still running after 3 s")
