@@ -14,7 +14,7 @@ from adapter_check import probe_weights
 
 from dlbench.shared.detection.boxes import base_anchors, clip_boxes, decode, shifted_anchors
 from dlbench.shared.detection.pipeline import DetectionSplit
-from dlbench.shared.init import canonical_init
+from dlbench.shared.initializers import canonical_init
 from dlbench.worker.base import epoch_order
 from dlbench.worker.detector import detector_class
 

@@ -19,7 +19,7 @@ from dlbench.harness.environments.process import PACKAGE_PARENT
 from dlbench.harness.plan.workloads import WORKLOADS
 from dlbench.harness.run.cell_config import cell_recipe
 from dlbench.shared import ir
-from dlbench.shared.init import canonical_init
+from dlbench.shared.initializers import canonical_init
 
 pytestmark = pytest.mark.framework
 

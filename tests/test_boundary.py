@@ -107,7 +107,7 @@ def test_every_adapter_a_recipe_names_is_a_worker_side_class(framework):
     assert path in WORKER and path.parent.parent.name == "frameworks", module
     classes = {node.name for node in ast.parse(path.read_text()).body if isinstance(node, ast.ClassDef)}
     assert cls in classes, f"{module} defines no class {cls}"
-    for name in ("detector", "peak"):  # loaded by name from the adapter's package (base.sibling_module)
+    for name in ("detector", "gemm"):  # loaded by name from the adapter's package (base.sibling_module)
         beside = dlbench_module_file(module.rpartition(".")[0] + "." + name)
         assert beside is None or beside in WORKER
 

@@ -12,9 +12,10 @@ from dlbench.harness.environments import envs, sources
 from dlbench.harness.environments.envs import REFERENCE
 from dlbench.harness.environments.process import PACKAGE_PARENT, worker_environment
 from dlbench.harness.plan.suite import Cell
-from dlbench.harness.plan.workloads import OPTIMIZER_SETTINGS, WORKLOADS, get_workload
+from dlbench.harness.plan.workloads import WORKLOADS, get_workload
 from dlbench.harness.run import cell_config
 from dlbench.harness.store import Store
+from dlbench.shared.recipe import OPTIMIZER_SETTINGS
 
 TESTS = Path(__file__).parent
 CANDIDATES = [name for name in sorted(envs.RECIPES) if name != REFERENCE]

@@ -11,7 +11,7 @@ from dlbench.shared import ir
 from dlbench.shared.detection import boxes as boxes_module
 from dlbench.shared.detection import pipeline
 from dlbench.shared.detection.nms import fixed_point_keep, nms
-from dlbench.shared.init import canonical_init
+from dlbench.shared.initializers import canonical_init
 
 ROI = {"op": "roi_align", "size": 7, "sampling_ratio": 2, "spatial_scale": 1 / 16, "aligned": False}
 SMALL_META = {"task": "detection", "min_side": 64, "max_side": 96, "num_classes": 20}

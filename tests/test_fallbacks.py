@@ -15,7 +15,7 @@ from numpy_forward import forward
 from dlbench.harness.plan.workloads import get_workload
 from dlbench.shared import ir
 from dlbench.shared import schedule as schedules
-from dlbench.shared.init import _layer_weights, canonical_init
+from dlbench.shared.initializers import _layer_weights, canonical_init
 from dlbench.worker import probe
 from dlbench.worker.base import BaseAdapter, finish_metrics
 from dlbench.worker.detector import DetectorAdapter

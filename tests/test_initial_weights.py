@@ -22,7 +22,7 @@ from dlbench.harness.plan.suite import SuiteError
 from dlbench.harness.plan.workloads import get_workload
 from dlbench.harness.run import cell_config
 from dlbench.harness.store import Store
-from dlbench.shared.init import canonical_init
+from dlbench.shared.initializers import canonical_init
 
 MNIST_META = {"task": "classification", "input_shape": [28, 28, 1], "num_classes": 10}
 

@@ -7,7 +7,7 @@ import pytest
 import dlbench.ir as public_ir
 from dlbench.harness.plan.workloads import WORKLOADS, WorkloadError, get_workload
 from dlbench.shared import ir
-from dlbench.shared.init import canonical_init
+from dlbench.shared.initializers import canonical_init
 from dlbench.worker.base import batch_slices, epoch_order, finish_metrics, thread_budget
 
 # Counted by hand from WORKLOADS.md (cnn-mnist's figure is stated there; cnn-cifar10 and lstm-imdb

@@ -176,7 +176,7 @@ def test_peak_of_the_pytorch_environment(tmp_path):
     """A small product (the default, 2048, saturates the CPUs) through the harness's own call."""
     env = envs.require("pytorch")
     recipe = envs.get_recipe("pytorch")
-    command = [str(env.python), "-m", "dlbench.worker.peak", recipe.adapter, "--threads", "1", "--size", "256",
+    command = [str(env.python), "-m", "dlbench.worker.gemm_peak", recipe.adapter, "--threads", "1", "--size", "256",
                "--repeats", "3"]
     found = gemm_peak.run(command, process.worker_environment(tmp_path, 1, recipe.worker_env), tmp_path)
     assert found["method"] == "torch.matmul" and found["gflops"] > 0
@@ -201,7 +201,7 @@ def test_results_lists_the_peaks_with_the_reason_of_a_failed_one(tmp_path, capsy
 @pytest.mark.framework
 def test_a_peak_that_cannot_be_measured_is_null_with_its_reason(tmp_path):
     env = envs.require("pytorch")
-    command = [str(env.python), "-m", "dlbench.worker.peak", "dlbench.worker.frameworks.no_such_framework:Adapter",
+    command = [str(env.python), "-m", "dlbench.worker.gemm_peak", "dlbench.worker.frameworks.no_such_framework:Adapter",
                "--size", "64"]
     found = gemm_peak.run(command, process.worker_environment(tmp_path, 1, {}), tmp_path)
     assert found["gflops"] is None and found["reason"].startswith("peak not measured: ModuleNotFoundError")

@@ -8,7 +8,7 @@ import pytest
 from dlbench.harness.certification import probes
 from dlbench.harness.environments.envs import REFERENCE
 from dlbench.harness.plan.workloads import get_workload
-from dlbench.shared.init import canonical_init
+from dlbench.shared.initializers import canonical_init
 
 pytestmark = pytest.mark.framework
 

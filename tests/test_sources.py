@@ -18,11 +18,11 @@ def test_the_closure_follows_the_workers_imports_and_nothing_of_the_harness() ->
     files = names(sources.closure([*sources.ENTRY_POINTS, *sources.package_modules(adapter)]))
     # not nms.py: PyTorch computes its NMS in torch, and no module it imports imports the reference
     detection = {f"shared/detection/{name}.py" for name in ("__init__", "boxes", "pipeline", "targets", "voc_eval")}
-    pytorch = {f"worker/frameworks/pytorch/{name}.py" for name in ("adapter", "detector", "peak")}
+    pytorch = {f"worker/frameworks/pytorch/{name}.py" for name in ("adapter", "detector", "gemm")}
     # worker/serve.py through train.py: an inference cell's code is in the digest
-    assert files == {"worker/train.py", "worker/serve.py", "worker/cell.py", "worker/probe.py", "worker/peak.py",
-                     "worker/base.py",
-                     "worker/detector.py", *pytorch, "shared/init.py", "shared/ir.py", "shared/protocol.py", *detection,
+    assert files == {"worker/train.py", "worker/serve.py", "worker/cell.py", "worker/probe.py", "worker/gemm_peak.py",
+                     "worker/base.py", "worker/detector.py", *pytorch, "shared/initializers.py", "shared/ir.py",
+                     "shared/protocol.py", *detection, "shared/recipe.py",
                      "shared/__init__.py", "shared/schedule.py"}  # `from dlbench.shared import schedule`
 
 
@@ -44,16 +44,16 @@ def copy_of_the_package(folder: Path, edit: str | None = None) -> Path:
 
 def digests(package: Path) -> dict[str, str]:
     return {name: sources.worker_source(f"dlbench.worker.frameworks.{name}.adapter:Adapter", package)
-            for name in ("pytorch", "jax_flax")}
+            for name in ("pytorch", "jax")}
 
 
 def test_an_adapters_change_changes_its_digest_only(tmp_path: Path) -> None:
     before = digests(copy_of_the_package(tmp_path / "a"))
     assert before == digests(copy_of_the_package(tmp_path / "b"))  # the same files, the same digest
-    after = digests(copy_of_the_package(tmp_path / "c", "worker/frameworks/jax_flax/adapter.py"))
-    assert after["jax_flax"] != before["jax_flax"] and after["pytorch"] == before["pytorch"]
+    after = digests(copy_of_the_package(tmp_path / "c", "worker/frameworks/jax/adapter.py"))
+    assert after["jax"] != before["jax"] and after["pytorch"] == before["pytorch"]
     detector = digests(copy_of_the_package(tmp_path / "d", "worker/frameworks/pytorch/detector.py"))
-    assert detector["pytorch"] != before["pytorch"] and detector["jax_flax"] == before["jax_flax"]
+    assert detector["pytorch"] != before["pytorch"] and detector["jax"] == before["jax"]
 
 
 def test_a_shared_worker_module_changes_every_digest(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from sides import SHARED, WORKER
 from dlbench.harness.environments import envs
 from dlbench.harness.environments.process import PACKAGE_PARENT
 from dlbench.harness.plan.workloads import WORKLOADS
-from dlbench.shared.init import canonical_init
+from dlbench.shared.initializers import canonical_init
 from dlbench.worker.base import epoch_order
 
 WORKER_SIDE = [*WORKER, *SHARED]
@@ -26,7 +26,7 @@ import json, sys
 import numpy as np
 import dlbench.worker.train
 from dlbench.worker.base import epoch_order
-from dlbench.shared.init import canonical_init
+from dlbench.shared.initializers import canonical_init
 models = json.load(sys.stdin)
 out = {}
 for name, model in models.items():
@@ -124,13 +124,13 @@ def test_python_3_8_and_old_numpy_compute_identical_detection_targets(python38, 
 IMPORT_WORKER = """
 import importlib, sys
 import numpy
-import dlbench.worker.peak
+import dlbench.worker.gemm_peak
 import dlbench.worker.probe
 import dlbench.worker.train
 import dlbench.worker.cell
 from dlbench.worker.base import sibling_module
 name = dlbench.worker.cell.load_adapter_class(sys.argv[1]).name
-for module in ("detector", "peak"):  # loaded by name beside the adapter
+for module in ("detector", "gemm"):  # loaded by name beside the adapter
     importlib.import_module(sibling_module(sys.argv[1], module))
 print("%d.%d.%d" % sys.version_info[:3], numpy.__version__, name)
 """

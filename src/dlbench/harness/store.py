@@ -181,7 +181,7 @@ CERTIFICATE_COLUMNS: dict[str, str] = {
     # NULL before.
     "workload_digest": "TEXT",
 }
-# added in schema version 6: the float32 GEMM peak measured in a framework's own environment (dlbench.worker.peak),
+# added in schema version 6: the float32 GEMM peak measured in a framework's own environment (dlbench.worker.gemm_peak),
 # once per (environment, threads, device) and suite invocation; runs link to it by peak_id
 PEAK_COLUMNS: dict[str, str] = {
     "framework": "TEXT NOT NULL",

@@ -529,6 +529,8 @@ def param_shapes(layer: dict, in_shape: Shape) -> "OrderedDict[str, Shape]":
 
 # the layer types that hold no weights of their own (a residual block's layers are listed apart: all_shapes)
 WEIGHTLESS = ("maxpool2d", "activation", "dropout", "flatten", "to_sequence", "sequence_mean", "residual")
+# the layer types that hold weights (param_shapes gives them): every other type of LAYER_SETTINGS
+WEIGHTED = tuple(kind for kind in LAYER_SETTINGS if kind not in WEIGHTLESS)
 
 
 ATTENTION_PARTS = ("query", "key", "value", "output")  # canonical order of an attention layer's weights

@@ -1,5 +1,5 @@
 """What the worker and the harness both name, defined once: the events of the worker's stream and the
-files of a prepared dataset. Shared by both sides: Python 3.8, the standard library alone.
+files of a prepared dataset and its pad id. Shared by both sides: Python 3.8, the standard library alone.
 
 The worker writes one JSON object a line on its stdout, its kind under KIND: START as it starts,
 READY once the model is built, then per epoch EPOCH_START and EPOCH_TRAINED around the training (the
@@ -31,6 +31,9 @@ PEAK = "peak"
 # its meta. A detection dataset has its own arrays (detection.pipeline).
 ARRAY_NAMES = ("x_train", "y_train", "x_test", "y_test")
 META_FILE = "meta.json"
+# the token id that pads a sequence dataset's token ids and labels (data preparation writes it); the masked
+# sequence loss and its accuracy leave out labels of this id
+PAD_ID = 0
 
 
 def array_file(name: str) -> str:

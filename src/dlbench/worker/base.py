@@ -13,17 +13,16 @@ import numpy as np
 
 from dlbench.shared import schedule as schedules
 from dlbench.shared.ir import LOSSES
+from dlbench.shared.recipe import OPTIMIZER_SETTINGS
 
-PAD_ID = 0  # the label the masked loss and its accuracy leave out
 # the losses over a sequence's tokens (labels (batch, steps)), whose metrics add perplexity
 SEQUENCE_LOSSES = ("sequence_softmax_cross_entropy", "masked_sequence_softmax_cross_entropy")
-OPTIMIZERS = ("sgd", "adam", "adadelta", "adamw")
 DEVICES = ("cpu", "gpu")  # a cell's device; every adapter's device code has a branch for each
 PIXEL_SCALE = 255.0  # every image dataset's input_scale (its meta): uint8 pixels -> [0, 1]
 
 
 def not_built(what: str, name: str) -> NotImplementedError:
-    """The error for a layer type, activation, padding or loss the IR declares, an optimizer OPTIMIZERS
+    """The error for a layer type, activation, padding or loss the IR declares, an optimizer OPTIMIZER_SETTINGS
     names, or a learning-rate schedule shared/schedule.py names, that an adapter has no code for (its
     build, its weights' mapping or its metrics): raised, so that no other one ever stands in for it. Every
     dispatch on such a name lists its known cases and ends in this, never in a default branch."""
@@ -119,8 +118,9 @@ class BaseAdapter(object):
     def __init__(self, model: dict, recipe: dict, task: str, device: str, threads: int, seed: int):
         if recipe["loss"] not in LOSSES:
             raise ValueError("unknown loss %r; known: %s" % (recipe["loss"], ", ".join(LOSSES)))
-        if recipe["optimizer"]["name"] not in OPTIMIZERS:
-            raise ValueError("unknown optimizer %r; known: %s" % (recipe["optimizer"]["name"], ", ".join(OPTIMIZERS)))
+        if recipe["optimizer"]["name"] not in OPTIMIZER_SETTINGS:
+            raise ValueError("unknown optimizer %r; known: %s" % (recipe["optimizer"]["name"],
+                                                                 ", ".join(OPTIMIZER_SETTINGS)))
         if "schedule" in recipe:  # the learning rate's (shared/schedule.py); none: constant
             schedules.validate(recipe["schedule"])
         if recipe_dtype(recipe) not in self.dtypes:

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from dlbench.shared.init import canonical_init
+from dlbench.shared.initializers import canonical_init
 from dlbench.shared.protocol import KIND, META_FILE, READY, array_file
 from dlbench.worker.base import Split
 from dlbench.worker.detector import detector_class

@@ -22,7 +22,7 @@ import traceback
 
 import numpy as np
 
-from dlbench.shared.init import canonical_init
+from dlbench.shared.initializers import canonical_init
 from dlbench.worker.base import Split, lookup
 from dlbench.worker.cell import load_adapter_class
 from dlbench.worker.detector import detector_class

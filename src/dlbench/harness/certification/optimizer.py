@@ -33,10 +33,10 @@ from pathlib import Path
 
 import numpy as np
 
-from dlbench.harness.plan.workloads import OPTIMIZER_SETTINGS
 from dlbench.shared import ir
 from dlbench.shared import schedule as schedules
-from dlbench.shared.init import canonical_init
+from dlbench.shared.initializers import canonical_init
+from dlbench.shared.recipe import OPTIMIZER_SETTINGS
 
 SEED = 0
 # the optimiser's settings by name; a setting outside these, or one missing, is refused

@@ -25,9 +25,10 @@ from pathlib import Path
 from dlbench.harness.certification import optimizer, probes
 from dlbench.harness.certification.certified_model import certified_model, without_dropout
 from dlbench.harness.environments import envs
-from dlbench.harness.plan.workloads import OPTIMIZER_SETTINGS, Workload
+from dlbench.harness.plan.workloads import Workload
 from dlbench.shared import ir
-from dlbench.shared.init import canonical_init
+from dlbench.shared.initializers import canonical_init
+from dlbench.shared.recipe import OPTIMIZER_SETTINGS
 
 DECAY_RATES = ("momentum", "beta1", "beta2", "rho")  # changed by 10 % of their distance to 1
 CHOICES = {"fn": ir.ACTIVATIONS, "padding": ir.PADDINGS, "loss": ir.LOSSES,

@@ -38,7 +38,7 @@ from dlbench.harness.plan.workloads import Workload
 from dlbench.harness.store import Store
 from dlbench.shared import ir
 from dlbench.shared.detection import pipeline
-from dlbench.shared.init import canonical_init
+from dlbench.shared.initializers import canonical_init
 from dlbench.shared.ir import input_vocab
 
 BATCH = 16  # BatchNorm over fewer values (cnn-svhn ends at 2x2) turns rounding noise into chaos

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dlbench.shared.protocol import PAD_ID
+
 from .download import FileSpec, Source
 from .prepared import Built, DatasetError
 from .safe import safe_extract
@@ -16,7 +18,6 @@ from .text import ranked_words
 N_PAIRS = 100_000
 TRAIN_PERCENT = 80
 SEED = 0
-PAD_ID = 0
 START, END = "<start>", "<end>"
 MEMBER = "spa-eng/spa.txt"
 # No checksum is published for this file: the first copy seen is pinned (size and sha256 recorded

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dlbench.shared.protocol import PAD_ID
+
 from .prepared import Built, DatasetError, base_meta
 from .split import stratified_split
 from .text import gensim_test_file, ranked_words, read_text
@@ -12,7 +14,7 @@ NAME = "pang-lee-polarity"
 FILENAME = "pang_lee_polarity.cor"
 LABELS = {"__label__neg": 0, "__label__pos": 1}
 # Keras IMDB's index scheme: 0 padding, 1 start of sequence, 2 out of vocabulary, words from 3.
-PAD_ID, START_ID, OOV_ID, INDEX_FROM = 0, 1, 2, 3
+START_ID, OOV_ID, INDEX_FROM = 1, 2, 3  # PAD_ID 0, shared.protocol's
 RESERVED = ["<pad>", "<start>", "<oov>"]
 MAX_WORDS = 5000  # the study's IMDB vocabulary cap
 SEQ_LEN = 50

@@ -145,14 +145,14 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
     Recipe("pytorch", "3.11", ("torch==2.13.0", "numpy"), "dlbench.worker.frameworks.pytorch.adapter:Adapter",
            "torch, numpy", "torch", find_links_from_pip=True, cuda_packages=("torch==2.13.0", "numpy")),
     Recipe("jax", "3.11", ("jax==0.10.2", "flax==0.12.8", "optax==0.2.8", "numpy"),
-           "dlbench.worker.frameworks.jax_flax.adapter:Adapter", "jax, flax, optax", "jax",
+           "dlbench.worker.frameworks.jax.adapter:Adapter", "jax, flax, optax", "jax",
            supported="==0.6.2", released=("flax", "optax"),
            cuda_packages=("jax[cuda12]==0.10.2", "flax==0.12.8", "optax==0.2.8", "numpy")),
     # tensorflow-cpu on the CPU, "tensorflow" with CUDA on a GPU. version_package names the installed
     # distribution (what Environment.version() finds in the freeze); the worker's versions() reports
     # tf.__version__ under "tensorflow", the module it imported.
     Recipe("tensorflow", "3.11", ("tensorflow-cpu==2.21.0", "numpy"),
-           "dlbench.worker.frameworks.tensorflow_nn.adapter:Adapter",
+           "dlbench.worker.frameworks.tensorflow.adapter:Adapter",
            "tensorflow, numpy", "tensorflow-cpu", worker_env={"TF_CPP_MIN_LOG_LEVEL": "2"}, supported="==2.20.0",
            cuda_packages=("tensorflow[and-cuda]==2.21.0", "numpy"), cuda_version_package="tensorflow"),
     # Keras 3, one adapter for its three backends; the backend is chosen by KERAS_BACKEND at import.
@@ -172,7 +172,7 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
     # build constraint (setuptools < 74 at run time too, as FRAMEWORKS.md found working); numpy 2 fails
     # on np.sctypes. threadpoolctl sets the BLAS threads numpy computes with (Chainer's CPU backend).
     Recipe("chainer", "3.11", ("chainer==7.8.1", "numpy<2", "setuptools<74", "threadpoolctl"),
-           "dlbench.worker.frameworks.chainer_nn.adapter:Adapter", "chainer, numpy, threadpoolctl", "chainer",
+           "dlbench.worker.frameworks.chainer.adapter:Adapter", "chainer, numpy, threadpoolctl", "chainer",
            build_constraints=("setuptools<74",),
            no_cuda="Chainer 7.8.1 declares CuPy >=7.7,<8, whose wheels (cupy-cuda110 7.8.0 at the newest) "
                    "exist for Python 3.8 at most, need the CUDA 11.0 toolkit installed on the machine and "
@@ -185,7 +185,7 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
     # more threads than there are cores and stops its threads spinning between operators: they sleep
     # and are woken for each one, and lstm-ptb's training step took 35 ms instead of 18 ms. Those
     # copies stay on one thread; the operators keep the cell's threads.
-    Recipe("mxnet", "3.8", ("mxnet==1.9.1", "numpy<1.24"), "dlbench.worker.frameworks.mxnet_gluon.adapter:Adapter",
+    Recipe("mxnet", "3.8", ("mxnet==1.9.1", "numpy<1.24"), "dlbench.worker.frameworks.mxnet.adapter:Adapter",
            "mxnet, numpy", "mxnet",
            worker_env={"MXNET_CPU_WORKER_NTHREADS": "1", "MXNET_CPU_PARALLEL_SIZE": "2147483647"},
            # CUDA 11.7: the newest CUDA MXNet 1.9.1 was built for on the registry. Its libmxnet.so links
@@ -199,7 +199,7 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
     # which Theano links as its BLAS) and setuptools < 81 (pkg_resources; uv venvs have none).
     # Python 3.10: the newest interpreter where Theano's compiled (Cython) scan still builds.
     Recipe("theano", "3.10", ("theano==1.0.5", "numpy<1.24", "scipy<1.14", "setuptools<81"),
-           "dlbench.worker.frameworks.theano_fn.adapter:Adapter", "theano, numpy", "theano",
+           "dlbench.worker.frameworks.theano.adapter:Adapter", "theano, numpy", "theano",
            # without blas.ldflags Theano's import fails probing numpy's build info; the adapter sets its own
            worker_env={"THEANO_FLAGS": "blas.ldflags="}, uses_compile_cache=True,
            no_cuda="Theano 1.0.5's GPU backend needs pygpu and libgpuarray built against the machine's CUDA; "

@@ -16,7 +16,7 @@ from dlbench.harness import PACKAGE_DIR
 from dlbench.harness.environments import envs
 
 PACKAGE = "dlbench"
-ENTRY_POINTS = ("dlbench.worker.train", "dlbench.worker.probe", "dlbench.worker.peak")
+ENTRY_POINTS = ("dlbench.worker.train", "dlbench.worker.probe", "dlbench.worker.gemm_peak")
 
 
 def module_file(module: str, package_dir: Path = PACKAGE_DIR) -> Path | None:

@@ -1,5 +1,5 @@
 """Peaks for MFU: the float32 GEMM FLOP/s of a framework environment, measured by running the worker-side
-dlbench.worker.peak in that environment, and a run's achieved FLOP/s against it. Harness side."""
+dlbench.worker.gemm_peak in that environment, and a run's achieved FLOP/s against it. Harness side."""
 import json
 import resource
 import subprocess
@@ -40,7 +40,7 @@ def _children_cpu_s() -> float:
 
 
 def run(command: list[str], variables: dict[str, str], folder: Path) -> dict:
-    """Runs dlbench.worker.peak; its result as peaks fields (gflops, method, reason, others_busy_cores).
+    """Runs dlbench.worker.gemm_peak; its result as peaks fields (gflops, method, reason, others_busy_cores).
     Never raises."""
     busy, children, tic = _busy_s(), _children_cpu_s(), time.perf_counter()
     try:

@@ -2,7 +2,7 @@
 for instance a pretrained backbone. Every framework loads the same file, so the runs stay comparable.
 
 The file is a numpy .npz holding every canonical weight of the model ("layer_name/param", in the
-canonical layout of shared/ir.py: what `dlbench.shared.init.canonical_init` draws), float values of
+canonical layout of shared/ir.py: what `dlbench.shared.initializers.canonical_init` draws), float values of
 exactly those shapes, nothing else. It is checked against the model before any cell runs, and its
 SHA-256 enters the cell's configuration: another file is another cell.
 """

@@ -26,9 +26,10 @@ from dlbench import user
 from dlbench.harness import PACKAGE_DIR, data, file_names
 from dlbench.harness.data.user import UserDataset
 from dlbench.harness.plan import workloads
-from dlbench.harness.plan.workloads import OPTIMIZER_SETTINGS, Workload
+from dlbench.harness.plan.workloads import Workload
 from dlbench.shared import ir
 from dlbench.shared import schedule as schedules
+from dlbench.shared.recipe import OPTIMIZER_SETTINGS
 
 DECLARED = "WORKLOAD"  # the name a workload file binds its dlbench.user.Workload to
 # a user's workload or dataset name: tables show it and a prepared folder is named by it, so no path separators

@@ -9,12 +9,6 @@ from typing import Any
 
 from dlbench.shared import ir
 
-# what each optimizer a recipe may name takes, exactly (every adapter reads each of them; the certificate's rule,
-# certification/optimizer.py, applies each)
-OPTIMIZER_SETTINGS = {"sgd": ("lr", "momentum", "nesterov", "weight_decay"),
-                      "adam": ("lr", "beta1", "beta2", "epsilon"), "adadelta": ("lr", "rho", "epsilon"),
-                      "adamw": ("lr", "beta1", "beta2", "epsilon", "weight_decay")}
-
 # The most epochs and the largest batch a cell may have, whether a suite, the command line or a user's workload
 # file gives them: every value under them is one the store holds and a forecast multiplies (epochs x seconds)
 MAX_EPOCHS = 100_000  # `dlbench estimate --epochs` 10^400 raised OverflowError

@@ -237,7 +237,7 @@ def certificates_table(certificates: list[dict]) -> str:
 
 
 def peaks_table(peaks: list[dict]) -> str:
-    """The float32 GEMM peaks measured (dlbench.worker.peak), each with how busy the rest of the machine was."""
+    """The float32 GEMM peaks measured (dlbench.worker.gemm_peak), each with how busy the rest of the machine was."""
     rows = [["peak", "framework", "version", "threads", "device", "n", "GFLOP/s", "call", "busy cores", "measured",
              "suite"]]
     for peak in peaks:

@@ -216,7 +216,7 @@ def throughput(cells: Sequence[CellSummary], columns: list[str], device: str, pe
     denominators = sorted({p["gflops"] for p in best.values() if p.get("device") == device})
     note = ("training FLOPs of a steady epoch's samples (3x forward, plus a detector's second backbone and RPN "
             "pass, from the model IR) over its time; MFU: that over the machine's peak, the best float32 GEMM "
-            "any framework reached on this hardware with the run's threads (dlbench.worker.peak in each "
+            "any framework reached on this hardware with the run's threads (dlbench.worker.gemm_peak in each "
             "framework's environment), one denominator for every framework; own GEMM: the framework's own "
             "peak as a share of the machine's")
     if denominators:

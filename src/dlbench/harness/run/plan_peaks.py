@@ -1,5 +1,5 @@
 """The float32 GEMM peak a cell's run is measured against: measured in the cell's framework environment
-(dlbench.worker.peak, the framework's own product) at its threads and device, once per environment,
+(dlbench.worker.gemm_peak, the framework's own product) at its threads and device, once per environment,
 threads and device in a plan, and stored before the first of their cells runs."""
 import shutil
 import time
@@ -15,7 +15,7 @@ from dlbench.shared.protocol import KIND, PEAK
 
 
 def measure_peak(prepared: Prepared, options: Options, threads: int) -> dict:
-    """The float32 GEMM peak of the cell's framework environment (dlbench.worker.peak) at the cell's threads and
+    """The float32 GEMM peak of the cell's framework environment (dlbench.worker.gemm_peak) at the cell's threads and
     device, as a peaks row: gflops NULL with the reason when the measurement fails."""
     cell, env = prepared.cell, prepared.env
     size = options.peak_size or gemm_peak.PEAK_SIZE
@@ -28,7 +28,7 @@ def measure_peak(prepared: Prepared, options: Options, threads: int) -> dict:
     recipe = envs.get_recipe(cell.framework, cell.device)
     folder = results_folder.new_folder(options.results / "peaks",
                                        f"{time.strftime('%Y%m%d-%H%M%S')}-{cell.framework}-{threads}-{cell.device}")
-    command = [str(env.python), "-m", "dlbench.worker.peak", recipe.adapter, "--device", cell.device,
+    command = [str(env.python), "-m", "dlbench.worker.gemm_peak", recipe.adapter, "--device", cell.device,
                "--threads", str(threads), "--size", str(size), "--repeats", str(gemm_peak.PEAK_REPEATS)]
     try:
         row.update(gemm_peak.run(command, worker_environment(folder, threads, envs.worker_variables(recipe, env.path)),

@@ -63,8 +63,8 @@ from typing import Dict
 import numpy as np
 
 from dlbench.shared.ir import WEIGHTLESS, all_shapes, param_shapes
+from dlbench.shared.protocol import PAD_ID
 from dlbench.worker.base import (
-    PAD_ID,
     BaseAdapter,
     Split,
     batch_slices,

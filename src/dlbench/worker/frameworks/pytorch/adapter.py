@@ -14,9 +14,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from dlbench.shared import schedule as schedules
-from dlbench.shared.ir import ATTENTION_PARTS, WEIGHTLESS, all_shapes, block_shapes, infer_shapes, same_padding
+from dlbench.shared.ir import ATTENTION_PARTS, WEIGHTED, all_shapes, block_shapes, infer_shapes, same_padding
+from dlbench.shared.protocol import PAD_ID
 from dlbench.worker.base import (
-    PAD_ID,
     BaseAdapter,
     Split,
     batch_slices,
@@ -148,8 +148,6 @@ class TiedOutput(nn.Module):
         return F.linear(x, self.weight, self.bias)
 
 
-WEIGHTED = ("conv2d", "batchnorm", "layer_norm", "dense", "embedding", "lstm", "seq2seq", "attention",
-            "positional_embedding", "tied_output")
 ACTIVATIONS = {"relu": nn.ReLU, "sigmoid": nn.Sigmoid, "tanh": nn.Tanh,
                "gelu": lambda: nn.GELU(approximate="none")}  # the exact (erf) form
 
@@ -204,10 +202,8 @@ def _build_layers(shapes, by_name: Dict[str, nn.Module]) -> "tuple[list, bool]":
         else:
             module = _layer_module(layer, in_shape, by_name)
         modules.append(module)
-        if kind in WEIGHTED:
+        if kind in WEIGHTED:  # set_weights finds them by name
             by_name[layer["name"]] = module[-1] if isinstance(module, nn.Sequential) else module
-        elif kind not in WEIGHTLESS:  # else set_weights would pass its weights by unseen
-            raise not_built("weights of layer type", kind)
     return modules, channels_first
 
 

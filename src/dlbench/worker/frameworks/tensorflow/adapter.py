@@ -27,7 +27,8 @@ import numpy as np
 import tensorflow as tf
 
 from dlbench.shared.ir import all_shapes, block_shapes, infer_shapes, param_shapes
-from dlbench.worker.base import PAD_ID, BaseAdapter, Split, batch_slices, finish_metrics, lookup, not_built
+from dlbench.shared.protocol import PAD_ID
+from dlbench.worker.base import BaseAdapter, Split, batch_slices, finish_metrics, lookup, not_built
 
 # XLA (jit_compile=True) measured slower on the project's 2-core CPU machine, against plain graph
 # functions: cnn-mnist steady epochs ~5x, lstm-ptb ~1.3-1.6x (XLA's CPU convolutions do not use

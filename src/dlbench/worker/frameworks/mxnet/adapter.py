@@ -71,9 +71,9 @@ from mxnet import autograd, gluon, nd  # noqa: E402
 from mxnet.gluon import nn, rnn  # noqa: E402
 
 from dlbench.shared import schedule as schedules  # noqa: E402
-from dlbench.shared.ir import WEIGHTLESS, all_shapes, block_shapes, infer_shapes, same_padding  # noqa: E402
+from dlbench.shared.ir import WEIGHTED, all_shapes, block_shapes, infer_shapes, same_padding  # noqa: E402
+from dlbench.shared.protocol import PAD_ID  # noqa: E402
 from dlbench.worker.base import (  # noqa: E402
-    PAD_ID,
     BaseAdapter,
     Split,
     batch_slices,
@@ -290,8 +290,6 @@ class Net(gluon.HybridBlock):
         return [x] + stats
 
 
-WEIGHTED = ("conv2d", "batchnorm", "layer_norm", "dense", "embedding", "lstm", "seq2seq", "attention",
-            "positional_embedding", "tied_output")
 # MXNet's Activation has no gelu; Gluon's GELU (LeakyReLU act_type 'gelu') is the exact (erf) form
 ACTIVATIONS = {"relu": lambda: nn.Activation("relu"), "sigmoid": lambda: nn.Activation("sigmoid"),
                "tanh": lambda: nn.Activation("tanh"), "gelu": nn.GELU}
@@ -374,10 +372,8 @@ def _build(shapes, by_name: dict, norms: list) -> Net:
         else:
             raise not_built("layer type", kind)
         blocks += made
-        if kind in WEIGHTED:
+        if kind in WEIGHTED:  # set_weights finds them by name
             by_name[layer["name"]] = made[-1]
-        elif kind not in WEIGHTLESS:  # else set_weights would pass its weights by unseen
-            raise not_built("weights of layer type", kind)
     if channels_first:
         blocks.append(Transpose((0, 2, 3, 1)))
     return Net(blocks)

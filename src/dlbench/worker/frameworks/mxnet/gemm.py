@@ -3,7 +3,7 @@ transposed), then mx.nd.waitall. Gluon's Dense layers run it, on oneDNN; mx.nd.d
 OpenBLAS, at half the speed (2-core EPYC, n = 2048: 246 against 495 GFLOP/s), which made MXNet's
 cnn-mnist MFU read 107 %.
 
-Worker side (Python 3.8, numpy and MXNet): dlbench.worker.peak calls `product` after importing the
+Worker side (Python 3.8, numpy and MXNet): dlbench.worker.gemm_peak calls `product` after importing the
 adapter's module, so the threads and flags fixed at import are those of a measured run.
 """
 from __future__ import annotations

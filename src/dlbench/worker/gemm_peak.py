@@ -1,7 +1,7 @@
 """The float32 GEMM peak of one framework environment: what its own matrix product reaches here.
 
 Worker side (Python 3.8, numpy and the one framework). Run by the harness as
-`<framework env python> -m dlbench.worker.peak ADAPTER --device cpu --threads N [--size N] [--repeats K]`
+`<framework env python> -m dlbench.worker.gemm_peak ADAPTER --device cpu --threads N [--size N] [--repeats K]`
 with the worker's variables (threads, caches), so the product runs on the BLAS or oneDNN the framework
 links, with the threads its runs get. Prints one JSON line: gflops (best of the repeats, 2 n^3 FLOPs
 per product), method, size, repeats, times_s; or error and exit status 1.
@@ -38,7 +38,7 @@ def _operands(size: int):
 def product(adapter: str, size: int, device: str, threads: int):
     """(method, a function running one finished product), from the framework's own peak module."""
     a, b = _operands(size)
-    return importlib.import_module(sibling_module(adapter, "peak")).product(a, b, device, threads)
+    return importlib.import_module(sibling_module(adapter, "gemm")).product(a, b, device, threads)
 
 
 def measure(adapter: str, size: int = 2048, repeats: int = 5, device: str = "cpu", threads: int = 1) -> dict:
@@ -57,7 +57,7 @@ def measure(adapter: str, size: int = 2048, repeats: int = 5, device: str = "cpu
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dlbench.worker.peak")
+    parser = argparse.ArgumentParser(prog="python -m dlbench.worker.gemm_peak")
     parser.add_argument("adapter", help="module:Class of the framework's adapter")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1)

@@ -1,4 +1,4 @@
-"""Chainer's Faster R-CNN: each IR part a chainer_nn.Model (NHWC in and out), all seven held by one
+"""Chainer's Faster R-CNN: each IR part a chainer adapter's Model (NHWC in and out), all seven held by one
 Chain, trained define-by-run as the classifier adapter trains (cleargrads, forward, backward,
 optimizer.update) with its optimiser: MomentumSGD and coupled L2 through the WeightDecay hook.
 Define-by-run builds the graph per step, so the varying number of sampled anchors and RoIs needs no
@@ -29,7 +29,7 @@ from dlbench.shared.detection.nms import fixed_point_keep
 from dlbench.shared.detection.pipeline import SMOOTH_L1_BETA
 from dlbench.shared.ir import detector_parts
 from dlbench.worker.detector import LOSS_NAMES, DetectorAdapter
-from dlbench.worker.frameworks.chainer_nn.adapter import (
+from dlbench.worker.frameworks.chainer.adapter import (
     Adapter,
     Model,
     cpu_threads,
@@ -73,7 +73,7 @@ def roi_align(features, plan_index, plan_weights):
 
 
 class Parts(chainer.Chain):
-    """The detector's parts (shared/ir.detector_parts), each a chainer_nn.Model, as child links named
+    """The detector's parts (shared/ir.detector_parts), each a chainer adapter's Model, as child links named
     after the parts (so the passes' methods have other names): one optimiser and one cleargrads
     cover them all."""
 

@@ -1,7 +1,7 @@
 """The GEMM whose float32 peak JAX's runs are measured against: jax.numpy.dot, jitted, waited for
 with block_until_ready.
 
-Worker side (Python 3.8, numpy and JAX): dlbench.worker.peak calls `product` after importing the
+Worker side (Python 3.8, numpy and JAX): dlbench.worker.gemm_peak calls `product` after importing the
 adapter's module, so the threads and flags fixed at import are those of a measured run.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The GEMM whose float32 peak TensorFlow's runs are measured against: tf.linalg.matmul, its result
 copied to numpy so the product has finished.
 
-Worker side (Python 3.8, numpy and TensorFlow): dlbench.worker.peak calls `product` after importing the
+Worker side (Python 3.8, numpy and TensorFlow): dlbench.worker.gemm_peak calls `product` after importing the
 adapter's module, so the threads and flags fixed at import are those of a measured run.
 """
 from __future__ import annotations

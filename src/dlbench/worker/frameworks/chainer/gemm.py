@@ -1,7 +1,7 @@
 """The GEMM whose float32 peak Chainer's runs are measured against: numpy.dot, since Chainer computes
 with numpy on the CPU, so numpy's BLAS is what its runs use.
 
-Worker side (Python 3.8, numpy and Chainer): dlbench.worker.peak calls `product` after importing the
+Worker side (Python 3.8, numpy and Chainer): dlbench.worker.gemm_peak calls `product` after importing the
 adapter's module, so the threads and flags fixed at import are those of a measured run.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""JAX's Faster R-CNN: each IR part a Flax module of the classifier adapter's (jax_flax.IRModel),
+"""JAX's Faster R-CNN: each IR part a Flax module of the classifier adapter's (adapter.IRModel),
 optimised with its optax chain, every pass one jitted function.
 
 RoI Align: JAX has no op, so the shared plan (pipeline.roi_align_plan) is applied as gathers of
@@ -14,8 +14,8 @@ nothing.
 """
 from __future__ import annotations
 
-# jax_flax first: importing it configures XLA's CPU threads, which must happen before jax loads
-from dlbench.worker.frameworks.jax_flax.adapter import Adapter, IRModel, first_argmax, jax_device, make_optimizer
+# the adapter first: importing it configures XLA's CPU threads, which must happen before jax loads
+from dlbench.worker.frameworks.jax.adapter import Adapter, IRModel, first_argmax, jax_device, make_optimizer
 
 # isort: split
 import functools
@@ -137,7 +137,7 @@ class Detector(DetectorAdapter):
         self._rpn_fn = jax.jit(self._rpn)
         self._head_fn = jax.jit(functools.partial(self._head, roi_align=roi_align_forward))
         self._gradients_fn = jax.jit(jax.grad(self._objective, has_aux=True))
-        # not donated, as the classifier's step (jax_flax's module doc: slower on XLA's CPU)
+        # not donated, as the classifier's step (the adapter's module doc: slower on XLA's CPU)
         self._step_fn = jax.jit(self._step)
         self.features = None
 

@@ -20,7 +20,7 @@ from typing import Dict
 import numpy as np
 
 # first: it fixes MXNet's OpenMP threads and cache folder, which mxnet reads when it loads
-from dlbench.worker.frameworks.mxnet_gluon.adapter import (
+from dlbench.worker.frameworks.mxnet.adapter import (
     DTYPES,
     OPTIMIZERS,
     THREADS,

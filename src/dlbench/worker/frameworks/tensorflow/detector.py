@@ -21,7 +21,7 @@ from dlbench.shared.detection.pipeline import SMOOTH_L1_BETA
 from dlbench.shared.ir import detector_parts
 from dlbench.worker.base import lookup
 from dlbench.worker.detector import LOSS_NAMES, DetectorAdapter
-from dlbench.worker.frameworks.tensorflow_nn.adapter import (
+from dlbench.worker.frameworks.tensorflow.adapter import (
     JIT_COMPILE,
     OPTIMIZERS,
     Model,

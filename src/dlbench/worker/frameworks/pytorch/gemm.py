@@ -1,6 +1,6 @@
 """The GEMM whose float32 peak PyTorch's runs are measured against: torch.matmul, synchronised on a GPU.
 
-Worker side (Python 3.8, numpy and torch): dlbench.worker.peak calls `product` after importing the
+Worker side (Python 3.8, numpy and torch): dlbench.worker.gemm_peak calls `product` after importing the
 adapter's module, so the threads and flags fixed at import are those of a measured run.
 """
 from __future__ import annotations

@@ -56,7 +56,8 @@ from chainer import optimizer_hooks
 
 from dlbench.shared import schedule as schedules
 from dlbench.shared.ir import all_shapes, block_shapes, infer_shapes, same_padding
-from dlbench.worker.base import PAD_ID, BaseAdapter, Split, batch_slices, finish_metrics, lookup, not_built
+from dlbench.shared.protocol import PAD_ID
+from dlbench.worker.base import BaseAdapter, Split, batch_slices, finish_metrics, lookup, not_built
 
 ZERO = chainer.initializers.Zero()  # every weight is set from the canonical ones before use
 CANONICAL_TO_CHAINER_GATES = (2, 0, 1, 3)  # F.lstm's (a, i, f, o) as positions in (i, f, g, o)

@@ -1,6 +1,6 @@
 """Theano 1.0.5 adapter: the IR as one symbolic graph over theano.shared weights, trained by compiled
 theano.function steps; no Lasagne. Optimisers are written out as update lists over shared slots,
-with the formulas of tensorflow_nn.py (torch's).
+with the formulas of the TensorFlow adapter (torch's).
 
 Layouts. Every weight is a shared variable in canonical layout, so import, export and gradients
 need no conversion: the graph itself transposes an HWIO conv kernel to Theano's (out, in, kh, kw).
@@ -63,8 +63,8 @@ from typing import Dict, List
 import numpy as np
 
 from dlbench.shared.ir import all_shapes, block_shapes, infer_shapes, param_shapes, same_padding
+from dlbench.shared.protocol import PAD_ID
 from dlbench.worker.base import (
-    PAD_ID,
     SEQUENCE_LOSSES,
     BaseAdapter,
     Split,

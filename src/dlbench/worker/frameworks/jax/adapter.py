@@ -50,8 +50,8 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
 from dlbench.shared.ir import ATTENTION_PARTS, all_shapes, param_shapes  # noqa: E402
+from dlbench.shared.protocol import PAD_ID  # noqa: E402
 from dlbench.worker.base import (  # noqa: E402
-    PAD_ID,
     BaseAdapter,
     Split,
     batch_slices,

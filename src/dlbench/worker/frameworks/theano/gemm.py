@@ -1,7 +1,7 @@
 """The GEMM whose float32 peak Theano's runs are measured against: a theano.function of T.dot, Theano's
 gemm against the BLAS its adapter links.
 
-Worker side (Python 3.8, numpy and Theano): dlbench.worker.peak calls `product` after importing the
+Worker side (Python 3.8, numpy and Theano): dlbench.worker.gemm_peak calls `product` after importing the
 adapter's module, so the threads and flags fixed at import are those of a measured run.
 """
 from __future__ import annotations
