@@ -41,6 +41,31 @@ def recipe_dtype(recipe: dict) -> str:
     return recipe.get("dtype", "float32")
 
 
+# the weighted layer types whose kernels are (in, out) matrices, and those whose weights need no change of
+# layout, in the frameworks that keep kernels (out, in) and convolutions OIHW (PyTorch, MXNet's Gluon, Chainer)
+LINEAR_KINDS = ("dense", "lstm", "seq2seq", "attention")
+AS_CANONICAL_KINDS = ("batchnorm", "layer_norm", "embedding", "positional_embedding", "tied_output")
+
+
+def to_out_in_layout(kind: str, key: str, value: np.ndarray) -> np.ndarray:
+    """A canonical weight in the layout of frameworks that keep kernels (out, in) and convolutions OIHW; the
+    LSTM's fused gates i, f, g, o stay in that order (PyTorch's and MXNet's own; Chainer reorders them)."""
+    if kind == "conv2d":
+        return value.transpose(3, 2, 0, 1) if key == "kernel" else value  # HWIO -> OIHW
+    if kind in LINEAR_KINDS:
+        return value.T if key.endswith("kernel") else value  # every (in, out) kernel -> (out, in)
+    if kind in AS_CANONICAL_KINDS:
+        return value
+    raise not_built("weights of layer type", kind)
+
+
+def from_out_in_layout(kind: str, key: str, value: np.ndarray) -> np.ndarray:
+    """to_out_in_layout's inverse."""
+    if kind == "conv2d" and key == "kernel":
+        return value.transpose(2, 3, 1, 0)  # OIHW -> HWIO
+    return to_out_in_layout(kind, key, value)  # the other conversions are their own inverse
+
+
 def sibling_module(adapter_path: str, name: str) -> str:
     """The module `name` in the package of the adapter `adapter_path` ("package.adapter:Adapter" ->
     "package.name"): each framework's detector and GEMM peak live beside its adapter."""

@@ -57,7 +57,16 @@ from chainer import optimizer_hooks
 from dlbench.shared import schedule as schedules
 from dlbench.shared.ir import all_shapes, block_shapes, infer_shapes, same_padding
 from dlbench.shared.protocol import PAD_ID
-from dlbench.worker.base import BaseAdapter, Split, batch_slices, finish_metrics, lookup, not_built
+from dlbench.worker.base import (
+    BaseAdapter,
+    Split,
+    batch_slices,
+    finish_metrics,
+    from_out_in_layout,
+    lookup,
+    not_built,
+    to_out_in_layout,
+)
 
 ZERO = chainer.initializers.Zero()  # every weight is set from the canonical ones before use
 CANONICAL_TO_CHAINER_GATES = (2, 0, 1, 3)  # F.lstm's (a, i, f, o) as positions in (i, f, g, o)
@@ -342,29 +351,14 @@ def native_arrays(kind: str, link) -> Dict[str, object]:
 
 # the layer types whose weights Chainer holds as the canonical layout has them, or as Linear's (out, in)
 # transpose of every (in, out) kernel; conv2d and the LSTMs' are converted apart
-_AS_CANONICAL = ("batchnorm", "layer_norm", "embedding", "positional_embedding", "tied_output")
-_LINEAR = ("dense", "attention", "lstm", "seq2seq")
-
-
-def _check_layout(kind: str) -> None:
-    if kind != "conv2d" and kind not in _AS_CANONICAL + _LINEAR:
-        raise not_built("weights of layer type", kind)
-
-
 def to_chainer_layout(kind: str, key: str, value: np.ndarray) -> np.ndarray:
-    _check_layout(kind)
-    if kind == "conv2d" and key == "kernel":
-        return value.transpose(3, 2, 0, 1)  # HWIO -> OIHW
     if kind in ("lstm", "seq2seq") and not key.endswith("embeddings"):
         value = gates_to_chainer(value)
-    return value.T if key.endswith("kernel") else value  # (in, out) -> Linear's (out, in)
+    return to_out_in_layout(kind, key, value)  # Linear's (out, in), Convolution2D's OIHW
 
 
 def from_chainer_layout(kind: str, key: str, value: np.ndarray) -> np.ndarray:
-    _check_layout(kind)
-    if kind == "conv2d" and key == "kernel":
-        return value.transpose(2, 3, 1, 0)  # OIHW -> HWIO
-    value = value.T if key.endswith("kernel") else value
+    value = from_out_in_layout(kind, key, value)
     if kind in ("lstm", "seq2seq") and not key.endswith("embeddings"):
         value = gates_from_chainer(value)
     return value

@@ -78,9 +78,11 @@ from dlbench.worker.base import (  # noqa: E402
     Split,
     batch_slices,
     finish_metrics,
+    from_out_in_layout,
     lookup,
     not_built,
     recipe_dtype,
+    to_out_in_layout,
 )
 
 # ---- blocks -------------------------------------------------------------------------------------
@@ -413,26 +415,6 @@ def gluon_params(kind: str, block) -> Dict[str, gluon.Parameter]:
     raise not_built("weights of layer type", kind)
 
 
-def to_gluon_layout(kind: str, key: str, value: np.ndarray) -> np.ndarray:
-    if kind == "conv2d":
-        return value.transpose(3, 2, 0, 1) if key == "kernel" else value  # HWIO -> OIHW
-    if kind in ("dense", "lstm", "seq2seq", "attention"):
-        # every (in, out) kernel -> (out, in); the LSTM's gate order i, f, g, o is MXNet's own
-        return value.T if key.endswith("kernel") else value
-    if kind in ("batchnorm", "layer_norm", "embedding", "positional_embedding", "tied_output"):
-        return value  # Gluon's own layout
-    raise not_built("weights of layer type", kind)
-
-
-def from_gluon_layout(kind: str, key: str, value: np.ndarray) -> np.ndarray:
-    if kind == "conv2d" and key == "kernel":
-        return value.transpose(2, 3, 1, 0)  # OIHW -> HWIO
-    return to_gluon_layout(kind, key, value)  # the other conversions are their own inverse
-
-
-# ---- optimisers: the reference's (torch's) formulas, with nd operators ---------------------------
-# In place where the reference is (torch's mul_, add_): the same roundings, fewer temporaries.
-
 def learning_rate(config: dict, schedule=None):
     """Each update's learning rate by its number (from 0), a host float as MXNet's lr_scheduler gives its
     optimisers one per update: the recipe's constant, or its schedule's (shared/schedule.py)."""
@@ -618,7 +600,7 @@ class Adapter(BaseAdapter):
                 if key.endswith("bias_hh"):  # Gluon's second LSTM bias; the canonical bias is their sum
                     param.set_data(nd.zeros(param.shape, ctx=self.ctx))
                     continue
-                value = to_gluon_layout(layer["type"], key, weights[layer["name"] + "/" + key])
+                value = to_out_in_layout(layer["type"], key, weights[layer["name"] + "/" + key])
                 param.set_data(nd.array(np.ascontiguousarray(value), ctx=self.ctx, dtype=self.dtype))
 
     def get_weights(self):
@@ -632,7 +614,7 @@ class Adapter(BaseAdapter):
                     continue
                 # Gluon's second LSTM bias gets the canonical bias's gradient, as in training
                 canonical = key[:-len("_hh")] if key.endswith("bias_hh") else key
-                value = to_gluon_layout(layer["type"], canonical, gradients[layer["name"] + "/" + canonical])
+                value = to_out_in_layout(layer["type"], canonical, gradients[layer["name"] + "/" + canonical])
                 native[param.name] = nd.array(np.ascontiguousarray(value), ctx=self.ctx, dtype=self.dtype)
         self.optimizer.step([p.data(self.ctx) for p in self.trainable], [native[p.name] for p in self.trainable])
 
@@ -649,7 +631,7 @@ class Adapter(BaseAdapter):
                     value = param.data(self.ctx)
                     if key + "_hh" in params:
                         value = value + params[key + "_hh"].data(self.ctx)
-                out[layer["name"] + "/" + key] = from_gluon_layout(layer["type"], key, value.asnumpy()).copy()
+                out[layer["name"] + "/" + key] = from_out_in_layout(layer["type"], key, value.asnumpy()).copy()
         return out
 
     # ---- data ----

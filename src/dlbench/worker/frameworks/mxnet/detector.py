@@ -26,9 +26,7 @@ from dlbench.worker.frameworks.mxnet.adapter import (
     THREADS,
     build_net,
     check_threads,
-    from_gluon_layout,
     gluon_params,
-    to_gluon_layout,
 )
 
 # isort: split
@@ -37,7 +35,7 @@ from mxnet import autograd, gluon, nd
 
 from dlbench.shared.detection.pipeline import SMOOTH_L1_BETA
 from dlbench.shared.ir import detector_parts
-from dlbench.worker.base import lookup, recipe_dtype
+from dlbench.worker.base import from_out_in_layout, lookup, recipe_dtype, to_out_in_layout
 from dlbench.worker.detector import LOSS_NAMES, DetectorAdapter
 
 PROPOSER = ("backbone", "rpn", "rpn_cls", "rpn_box")
@@ -143,7 +141,7 @@ class Detector(DetectorAdapter):
 
     def set_weights(self, weights):
         for name, kind, key, param in self._params():
-            value = to_gluon_layout(kind, key, weights[name])
+            value = to_out_in_layout(kind, key, weights[name])
             param.set_data(nd.array(np.ascontiguousarray(value), ctx=self.ctx, dtype=self.dtype))
 
     def get_weights(self):
@@ -153,7 +151,7 @@ class Detector(DetectorAdapter):
         out = {}
         for name, kind, key, param in self._params():
             value = param.grad(self.ctx) if gradients else param.data(self.ctx)
-            out[name] = from_gluon_layout(kind, key, value.asnumpy()).copy()
+            out[name] = from_out_in_layout(kind, key, value.asnumpy()).copy()
         return out
 
     # ---- the network ---------------------------------------------------------------------------

@@ -21,9 +21,11 @@ from dlbench.worker.base import (
     Split,
     batch_slices,
     finish_metrics,
+    from_out_in_layout,
     lookup,
     not_built,
     recipe_dtype,
+    to_out_in_layout,
 )
 
 
@@ -274,23 +276,6 @@ def _lstm_params(prefix: str, lstm: nn.LSTM) -> Dict[str, torch.Tensor]:
             prefix + "bias": lstm.bias_ih_l0, prefix + "bias_hh": lstm.bias_hh_l0}
 
 
-def to_torch_layout(kind: str, key: str, value: np.ndarray) -> np.ndarray:
-    if kind == "conv2d":
-        return value.transpose(3, 2, 0, 1) if key == "kernel" else value  # HWIO -> OIHW
-    if kind in ("dense", "lstm", "seq2seq", "attention"):
-        # every (in, out) kernel -> (out, in); LSTM gate order i, f, g, o is torch's own
-        return value.T if key.endswith("kernel") else value
-    if kind in ("batchnorm", "layer_norm", "embedding", "positional_embedding", "tied_output"):
-        return value  # torch's own layout
-    raise not_built("weights of layer type", kind)
-
-
-def from_torch_layout(kind: str, key: str, value: np.ndarray) -> np.ndarray:
-    if kind == "conv2d" and key == "kernel":
-        return value.transpose(2, 3, 1, 0)  # OIHW -> HWIO
-    return to_torch_layout(kind, key, value)  # the other conversions are their own inverse
-
-
 def make_optimizer(params, config: dict) -> torch.optim.Optimizer:
     """torch.optim's optimizers; Adam and AdamW as their fused kernels (fused=True: one pass over each
     weight, on the CPU too), which PyTorch documents as its fastest implementation. Its default on the CPU
@@ -393,7 +378,7 @@ class Adapter(BaseAdapter):
                     if key.endswith("bias_hh"):  # torch's second LSTM bias; the canonical bias is their sum
                         target.zero_()
                         continue
-                    value = to_torch_layout(layer["type"], key, weights[layer["name"] + "/" + key])
+                    value = to_out_in_layout(layer["type"], key, weights[layer["name"] + "/" + key])
                     target.copy_(torch.from_numpy(np.ascontiguousarray(value)))
 
     def _layers(self):
@@ -419,7 +404,7 @@ class Adapter(BaseAdapter):
                     value = tensor.detach()
                     if key + "_hh" in params:
                         value = value + params[key + "_hh"].detach()
-                out[layer["name"] + "/" + key] = from_torch_layout(layer["type"], key, value.cpu().numpy()).copy()
+                out[layer["name"] + "/" + key] = from_out_in_layout(layer["type"], key, value.cpu().numpy()).copy()
         return out
 
     def loss_and_gradients(self, data):
@@ -441,7 +426,7 @@ class Adapter(BaseAdapter):
                     continue
                 # torch's second LSTM bias gets the canonical bias's gradient, as in training
                 canonical = key[:-len("_hh")] if key.endswith("bias_hh") else key
-                value = to_torch_layout(layer["type"], canonical, gradients[layer["name"] + "/" + canonical])
+                value = to_out_in_layout(layer["type"], canonical, gradients[layer["name"] + "/" + canonical])
                 param.grad = torch.from_numpy(np.ascontiguousarray(value)).to(param.device, param.dtype)
         self._step()
         self.optimizer.zero_grad(set_to_none=True)

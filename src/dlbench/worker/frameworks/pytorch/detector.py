@@ -18,15 +18,13 @@ import torch.nn.functional as F
 
 from dlbench.shared.detection.pipeline import SMOOTH_L1_BETA
 from dlbench.shared.ir import detector_parts
-from dlbench.worker.base import lookup, recipe_dtype
+from dlbench.worker.base import from_out_in_layout, lookup, recipe_dtype, to_out_in_layout
 from dlbench.worker.detector import LOSS_NAMES, DetectorAdapter
 from dlbench.worker.frameworks.pytorch.adapter import (
     DTYPES,
     _torch_params,
     build_module,
-    from_torch_layout,
     make_optimizer,
-    to_torch_layout,
     torch_device,
 )
 
@@ -83,7 +81,7 @@ class Detector(DetectorAdapter):
         with torch.no_grad():
             for layer_name, module in self.by_name.items():
                 for key, target in _torch_params(self.kinds[layer_name], module).items():
-                    value = to_torch_layout(self.kinds[layer_name], key, weights[layer_name + "/" + key])
+                    value = to_out_in_layout(self.kinds[layer_name], key, weights[layer_name + "/" + key])
                     target.copy_(torch.from_numpy(np.ascontiguousarray(value)))
 
     def get_weights(self):
@@ -94,7 +92,8 @@ class Detector(DetectorAdapter):
         for layer_name, module in self.by_name.items():
             for key, tensor in _torch_params(self.kinds[layer_name], module).items():
                 value = tensor.grad if gradients else tensor.detach()
-                out[layer_name + "/" + key] = from_torch_layout(self.kinds[layer_name], key, value.cpu().numpy()).copy()
+                out[layer_name + "/" + key] = from_out_in_layout(self.kinds[layer_name], key,
+                                                                 value.cpu().numpy()).copy()
         return out
 
     # ---- the network ---------------------------------------------------------------------------
