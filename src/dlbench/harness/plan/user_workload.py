@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 
 from dlbench import user
-from dlbench.harness import PACKAGE_DIR, data, file_names
+from dlbench.harness import data, file_names
 from dlbench.harness.data.user import UserDataset
+from dlbench.harness.environments.process import PACKAGE_PARENT
 from dlbench.harness.plan import workloads
 from dlbench.harness.plan.workloads import Workload
 from dlbench.shared import ir
@@ -107,7 +108,7 @@ def read(path: Path, digest: str, meta: dict, dataset_name: str) -> dict:
 
 
 def _read_in_child(path: Path, meta: dict) -> dict:
-    package_root = str(PACKAGE_DIR.parent)  # the child imports this very dlbench
+    package_root = str(PACKAGE_PARENT)  # the child imports this very dlbench, as a worker does
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
     # a session of its own, so that whatever the file starts stops with it (a grandchild holding the pipe open
     # would keep communicate() waiting after the child itself was killed)
