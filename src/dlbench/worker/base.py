@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections import namedtuple
 from typing import Dict, Iterator
 
 import numpy as np
@@ -34,6 +35,15 @@ def lookup(table: dict, what: str, name: str):
     if name not in table:
         raise not_built(what, name)
     return table[name]
+
+
+class LayerEntry(namedtuple("LayerEntry", "build weights")):
+    """One IR layer kind in one framework, an entry of the package's layer table (`LAYERS` in its layers.py,
+    keyed by the kind): `build` makes or applies the layer the framework's way; `weights` maps the built
+    layer's native parameters to the canonical names and layouts of shared/ir.param_shapes and back, and is
+    None exactly for the kinds without weights (ir.WEIGHTLESS). A kind the table lacks is refused by name
+    (`lookup`), and one the framework cannot build is listed in the package's `REFUSED` with the reason;
+    tests/test_adapter_tables.py holds every package to the IR's kinds."""
 
 
 def recipe_dtype(recipe: dict) -> str:
