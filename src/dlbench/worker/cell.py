@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 
+from dlbench.shared.cell_file import CellFile
 from dlbench.shared.initializers import canonical_init
 from dlbench.shared.protocol import KIND, META_FILE, READY, array_file
 from dlbench.worker.base import Split
@@ -47,30 +48,33 @@ def load_adapter_class(path: str):
     return getattr(importlib.import_module(module_name), class_name)
 
 
-def starting_weights(cell: dict) -> dict:
+def starting_weights(cell: CellFile) -> dict:
     """The suite entry's weights file (checked by the harness), else the canonical initialisation."""
-    if cell.get("weights"):
-        with np.load(cell["weights"], allow_pickle=False) as loaded:
+    if cell.weights:
+        with np.load(cell.weights, allow_pickle=False) as loaded:
             return {key: loaded[key].astype(np.float32) for key in loaded.files}
-    return canonical_init(cell["model"], cell["seed"])
+    return canonical_init(cell.model, cell.seed)
 
 
-def read_meta(cell: dict) -> dict:
-    with open(os.path.join(cell["data_path"], META_FILE)) as handle:
+def read_meta(cell: CellFile) -> dict:
+    with open(os.path.join(cell.data_path, META_FILE)) as handle:
         return json.load(handle)
 
 
-def ready_adapter(cell: dict, meta: dict, events: Events, n_train: int, n_test: int):
+def is_detector(cell: CellFile) -> bool:
+    """A detector model (its IR has a "detector" part): images of many sizes and their boxes, its own adapter."""
+    return "detector" in cell.model
+
+
+def ready_adapter(cell: CellFile, meta: dict, events: Events, n_train: int, n_test: int):
     """The cell's adapter (a detector's for a detector model), built with its starting weights; emits READY
     with the time the framework's import and the build took."""
     tic = time.perf_counter()
     # imports the framework
-    detector = "detector" in cell["model"]
-    adapter_class = detector_class(cell["adapter"]) if detector else load_adapter_class(cell["adapter"])
+    adapter_class = detector_class(cell.adapter) if is_detector(cell) else load_adapter_class(cell.adapter)
     import_s = time.perf_counter() - tic
     tic = time.perf_counter()
-    adapter = adapter_class(cell["model"], cell["recipe"], meta["task"], cell["device"], cell["threads"],
-                            cell["seed"])
+    adapter = adapter_class(cell.model, cell.recipe, meta["task"], cell.device, cell.threads, cell.seed)
     adapter.set_weights(starting_weights(cell))
     adapter.synchronise()
     events.emit(READY, import_s=import_s, build_s=time.perf_counter() - tic, versions=adapter.versions(),

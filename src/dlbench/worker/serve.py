@@ -1,7 +1,7 @@
 """Serves one inference cell: the model's serving path (adapter.serving()) timed on the test split.
 
-Worker side: Python 3.8, numpy and the one framework. worker/train.py's main hands it a cell with
-"mode": "inference". After READY it emits, in this order:
+Worker side: Python 3.8, numpy and the one framework. worker/train.py's main hands it an inference
+cell (shared/cell_file.CellFile, its mode INFERENCE). After READY it emits, in this order:
 - SERVE_FIRST_CALL: the first call, on test sample 0 alone (it may trace or compile);
 - SERVE_LATENCY: after `warmup_calls` untimed calls, `latency_calls` timed calls of one sample each, call i
   on test sample i % n_test;
@@ -17,23 +17,24 @@ import time
 
 import numpy as np
 
+from dlbench.shared.cell_file import CellFile
 from dlbench.shared.detection.pipeline import DetectionSplit
 from dlbench.shared.protocol import DONE, SERVE_FIRST_CALL, SERVE_LATENCY, SERVE_THROUGHPUT
-from dlbench.worker.cell import load_split, read_meta, ready_adapter
+from dlbench.worker.cell import is_detector, load_split, read_meta, ready_adapter
 
 SETTINGS = ("warmup_calls", "latency_calls", "throughput_batch", "throughput_samples")
 
 
-def settings_of(cell: dict) -> dict:
-    """The cell's "serve" settings, each checked: a whole number, at least 1 (warm-up calls: at least 0)."""
-    given = cell.get("serve")
+def settings_of(cell: CellFile) -> dict:
+    """The cell's serve settings, each checked: a whole number, at least 1 (warm-up calls: at least 0)."""
+    given = cell.serve
     if not isinstance(given, dict):
         raise ValueError("an inference cell needs \"serve\": {%s}; got %r" % (", ".join(SETTINGS), given))
     for key in SETTINGS:
         value, least = given.get(key), 0 if key == "warmup_calls" else 1
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ValueError("serve.%s %r: accepted: a whole number, at least %d" % (key, value, least))
-    if "detector" in cell["model"] and given["throughput_batch"] != 1:
+    if is_detector(cell) and given["throughput_batch"] != 1:
         raise ValueError("serve.throughput_batch %d: a detector serves one image a call; accepted: 1"
                          % given["throughput_batch"])
     return given
@@ -73,14 +74,14 @@ def timed(serve, x) -> float:
     return time.perf_counter() - tic
 
 
-def run(cell: dict, events) -> None:
+def run(cell: CellFile, events) -> None:
     meta = read_meta(cell)
     settings = settings_of(cell)
-    detector = "detector" in cell["model"]
+    detector = is_detector(cell)
     if detector:
-        test = DetectionSplit.load(cell["data_path"], "test")
+        test = DetectionSplit.load(cell.data_path, "test")
     else:
-        test = load_split(cell["data_path"], "test", meta.get("input_scale"))
+        test = load_split(cell.data_path, "test", meta.get("input_scale"))
     n_test = len(test)
     samples = throughput_samples(settings, n_test)
     warmup, calls, batch = settings["warmup_calls"], settings["latency_calls"], settings["throughput_batch"]

@@ -3,23 +3,24 @@
 Worker side: Python 3.8, numpy and the one framework. Started by the harness as
 `<framework env python> -m dlbench.worker.train CELL.json` with dlbench's package directory on PYTHONPATH.
 
-A cell with "mode": "inference" is served instead of trained (worker/serve.py).
+The cell file is shared/cell_file.CellFile, read and checked before anything else; an inference cell (its
+mode INFERENCE) is served instead of trained (worker/serve.py).
 
 Events go to a private copy of the original stdout; file descriptor 1 is pointed at stderr, so
 whatever a framework prints can never corrupt the event stream.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 import traceback
 
+from dlbench.shared.cell_file import CellFile
 from dlbench.shared.detection.pipeline import DetectionSplit
 from dlbench.shared.protocol import DONE, EPOCH, EPOCH_SPLIT, EPOCH_START, EPOCH_TRAINED, ERROR, START
 from dlbench.worker.base import Split, epoch_order
-from dlbench.worker.cell import Events, load_split, read_meta, ready_adapter
+from dlbench.worker.cell import Events, is_detector, load_split, read_meta, ready_adapter
 from dlbench.worker.serve import run as serve_cell
 
 
@@ -37,22 +38,21 @@ def first_samples(split, count):
     return Split(split.x[:count], split.y[:count], split.input_scale)
 
 
-def run(cell: dict, events: Events) -> None:
+def run(cell: CellFile, events: Events) -> None:
     meta = read_meta(cell)
-    detector = "detector" in cell["model"]
-    if detector:  # images of many sizes and their boxes, not one x and y array
+    if is_detector(cell):  # images of many sizes and their boxes, not one x and y array
         # the training images are read into memory here, before any epoch's clock starts, so that no
         # epoch time depends on the page cache (the test images are read as evaluation goes)
-        train = DetectionSplit.load(cell["data_path"], "train").in_memory()
-        test = DetectionSplit.load(cell["data_path"], "test")
+        train = DetectionSplit.load(cell.data_path, "train").in_memory()
+        test = DetectionSplit.load(cell.data_path, "test")
     else:
-        train = load_split(cell["data_path"], "train", meta.get("input_scale"))
-        test = load_split(cell["data_path"], "test", meta.get("input_scale"))
-    train = first_samples(train, cell.get("train_samples"))
+        train = load_split(cell.data_path, "train", meta.get("input_scale"))
+        test = load_split(cell.data_path, "test", meta.get("input_scale"))
+    train = first_samples(train, cell.train_samples)
     adapter = ready_adapter(cell, meta, events, len(train), len(test))
 
-    for epoch in range(1, cell["epochs"] + 1):
-        order = epoch_order(cell["seed"], epoch, len(train))
+    for epoch in range(1, cell.epochs + 1):
+        order = epoch_order(cell.seed, epoch, len(train))
         # epoch_start and epoch_trained bound the training, outside its clock: the harness reads the
         # energy counters when they arrive
         events.emit(EPOCH_START, epoch=epoch)
@@ -80,15 +80,11 @@ def main(argv=None) -> int:
         return 2
     events.emit(START, pid=os.getpid(), python=sys.version.split()[0], executable=sys.executable)
     try:
-        with open(argv[0]) as handle:
-            cell = json.load(handle)
-        mode = cell.get("mode")
-        if mode == "inference":
+        cell = CellFile.read(argv[0])
+        if cell.inference:
             serve_cell(cell, events)
-        elif mode is None:  # a training cell has no mode
+        else:  # a training cell has no mode
             run(cell, events)
-        else:
-            raise ValueError("cell mode %r: accepted: inference, or no mode for a training cell" % (mode,))
     except Exception as error:  # the harness stores the message; the traceback goes to stderr
         traceback.print_exc()
         events.emit(ERROR, message="%s: %s" % (type(error).__name__, error))

@@ -13,6 +13,7 @@ from dlbench.harness.run import results_folder
 from dlbench.harness.run.cell_config import Options, Prepared, compile_cache_state, shared_compile_cache
 from dlbench.harness.run.launch import run_worker
 from dlbench.harness.run.record import Ran, epoch_rows, run_row
+from dlbench.shared.cell_file import CELL_FILE, CellFile
 
 
 def run_cell(prepared: Prepared, options: Options, on_event: Callable[[dict], None] | None = None) -> Ran:
@@ -23,17 +24,14 @@ def run_cell(prepared: Prepared, options: Options, on_event: Callable[[dict], No
     run_dir = results_folder.new_folder(options.results / "runs",
                                         f"{time.strftime('%Y%m%d-%H%M%S')}-{prepared.hash[:12]}")
     recipe = envs.get_recipe(cell.framework, cell.device)
-    worker_cell = {"adapter": recipe.adapter, "model": config["model"], "recipe": config["recipe"],
-                   "data_path": str(prepared.dataset.path), "seed": cell.seed, "epochs": cell.epochs,
-                   "device": cell.device, "threads": config["threads"]}
-    if "train_samples" in config:
-        worker_cell["train_samples"] = config["train_samples"]
-    if "mode" in config:  # an inference cell: the worker serves its model (worker/serve.py)
-        worker_cell.update(mode=config["mode"], serve=config["serve"])
-    if "initial_weights" in config:
-        worker_cell["weights"] = config["initial_weights"]["file"]
-    folders.write_text_atomically(run_dir / "cell.json", json.dumps(worker_cell, indent=1))
-    command = [str(prepared.env.python), "-m", "dlbench.worker.train", str(run_dir / "cell.json")]
+    worker_cell = CellFile(adapter=recipe.adapter, model=config["model"], recipe=config["recipe"],
+                           data_path=str(prepared.dataset.path), seed=cell.seed, epochs=cell.epochs,
+                           device=cell.device, threads=config["threads"], train_samples=config.get("train_samples"),
+                           weights=config["initial_weights"]["file"] if "initial_weights" in config else None,
+                           # an inference cell: the worker serves its model (worker/serve.py)
+                           mode=config.get("mode"), serve=config.get("serve"))
+    folders.write_text_atomically(run_dir / CELL_FILE, worker_cell.to_json())
+    command = [str(prepared.env.python), "-m", "dlbench.worker.train", str(run_dir / CELL_FILE)]
     shared = shared_compile_cache(options.results, cell)
     cache_state = compile_cache_state(cell, shared)  # before the worker adds to it
     variables = worker_environment(run_dir, config["threads"], envs.worker_variables(recipe, prepared.env.path), shared,
