@@ -15,6 +15,7 @@ import pytest
 from dlbench.harness.measure import cores
 from dlbench.harness.run.launch import run_worker
 from dlbench.shared import ir
+from dlbench.shared.cell_file import CELL_FILE, CellFile
 from dlbench.shared.detection.pipeline import DetectionSplit
 from dlbench.worker.base import Split, epoch_order
 from dlbench.worker.train import first_samples
@@ -43,11 +44,10 @@ def write_cell(tmp_path: Path, epochs: int = 2, **fields) -> tuple[list[str], Pa
     data_path = write_dataset(tmp_path / "data")
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    cell = {"adapter": "fake_framework:Adapter", "model": ir.model([4], "float32", [ir.dense(2)]),
-            "recipe": RECIPE, "data_path": str(data_path), "seed": 3, "epochs": epochs, "device": "cpu",
-            "threads": 1, **fields}
-    (run_dir / "cell.json").write_text(json.dumps(cell))
-    return [sys.executable, "-m", "dlbench.worker.train", str(run_dir / "cell.json")], run_dir
+    cell = CellFile(adapter="fake_framework:Adapter", model=ir.model([4], "float32", [ir.dense(2)]), recipe=RECIPE,
+                    data_path=str(data_path), seed=3, epochs=epochs, device="cpu", threads=1, **fields)
+    cell.write(run_dir / CELL_FILE)
+    return [sys.executable, "-m", "dlbench.worker.train", str(run_dir / CELL_FILE)], run_dir
 
 
 def fake_env(mode: str) -> dict[str, str]:

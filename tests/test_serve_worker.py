@@ -4,6 +4,7 @@ follow the inference protocol; in the harness's interpreter, bad serve settings 
 framework is imported."""
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import guard
@@ -15,6 +16,7 @@ from test_detector import SMALL
 from dlbench.harness.environments import envs
 from dlbench.harness.environments.process import PACKAGE_PARENT
 from dlbench.harness.plan.workloads import get_workload
+from dlbench.shared.cell_file import CELL_FILE, INFERENCE, CellFile
 from dlbench.shared.protocol import (
     DONE,
     ERROR,
@@ -44,16 +46,20 @@ def data_path(tmp_path_factory) -> Path:
     return folder
 
 
-def cell(data_path: Path, **serve) -> dict:
+def cell(data_path: Path, **serve) -> CellFile:
     workload = get_workload("cnn-mnist")
-    return {"mode": "inference", "serve": dict(SERVE, **serve), "model": workload.model(), "recipe": workload.recipe,
-            "data_path": str(data_path), "adapter": envs.get_recipe("pytorch").adapter, "device": "cpu",
-            "threads": 1, "seed": 0, "weights": None}
+    return CellFile(mode=INFERENCE, serve=dict(SERVE, **serve), model=workload.model(), recipe=workload.recipe,
+                    data_path=str(data_path), adapter=envs.get_recipe("pytorch").adapter, device="cpu", threads=1,
+                    seed=0, epochs=1)
 
 
-def events_of(python: str, config: dict, folder: Path, extra: dict) -> tuple[int, list[dict]]:
-    path = folder / "cell.json"
-    path.write_text(json.dumps(config))
+def events_of(python: str, config: CellFile, folder: Path, extra: dict) -> tuple[int, list[dict]]:
+    """The worker's events for the cell file `config` (a dict: a file CellFile would never write)."""
+    path = folder / CELL_FILE
+    if isinstance(config, CellFile):
+        config.write(path)
+    else:
+        path.write_text(json.dumps(config))
     variables = {"PYTHONPATH": str(PACKAGE_PARENT), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1",
                  "DLBENCH_THREADS": "1", "HOME": str(folder), **extra}
     done = guard.run([python, "-m", "dlbench.worker.train", str(path)], 600, env=variables)
@@ -82,8 +88,8 @@ def test_pytorch_serves_a_detector_image_by_image(session_dir, tmp_path):
     """frcnn-voc on the photo-boxes stand-in: every call one image, the throughput's samples images."""
     dataset = prepared_standin("photo-boxes", session_dir / "standins")
     workload = get_workload("frcnn-voc")
-    config = dict(cell(dataset.path, latency_calls=3, warmup_calls=1, throughput_batch=1, throughput_samples=2),
-                  model=workload.model(dataset.meta), recipe=dict(workload.recipe, detection=SMALL))
+    config = replace(cell(dataset.path, latency_calls=3, warmup_calls=1, throughput_batch=1, throughput_samples=2),
+                     model=workload.model(dataset.meta), recipe=dict(workload.recipe, detection=SMALL))
     recipe = envs.get_recipe("pytorch")
     code, events = events_of(str(envs.require("pytorch").python), config, tmp_path, recipe.worker_env)
     assert code == 0, events
@@ -100,10 +106,20 @@ def test_pytorch_serves_a_detector_image_by_image(session_dir, tmp_path):
     ({"serve": dict(SERVE, throughput_batch=8)}, "serve.throughput_batch 8: more than the 5 samples served"),
     ({"model": get_workload("frcnn-voc").model(), "serve": dict(SERVE, throughput_batch=2)},
      "serve.throughput_batch 2: a detector serves one image a call; accepted: 1"),
-    ({"mode": "distil"}, "cell mode 'distil': accepted: inference"),
 ])
 def test_bad_settings_are_refused_by_name(data_path, tmp_path, change, named):
     """Checked before the framework is imported: the harness's own interpreter runs these."""
-    code, events = events_of(sys.executable, dict(cell(data_path), **change), tmp_path, {})
+    code, events = events_of(sys.executable, replace(cell(data_path), **change), tmp_path, {})
+    assert code == 1 and events[-1][KIND] == ERROR
+    assert named in events[-1]["message"]
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"mode": "distil"}, "field mode is 'distil'; accepted: 'inference', or null for a training cell"),
+    ({"serve": [1, 2]}, "field serve is [1, 2]; accepted: a JSON object"),
+])
+def test_a_cell_file_the_record_refuses_ends_the_worker_by_name(data_path, tmp_path, change, named):
+    """A cell file CellFile would not write (written by hand here): the worker refuses it before anything else."""
+    code, events = events_of(sys.executable, dict(cell(data_path).to_dict(), **change), tmp_path, {})
     assert code == 1 and events[-1][KIND] == ERROR
     assert named in events[-1]["message"]

@@ -2,7 +2,6 @@
 inference cells run end to end through the real command line with the fake framework, whose serving path
 the real worker (worker/serve.py) drives as the inference protocol says."""
 import dataclasses
-import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,6 +16,7 @@ from dlbench.harness.plan import suite
 from dlbench.harness.plan.suite import Cell, Serve, SuiteError
 from dlbench.harness.run import cell_config
 from dlbench.harness.store import Store
+from dlbench.shared.cell_file import CELL_FILE, INFERENCE, CellFile
 from dlbench.shared.protocol import SERVE_FIRST_CALL, SERVE_LATENCY, SERVE_THROUGHPUT
 
 # twelve known latencies (seconds): their percentiles are numpy's, linear between the closest ranks
@@ -75,8 +75,8 @@ def test_an_inference_plan_runs_end_to_end_and_stores_its_serving_figures(tmp_pa
     assert run["config"]["mode"] == "inference"
     assert run["config"]["serve"] == {"warmup_calls": 3, "latency_calls": 25, "throughput_batch": 16,
                                       "throughput_samples": 100}
-    worker_cell = json.loads((Path(run["run_dir"]) / "cell.json").read_text())
-    assert (worker_cell["mode"], worker_cell["serve"]) == ("inference", run["config"]["serve"])
+    worker_cell = CellFile.read(Path(run["run_dir"]) / CELL_FILE)
+    assert (worker_cell.mode, worker_cell.serve) == (INFERENCE, run["config"]["serve"])
     # what the fake's serving path takes: 2 ms a call and 0.5 ms a sample (tests/fake_framework.py)
     assert len(latencies) == 25 and min(latencies) >= 0.0025
     assert run["latency_p50_ms"] == pytest.approx(np.percentile(latencies, 50) * 1000)
