@@ -10,7 +10,8 @@ adapter's training loop changes (docs/fairness.md).
 Run with the harness's Python (dlbench importable). For each pair the cell is resolved as `dlbench run`
 resolves a quick-suite cell (cell_config.resolve: the workload's model and recipe, the stand-in prepared),
 then this file runs inside the framework's environment (--inside, Python 3.8+, numpy and the framework
-alone; the worker's variables) with the cell on stdin, and prints one JSON line:
+alone; the worker's variables) with the cell on stdin (the worker's cell file, shared/cell_file.CellFile, and
+the cell's names), and prints one JSON line:
 
 - the adapter as a cell builds it, two warm-up epochs (the first compiles), then --rounds rounds, each a
   quick-suite epoch (every batch of train_samples) and a one-step epoch (the first batch of the same
@@ -162,34 +163,48 @@ def bookkeeping_s(framework: str, module, split, logits_shape, rounds: int, kera
     return statistics.median(times)
 
 
-def inside(cell: dict, rounds: int) -> list:
+def cell_record(data: dict):
+    """The cell file's record of `data` (shared/cell_file.CellFile). A --worker-src tree from before the record
+    has no shared/cell_file.py and its worker helpers read the cell as a dict: then the dict, its fields also
+    read as attributes."""
+    try:
+        from dlbench.shared.cell_file import CellFile
+    except ImportError:
+        class Cell(dict):
+            __getattr__ = dict.get
+        return Cell(data)
+    return CellFile.from_dict(data, "the clock audit's cell")
+
+
+def inside(audited: dict, rounds: int) -> list:
     """The audit's rows for one cell: the adapter's epochs, and for Keras also fit's (the adapter's feed
     before issue 46; the step is the same) interleaved with them, with the bookkeeping of each: the
     adapter's first maximum, and for the fit row ops.argmax (the Keras adapter's before issue 46)."""
     from dlbench.shared.ir import infer_shapes
     from dlbench.worker.cell import load_adapter_class, load_split, read_meta, starting_weights
     from dlbench.worker.train import first_samples
+    cell, framework = cell_record(audited["cell"]), audited["framework"]
     meta = read_meta(cell)
-    split = first_samples(load_split(cell["data_path"], "train", meta.get("input_scale")), cell["train_samples"])
-    adapter_class = load_adapter_class(cell["adapter"])
-    adapter = adapter_class(cell["model"], cell["recipe"], meta["task"], "cpu", cell["threads"], cell["seed"])
+    split = first_samples(load_split(cell.data_path, "train", meta.get("input_scale")), cell.train_samples)
+    adapter_class = load_adapter_class(cell.adapter)
+    adapter = adapter_class(cell.model, cell.recipe, meta["task"], cell.device, cell.threads, cell.seed)
     adapter.set_weights(starting_weights(cell))
-    batch_size = cell["recipe"]["batch_size"]
-    keras = cell["framework"].startswith("keras")
+    batch_size = cell.recipe["batch_size"]
+    keras = framework.startswith("keras")
     variants = {"adapter": train_epoch}
     if keras:
         variants["fit"] = keras_fit_epoch  # its bookkeeping row times ops.argmax, the form before issue 46
-    rows = epoch_rounds(adapter, variants, split, cell["seed"], batch_size, rounds)
-    logits_shape = (batch_size,) + tuple(infer_shapes(cell["model"])[-1][2])  # the last layer's output
+    rows = epoch_rounds(adapter, variants, split, cell.seed, batch_size, rounds)
+    logits_shape = (batch_size,) + tuple(infer_shapes(cell.model)[-1][2])  # the last layer's output
     module = sys.modules[adapter_class.__module__]
     result = []
     for name, row in rows.items():
-        row["bookkeeping_s"] = bookkeeping_s(cell["framework"], module, split, logits_shape, rounds,
+        row["bookkeeping_s"] = bookkeeping_s(framework, module, split, logits_shape, rounds,
                                              keras_argmax=name != "adapter")
         row["bookkeeping_share"] = row["bookkeeping_s"] * row["steps"] / row["epoch_s"]
-        result.append(dict(row, variant=name, framework=cell["framework"], workload=cell["workload"],
-                           dataset=cell["dataset"], train_samples=len(split), batch_size=batch_size,
-                           threads=cell["threads"]))
+        result.append(dict(row, variant=name, framework=framework, workload=audited["workload"],
+                           dataset=audited["dataset"], train_samples=len(split), batch_size=batch_size,
+                           threads=cell.threads))
     return result
 
 
@@ -213,21 +228,24 @@ def quick_entries(workloads) -> list:
 
 
 def worker_cell(framework: str, entry, threads: int, data_dir) -> tuple:
-    """The worker's cell for the framework on a quick-suite entry, and the environment it runs in."""
+    """What --inside is handed for the framework on a quick-suite entry (the worker's cell file, as
+    shared/cell_file.CellFile writes it, and the cell's names), and the environment it runs in."""
     from dlbench.harness.environments import envs
     from dlbench.harness.plan.suite import Cell
     from dlbench.harness.plan.workloads import get_workload
     from dlbench.harness.run.cell_config import resolve
+    from dlbench.shared.cell_file import CellFile
     recipe = get_workload(entry.workload).recipe
     cell = Cell(suite="clock-audit", framework=framework, workload=entry.workload, dataset=entry.dataset,
                 device="cpu", repetition=1, seed=0, epochs=1, batch_size=recipe["batch_size"], threads=threads,
                 timeout_s=900.0, train_samples=entry.train_samples)
     prepared = resolve(cell, data_dir)
     config = prepared.config
-    return ({"framework": framework, "workload": entry.workload, "dataset": entry.dataset,
-             "adapter": envs.get_recipe(framework).adapter, "model": config["model"], "recipe": config["recipe"],
-             "data_path": str(prepared.dataset.path), "seed": 0, "threads": config["threads"],
-             "train_samples": entry.train_samples}, prepared.env)
+    record = CellFile(adapter=envs.get_recipe(framework).adapter, model=config["model"], recipe=config["recipe"],
+                      data_path=str(prepared.dataset.path), seed=cell.seed, epochs=cell.epochs, device=cell.device,
+                      threads=config["threads"], train_samples=entry.train_samples)
+    return ({"cell": record.to_dict(), "framework": framework, "workload": entry.workload, "dataset": entry.dataset},
+            prepared.env)
 
 
 def audit_pair(framework: str, entry, args) -> list:

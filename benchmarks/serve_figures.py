@@ -21,6 +21,7 @@ import numpy as np
 from dlbench.harness.environments import envs
 from dlbench.harness.environments.process import worker_environment
 from dlbench.harness.plan.workloads import get_workload
+from dlbench.shared.cell_file import CELL_FILE, INFERENCE, CellFile
 from dlbench.shared.ir import input_vocab
 from dlbench.shared.protocol import KIND, META_FILE, SERVE_FIRST_CALL, SERVE_LATENCY, SERVE_THROUGHPUT, array_file
 
@@ -49,13 +50,13 @@ def serve(framework: str, workload_name: str, threads: int, latency_calls: int, 
     folder.mkdir()
     built = test_split(workload_name, folder, samples)
     recipe = envs.get_recipe(framework)
-    cell = dict(built, mode="inference", data_path=str(folder), adapter=recipe.adapter, device="cpu", threads=threads,
-                seed=0, weights=None, serve={"warmup_calls": WARMUP_CALLS, "latency_calls": latency_calls,
-                                             "throughput_batch": built["recipe"]["batch_size"],
-                                             "throughput_samples": samples})
-    (folder / "cell.json").write_text(json.dumps(cell))
+    cell = CellFile(model=built["model"], recipe=built["recipe"], mode=INFERENCE, data_path=str(folder),
+                    adapter=recipe.adapter, device="cpu", threads=threads, seed=0, epochs=1,
+                    serve={"warmup_calls": WARMUP_CALLS, "latency_calls": latency_calls,
+                           "throughput_batch": built["recipe"]["batch_size"], "throughput_samples": samples})
+    cell.write(folder / CELL_FILE)
     python = str(envs.require(framework).python)
-    done = subprocess.run([python, "-m", "dlbench.worker.train", str(folder / "cell.json")], capture_output=True,
+    done = subprocess.run([python, "-m", "dlbench.worker.train", str(folder / CELL_FILE)], capture_output=True,
                           text=True, cwd=folder, env=worker_environment(folder / "run", threads, recipe.worker_env))
     events = {event[KIND]: event for event in map(json.loads, done.stdout.splitlines())}
     if SERVE_THROUGHPUT not in events:
