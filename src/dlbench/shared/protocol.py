@@ -9,6 +9,8 @@ SERVE_FIRST_CALL, SERVE_LATENCY and SERVE_THROUGHPUT instead of epochs.
 """
 
 KIND = "event"
+# every event also carries the seconds since the worker's start (worker/cell.Events)
+ELAPSED = "elapsed_s"
 START = "start"
 READY = "ready"
 EPOCH_START = "epoch_start"

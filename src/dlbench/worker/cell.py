@@ -16,7 +16,7 @@ import numpy as np
 
 from dlbench.shared.cell_file import CellFile
 from dlbench.shared.initializers import canonical_init
-from dlbench.shared.protocol import KIND, META_FILE, READY, array_file
+from dlbench.shared.protocol import ELAPSED, KIND, META_FILE, READY, array_file
 from dlbench.worker.base import Split
 from dlbench.worker.detector import detector_class
 
@@ -31,7 +31,7 @@ class Events(object):
 
     def emit(self, event: str, **fields) -> None:
         fields[KIND] = event
-        fields["elapsed_s"] = time.perf_counter() - STARTED
+        fields[ELAPSED] = time.perf_counter() - STARTED
         self.stream.write(json.dumps(fields) + "\n")
         self.stream.flush()
 

@@ -27,7 +27,7 @@ from dlbench.harness.plan.suite import Cell
 from dlbench.harness.plan.workloads import metric_label
 from dlbench.harness.store import StoreError
 from dlbench.shared import protocol
-from dlbench.shared.protocol import EPOCH, READY, kind_of
+from dlbench.shared.protocol import ELAPSED, EPOCH, READY, kind_of
 
 Clock = Callable[[], float]
 
@@ -200,7 +200,7 @@ MEASURING_PEAK = "measuring its environment's float32 GEMM peak (once per enviro
 
 def ready(event: dict) -> str:
     versions = ", ".join(f"{k} {v}" for k, v in event["versions"].items())
-    return f"ready after {event['elapsed_s']:.1f} s ({versions}; {event['threads']} threads)"
+    return f"ready after {event[ELAPSED]:.1f} s ({versions}; {event['threads']} threads)"
 
 
 def epoch(event: dict, cell: Cell) -> str:

@@ -15,7 +15,7 @@ from dlbench.harness.run.cell_config import Prepared
 from dlbench.harness.run.launch import Outcome
 from dlbench.harness.store import Store, StoreError
 from dlbench.shared import ir
-from dlbench.shared.protocol import EPOCH, EPOCH_SPLIT, READY, START, kind_of
+from dlbench.shared.protocol import ELAPSED, EPOCH, EPOCH_SPLIT, READY, START, kind_of
 
 
 @dataclass
@@ -89,7 +89,7 @@ def run_row(prepared: Prepared, outcome: Outcome, epochs: list[dict], run_dir: P
         "cores_used": used, "energy_source": energy_source,
         "cores_flag": cores.flag(used, config["threads"], cores.others(outcome.samples, outcome.events,
                                                                       outcome.event_times, os.cpu_count())),
-        "startup_s": ready.get("elapsed_s"),
+        "startup_s": ready.get(ELAPSED),
         "python": f"{start.get('python', config['python'])} {start.get('executable', prepared.env.python)}",
         "packages": dict(config["env_packages"], **versions), "config": config,
         "run_dir": str(run_dir) if run_dir else None,
