@@ -6,6 +6,8 @@ READY once the model is built, then per epoch EPOCH_START and EPOCH_TRAINED arou
 harness reads energy counters when they arrive) and EPOCH with the epoch's figures; DONE at the end,
 ERROR with a message instead when it fails. An inference cell (worker/serve.py) emits, after READY,
 SERVE_FIRST_CALL, SERVE_LATENCY and SERVE_THROUGHPUT instead of epochs.
+
+What the harness tells the worker about its cell, the cell file, is a record of its own: shared/cell_file.py.
 """
 
 KIND = "event"
