@@ -22,7 +22,7 @@ def test_the_closure_follows_the_workers_imports_and_nothing_of_the_harness() ->
     # worker/serve.py through train.py: an inference cell's code is in the digest
     assert files == {"worker/train.py", "worker/serve.py", "worker/cell.py", "worker/probe.py", "worker/gemm_peak.py",
                      "worker/base.py", "worker/detector.py", *pytorch, "shared/initializers.py", "shared/ir.py",
-                     "shared/protocol.py", *detection, "shared/recipe.py",
+                     "shared/protocol.py", "shared/cell_file.py", *detection, "shared/recipe.py",
                      "shared/__init__.py", "shared/schedule.py"}  # `from dlbench.shared import schedule`
 
 
