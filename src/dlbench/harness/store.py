@@ -13,6 +13,7 @@ from types import TracebackType
 from typing import Any
 
 from dlbench.harness import file_names, folders
+from dlbench.shared import cell_file
 from dlbench.shared.protocol import EPOCH_SPLIT
 
 SCHEMA_VERSION = 12
@@ -123,7 +124,7 @@ RUN_COLUMNS: dict[str, str] = {
     "samples_per_s": "REAL",  # throughput_samples / throughput_s
     "first_batch_call_s": "REAL",  # the first call on a batch of B, before the span (it may compile)
 }
-INFERENCE = "inference"  # a run's mode; NULL for a training run
+INFERENCE = cell_file.INFERENCE  # a run's mode; NULL for a training run
 
 
 def is_inference(run: Mapping) -> bool:

@@ -38,6 +38,7 @@ from dlbench.harness.plan.suite import Cell
 from dlbench.harness.plan.workloads import get_workload
 from dlbench.harness.store import FILENAME, Store, is_inference
 from dlbench.shared import ir
+from dlbench.shared.cell_file import INFERENCE
 from dlbench.shared.protocol import META_FILE
 
 # Training and test samples of the study's datasets when they are not prepared here (from each dataset's
@@ -193,7 +194,7 @@ class Estimator:
 
     def forecast(self, cell: Cell) -> Forecast:
         """The cell's forecast; no longer than its timeout, where the executor kills its worker."""
-        found = self.served_forecast(cell) if cell.mode == "inference" else self.uncapped(cell)
+        found = self.served_forecast(cell) if cell.mode == INFERENCE else self.uncapped(cell)
         if found.seconds is None or found.high is None or found.high <= cell.timeout_s:
             return found
         return replace(found, seconds=min(found.seconds, cell.timeout_s), low=min(found.low or 0.0, cell.timeout_s),

@@ -17,6 +17,7 @@ from statistics import fmean
 from typing import Any
 
 from dlbench.harness.measure.monitor import DEFAULT_INTERVAL_S
+from dlbench.shared.cell_file import INFERENCE
 from dlbench.shared.protocol import EPOCH, EPOCH_START, EPOCH_TRAINED, kind_of
 
 # On the 2-core AMD EPYC, 63 + 27 runs of the quick suite at 2 threads used 1.02 to 1.97 cores in their
@@ -100,7 +101,7 @@ def missing_reason(run: Mapping) -> str | None:
     the cores were measured)."""
     if run.get("cores_used") is not None:
         return None
-    if run.get("mode") == "inference":
+    if run.get("mode") == INFERENCE:
         return "an inference run has no training to measure"
     epochs = [e for e in run.get("epochs") or [] if e.get("train_time_s") is not None]
     if not epochs:

@@ -13,6 +13,7 @@ from dlbench.harness import data, file_names
 from dlbench.harness.environments.envs import RECIPES, EnvError, get_recipe
 from dlbench.harness.plan import user_workload
 from dlbench.harness.plan.workloads import MAX_BATCH_SIZE, MAX_EPOCHS, WORKLOADS, get_workload, known_workloads
+from dlbench.shared.cell_file import INFERENCE
 
 DEVICES = ("cpu", "gpu")
 # cold: every run compiles into its own empty folder; shared: the runs of one results folder share one
@@ -29,7 +30,7 @@ SUITE_FIELDS = ("name", "description", "frameworks", "device", "repeat", "seed",
                 "compile_cache", "allocator", "gpu_memory", "executor", "mode", "serve", "workloads")
 # train: each cell trains for its epochs (the default); inference: each cell serves its model (worker/serve.py):
 # a first call, warm-up, timed batch-1 calls, then whole batches timed as one span (docs/measurement.md)
-MODES = ("train", "inference")
+MODES = ("train", INFERENCE)
 SERVE_FIELDS = ("warmup_calls", "latency_calls", "throughput_samples")
 # what an inference cell does without a `serve` field; a detector (frcnn-voc) serves one image a call, and its
 # throughput counts DETECTOR_THROUGHPUT_SAMPLES images (a few seconds each on a CPU)
@@ -372,7 +373,7 @@ def _serve(check: _Checker, document: _Mapping, mode: str) -> tuple[tuple[str, i
     SERVE_DEFAULTS when the plan is made."""
     if "serve" not in document:
         return ()
-    if mode != "inference":
+    if mode != INFERENCE:
         raise check.fail(document, "serve", "serving settings need `mode: inference`; a training suite serves nothing")
     serve = document["serve"]
     if not isinstance(serve, _Mapping):
@@ -421,7 +422,7 @@ def _entry(check: _Checker, document: _Mapping, item: Any, mode: str = "train", 
             user_workload.check_fit(get_workload(workload), own_dataset, str(own_dataset.path))
         except user_workload.UserWorkloadError as error:
             raise check.fail(item, "dataset", str(error)) from None
-    if mode == "inference":
+    if mode == INFERENCE:
         for key in ("epochs", "train_samples"):  # what would change nothing an inference cell measures
             if key in item:
                 raise check.fail(item, key, f"entry {workload} on {dataset}: an inference suite trains nothing; "
@@ -591,7 +592,7 @@ def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str]
               for batch_size in entry.batch_sizes or (get_workload(entry.workload).recipe["batch_size"],)
               for entry_threads in _threads(entry, threads or None, suite.threads, cores)]
     cells = []
-    inference = suite.mode == "inference"
+    inference = suite.mode == INFERENCE
     if inference and epochs:
         raise SuiteError(f"--epochs {epochs}: suite {suite.name!r} is an inference suite (mode: inference), which "
                          "trains nothing; leave --epochs out")

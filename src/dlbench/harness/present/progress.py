@@ -27,6 +27,7 @@ from dlbench.harness.plan.suite import Cell
 from dlbench.harness.plan.workloads import metric_label
 from dlbench.harness.store import StoreError
 from dlbench.shared import protocol
+from dlbench.shared.cell_file import INFERENCE
 from dlbench.shared.protocol import ELAPSED, EPOCH, READY, kind_of
 
 Clock = Callable[[], float]
@@ -142,7 +143,7 @@ class ETA:
 
 def units(cell: Cell) -> int:
     """What a cell's time is counted in: its epochs, or one for an inference cell, which has none."""
-    return 1 if cell.mode == "inference" else cell.epochs
+    return 1 if cell.mode == INFERENCE else cell.epochs
 
 
 def cell_dataset(cell: Cell) -> str:
@@ -161,7 +162,7 @@ def outcome(run: dict) -> str:
     """A finished cell in a few words: its status, and its metric and training time or why it failed."""
     if run["status"] != "ok":
         return f"{run['status']}: {run['reason']}"
-    if run.get("mode") == "inference":
+    if run.get("mode") == INFERENCE:
         return (f"ok: latency p50 {_number(run.get('latency_p50_ms'))} ms, p99 {_number(run.get('latency_p99_ms'))} "
                 f"ms; {_number(run.get('samples_per_s'))} samples/s")
     return (f"ok: {metric_label(run['metric_name'])} {metric_format(run['metric_name'])(run['metric_value'])}, "

@@ -17,6 +17,7 @@ from dlbench.harness.plan.suite import Cell, SuiteError
 from dlbench.harness.plan.workloads import USER_FILES, Workload, WorkloadError, get_workload
 from dlbench.shared import ir
 from dlbench.shared import schedule as schedules
+from dlbench.shared.cell_file import INFERENCE
 
 
 @dataclass(frozen=True)
@@ -99,8 +100,8 @@ def resolve(cell: Cell, data_dir: Path, cores: int | None = None) -> Prepared:
     if cell.train_samples:  # only then: the hashes of cells that train on the whole split stay as they were
         config["train_samples"] = cell.train_samples
         config["dataset_n_train"] = dataset.meta["n_train"]  # what the tables show it as the first N of
-    if cell.mode == "inference":  # only then: training cells keep their hashes
-        config["mode"] = "inference"
+    if cell.mode == INFERENCE:  # only then: training cells keep their hashes
+        config["mode"] = INFERENCE
         config["serve"] = serve_config(cell, dataset.meta["n_test"])
     if shares_compile_cache(cell):
         # only then: the hashes of cold cells, and of frameworks the setting does not touch, stay as they were

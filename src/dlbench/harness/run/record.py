@@ -15,6 +15,7 @@ from dlbench.harness.run.cell_config import Prepared
 from dlbench.harness.run.launch import Outcome
 from dlbench.harness.store import Store, StoreError
 from dlbench.shared import ir
+from dlbench.shared.cell_file import INFERENCE
 from dlbench.shared.protocol import ELAPSED, EPOCH, EPOCH_SPLIT, READY, START, kind_of
 
 
@@ -70,8 +71,8 @@ def run_row(prepared: Prepared, outcome: Outcome, epochs: list[dict], run_dir: P
     recipe = envs.get_recipe(cell.framework, cell.device)
     resources = summarise(outcome.samples)
     timing = timing_summary(epochs, prepared.target)
-    if config.get("mode") == "inference":  # no epochs: its serving figures instead (measure/serving.py)
-        timing = dict(serving.summary(outcome.events), mode="inference")
+    if config.get("mode") == INFERENCE:  # no epochs: its serving figures instead (measure/serving.py)
+        timing = dict(serving.summary(outcome.events), mode=INFERENCE)
     flops = ir.train_flops(config["model"])
     used = cores.used(outcome.samples, outcome.events, outcome.event_times)
     return {
