@@ -357,6 +357,22 @@ def test_every_size_and_rate_is_checked_naming_the_layer_and_the_field(input_sha
         ir.model(input_shape, "int32" if len(input_shape) == 1 else "float32", layers)
 
 
+def test_each_kind_is_one_record_its_lists_derived_from_it():
+    """shared/ir.py's KINDS (issue #42): a record's sizes, rates and booleans are among its settings; the public
+    lists are the records'; a weighted kind's rule gives every workload layer of it weights, a weightless one none."""
+    for kind, record in ir.KINDS.items():
+        assert set(record.positive) | set(record.rates) | set(record.booleans) <= set(record.settings), kind
+    assert ir.LAYER_SETTINGS == {kind: record.settings for kind, record in ir.KINDS.items()}
+    assert set(ir.WEIGHTED) | set(ir.WEIGHTLESS) == set(ir.KINDS) and not set(ir.WEIGHTED) & set(ir.WEIGHTLESS)
+    assert set(ir.UNCOUNTED) == {kind for kind, record in ir.KINDS.items() if record.flops is None}
+    seen = set()
+    for workload in WORKLOADS.values():
+        for layer, in_shape, _ in ir.all_shapes(workload.model()):
+            seen.add(layer["type"])
+            assert bool(ir.param_shapes(layer, in_shape)) == (layer["type"] in ir.WEIGHTED), layer["name"]
+    assert seen == set(ir.KINDS)  # the built-in workloads use every kind
+
+
 def test_a_hand_written_layer_with_stride_0_is_an_ir_error_in_infer_shapes():
     """A dict that bypasses the constructors and ir.model: divided by its stride (ZeroDivisionError) before."""
     spec = {"input_shape": [6, 6, 1], "input_dtype": "float32",

@@ -66,44 +66,12 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from typing import List, Tuple
+from typing import Callable, List, NamedTuple, Optional, Tuple
 
 Shape = Tuple[int, ...]
 
-LAYER_SETTINGS = {
-    "conv2d": ("filters", "kernel", "stride", "padding"),
-    "maxpool2d": ("pool", "stride", "padding"),
-    "batchnorm": ("momentum", "epsilon"),
-    "layer_norm": ("epsilon",),
-    "activation": ("fn",),
-    "dropout": ("rate",),
-    "flatten": (),
-    "dense": ("units",),
-    "embedding": ("vocab", "dim"),
-    "lstm": ("units", "return_sequences"),
-    "seq2seq": ("source_len", "source_vocab", "target_vocab", "embed_dim", "units"),
-    "residual": ("layers",),
-    "attention": ("heads", "causal", "dropout"),
-    "positional_embedding": ("max_len",),
-    "tied_output": ("embedding", "units"),
-    "to_sequence": (),
-    "sequence_mean": (),
-}
-# the settings that are sizes (integers >= 1) and rates (in [0, 1)), checked for every layer however it was
-# written (a hand-written dict as well as a constructor's): a stride of 0 divides by zero, a dense layer of 0
-# units builds in no framework
-POSITIVE_SETTINGS = {
-    "conv2d": ("filters", "kernel", "stride"),
-    "maxpool2d": ("pool", "stride"),
-    "dense": ("units",),
-    "embedding": ("vocab", "dim"),
-    "lstm": ("units",),
-    "seq2seq": ("source_len", "source_vocab", "target_vocab", "embed_dim", "units"),
-    "attention": ("heads",),
-    "positional_embedding": ("max_len",),
-    "tied_output": ("units",),
-}
-RATE_SETTINGS = {"dropout": ("rate",), "attention": ("dropout",)}
+# The layer kinds: one record each, KINDS (below, with the shapes); LAYER_SETTINGS, POSITIVE_SETTINGS,
+# RATE_SETTINGS, WEIGHTLESS, WEIGHTED and UNCOUNTED are derived from it.
 ACTIVATIONS = ("relu", "sigmoid", "tanh", "gelu")  # gelu: the exact (erf) form
 PADDINGS = ("valid", "same")
 # the losses a recipe may name (each adapter builds each of them)
@@ -340,6 +308,286 @@ def block_shapes(layer: dict, in_shape: Shape) -> List[Tuple[dict, Shape, Shape]
     return _shapes(layer["layers"], in_shape)
 
 
+# ---- layer kinds: one record each -----------------------------------------------------------
+
+class Kind(NamedTuple):
+    """All that this module knows of one layer kind (KINDS): a new kind is one record and the rules it names.
+
+    settings      the keys a layer of the kind holds (LAYER_SETTINGS), checked present by _check;
+    output_shape  (layer, input shape) -> output shape, of a checked layer; raises IRError on an input it
+                  does not take;
+    param_shapes  (layer, input shape) -> its canonical weights' shapes, name -> shape in canonical order;
+                  None for a kind that holds no weights of its own (WEIGHTLESS);
+    flops         (layer, input shape, output shape) -> one sample's forward FLOPs (forward_flops); None for a
+                  kind they leave out (UNCOUNTED);
+    positive      the settings that are sizes, integers >= 1 (POSITIVE_SETTINGS);
+    rates         the settings that are rates in [0, 1) (RATE_SETTINGS);
+    booleans      the settings that are true or false;
+    check         (layer) -> None, the kind's own checks (a padding, an activation, an epsilon, a block's
+                  layers), run by _check before the sizes, rates and booleans; None where it has none."""
+    settings: Tuple[str, ...]
+    output_shape: Callable[[dict, Shape], Shape]
+    param_shapes: Optional[Callable[[dict, Shape], "OrderedDict[str, Shape]"]]
+    flops: Optional[Callable[[dict, Shape, Shape], int]]
+    positive: Tuple[str, ...] = ()
+    rates: Tuple[str, ...] = ()
+    booleans: Tuple[str, ...] = ()
+    check: Optional[Callable[[dict], None]] = None
+
+
+# the rules the records name, kind by kind in KINDS's order (a rule two kinds share comes with the first)
+
+def _check_padding(layer: dict) -> None:
+    if layer["padding"] not in PADDINGS:
+        raise IRError("layer %s: padding %r; accepted: %s" % (layer["name"], layer["padding"], PADDINGS))
+
+
+def _window_shape(layer: dict, shape: Shape, window: int) -> Shape:
+    """(height, width) after a window of side `window` slides over an (H, W, C) input by the layer's stride."""
+    if len(shape) != 3:
+        raise IRError("layer %s needs an (H, W, C) input, got %s" % (layer["name"], shape))
+    h = _spatial_out(shape[0], window, layer["stride"], layer["padding"])
+    w = _spatial_out(shape[1], window, layer["stride"], layer["padding"])
+    if h < 1 or w < 1:
+        raise IRError("layer %s shrinks %s to nothing" % (layer["name"], shape))
+    return (h, w)
+
+
+def _conv2d_shape(layer: dict, shape: Shape) -> Shape:
+    return _window_shape(layer, shape, layer["kernel"]) + (layer["filters"],)
+
+
+def _conv2d_params(layer: dict, in_shape: Shape) -> "OrderedDict[str, Shape]":
+    return OrderedDict([("kernel", (layer["kernel"], layer["kernel"], in_shape[-1], layer["filters"])),
+                        ("bias", (layer["filters"],))])
+
+
+def _conv2d_flops(layer: dict, in_shape: Shape, out_shape: Shape) -> int:
+    fan_in = layer["kernel"] * layer["kernel"] * in_shape[-1]
+    return int(math.prod(out_shape)) * (2 * fan_in + 1)
+
+
+def _maxpool2d_shape(layer: dict, shape: Shape) -> Shape:
+    return _window_shape(layer, shape, layer["pool"]) + (shape[2],)
+
+
+def _check_epsilon(layer: dict) -> None:
+    epsilon = layer["epsilon"]
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 < epsilon < math.inf:
+        raise IRError("layer %s: epsilon %r; a positive number is needed" % (layer["name"], epsilon))
+
+
+def _same_shape(layer: dict, shape: Shape) -> Shape:
+    return tuple(shape)
+
+
+def _batchnorm_params(layer: dict, in_shape: Shape) -> "OrderedDict[str, Shape]":
+    return OrderedDict((key, (in_shape[-1],)) for key in ("gamma", "beta", "moving_mean", "moving_var"))
+
+
+def _layer_norm_shape(layer: dict, shape: Shape) -> Shape:
+    if len(shape) not in (1, 2):
+        raise IRError("layer %s needs a (features,) or (steps, features) input, got %s" % (layer["name"], shape))
+    return tuple(shape)
+
+
+def _layer_norm_params(layer: dict, in_shape: Shape) -> "OrderedDict[str, Shape]":
+    return OrderedDict([("gamma", (in_shape[-1],)), ("beta", (in_shape[-1],))])
+
+
+def _check_fn(layer: dict) -> None:
+    if layer["fn"] not in ACTIVATIONS:
+        raise IRError("layer %s: activation %r; accepted: %s" % (layer["name"], layer["fn"], ACTIVATIONS))
+
+
+def _flatten_shape(layer: dict, shape: Shape) -> Shape:
+    return (int(math.prod(shape)),)
+
+
+def _units_shape(layer: dict, shape: Shape) -> Shape:
+    """The last axis becomes `units` (a dense layer, a tied output)."""
+    return tuple(shape[:-1]) + (layer["units"],)
+
+
+def _dense_params(layer: dict, in_shape: Shape) -> "OrderedDict[str, Shape]":
+    return OrderedDict([("kernel", (in_shape[-1], layer["units"])), ("bias", (layer["units"],))])
+
+
+def _dense_flops(layer: dict, in_shape: Shape, out_shape: Shape) -> int:
+    """A dense layer's, and a tied output's (counted as a dense layer)."""
+    positions = int(math.prod(in_shape[:-1]))
+    return positions * layer["units"] * (2 * in_shape[-1] + 1)
+
+
+def _embedding_shape(layer: dict, shape: Shape) -> Shape:
+    return tuple(shape) + (layer["dim"],)
+
+
+def _embedding_params(layer: dict, in_shape: Shape) -> "OrderedDict[str, Shape]":
+    return OrderedDict([("embeddings", (layer["vocab"], layer["dim"]))])
+
+
+def _lstm_shape(layer: dict, shape: Shape) -> Shape:
+    if len(shape) != 2:
+        raise IRError("layer %s needs a (time, features) input, got %s" % (layer["name"], shape))
+    return (shape[0], layer["units"]) if layer["return_sequences"] else (layer["units"],)
+
+
+def _lstm_params(layer: dict, in_shape: Shape) -> "OrderedDict[str, Shape]":
+    return _lstm_shapes("", in_shape[-1], layer["units"])
+
+
+def _lstm_layer_flops(layer: dict, in_shape: Shape, out_shape: Shape) -> int:
+    return _lstm_flops(in_shape[0], in_shape[-1], layer["units"])
+
+
+def _seq2seq_shape(layer: dict, shape: Shape) -> Shape:
+    if len(shape) != 1 or shape[0] <= layer["source_len"]:
+        raise IRError("layer %s needs (source_len + target steps,) token ids, got %s" % (layer["name"], shape))
+    return (shape[0] - layer["source_len"], layer["units"])
+
+
+def _seq2seq_params(layer: dict, in_shape: Shape) -> "OrderedDict[str, Shape]":
+    shapes = OrderedDict([("source_embeddings", (layer["source_vocab"], layer["embed_dim"])),
+                          ("target_embeddings", (layer["target_vocab"], layer["embed_dim"]))])
+    shapes.update(_lstm_shapes("encoder_", layer["embed_dim"], layer["units"]))
+    shapes.update(_lstm_shapes("decoder_", layer["embed_dim"], layer["units"]))
+    return shapes
+
+
+def _seq2seq_flops(layer: dict, in_shape: Shape, out_shape: Shape) -> int:
+    steps = in_shape[0]  # source steps in the encoder, the rest in the decoder
+    return _lstm_flops(steps, layer["embed_dim"], layer["units"])
+
+
+def _check_block(layer: dict) -> None:
+    if not isinstance(layer["layers"], list) or not layer["layers"]:
+        raise IRError("layer %s: layers %r; a non-empty list of layers is needed" % (layer["name"], layer["layers"]))
+
+
+def _residual_shape(layer: dict, shape: Shape) -> Shape:
+    inner = block_shapes(layer, tuple(shape))
+    if inner[-1][2] != tuple(shape):
+        raise IRError("layer %s: its layers map %s to %s; a residual block must keep the shape"
+                      % (layer["name"], tuple(shape), inner[-1][2]))
+    return tuple(shape)
+
+
+def _residual_flops(layer: dict, in_shape: Shape, out_shape: Shape) -> int:
+    """Its layers' (the addition is not counted)."""
+    return _layers_flops(block_shapes(layer, in_shape))
+
+
+def _sequence_input(layer: dict, shape: Shape) -> None:
+    if len(shape) != 2:
+        raise IRError("layer %s needs a (steps, features) input, got %s" % (layer["name"], shape))
+
+
+def _attention_shape(layer: dict, shape: Shape) -> Shape:
+    _sequence_input(layer, shape)
+    if shape[1] % layer["heads"]:
+        raise IRError("layer %s: %d features do not split into %d heads" % (layer["name"], shape[1], layer["heads"]))
+    return tuple(shape)
+
+
+def _attention_params(layer: dict, in_shape: Shape) -> "OrderedDict[str, Shape]":
+    shapes = OrderedDict()  # type: OrderedDict[str, Shape]
+    for part in ATTENTION_PARTS:
+        shapes[part + "_kernel"] = (in_shape[-1], in_shape[-1])
+        shapes[part + "_bias"] = (in_shape[-1],)
+    return shapes
+
+
+def _attention_flops(layer: dict, in_shape: Shape, out_shape: Shape) -> int:
+    """Its four projections and both products with the whole (steps x steps) score matrix, as the frameworks
+    compute it, causal or not: 4 T d (2d + 1) + 4 T^2 d."""
+    steps, features = in_shape
+    return 4 * steps * features * (2 * features + 1) + 4 * steps * steps * features
+
+
+def _positional_embedding_shape(layer: dict, shape: Shape) -> Shape:
+    _sequence_input(layer, shape)
+    if shape[0] > layer["max_len"]:
+        raise IRError("layer %s: %d steps, more than max_len %d" % (layer["name"], shape[0], layer["max_len"]))
+    return tuple(shape)
+
+
+def _positional_embedding_params(layer: dict, in_shape: Shape) -> "OrderedDict[str, Shape]":
+    return OrderedDict([("embeddings", (layer["max_len"], in_shape[-1]))])
+
+
+def _tied_output_params(layer: dict, in_shape: Shape) -> "OrderedDict[str, Shape]":
+    return OrderedDict([("bias", (layer["units"],))])  # its kernel is the embedding's table
+
+
+def _to_sequence_shape(layer: dict, shape: Shape) -> Shape:
+    if len(shape) != 3:
+        raise IRError("layer %s needs an (H, W, C) input, got %s" % (layer["name"], shape))
+    return (shape[0] * shape[1], shape[2])
+
+
+def _sequence_mean_shape(layer: dict, shape: Shape) -> Shape:
+    if len(shape) != 2:
+        raise IRError("layer %s needs a (steps, features) input, got %s" % (layer["name"], shape))
+    return (shape[1],)
+
+
+# every layer kind of the IR, in the order error messages list them; param_shapes None: no weights of its own
+# (a residual block's layers are listed apart: all_shapes), flops None: not counted (element-wise, reshapes,
+# lookups)
+KINDS = {
+    "conv2d": Kind(settings=("filters", "kernel", "stride", "padding"), positive=("filters", "kernel", "stride"),
+                   check=_check_padding, output_shape=_conv2d_shape, param_shapes=_conv2d_params,
+                   flops=_conv2d_flops),
+    "maxpool2d": Kind(settings=("pool", "stride", "padding"), positive=("pool", "stride"), check=_check_padding,
+                      output_shape=_maxpool2d_shape, param_shapes=None, flops=None),
+    "batchnorm": Kind(settings=("momentum", "epsilon"), check=_check_epsilon, output_shape=_same_shape,
+                      param_shapes=_batchnorm_params, flops=None),
+    "layer_norm": Kind(settings=("epsilon",), check=_check_epsilon, output_shape=_layer_norm_shape,
+                       param_shapes=_layer_norm_params, flops=None),
+    "activation": Kind(settings=("fn",), check=_check_fn, output_shape=_same_shape, param_shapes=None,
+                       flops=None),
+    "dropout": Kind(settings=("rate",), rates=("rate",), output_shape=_same_shape, param_shapes=None, flops=None),
+    "flatten": Kind(settings=(), output_shape=_flatten_shape, param_shapes=None, flops=None),
+    "dense": Kind(settings=("units",), positive=("units",), output_shape=_units_shape, param_shapes=_dense_params,
+                  flops=_dense_flops),
+    "embedding": Kind(settings=("vocab", "dim"), positive=("vocab", "dim"), output_shape=_embedding_shape,
+                      param_shapes=_embedding_params, flops=None),
+    "lstm": Kind(settings=("units", "return_sequences"), positive=("units",), booleans=("return_sequences",),
+                 output_shape=_lstm_shape, param_shapes=_lstm_params, flops=_lstm_layer_flops),
+    "seq2seq": Kind(settings=("source_len", "source_vocab", "target_vocab", "embed_dim", "units"),
+                    positive=("source_len", "source_vocab", "target_vocab", "embed_dim", "units"),
+                    output_shape=_seq2seq_shape, param_shapes=_seq2seq_params, flops=_seq2seq_flops),
+    "residual": Kind(settings=("layers",), check=_check_block, output_shape=_residual_shape, param_shapes=None,
+                     flops=_residual_flops),
+    "attention": Kind(settings=("heads", "causal", "dropout"), positive=("heads",), rates=("dropout",),
+                      booleans=("causal",), output_shape=_attention_shape, param_shapes=_attention_params,
+                      flops=_attention_flops),
+    "positional_embedding": Kind(settings=("max_len",), positive=("max_len",),
+                                 output_shape=_positional_embedding_shape,
+                                 param_shapes=_positional_embedding_params, flops=None),
+    "tied_output": Kind(settings=("embedding", "units"), positive=("units",), output_shape=_units_shape,
+                        param_shapes=_tied_output_params, flops=_dense_flops),
+    "to_sequence": Kind(settings=(), output_shape=_to_sequence_shape, param_shapes=None, flops=None),
+    "sequence_mean": Kind(settings=(), output_shape=_sequence_mean_shape, param_shapes=None, flops=None),
+}
+
+# derived from KINDS, never restated. LAYER_SETTINGS is also what _check accepts: a kind put there without a
+# record (tests/test_fallbacks.py plants one) passes _check and is refused by name by every rule.
+LAYER_SETTINGS = {kind: record.settings for kind, record in KINDS.items()}
+# the settings that are sizes (integers >= 1) and rates (in [0, 1)), checked for every layer however it was
+# written (a hand-written dict as well as a constructor's): a stride of 0 divides by zero, a dense layer of 0
+# units builds in no framework
+POSITIVE_SETTINGS = {kind: record.positive for kind, record in KINDS.items() if record.positive}
+RATE_SETTINGS = {kind: record.rates for kind, record in KINDS.items() if record.rates}
+# the layer types that hold no weights of their own (a residual block's layers are listed apart: all_shapes)
+WEIGHTLESS = tuple(kind for kind, record in KINDS.items() if record.param_shapes is None)
+# the layer types that hold weights (param_shapes gives them): every other type of LAYER_SETTINGS
+WEIGHTED = tuple(kind for kind, record in KINDS.items() if record.param_shapes is not None)
+# the layer types forward_flops leaves out: element-wise, reshapes, lookups
+UNCOUNTED = tuple(kind for kind, record in KINDS.items() if record.flops is None)
+
+
 # ---- shapes, parameters, FLOPs --------------------------------------------------------------
 
 def same_padding(size: int, kernel: int, stride: int) -> Tuple[int, int]:
@@ -359,31 +607,28 @@ def _spatial_out(size: int, kernel: int, stride: int, padding: str) -> int:
 
 
 def _check(layer: dict) -> None:
+    """A layer's kind is known and the layer holds its settings; then the kind's own check, its sizes, its
+    rates and its booleans (KINDS)."""
     kind = layer.get("type")
     if kind not in LAYER_SETTINGS:
         raise IRError("unknown layer type %r; known: %s" % (kind, ", ".join(LAYER_SETTINGS)))
     for key in LAYER_SETTINGS[kind]:
         if key not in layer:
             raise IRError("layer %s lacks %r" % (layer.get("name", kind), key))
-    if kind in ("conv2d", "maxpool2d") and layer["padding"] not in PADDINGS:
-        raise IRError("layer %s: padding %r; accepted: %s" % (layer["name"], layer["padding"], PADDINGS))
-    if kind == "activation" and layer["fn"] not in ACTIVATIONS:
-        raise IRError("layer %s: activation %r; accepted: %s" % (layer["name"], layer["fn"], ACTIVATIONS))
-    if kind in ("layer_norm", "batchnorm"):
-        epsilon = layer["epsilon"]
-        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not 0 < epsilon < math.inf:
-            raise IRError("layer %s: epsilon %r; a positive number is needed" % (layer["name"], epsilon))
-    for key in POSITIVE_SETTINGS.get(kind, ()):
+    record = KINDS.get(kind)
+    if record is None:  # accepted without a record: each rule refuses it by name
+        return
+    if record.check is not None:
+        record.check(layer)
+    for key in record.positive:
         _check_positive(layer, key)
-    for key in RATE_SETTINGS.get(kind, ()):
+    for key in record.rates:
         rate = layer[key]
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
             raise IRError("layer %s: %s %r; a rate in [0, 1) is needed" % (layer.get("name", kind), key, rate))
-    for key in ("causal", "return_sequences"):
-        if key in LAYER_SETTINGS[kind] and not isinstance(layer[key], bool):
+    for key in record.booleans:
+        if not isinstance(layer[key], bool):
             raise IRError("layer %s: %s %r; true or false is needed" % (layer.get("name", kind), key, layer[key]))
-    if kind == "residual" and (not isinstance(layer["layers"], list) or not layer["layers"]):
-        raise IRError("layer %s: layers %r; a non-empty list of layers is needed" % (layer["name"], layer["layers"]))
 
 
 def _check_positive(layer: dict, key: str) -> None:
@@ -395,65 +640,10 @@ def _check_positive(layer: dict, key: str) -> None:
 
 def output_shape(layer: dict, shape: Shape) -> Shape:
     _check(layer)
-    kind = layer["type"]
-    if kind in ("conv2d", "maxpool2d"):
-        if len(shape) != 3:
-            raise IRError("layer %s needs an (H, W, C) input, got %s" % (layer["name"], shape))
-        k = layer["kernel"] if kind == "conv2d" else layer["pool"]
-        h = _spatial_out(shape[0], k, layer["stride"], layer["padding"])
-        w = _spatial_out(shape[1], k, layer["stride"], layer["padding"])
-        if h < 1 or w < 1:
-            raise IRError("layer %s shrinks %s to nothing" % (layer["name"], shape))
-        return (h, w, layer["filters"] if kind == "conv2d" else shape[2])
-    if kind == "flatten":
-        return (int(math.prod(shape)),)
-    if kind == "dense":
-        return tuple(shape[:-1]) + (layer["units"],)
-    if kind == "embedding":
-        return tuple(shape) + (layer["dim"],)
-    if kind == "lstm":
-        if len(shape) != 2:
-            raise IRError("layer %s needs a (time, features) input, got %s" % (layer["name"], shape))
-        return (shape[0], layer["units"]) if layer["return_sequences"] else (layer["units"],)
-    if kind == "seq2seq":
-        if len(shape) != 1 or shape[0] <= layer["source_len"]:
-            raise IRError("layer %s needs (source_len + target steps,) token ids, got %s" % (layer["name"], shape))
-        return (shape[0] - layer["source_len"], layer["units"])
-    if kind == "layer_norm":
-        if len(shape) not in (1, 2):
-            raise IRError("layer %s needs a (features,) or (steps, features) input, got %s" % (layer["name"], shape))
-        return tuple(shape)
-    if kind in ("attention", "positional_embedding"):
-        return _sequence_shape(layer, shape)
-    if kind == "tied_output":
-        return tuple(shape[:-1]) + (layer["units"],)
-    if kind == "to_sequence":
-        if len(shape) != 3:
-            raise IRError("layer %s needs an (H, W, C) input, got %s" % (layer["name"], shape))
-        return (shape[0] * shape[1], shape[2])
-    if kind == "sequence_mean":
-        if len(shape) != 2:
-            raise IRError("layer %s needs a (steps, features) input, got %s" % (layer["name"], shape))
-        return (shape[1],)
-    if kind == "residual":
-        inner = block_shapes(layer, tuple(shape))
-        if inner[-1][2] != tuple(shape):
-            raise IRError("layer %s: its layers map %s to %s; a residual block must keep the shape"
-                          % (layer["name"], tuple(shape), inner[-1][2]))
-        return tuple(shape)
-    if kind in ("batchnorm", "activation", "dropout"):
-        return tuple(shape)
-    raise IRError("layer type %r has no output shape rule" % kind)
-
-
-def _sequence_shape(layer: dict, shape: Shape) -> Shape:
-    if len(shape) != 2:
-        raise IRError("layer %s needs a (steps, features) input, got %s" % (layer["name"], shape))
-    if layer["type"] == "attention" and shape[1] % layer["heads"]:
-        raise IRError("layer %s: %d features do not split into %d heads" % (layer["name"], shape[1], layer["heads"]))
-    if layer["type"] == "positional_embedding" and shape[0] > layer["max_len"]:
-        raise IRError("layer %s: %d steps, more than max_len %d" % (layer["name"], shape[0], layer["max_len"]))
-    return tuple(shape)
+    record = KINDS.get(layer["type"])
+    if record is None:
+        raise IRError("layer type %r has no output shape rule" % layer["type"])
+    return record.output_shape(layer, shape)
 
 
 def infer_shapes(spec: dict) -> List[Tuple[dict, Shape, Shape]]:
@@ -490,47 +680,11 @@ def _check_ties(shapes: List[Tuple[dict, Shape, Shape]]) -> None:
 
 
 def param_shapes(layer: dict, in_shape: Shape) -> "OrderedDict[str, Shape]":
-    """Canonical parameter shapes of one layer, in canonical order."""
-    kind = layer["type"]
-    shapes = OrderedDict()  # type: OrderedDict[str, Shape]
-    if kind == "conv2d":
-        shapes["kernel"] = (layer["kernel"], layer["kernel"], in_shape[-1], layer["filters"])
-        shapes["bias"] = (layer["filters"],)
-    elif kind == "dense":
-        shapes["kernel"] = (in_shape[-1], layer["units"])
-        shapes["bias"] = (layer["units"],)
-    elif kind == "batchnorm":
-        for key in ("gamma", "beta", "moving_mean", "moving_var"):
-            shapes[key] = (in_shape[-1],)
-    elif kind == "layer_norm":
-        shapes["gamma"] = (in_shape[-1],)
-        shapes["beta"] = (in_shape[-1],)
-    elif kind == "embedding":
-        shapes["embeddings"] = (layer["vocab"], layer["dim"])
-    elif kind == "attention":
-        for part in ATTENTION_PARTS:
-            shapes[part + "_kernel"] = (in_shape[-1], in_shape[-1])
-            shapes[part + "_bias"] = (in_shape[-1],)
-    elif kind == "positional_embedding":
-        shapes["embeddings"] = (layer["max_len"], in_shape[-1])
-    elif kind == "tied_output":
-        shapes["bias"] = (layer["units"],)
-    elif kind == "lstm":
-        shapes.update(_lstm_shapes("", in_shape[-1], layer["units"]))
-    elif kind == "seq2seq":
-        shapes["source_embeddings"] = (layer["source_vocab"], layer["embed_dim"])
-        shapes["target_embeddings"] = (layer["target_vocab"], layer["embed_dim"])
-        shapes.update(_lstm_shapes("encoder_", layer["embed_dim"], layer["units"]))
-        shapes.update(_lstm_shapes("decoder_", layer["embed_dim"], layer["units"]))
-    elif kind not in WEIGHTLESS:  # a new layer type must say which weights it holds, none included
-        raise IRError("layer type %r has no parameter rule" % kind)
-    return shapes
-
-
-# the layer types that hold no weights of their own (a residual block's layers are listed apart: all_shapes)
-WEIGHTLESS = ("maxpool2d", "activation", "dropout", "flatten", "to_sequence", "sequence_mean", "residual")
-# the layer types that hold weights (param_shapes gives them): every other type of LAYER_SETTINGS
-WEIGHTED = tuple(kind for kind in LAYER_SETTINGS if kind not in WEIGHTLESS)
+    """Canonical parameter shapes of one layer, in canonical order (none for a kind of WEIGHTLESS)."""
+    record = KINDS.get(layer["type"])
+    if record is None:  # a new layer type must say which weights it holds, none included
+        raise IRError("layer type %r has no parameter rule" % layer["type"])
+    return OrderedDict() if record.param_shapes is None else record.param_shapes(layer, in_shape)
 
 
 ATTENTION_PARTS = ("query", "key", "value", "output")  # canonical order of an attention layer's weights
@@ -579,38 +733,15 @@ def forward_flops(spec: dict) -> int:
 
 
 def _layers_flops(shapes: List[Tuple[dict, Shape, Shape]]) -> int:
-    """Attention counts its four projections and both products with the whole (steps x steps) score matrix,
-    as the frameworks compute it, causal or not: 4 T d (2d + 1) + 4 T^2 d; a tied output as a dense layer."""
+    """The sum of each layer's FLOPs rule (KINDS: none for a kind of UNCOUNTED)."""
     total = 0
     for layer, in_shape, out_shape in shapes:
-        kind = layer["type"]
-        if kind == "residual":
-            total += _layers_flops(block_shapes(layer, in_shape))
-        elif kind == "attention":
-            steps, features = in_shape
-            total += 4 * steps * features * (2 * features + 1) + 4 * steps * steps * features
-        elif kind == "tied_output":
-            positions = int(math.prod(in_shape[:-1]))
-            total += positions * layer["units"] * (2 * in_shape[-1] + 1)
-        elif kind == "conv2d":
-            fan_in = layer["kernel"] * layer["kernel"] * in_shape[-1]
-            total += int(math.prod(out_shape)) * (2 * fan_in + 1)
-        elif kind == "dense":
-            positions = int(math.prod(in_shape[:-1]))
-            total += positions * layer["units"] * (2 * in_shape[-1] + 1)
-        elif kind == "lstm":
-            total += _lstm_flops(in_shape[0], in_shape[-1], layer["units"])
-        elif kind == "seq2seq":
-            steps = in_shape[0]  # source steps in the encoder, the rest in the decoder
-            total += _lstm_flops(steps, layer["embed_dim"], layer["units"])
-        elif kind not in UNCOUNTED:  # a new layer type must say what it costs, were it nothing
-            raise IRError("layer type %r has no FLOPs rule" % kind)
+        record = KINDS.get(layer["type"])
+        if record is None:  # a new layer type must say what it costs, were it nothing
+            raise IRError("layer type %r has no FLOPs rule" % layer["type"])
+        if record.flops is not None:
+            total += record.flops(layer, in_shape, out_shape)
     return total
-
-
-# the layer types forward_flops leaves out: element-wise, reshapes, lookups
-UNCOUNTED = ("maxpool2d", "batchnorm", "layer_norm", "activation", "dropout", "flatten", "embedding",
-             "positional_embedding", "to_sequence", "sequence_mean")
 
 
 DETECTOR_ROIS = 128  # the RoIs a training step samples per image (py-faster-rcnn's and torchvision's)
