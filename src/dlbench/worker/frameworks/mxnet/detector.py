@@ -20,14 +20,7 @@ from typing import Dict
 import numpy as np
 
 # first: it fixes MXNet's OpenMP threads and cache folder, which mxnet reads when it loads
-from dlbench.worker.frameworks.mxnet.adapter import (
-    DTYPES,
-    OPTIMIZERS,
-    THREADS,
-    build_net,
-    check_threads,
-    gluon_params,
-)
+from dlbench.worker.frameworks.mxnet.adapter import DTYPES, THREADS, check_threads
 
 # isort: split
 import mxnet as mx
@@ -37,6 +30,8 @@ from dlbench.shared.detection.pipeline import SMOOTH_L1_BETA
 from dlbench.shared.ir import detector_parts
 from dlbench.worker.base import from_out_in_layout, lookup, recipe_dtype, to_out_in_layout
 from dlbench.worker.detector import LOSS_NAMES, DetectorAdapter
+from dlbench.worker.frameworks.mxnet.layers import build_net, gluon_params
+from dlbench.worker.frameworks.mxnet.optimizers import OPTIMIZERS
 
 PROPOSER = ("backbone", "rpn", "rpn_cls", "rpn_box")
 SIGMA = (1.0 / SMOOTH_L1_BETA) ** 0.5  # MXNet's smooth_l1 takes sigma, with beta = 1 / sigma^2
