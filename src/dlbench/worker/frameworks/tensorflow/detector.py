@@ -21,7 +21,8 @@ from dlbench.shared.detection.pipeline import SMOOTH_L1_BETA
 from dlbench.shared.ir import detector_parts
 from dlbench.worker.base import lookup
 from dlbench.worker.detector import LOSS_NAMES, DetectorAdapter
-from dlbench.worker.frameworks.tensorflow.adapter import JIT_COMPILE, Model, choose_device, configure_threads
+from dlbench.worker.frameworks.tensorflow.adapter import JIT_COMPILE, choose_device, configure_threads
+from dlbench.worker.frameworks.tensorflow.layers import Model
 from dlbench.worker.frameworks.tensorflow.optimizers import OPTIMIZERS
 
 TARGETS = (("rpn_labels", tf.int32, [None]), ("rpn_targets", tf.float32, [None, 4]),
