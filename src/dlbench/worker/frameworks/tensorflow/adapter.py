@@ -1,14 +1,11 @@
 """TensorFlow 2 adapter at its lowest idiomatic level: variables in a tf.Module, tf.nn ops, a
 tf.function train step with GradientTape, and optimisers written out with tf.Variable slots.
 
-No Keras layers or optimisers. TensorFlow's native layouts are the canonical ones (NHWC activations,
-HWIO conv kernels, (in, out) dense kernels, LSTM kernels (in, 4u) / (u, 4u) with gates i, f, g, o),
-so weights move in and out unchanged. The LSTM is our own cell run over time with tf.scan (a graph
-while-loop), not an unrolled Python loop. Multi-head self-attention is written out in tf ops (batched
-matmuls over the heads, the causal mask as -inf scores, tf.nn.softmax, stateless dropout on the weights
-in training): core TensorFlow has no fused attention op (Keras's MultiHeadAttention is the keras adapter's).
-A residual block's layers hold their variables under their own prefixed names; the tied output reads
-the embedding's variable itself, so its gradient sums both uses.
+No Keras layers or optimisers. The package splits by concern: layers.py is the layer table (each IR kind
+in tf.nn ops over canonical variables, and the Model that applies them; TensorFlow's native layouts are
+the canonical ones, so weights move in and out unchanged), optimizers.py the optimisers and schedules,
+losses.py the loss terms and per-batch sums; this module the device, threads, weights in and out, and the
+compiled training and evaluation steps.
 
 An epoch is driven from Python one compiled step per batch: the split lives on the device as tensors
 made once (pixels stay uint8 until a batch), each step gathers its batch from the epoch's order inside
@@ -20,15 +17,15 @@ with a GPU install "tensorflow" (CUDA build) instead; device "gpu" then places e
 """
 from __future__ import annotations
 
-import math
 from typing import Dict, List
 
 import numpy as np
 import tensorflow as tf
 
-from dlbench.shared.ir import all_shapes, block_shapes, infer_shapes, param_shapes
-from dlbench.shared.protocol import PAD_ID
-from dlbench.worker.base import BaseAdapter, Split, batch_slices, finish_metrics, lookup, not_built
+from dlbench.worker.base import BaseAdapter, Split, batch_slices, finish_metrics, lookup
+from dlbench.worker.frameworks.tensorflow.layers import Model
+from dlbench.worker.frameworks.tensorflow.losses import batch_sums, loss_terms
+from dlbench.worker.frameworks.tensorflow.optimizers import OPTIMIZERS, dense_gradient
 
 # XLA (jit_compile=True) measured slower on the project's 2-core CPU machine, against plain graph
 # functions: cnn-mnist steady epochs ~5x, lstm-ptb ~1.3-1.6x (XLA's CPU convolutions do not use
@@ -66,282 +63,6 @@ def choose_device(device: str) -> str:
         except RuntimeError:
             pass  # runtime already started; the explicit device scope still pins the work to the CPU
     return "/CPU:0"
-
-
-# ---- the model --------------------------------------------------------------------------------
-
-def lstm_scan(x, kernel, recurrent, bias, state=None):
-    """x (batch, time, features) -> hidden states (time, batch, units) and final (h, c). The input
-    projection of every step is one matmul before the loop; the loop only adds h @ recurrent."""
-    units = recurrent.shape[0]
-    batch, steps = tf.shape(x)[0], tf.shape(x)[1]
-    projected = tf.reshape(tf.matmul(tf.reshape(x, [-1, x.shape[-1]]), kernel) + bias, [batch, steps, 4 * units])
-    if state is None:
-        zeros = tf.zeros([batch, units], dtype=x.dtype)
-        state = (zeros, zeros)
-
-    def step(carry, z_x):
-        h, c = carry
-        z = z_x + tf.matmul(h, recurrent)
-        i, f, g, o = tf.split(z, 4, axis=1)
-        c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
-        return tf.sigmoid(o) * tf.tanh(c), c
-
-    hs, cs = tf.scan(step, tf.transpose(projected, [1, 0, 2]), initializer=state)
-    return hs, (hs[-1], cs[-1])
-
-
-def dense(x, kernel, bias):
-    if len(x.shape) == 2:
-        return tf.matmul(x, kernel) + bias
-    flat = tf.matmul(tf.reshape(x, [-1, x.shape[-1]]), kernel) + bias
-    return tf.reshape(flat, tf.concat([tf.shape(x)[:-1], [kernel.shape[1]]], axis=0))
-
-
-ACTIVATIONS = {"relu": tf.nn.relu, "sigmoid": tf.sigmoid, "tanh": tf.tanh,
-               "gelu": lambda x: tf.nn.gelu(x, approximate=False)}  # the exact (erf) form
-PADDINGS = {"same": "SAME", "valid": "VALID"}  # TensorFlow's 'same' is the IR's (shared/ir.py same_padding)
-
-
-class Model(tf.Module):
-    """The IR's layers over canonical variables: self.weights["layer/param"] -> tf.Variable."""
-
-    def __init__(self, spec: dict, seed: int):
-        super().__init__(name="dlbench_model")
-        self.layers = [(layer, tuple(in_shape)) for layer, in_shape, _ in infer_shapes(spec)]
-        self.weights = {}  # type: Dict[str, tf.Variable]
-        for layer, in_shape, _ in all_shapes(spec):  # a residual block's own layers included
-            for key, shape in param_shapes(layer, in_shape).items():
-                name = layer["name"] + "/" + key
-                self.weights[name] = tf.Variable(tf.zeros(shape, tf.float32), name=name.replace("/", "."),
-                                                 trainable=not key.startswith("moving_"))
-        self.names = list(self.weights)
-        self.trainable_names = [n for n in self.names if self.weights[n].trainable]
-        self.rng = tf.random.Generator.from_seed(seed)  # dropout masks, drawn with stateless ops
-
-    def __call__(self, x, training: bool):
-        for layer, in_shape in self.layers:
-            x = self.apply(layer, in_shape, x, training)
-        return x
-
-    def apply(self, layer, in_shape, x, training):
-        kind = layer["type"]
-        w = {key.split("/", 1)[1]: var for key, var in self.weights.items() if key.startswith(layer["name"] + "/")}
-        if kind == "residual":
-            y = x
-            for inner, inner_shape, _ in block_shapes(layer, in_shape):
-                y = self.apply(inner, inner_shape, y, training)
-            return x + y
-        if kind == "attention":
-            return self.attention(layer, in_shape, w, x, training)
-        if kind == "positional_embedding":
-            return x + w["embeddings"][:in_shape[0]]
-        if kind == "tied_output":  # the embedding's own variable, transposed: one variable, two uses
-            return dense(x, tf.transpose(self.weights[layer["embedding"] + "/embeddings"]), w["bias"])
-        if kind == "conv2d":
-            padding = lookup(PADDINGS, "padding", layer["padding"])
-            y = tf.nn.conv2d(x, w["kernel"], strides=layer["stride"], padding=padding)
-            return tf.nn.bias_add(y, w["bias"])
-        if kind == "maxpool2d":  # TensorFlow's 'same' leaves the padding out of the max: -inf padding
-            padding = lookup(PADDINGS, "padding", layer["padding"])
-            return tf.nn.max_pool2d(x, ksize=layer["pool"], strides=layer["stride"], padding=padding)
-        if kind == "batchnorm":
-            return self.batchnorm(layer, w, x, training)
-        if kind == "layer_norm":  # over the last axis; tf.nn.moments' variance is the biased one
-            mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
-            return tf.nn.batch_normalization(x, mean, variance, w["beta"], w["gamma"], layer["epsilon"])
-        if kind == "activation":
-            return lookup(ACTIVATIONS, "activation", layer["fn"])(x)
-        if kind == "dropout":
-            if not training or layer["rate"] == 0:
-                return x
-            seed = self.rng.make_seeds(1)[:, 0]
-            return tf.nn.experimental.stateless_dropout(x, rate=layer["rate"], seed=seed)
-        if kind == "flatten":
-            return tf.reshape(x, [-1, int(math.prod(in_shape))])  # NHWC in C order: the canonical one
-        if kind == "to_sequence":  # NHWC in C order: step r * W + c is row r, column c
-            height, width, channels = in_shape
-            return tf.reshape(x, [-1, height * width, channels])
-        if kind == "sequence_mean":
-            return tf.reduce_mean(x, axis=1)
-        if kind == "dense":
-            return dense(x, w["kernel"], w["bias"])
-        if kind == "embedding":
-            return tf.nn.embedding_lookup(w["embeddings"], x)
-        if kind == "lstm":
-            hs, (h, _) = lstm_scan(x, w["kernel"], w["recurrent_kernel"], w["bias"])
-            return tf.transpose(hs, [1, 0, 2]) if layer["return_sequences"] else h
-        if kind != "seq2seq":
-            raise not_built("layer type", kind)
-        # seq2seq: the encoder's final (h, c) starts the decoder; teacher forcing
-        source_len = layer["source_len"]
-        source = tf.nn.embedding_lookup(w["source_embeddings"], x[:, :source_len])
-        target = tf.nn.embedding_lookup(w["target_embeddings"], x[:, source_len:])
-        _, state = lstm_scan(source, w["encoder_kernel"], w["encoder_recurrent_kernel"], w["encoder_bias"])
-        hs, _ = lstm_scan(target, w["decoder_kernel"], w["decoder_recurrent_kernel"], w["decoder_bias"], state)
-        return tf.transpose(hs, [1, 0, 2])
-
-    def attention(self, layer, in_shape, w, x, training):
-        """Multi-head self-attention written out in tf ops (TensorFlow has no fused attention op outside
-        Keras): scores of every head in one batched matmul, the causal mask as -inf, softmax over the keys."""
-        steps, features = in_shape
-        heads = layer["heads"]
-        size = features // heads
-
-        def split_heads(part):  # (batch, steps, features) -> (batch, heads, steps, size)
-            t = dense(x, w[part + "_kernel"], w[part + "_bias"])
-            return tf.transpose(tf.reshape(t, [-1, steps, heads, size]), [0, 2, 1, 3])
-
-        q, k, v = split_heads("query"), split_heads("key"), split_heads("value")
-        scores = tf.matmul(q, k, transpose_b=True) * (1.0 / math.sqrt(size))
-        if layer["causal"]:  # lower triangle: a query sees its own step and the earlier ones
-            allowed = tf.linalg.band_part(tf.ones([steps, steps], tf.bool), -1, 0)
-            scores = tf.where(allowed, scores, tf.constant(-math.inf, scores.dtype))
-        weights = tf.nn.softmax(scores, axis=-1)
-        if training and layer["dropout"] > 0:
-            seed = self.rng.make_seeds(1)[:, 0]
-            weights = tf.nn.experimental.stateless_dropout(weights, rate=layer["dropout"], seed=seed)
-        out = tf.reshape(tf.transpose(tf.matmul(weights, v), [0, 2, 1, 3]), [-1, steps, features])
-        return dense(out, w["output_kernel"], w["output_bias"])
-
-    @staticmethod
-    def batchnorm(layer, w, x, training):
-        eps = layer["epsilon"]
-        if not training:
-            return tf.nn.batch_normalization(x, w["moving_mean"], w["moving_var"], w["beta"], w["gamma"], eps)
-        axes = list(range(len(x.shape) - 1))
-        mean, variance = tf.nn.moments(x, axes=axes)  # biased: what normalises the batch
-        n = tf.cast(tf.size(x) // tf.shape(x)[-1], tf.float32)
-        unbiased = variance * n / tf.maximum(n - 1.0, 1.0)  # what the moving variance follows (as torch)
-        momentum = layer["momentum"]
-        w["moving_mean"].assign(momentum * w["moving_mean"] + (1.0 - momentum) * tf.stop_gradient(mean))
-        w["moving_var"].assign(momentum * w["moving_var"] + (1.0 - momentum) * tf.stop_gradient(unbiased))
-        return tf.nn.batch_normalization(x, mean, variance, w["beta"], w["gamma"], eps)
-
-
-# ---- optimisers: the brief's (torch's) formulas, slots as tf.Variables -------------------------
-
-class WarmupCosine(object):
-    """The recipe's warmup_cosine schedule (shared/schedule.py) of an update counter kept as a tf.Variable:
-    each call gives the next update's learning rate (float64) and counts it."""
-
-    def __init__(self, lr: float, schedule: dict):
-        self.lr, self.final = lr, schedule["final_lr_fraction"]
-        self.warmup, self.total = float(schedule["warmup_steps"]), float(schedule["total_steps"])
-        self.updates = tf.Variable(0.0, dtype=tf.float64, trainable=False)
-
-    def __call__(self):
-        k = self.updates.read_value()
-        warm = tf.math.divide_no_nan(k, self.warmup)
-        progress = tf.minimum(tf.constant(1.0, tf.float64), (k - self.warmup) / (self.total - self.warmup))
-        decayed = self.final + (1.0 - self.final) * 0.5 * (1.0 + tf.cos(math.pi * progress))
-        self.updates.assign_add(1.0)
-        return self.lr * tf.where(k < self.warmup, warm, decayed)
-
-
-def learning_rate(config: dict, schedule=None):
-    """A callable giving each update's learning rate: the recipe's constant, or its schedule's."""
-    if schedule is None:
-        return lambda: config["lr"]
-    return lookup({"warmup_cosine": WarmupCosine}, "schedule", schedule["name"])(config["lr"], schedule)
-
-
-class SGD(object):
-    def __init__(self, params: List[tf.Variable], config: dict, schedule=None):
-        self.rate = learning_rate(config, schedule)
-        self.momentum = config.get("momentum", 0.0)
-        self.nesterov, self.weight_decay = config.get("nesterov", False), config.get("weight_decay", 0.0)
-        self.velocity = [tf.Variable(tf.zeros_like(p), trainable=False) for p in params] if self.momentum else []
-
-    def apply(self, params, grads):
-        lr = tf.cast(self.rate(), tf.float32)
-        for k, (p, g) in enumerate(zip(params, grads)):
-            if self.weight_decay:
-                g = g + self.weight_decay * p  # coupled L2, on every trainable weight
-            if self.momentum:
-                v = self.velocity[k]
-                v.assign(self.momentum * v + g)
-                g = g + self.momentum * v if self.nesterov else v
-            p.assign_sub(lr * g)
-
-
-class Adam(object):
-    decoupled_decay = 0.0  # AdamW's: p -= lr_t * weight_decay * p before the step
-
-    def __init__(self, params: List[tf.Variable], config: dict, schedule=None):
-        self.rate = learning_rate(config, schedule)
-        self.b1, self.b2, self.eps = config["beta1"], config["beta2"], config["epsilon"]
-        self.step = tf.Variable(0.0, dtype=tf.float64, trainable=False)
-        self.m = [tf.Variable(tf.zeros_like(p), trainable=False) for p in params]
-        self.v = [tf.Variable(tf.zeros_like(p), trainable=False) for p in params]
-
-    def apply(self, params, grads):
-        lr = self.rate()
-        t = self.step.assign_add(1.0)
-        step_size = tf.cast(lr / (1.0 - tf.pow(tf.constant(self.b1, tf.float64), t)), tf.float32)
-        bc2_sqrt = tf.cast(tf.sqrt(1.0 - tf.pow(tf.constant(self.b2, tf.float64), t)), tf.float32)
-        decay = tf.cast(lr * self.decoupled_decay, tf.float32)
-        for p, g, m, v in zip(params, grads, self.m, self.v):
-            if self.decoupled_decay:
-                p.assign_sub(decay * p)
-            m.assign(self.b1 * m + (1.0 - self.b1) * g)
-            v.assign(self.b2 * v + (1.0 - self.b2) * tf.square(g))
-            p.assign_sub(step_size * m / (tf.sqrt(v) / bc2_sqrt + self.eps))
-
-
-class AdamW(Adam):
-    def __init__(self, params: List[tf.Variable], config: dict, schedule=None):
-        super().__init__(params, config, schedule)
-        self.decoupled_decay = config["weight_decay"]
-
-
-class Adadelta(object):
-    def __init__(self, params: List[tf.Variable], config: dict, schedule=None):
-        self.rate = learning_rate(config, schedule)
-        self.rho, self.eps = config["rho"], config["epsilon"]
-        self.square_avg = [tf.Variable(tf.zeros_like(p), trainable=False) for p in params]
-        self.delta_avg = [tf.Variable(tf.zeros_like(p), trainable=False) for p in params]
-
-    def apply(self, params, grads):
-        lr = tf.cast(self.rate(), tf.float32)
-        for p, g, v, u in zip(params, grads, self.square_avg, self.delta_avg):
-            v.assign(self.rho * v + (1.0 - self.rho) * tf.square(g))
-            d = tf.sqrt(u + self.eps) / tf.sqrt(v + self.eps) * g
-            u.assign(self.rho * u + (1.0 - self.rho) * tf.square(d))
-            p.assign_sub(lr * d)
-
-
-OPTIMIZERS = {"sgd": SGD, "adam": Adam, "adadelta": Adadelta, "adamw": AdamW}
-
-
-def loss_terms(loss: str, logits, labels):
-    """The batch's mean loss, its weight, right predictions and predictions made, as
-    pytorch.loss_terms defines them (the last three as float64 tensors)."""
-    batch = tf.cast(tf.shape(labels)[0], tf.float64)
-    if loss == "sigmoid_cross_entropy":
-        logits = tf.squeeze(logits, -1)
-        value = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=tf.cast(labels, logits.dtype),
-                                                                      logits=logits))
-        right = tf.reduce_sum(tf.cast(tf.equal(logits > 0, labels != 0), tf.float64))
-        return value, batch, right, batch
-    per_token = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-    right = tf.equal(tf.argmax(logits, axis=-1, output_type=labels.dtype), labels)
-    if loss == "masked_sequence_softmax_cross_entropy":
-        kept = tf.not_equal(labels, PAD_ID)
-        count = tf.reduce_sum(tf.cast(kept, tf.float32))
-        value = tf.math.divide_no_nan(tf.reduce_sum(per_token * tf.cast(kept, tf.float32)), count)
-        count = tf.cast(count, tf.float64)
-        return value, count, tf.reduce_sum(tf.cast(right & kept, tf.float64)), count
-    if loss in ("softmax_cross_entropy", "sequence_softmax_cross_entropy"):
-        made = tf.cast(tf.size(labels), tf.float64)
-        return tf.reduce_mean(per_token), batch, tf.reduce_sum(tf.cast(right, tf.float64)), made
-    raise not_built("loss", loss)
-
-
-def dense_gradient(gradient):
-    """Embedding lookups give IndexedSlices; the optimisers update whole tables, as torch's dense
-    embedding gradients do (Adam moves rows with zero gradient through its moments)."""
-    return tf.convert_to_tensor(gradient) if isinstance(gradient, tf.IndexedSlices) else gradient
 
 
 class Adapter(BaseAdapter):
@@ -405,12 +126,11 @@ class Adapter(BaseAdapter):
             loss, weight, right, made = self._loss(x, y, training=True)
         grads = [dense_gradient(g) for g in tape.gradient(loss, self.params)]
         self.optimizer.apply(self.params, grads)
-        self.sums.assign_add(tf.stack([tf.cast(loss, tf.float64) * weight, weight, right, made]))
+        self.sums.assign_add(batch_sums(loss, weight, right, made))
 
     def _eval_step_fn(self, x_all, y_all, index, scale):
         x = self._inputs(tf.gather(x_all, index), scale)
-        loss, weight, right, made = self._loss(x, tf.gather(y_all, index), training=False)
-        self.sums.assign_add(tf.stack([tf.cast(loss, tf.float64) * weight, weight, right, made]))
+        self.sums.assign_add(batch_sums(*self._loss(x, tf.gather(y_all, index), training=False)))
 
     def _gradients_fn(self, x_all, y_all, scale):
         with tf.GradientTape() as tape:

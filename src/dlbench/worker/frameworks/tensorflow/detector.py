@@ -21,13 +21,9 @@ from dlbench.shared.detection.pipeline import SMOOTH_L1_BETA
 from dlbench.shared.ir import detector_parts
 from dlbench.worker.base import lookup
 from dlbench.worker.detector import LOSS_NAMES, DetectorAdapter
-from dlbench.worker.frameworks.tensorflow.adapter import (
-    JIT_COMPILE,
-    OPTIMIZERS,
-    Model,
-    choose_device,
-    configure_threads,
-)
+from dlbench.worker.frameworks.tensorflow.adapter import JIT_COMPILE, choose_device, configure_threads
+from dlbench.worker.frameworks.tensorflow.layers import Model
+from dlbench.worker.frameworks.tensorflow.optimizers import OPTIMIZERS
 
 TARGETS = (("rpn_labels", tf.int32, [None]), ("rpn_targets", tf.float32, [None, 4]),
            ("rpn_weights", tf.float32, [None, 4]), ("rois", tf.float32, [None, 4]),

@@ -1,0 +1,246 @@
+"""TensorFlow's layer table (issue #42): one LayerEntry per IR layer kind, written in tf.nn ops over
+canonical variables, and the tf.Module (Model) that holds a model's variables and applies its layers
+through the table. No Keras layers.
+
+TensorFlow's native layouts are the canonical ones (NHWC activations, HWIO conv kernels, (in, out) dense
+kernels, LSTM kernels (in, 4u) / (u, 4u) with gates i, f, g, o), so weights move in and out unchanged. The
+LSTM is our own cell run over time with tf.scan (a graph while-loop), not an unrolled Python loop.
+Multi-head self-attention is written out in tf ops (batched matmuls over the heads, the causal mask as -inf
+scores, tf.nn.softmax, stateless dropout on the weights in training): core TensorFlow has no fused attention
+op (Keras's MultiHeadAttention is the keras adapter's). A residual block's layers hold their variables under
+their own prefixed names; the tied output reads the embedding's variable itself, so its gradient sums both
+uses.
+
+The table's entries:
+- build(model, layer, in_shape, w, x, training) -> the layer's output: applies the kind to x inside the
+  model's call (traced once into the adapter's tf.function), with w its own variables keyed by canonical
+  name ({} for a weightless kind); `model` gives the others (a residual block's inner layers, the tied
+  output's embedding) and the dropout generator.
+- weights(layer, in_shape) -> OrderedDict canonical name -> tf.Variable: the kind's native parameters.
+  They are the canonical ones in name, shape and layout, so every weighted kind shares canonical_variables
+  and set_weights / get_weights assign and read them as they are.
+"""
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from typing import Dict
+
+import tensorflow as tf
+
+from dlbench.shared.ir import all_shapes, block_shapes, infer_shapes, param_shapes
+from dlbench.worker.base import LayerEntry, lookup
+
+ACTIVATIONS = {"relu": tf.nn.relu, "sigmoid": tf.sigmoid, "tanh": tf.tanh,
+               "gelu": lambda x: tf.nn.gelu(x, approximate=False)}  # the exact (erf) form
+PADDINGS = {"same": "SAME", "valid": "VALID"}  # TensorFlow's 'same' is the IR's (shared/ir.py same_padding)
+
+
+def canonical_variables(layer, in_shape) -> "OrderedDict[str, tf.Variable]":
+    """A weighted kind's native parameters, keyed by canonical name: a tf.Variable of each of param_shapes'
+    shapes (zeros until set_weights), moving statistics not trainable."""
+    variables = OrderedDict()  # type: OrderedDict[str, tf.Variable]
+    for key, shape in param_shapes(layer, in_shape).items():
+        name = layer["name"] + "/" + key
+        variables[key] = tf.Variable(tf.zeros(shape, tf.float32), name=name.replace("/", "."),
+                                     trainable=not key.startswith("moving_"))
+    return variables
+
+
+# ---- helpers of several kinds -------------------------------------------------------------------
+
+def lstm_scan(x, kernel, recurrent, bias, state=None):
+    """x (batch, time, features) -> hidden states (time, batch, units) and final (h, c). The input
+    projection of every step is one matmul before the loop; the loop only adds h @ recurrent."""
+    units = recurrent.shape[0]
+    batch, steps = tf.shape(x)[0], tf.shape(x)[1]
+    projected = tf.reshape(tf.matmul(tf.reshape(x, [-1, x.shape[-1]]), kernel) + bias, [batch, steps, 4 * units])
+    if state is None:
+        zeros = tf.zeros([batch, units], dtype=x.dtype)
+        state = (zeros, zeros)
+
+    def step(carry, z_x):
+        h, c = carry
+        z = z_x + tf.matmul(h, recurrent)
+        i, f, g, o = tf.split(z, 4, axis=1)
+        c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
+        return tf.sigmoid(o) * tf.tanh(c), c
+
+    hs, cs = tf.scan(step, tf.transpose(projected, [1, 0, 2]), initializer=state)
+    return hs, (hs[-1], cs[-1])
+
+
+def dense(x, kernel, bias):
+    if len(x.shape) == 2:
+        return tf.matmul(x, kernel) + bias
+    flat = tf.matmul(tf.reshape(x, [-1, x.shape[-1]]), kernel) + bias
+    return tf.reshape(flat, tf.concat([tf.shape(x)[:-1], [kernel.shape[1]]], axis=0))
+
+
+# ---- each kind's build: build(model, layer, in_shape, w, x, training) -> output ---------------------
+
+def build_conv2d(model, layer, in_shape, w, x, training):
+    padding = lookup(PADDINGS, "padding", layer["padding"])
+    y = tf.nn.conv2d(x, w["kernel"], strides=layer["stride"], padding=padding)
+    return tf.nn.bias_add(y, w["bias"])
+
+
+def build_maxpool2d(model, layer, in_shape, w, x, training):
+    # TensorFlow's 'same' leaves the padding out of the max: -inf padding
+    padding = lookup(PADDINGS, "padding", layer["padding"])
+    return tf.nn.max_pool2d(x, ksize=layer["pool"], strides=layer["stride"], padding=padding)
+
+
+def build_batchnorm(model, layer, in_shape, w, x, training):
+    eps = layer["epsilon"]
+    if not training:
+        return tf.nn.batch_normalization(x, w["moving_mean"], w["moving_var"], w["beta"], w["gamma"], eps)
+    axes = list(range(len(x.shape) - 1))
+    mean, variance = tf.nn.moments(x, axes=axes)  # biased: what normalises the batch
+    n = tf.cast(tf.size(x) // tf.shape(x)[-1], tf.float32)
+    unbiased = variance * n / tf.maximum(n - 1.0, 1.0)  # what the moving variance follows (as torch)
+    momentum = layer["momentum"]
+    w["moving_mean"].assign(momentum * w["moving_mean"] + (1.0 - momentum) * tf.stop_gradient(mean))
+    w["moving_var"].assign(momentum * w["moving_var"] + (1.0 - momentum) * tf.stop_gradient(unbiased))
+    return tf.nn.batch_normalization(x, mean, variance, w["beta"], w["gamma"], eps)
+
+
+def build_layer_norm(model, layer, in_shape, w, x, training):
+    # over the last axis; tf.nn.moments' variance is the biased one
+    mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+    return tf.nn.batch_normalization(x, mean, variance, w["beta"], w["gamma"], layer["epsilon"])
+
+
+def build_activation(model, layer, in_shape, w, x, training):
+    return lookup(ACTIVATIONS, "activation", layer["fn"])(x)
+
+
+def build_dropout(model, layer, in_shape, w, x, training):
+    if not training or layer["rate"] == 0:
+        return x
+    seed = model.rng.make_seeds(1)[:, 0]
+    return tf.nn.experimental.stateless_dropout(x, rate=layer["rate"], seed=seed)
+
+
+def build_flatten(model, layer, in_shape, w, x, training):
+    return tf.reshape(x, [-1, int(math.prod(in_shape))])  # NHWC in C order: the canonical one
+
+
+def build_dense(model, layer, in_shape, w, x, training):
+    return dense(x, w["kernel"], w["bias"])
+
+
+def build_embedding(model, layer, in_shape, w, x, training):
+    return tf.nn.embedding_lookup(w["embeddings"], x)
+
+
+def build_lstm(model, layer, in_shape, w, x, training):
+    hs, (h, _) = lstm_scan(x, w["kernel"], w["recurrent_kernel"], w["bias"])
+    return tf.transpose(hs, [1, 0, 2]) if layer["return_sequences"] else h
+
+
+def build_seq2seq(model, layer, in_shape, w, x, training):
+    # the encoder's final (h, c) starts the decoder; teacher forcing
+    source_len = layer["source_len"]
+    source = tf.nn.embedding_lookup(w["source_embeddings"], x[:, :source_len])
+    target = tf.nn.embedding_lookup(w["target_embeddings"], x[:, source_len:])
+    _, state = lstm_scan(source, w["encoder_kernel"], w["encoder_recurrent_kernel"], w["encoder_bias"])
+    hs, _ = lstm_scan(target, w["decoder_kernel"], w["decoder_recurrent_kernel"], w["decoder_bias"], state)
+    return tf.transpose(hs, [1, 0, 2])
+
+
+def build_residual(model, layer, in_shape, w, x, training):
+    y = x
+    for inner, inner_shape, _ in block_shapes(layer, in_shape):
+        y = model.apply(inner, inner_shape, y, training)
+    return x + y
+
+
+def build_attention(model, layer, in_shape, w, x, training):
+    """Multi-head self-attention written out in tf ops (TensorFlow has no fused attention op outside
+    Keras): scores of every head in one batched matmul, the causal mask as -inf, softmax over the keys."""
+    steps, features = in_shape
+    heads = layer["heads"]
+    size = features // heads
+
+    def split_heads(part):  # (batch, steps, features) -> (batch, heads, steps, size)
+        t = dense(x, w[part + "_kernel"], w[part + "_bias"])
+        return tf.transpose(tf.reshape(t, [-1, steps, heads, size]), [0, 2, 1, 3])
+
+    q, k, v = split_heads("query"), split_heads("key"), split_heads("value")
+    scores = tf.matmul(q, k, transpose_b=True) * (1.0 / math.sqrt(size))
+    if layer["causal"]:  # lower triangle: a query sees its own step and the earlier ones
+        allowed = tf.linalg.band_part(tf.ones([steps, steps], tf.bool), -1, 0)
+        scores = tf.where(allowed, scores, tf.constant(-math.inf, scores.dtype))
+    weights = tf.nn.softmax(scores, axis=-1)
+    if training and layer["dropout"] > 0:
+        seed = model.rng.make_seeds(1)[:, 0]
+        weights = tf.nn.experimental.stateless_dropout(weights, rate=layer["dropout"], seed=seed)
+    out = tf.reshape(tf.transpose(tf.matmul(weights, v), [0, 2, 1, 3]), [-1, steps, features])
+    return dense(out, w["output_kernel"], w["output_bias"])
+
+
+def build_positional_embedding(model, layer, in_shape, w, x, training):
+    return x + w["embeddings"][:in_shape[0]]
+
+
+def build_tied_output(model, layer, in_shape, w, x, training):
+    # the embedding's own variable, transposed: one variable, two uses
+    return dense(x, tf.transpose(model.weights[layer["embedding"] + "/embeddings"]), w["bias"])
+
+
+def build_to_sequence(model, layer, in_shape, w, x, training):
+    height, width, channels = in_shape  # NHWC in C order: step r * W + c is row r, column c
+    return tf.reshape(x, [-1, height * width, channels])
+
+
+def build_sequence_mean(model, layer, in_shape, w, x, training):
+    return tf.reduce_mean(x, axis=1)
+
+
+LAYERS = {
+    "conv2d": LayerEntry(build_conv2d, canonical_variables),
+    "maxpool2d": LayerEntry(build_maxpool2d, None),
+    "batchnorm": LayerEntry(build_batchnorm, canonical_variables),
+    "layer_norm": LayerEntry(build_layer_norm, canonical_variables),
+    "activation": LayerEntry(build_activation, None),
+    "dropout": LayerEntry(build_dropout, None),
+    "flatten": LayerEntry(build_flatten, None),
+    "dense": LayerEntry(build_dense, canonical_variables),
+    "embedding": LayerEntry(build_embedding, canonical_variables),
+    "lstm": LayerEntry(build_lstm, canonical_variables),
+    "seq2seq": LayerEntry(build_seq2seq, canonical_variables),
+    "residual": LayerEntry(build_residual, None),
+    "attention": LayerEntry(build_attention, canonical_variables),
+    "positional_embedding": LayerEntry(build_positional_embedding, canonical_variables),
+    "tied_output": LayerEntry(build_tied_output, canonical_variables),
+    "to_sequence": LayerEntry(build_to_sequence, None),
+    "sequence_mean": LayerEntry(build_sequence_mean, None),
+}
+REFUSED: Dict[str, str] = {}  # every IR kind is built
+
+
+class Model(tf.Module):
+    """The IR's layers over canonical variables: self.weights["layer/param"] -> tf.Variable, made by each
+    weighted kind's entry; a call applies the layers in order, each by its entry's build."""
+
+    def __init__(self, spec: dict, seed: int):
+        super().__init__(name="dlbench_model")
+        self.layers = [(layer, tuple(in_shape)) for layer, in_shape, _ in infer_shapes(spec)]
+        self.weights = {}  # type: Dict[str, tf.Variable]
+        for layer, in_shape, _ in all_shapes(spec):  # a residual block's own layers included
+            variables = lookup(LAYERS, "layer type", layer["type"]).weights
+            for key, var in (variables(layer, in_shape) if variables is not None else {}).items():
+                self.weights[layer["name"] + "/" + key] = var
+        self.names = list(self.weights)
+        self.trainable_names = [n for n in self.names if self.weights[n].trainable]
+        self.rng = tf.random.Generator.from_seed(seed)  # dropout masks, drawn with stateless ops
+
+    def __call__(self, x, training: bool):
+        for layer, in_shape in self.layers:
+            x = self.apply(layer, in_shape, x, training)
+        return x
+
+    def apply(self, layer, in_shape, x, training):
+        w = {key.split("/", 1)[1]: var for key, var in self.weights.items() if key.startswith(layer["name"] + "/")}
+        return lookup(LAYERS, "layer type", layer["type"]).build(self, layer, in_shape, w, x, training)
