@@ -18,7 +18,8 @@ def test_the_closure_follows_the_workers_imports_and_nothing_of_the_harness() ->
     files = names(sources.closure([*sources.ENTRY_POINTS, *sources.package_modules(adapter)]))
     # not nms.py: PyTorch computes its NMS in torch, and no module it imports imports the reference
     detection = {f"shared/detection/{name}.py" for name in ("__init__", "boxes", "pipeline", "targets", "voc_eval")}
-    pytorch = {f"worker/frameworks/pytorch/{name}.py" for name in ("adapter", "detector", "gemm")}
+    pytorch = {f"worker/frameworks/pytorch/{name}.py"
+               for name in ("adapter", "detector", "gemm", "layers", "losses", "optimizers")}
     # worker/serve.py through train.py: an inference cell's code is in the digest
     assert files == {"worker/train.py", "worker/serve.py", "worker/cell.py", "worker/probe.py", "worker/gemm_peak.py",
                      "worker/base.py", "worker/detector.py", *pytorch, "shared/initializers.py", "shared/ir.py",

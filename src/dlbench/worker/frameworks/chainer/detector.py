@@ -29,14 +29,9 @@ from dlbench.shared.detection.nms import fixed_point_keep
 from dlbench.shared.detection.pipeline import SMOOTH_L1_BETA
 from dlbench.shared.ir import detector_parts
 from dlbench.worker.detector import LOSS_NAMES, DetectorAdapter
-from dlbench.worker.frameworks.chainer.adapter import (
-    Adapter,
-    Model,
-    cpu_threads,
-    native_arrays,
-    optimizer_for,
-    to_chainer_layout,
-)
+from dlbench.worker.frameworks.chainer.adapter import Adapter, cpu_threads
+from dlbench.worker.frameworks.chainer.layers import Model, native_arrays, to_chainer_layout
+from dlbench.worker.frameworks.chainer.optimizers import optimizer_for
 
 
 def smooth_l1(x, t):

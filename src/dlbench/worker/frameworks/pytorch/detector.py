@@ -1,6 +1,6 @@
 """PyTorch's Faster R-CNN, the reference every other framework's detector is certified against.
 
-Each IR part is built by the classifier adapter's build_module (NHWC in and out). RoI Align and NMS
+Each IR part is built by the classifier's build_module (layers.py; NHWC in and out). RoI Align and NMS
 come from torch's primitives, not torchvision.ops: torchvision's wheels on PyPI are CUDA builds that
 cannot load beside the CPU torch dlbench installs (torchvision's CPU wheels live on PyTorch's own
 index only), and one code path serves both devices. RoI Align is the shared plan
@@ -20,13 +20,9 @@ from dlbench.shared.detection.pipeline import SMOOTH_L1_BETA
 from dlbench.shared.ir import detector_parts
 from dlbench.worker.base import from_out_in_layout, lookup, recipe_dtype, to_out_in_layout
 from dlbench.worker.detector import LOSS_NAMES, DetectorAdapter
-from dlbench.worker.frameworks.pytorch.adapter import (
-    DTYPES,
-    _torch_params,
-    build_module,
-    make_optimizer,
-    torch_device,
-)
+from dlbench.worker.frameworks.pytorch.adapter import DTYPES, torch_device
+from dlbench.worker.frameworks.pytorch.layers import build_module, torch_params
+from dlbench.worker.frameworks.pytorch.optimizers import make_optimizer
 
 
 def rpn_losses(objectness, deltas, labels, targets, weights):
@@ -80,7 +76,7 @@ class Detector(DetectorAdapter):
     def set_weights(self, weights):
         with torch.no_grad():
             for layer_name, module in self.by_name.items():
-                for key, target in _torch_params(self.kinds[layer_name], module).items():
+                for key, target in torch_params(self.kinds[layer_name], module).items():
                     value = to_out_in_layout(self.kinds[layer_name], key, weights[layer_name + "/" + key])
                     target.copy_(torch.from_numpy(np.ascontiguousarray(value)))
 
@@ -90,7 +86,7 @@ class Detector(DetectorAdapter):
     def _export(self, gradients: bool) -> Dict[str, np.ndarray]:
         out = {}
         for layer_name, module in self.by_name.items():
-            for key, tensor in _torch_params(self.kinds[layer_name], module).items():
+            for key, tensor in torch_params(self.kinds[layer_name], module).items():
                 value = tensor.grad if gradients else tensor.detach()
                 out[layer_name + "/" + key] = from_out_in_layout(self.kinds[layer_name], key,
                                                                  value.cpu().numpy()).copy()

@@ -1,0 +1,441 @@
+"""Chainer's layer table: one LayerEntry per IR kind (`LAYERS`), the IR as a chainer.Chain of Chainer's own links
+(Model).
+
+Every entry's `build(layer, in_shape, links)` returns (link, apply): the Link that holds the layer's weights (None
+for a weightless kind), which Model registers as its child named after the IR layer, and apply(x), the layer's
+forward pass, which Model's forward calls in order (in_shape the canonical input shape without the batch; links the
+weighted layers' links built so far, by IR layer name). Every entry's `weights(link)` returns the link's Chainer
+Parameters (and BatchNormalization's moving statistics, plain arrays) by canonical key; to_chainer_layout and
+from_chainer_layout convert their layouts.
+
+Layouts (canonical -> Chainer): images arrive NHWC and are transposed once to NCHW before the
+first spatial layer, and back to NHWC before Flatten (and to_sequence), so dense kernels keep the
+canonical flatten order (and a ViT's patches their row-major steps). Conv kernels HWIO ->
+Convolution2D's W (out, in, kh, kw); dense kernels (in, out) -> Linear's W (out, in); embeddings
+unchanged. TensorFlow's 'same' padding is Chainer's symmetric
+`pad` where that is symmetric, else an explicit F.pad (zeros for conv, -inf for max pooling);
+max pooling runs with cover_all=False (Chainer's default True adds an extra output window).
+
+LSTM: Chainer's L.LSTM holds `upward` = Linear(in, 4u) with one bias and `lateral` = Linear(u, 4u)
+without one: exactly the canonical kernel, recurrent kernel and single bias, so no second bias has
+to be pinned at zero. Its 4u pre-activations are interleaved the way F.lstm reads them: row
+4 * unit + gate, gates in the order (a, i, f, o), a being the cell candidate g; the canonical blocks
+(i, f, g, o) are permuted into that order on import and back on export. The layer runs our own
+loop over time with F.lstm on those two links: the input projection of all steps is one matmul,
+each step adds h @ lateral. Measured on the project's 2-core machine, shared and loaded (lstm-ptb
+shapes: batch 20, 30 steps, 2 layers of 200, forward + backward): this loop 0.18-0.20 s a batch
+against 0.51-0.61 s for L.NStepLSTM with one BLAS thread (0.12 s against 0.44 s with two).
+NStepLSTM's CPU path restacks its eight weight matrices and biases at every step and runs two
+matmuls per step; it would also hold two biases per layer where the canonical layout has one.
+
+Transformer pieces: a residual block's layers are child links of the model like any other (their names carry
+the block's prefix); attention is written with F.matmul and F.softmax (Chainer 7 has no attention link or fused
+kernel); the tied output is F.linear over the embedding link's own W, so that one Parameter gets both uses'
+gradients, and holds only its bias.
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Tuple
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy as np
+
+from dlbench.shared.ir import block_shapes, infer_shapes, same_padding
+from dlbench.worker.base import LayerEntry, from_out_in_layout, lookup, not_built, to_out_in_layout
+
+ZERO = chainer.initializers.Zero()  # every weight is set from the canonical ones before use
+CANONICAL_TO_CHAINER_GATES = (2, 0, 1, 3)  # F.lstm's (a, i, f, o) as positions in (i, f, g, o)
+
+
+# ---- LSTM gate layout --------------------------------------------------------------------------
+
+def gates_to_chainer(value: np.ndarray) -> np.ndarray:
+    """Canonical (..., 4u) with gate blocks i, f, g, o -> Chainer's (..., 4u) interleaved as
+    (unit, gate) with gates a, i, f, o."""
+    lead, units = value.shape[:-1], value.shape[-1] // 4
+    blocks = value.reshape(lead + (4, units))[..., CANONICAL_TO_CHAINER_GATES, :]
+    return np.swapaxes(blocks, -1, -2).reshape(lead + (4 * units,))
+
+
+def gates_from_chainer(value: np.ndarray) -> np.ndarray:
+    lead, units = value.shape[:-1], value.shape[-1] // 4
+    blocks = np.swapaxes(value.reshape(lead + (units, 4)), -1, -2)
+    canonical = np.empty_like(blocks)
+    canonical[..., CANONICAL_TO_CHAINER_GATES, :] = blocks
+    return canonical.reshape(lead + (4 * units,))
+
+
+# ---- the links ---------------------------------------------------------------------------------
+
+class LSTM(chainer.Chain):
+    """One LSTM layer with L.LSTM's parameters (upward with the bias, lateral without)."""
+
+    def __init__(self, in_size: int, units: int):
+        super().__init__()
+        self.units = units
+        with self.init_scope():
+            self.upward = L.Linear(in_size, 4 * units, initialW=ZERO)
+            self.lateral = L.Linear(units, 4 * units, initialW=ZERO, nobias=True)
+
+    def forward(self, x, state=None) -> Tuple[List[chainer.Variable], tuple]:
+        """x (batch, time, features) -> the hidden state of every step, and the final (h, c)."""
+        projected = F.separate(self.upward(x, n_batch_axes=2), axis=1)  # one matmul for all steps
+        if state is None:  # from zeros: the first step has no h @ lateral term
+            h, c = None, self.xp.zeros((x.shape[0], self.units), dtype=x.dtype)
+        else:
+            h, c = state
+        outputs = []
+        for z in projected:
+            if h is not None:
+                z = z + self.lateral(h)
+            c, h = F.lstm(c, z)
+            outputs.append(h)
+        return outputs, (h, c)
+
+
+class Seq2Seq(chainer.Chain):
+    def __init__(self, layer: dict):
+        super().__init__()
+        self.source_len = layer["source_len"]
+        with self.init_scope():
+            self.source_embedding = L.EmbedID(layer["source_vocab"], layer["embed_dim"], initialW=ZERO)
+            self.target_embedding = L.EmbedID(layer["target_vocab"], layer["embed_dim"], initialW=ZERO)
+            self.encoder = LSTM(layer["embed_dim"], layer["units"])
+            self.decoder = LSTM(layer["embed_dim"], layer["units"])
+
+    def forward(self, x):
+        _, state = self.encoder(self.source_embedding(x[:, :self.source_len]))
+        outputs, _ = self.decoder(self.target_embedding(x[:, self.source_len:]), state)
+        return F.stack(outputs, axis=1)  # teacher forcing: the decoder reads the given target
+
+
+def _padding(layer: dict, in_shape, size: int) -> "tuple[int, int, tuple]":
+    """(symmetric pad h, symmetric pad w, explicit pad widths or ()) for a conv or pool layer of this size."""
+    if layer["padding"] == "valid":
+        return 0, 0, ()
+    if layer["padding"] != "same":
+        raise not_built("padding", layer["padding"])
+    (top, bottom), (left, right) = (same_padding(in_shape[i], size, layer["stride"]) for i in (0, 1))
+    if top == bottom and left == right:
+        return top, left, ()
+    return 0, 0, ((0, 0), (0, 0), (top, bottom), (left, right))
+
+
+def gelu(x):
+    """The exact GELU, x * 0.5 * (1 + erf(x / sqrt(2))): Chainer 7 has no gelu function, F.erf is its own."""
+    return x * 0.5 * (1.0 + F.erf(x * (1.0 / math.sqrt(2.0))))
+
+
+ACTIVATIONS = {"relu": F.relu, "sigmoid": F.sigmoid, "tanh": F.tanh, "gelu": gelu}
+
+
+class Attention(chainer.Chain):
+    """Multi-head self-attention as the IR states it, with Chainer's own functions (Chainer 7 has no attention
+    link or fused kernel): four L.Linear projections, the heads folded into the batch axis for F.matmul,
+    F.softmax over the keys, the causal mask a -inf score (F.where), F.dropout on the attention weights
+    (inverted, the identity unless chainer.config.train)."""
+
+    PROJECTIONS = ("query", "key", "value", "output")
+
+    def __init__(self, layer: dict, features: int):
+        super().__init__()
+        self.heads, self.causal, self.rate = layer["heads"], layer["causal"], layer["dropout"]
+        with self.init_scope():
+            for part in self.PROJECTIONS:
+                setattr(self, part, L.Linear(features, features, initialW=ZERO))
+
+    def _split(self, x, batch: int, steps: int):
+        """(batch, steps, d) -> (batch * heads, steps, dk): head h is columns h*dk .. (h+1)*dk - 1."""
+        x = F.reshape(x, (batch, steps, self.heads, -1))
+        return F.reshape(F.transpose(x, (0, 2, 1, 3)), (batch * self.heads, steps, -1))
+
+    def forward(self, x):
+        batch, steps, features = x.shape
+        q, k, v = (self._split(getattr(self, part)(x, n_batch_axes=2), batch, steps)
+                   for part in self.PROJECTIONS[:3])
+        scores = F.matmul(q, k, transb=True) * (1.0 / math.sqrt(features // self.heads))
+        if self.causal:  # key s after query t gets -inf: no step sees a later one
+            later = np.broadcast_to(np.tril(np.ones((steps, steps), dtype=bool)), scores.shape)
+            scores = F.where(later, scores, self.xp.full(scores.shape, -np.inf, dtype=scores.dtype))
+        weights = F.softmax(scores, axis=-1)
+        if self.rate > 0:
+            weights = F.dropout(weights, self.rate)
+        out = F.reshape(F.matmul(weights, v), (batch, self.heads, steps, -1))
+        out = F.reshape(F.transpose(out, (0, 2, 1, 3)), (batch, steps, features))
+        return self.output(out, n_batch_axes=2)
+
+
+class PositionalEmbedding(chainer.Link):
+    """A learned (max_len, d) table whose first `steps` rows are added to the input."""
+
+    def __init__(self, max_len: int, features: int):
+        super().__init__()
+        with self.init_scope():
+            self.W = chainer.Parameter(ZERO, (max_len, features))
+
+    def forward(self, x):
+        return x + F.broadcast_to(self.W[:x.shape[1]], x.shape)
+
+
+class TiedOutputBias(chainer.Link):
+    """The tied output's own parameter, its bias; its kernel is the embedding link's W itself (_tied_output)."""
+
+    def __init__(self, units: int):
+        super().__init__()
+        with self.init_scope():
+            self.b = chainer.Parameter(ZERO, (units,))
+
+
+# ---- build: (layer, in_shape, links) -> (the link holding its weights or None, apply(x)) ------------
+
+def _conv2d(layer: dict, in_shape, links):
+    pad_h, pad_w, widths = _padding(layer, in_shape, layer["kernel"])
+    link = L.Convolution2D(in_shape[-1], layer["filters"], layer["kernel"], stride=layer["stride"],
+                           pad=(pad_h, pad_w), initialW=ZERO)
+    return link, lambda x: link(F.pad(x, widths, "constant", constant_values=0.0) if widths else x)
+
+
+def _maxpool2d(layer: dict, in_shape, links):
+    pad_h, pad_w, widths = _padding(layer, in_shape, layer["pool"])
+
+    def apply(x):
+        if widths:
+            x = F.pad(x, widths, "constant", constant_values=-np.inf)
+        return F.max_pooling_2d(x, layer["pool"], stride=layer["stride"], pad=(pad_h, pad_w), cover_all=False)
+    return None, apply
+
+
+def _batchnorm(layer: dict, in_shape, links):
+    # Chainer's decay weighs the running value, as the IR's (Keras's) momentum does; the
+    # moving variance follows the unbiased batch variance, as the reference's
+    link = L.BatchNormalization(in_shape[-1], decay=layer["momentum"], eps=layer["epsilon"])
+    return link, link
+
+
+def _layer_norm(layer: dict, in_shape, links):
+    link = L.LayerNormalization(in_shape[-1], eps=layer["epsilon"])  # over the last axis, biased variance
+
+    def apply(x):
+        if x.ndim > 2:  # Chainer's layer normalisation takes (rows, features) only
+            return F.reshape(link(F.reshape(x, (-1, x.shape[-1]))), x.shape)
+        return link(x)
+    return link, apply
+
+
+def _activation(layer: dict, in_shape, links):
+    return None, lookup(ACTIVATIONS, "activation", layer["fn"])
+
+
+def _dropout(layer: dict, in_shape, links):
+    # F.dropout is the identity unless chainer.config.train
+    return None, lambda x: F.dropout(x, layer["rate"]) if layer["rate"] > 0 else x
+
+
+def _flatten(layer: dict, in_shape, links):
+    return None, lambda x: F.reshape(x, (x.shape[0], -1))
+
+
+def _dense(layer: dict, in_shape, links):
+    link = L.Linear(in_shape[-1], layer["units"], initialW=ZERO)
+    return link, lambda x: link(x, n_batch_axes=x.ndim - 1)  # on a sequence: the same dense at every step
+
+
+def _embedding(layer: dict, in_shape, links):
+    link = L.EmbedID(layer["vocab"], layer["dim"], initialW=ZERO)
+    return link, link
+
+
+def _lstm(layer: dict, in_shape, links):
+    link = LSTM(in_shape[-1], layer["units"])
+
+    def apply(x):
+        outputs, (h, _) = link(x)
+        return F.stack(outputs, axis=1) if layer["return_sequences"] else h
+    return link, apply
+
+
+def _seq2seq(layer: dict, in_shape, links):
+    link = Seq2Seq(layer)
+    return link, link
+
+
+def _residual(layer: dict, in_shape, links):
+    steps = _steps(block_shapes(layer, tuple(in_shape)), links)  # the block's own links join the model's
+    return None, lambda x: x + _run(steps, x)
+
+
+def _attention(layer: dict, in_shape, links):
+    link = Attention(layer, in_shape[-1])
+    return link, link
+
+
+def _positional_embedding(layer: dict, in_shape, links):
+    link = PositionalEmbedding(layer["max_len"], in_shape[-1])
+    return link, link
+
+
+def _tied_output(layer: dict, in_shape, links):
+    link, embedding = TiedOutputBias(layer["units"]), links[layer["embedding"]]  # the IR puts the embedding first
+    # x E^T + b with the embedding's own W: its gradient sums both uses
+    return link, lambda x: F.linear(x, embedding.W, link.b, n_batch_axes=x.ndim - 1)
+
+
+def _to_sequence(layer: dict, in_shape, links):
+    # NHWC (H, W, C) -> (H * W, C): step r * W + c is row r, column c
+    return None, lambda x: F.reshape(x, (x.shape[0], -1, x.shape[-1]))
+
+
+def _sequence_mean(layer: dict, in_shape, links):
+    return None, lambda x: F.mean(x, axis=1)
+
+
+# ---- weights: the built link -> canonical key -> the Chainer Parameter (or, for moving statistics, the ndarray) --
+
+def _kernel_and_bias(link) -> Dict[str, object]:
+    return {"kernel": link.W, "bias": link.b}
+
+
+def _batchnorm_arrays(link) -> Dict[str, object]:
+    return {"gamma": link.gamma, "beta": link.beta, "moving_mean": link.avg_mean, "moving_var": link.avg_var}
+
+
+def _layer_norm_arrays(link) -> Dict[str, object]:
+    return {"gamma": link.gamma, "beta": link.beta}
+
+
+def _embedding_arrays(link) -> Dict[str, object]:
+    return {"embeddings": link.W}
+
+
+def _lstm_arrays(prefix: str, lstm: LSTM) -> Dict[str, chainer.Parameter]:
+    return {prefix + "kernel": lstm.upward.W, prefix + "recurrent_kernel": lstm.lateral.W,
+            prefix + "bias": lstm.upward.b}
+
+
+def _lstm_layer_arrays(link: LSTM) -> Dict[str, object]:
+    return _lstm_arrays("", link)
+
+
+def _seq2seq_arrays(link: Seq2Seq) -> Dict[str, object]:
+    arrays = {"source_embeddings": link.source_embedding.W, "target_embeddings": link.target_embedding.W}
+    arrays.update(_lstm_arrays("encoder_", link.encoder))
+    arrays.update(_lstm_arrays("decoder_", link.decoder))
+    return arrays
+
+
+def _attention_arrays(link: Attention) -> Dict[str, object]:
+    return dict(kv for part in Attention.PROJECTIONS for kv in (
+        (part + "_kernel", getattr(link, part).W), (part + "_bias", getattr(link, part).b)))
+
+
+def _tied_output_arrays(link: TiedOutputBias) -> Dict[str, object]:
+    return {"bias": link.b}  # its kernel is the embedding's table, exported there
+
+
+LAYERS = {
+    "conv2d": LayerEntry(_conv2d, _kernel_and_bias),
+    "maxpool2d": LayerEntry(_maxpool2d, None),
+    "batchnorm": LayerEntry(_batchnorm, _batchnorm_arrays),
+    "layer_norm": LayerEntry(_layer_norm, _layer_norm_arrays),
+    "activation": LayerEntry(_activation, None),
+    "dropout": LayerEntry(_dropout, None),
+    "flatten": LayerEntry(_flatten, None),
+    "dense": LayerEntry(_dense, _kernel_and_bias),
+    "embedding": LayerEntry(_embedding, _embedding_arrays),
+    "lstm": LayerEntry(_lstm, _lstm_layer_arrays),
+    "seq2seq": LayerEntry(_seq2seq, _seq2seq_arrays),
+    "residual": LayerEntry(_residual, None),
+    "attention": LayerEntry(_attention, _attention_arrays),
+    "positional_embedding": LayerEntry(_positional_embedding, _embedding_arrays),
+    "tied_output": LayerEntry(_tied_output, _tied_output_arrays),
+    "to_sequence": LayerEntry(_to_sequence, None),
+    "sequence_mean": LayerEntry(_sequence_mean, None),
+}
+REFUSED = {}
+
+
+def native_arrays(kind: str, link) -> Dict[str, object]:
+    """Canonical key -> the Chainer Parameter (or, for moving statistics, the ndarray) holding it (its table
+    entry's weights)."""
+    weights = lookup(LAYERS, "weights of layer type", kind).weights
+    if weights is None:
+        raise not_built("weights of layer type", kind)
+    return weights(link)
+
+
+# the layer types whose weights Chainer holds as the canonical layout has them, or as Linear's (out, in)
+# transpose of every (in, out) kernel; conv2d and the LSTMs' are converted apart
+def to_chainer_layout(kind: str, key: str, value: np.ndarray) -> np.ndarray:
+    if kind in ("lstm", "seq2seq") and not key.endswith("embeddings"):
+        value = gates_to_chainer(value)
+    return to_out_in_layout(kind, key, value)  # Linear's (out, in), Convolution2D's OIHW
+
+
+def from_chainer_layout(kind: str, key: str, value: np.ndarray) -> np.ndarray:
+    value = from_out_in_layout(kind, key, value)
+    if kind in ("lstm", "seq2seq") and not key.endswith("embeddings"):
+        value = gates_from_chainer(value)
+    return value
+
+
+# ---- the model ---------------------------------------------------------------------------------
+
+SPATIAL = ("conv2d", "maxpool2d", "batchnorm")
+
+
+def _to_nchw(x):
+    return F.transpose(x, (0, 3, 1, 2))  # NHWC -> NCHW
+
+
+def _to_nhwc(x):
+    return F.transpose(x, (0, 2, 3, 1))  # back to NHWC: the canonical flatten and sequence order
+
+
+def _steps(shapes, links: Dict[str, chainer.Link]) -> list:
+    """The forward pass of these (layer, in shape, out shape) as functions applied in order, the transposes
+    between NHWC and NCHW included; each weighted layer's link is added to `links` by layer name."""
+    steps = []
+    channels_first = False
+    for layer, in_shape, _ in shapes:
+        kind = layer["type"]
+        entry = lookup(LAYERS, "layer type", kind)
+        if kind in SPATIAL and len(in_shape) == 3 and not channels_first:
+            steps.append(_to_nchw)
+            channels_first = True
+        if kind in ("flatten", "to_sequence") and channels_first:
+            steps.append(_to_nhwc)
+            channels_first = False
+        link, apply = entry.build(layer, tuple(in_shape), links)
+        if link is not None:
+            links[layer["name"]] = link
+        steps.append(apply)
+    if channels_first:
+        steps.append(_to_nhwc)
+    return steps
+
+
+def _run(steps: list, x):
+    for step in steps:
+        x = step(x)
+    return x
+
+
+class Model(chainer.Chain):
+    """The IR's layers in order; each weighted layer, a residual block's own included, is a child link named after
+    the IR layer (the block's prefix keeps the names unique)."""
+
+    def __init__(self, spec: dict):
+        super().__init__()
+        shapes = infer_shapes(spec)
+        self.layers = [(layer, tuple(in_shape)) for layer, in_shape, _ in shapes]
+        links = {}
+        self.steps = _steps(shapes, links)
+        with self.init_scope():
+            for name, link in links.items():
+                setattr(self, name, link)
+
+    def forward(self, x):
+        return _run(self.steps, x)
