@@ -1,4 +1,4 @@
-"""JAX's Faster R-CNN: each IR part a Flax module of the classifier adapter's (adapter.IRModel),
+"""JAX's Faster R-CNN: each IR part a Flax module of the classifier adapter's (layers.IRModel),
 optimised with its optax chain, every pass one jitted function.
 
 RoI Align: JAX has no op, so the shared plan (pipeline.roi_align_plan) is applied as gathers of
@@ -15,7 +15,10 @@ nothing.
 from __future__ import annotations
 
 # the adapter first: importing it configures XLA's CPU threads, which must happen before jax loads
-from dlbench.worker.frameworks.jax.adapter import Adapter, IRModel, first_argmax, jax_device, make_optimizer
+from dlbench.worker.frameworks.jax.adapter import Adapter, jax_device
+from dlbench.worker.frameworks.jax.layers import IRModel
+from dlbench.worker.frameworks.jax.losses import first_argmax
+from dlbench.worker.frameworks.jax.optimizers import make_optimizer
 
 # isort: split
 import functools

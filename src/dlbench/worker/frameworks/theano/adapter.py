@@ -2,22 +2,10 @@
 theano.function steps; no Lasagne. Optimisers are written out as update lists over shared slots,
 with the formulas of the TensorFlow adapter (torch's).
 
-Layouts. Every weight is a shared variable in canonical layout, so import, export and gradients
-need no conversion: the graph itself transposes an HWIO conv kernel to Theano's (out, in, kh, kw).
-Images arrive NHWC; they are turned NCHW once before the first spatial layer and back to NHWC
-before Flatten (and to_sequence), so dense weights keep the canonical flatten order (and a ViT's
-patches their row-major steps). conv2d runs with
-filter_flip=False: the canonical kernel is a cross-correlation (as in TensorFlow and torch), and
-Theano's default flips it into a true convolution. Symmetric 'same' padding goes to conv2d's
-border_mode; an odd total (TensorFlow puts the extra pixel after) is padded explicitly, with zeros
-for a conv and -inf for a max-pool, whose windows then never pick the padding. ReLU is a switch,
-not Theano's relu (0.5 * (x + |x|)), whose gradient at exactly 0 is 0.5 where torch's is 0. The LSTM
-is our own cell (gates i, f, g, o; one bias) run over time with theano.scan.
-
-Transformer pieces: a residual block's layers' weights are shared variables like any other (their names
-carry the block's prefix) and the block applies them in order; attention is batched_dot and softmax
-(Model.attention); the tied output multiplies by the embedding's own shared table, transposed, so that
-one variable gets both uses' gradients, and holds only its bias.
+The package: layers.py holds the layer table (each IR kind's symbolic build over its canonical shared
+weights) and Model, which applies it; optimizers.py the update lists; losses.py the loss terms and the
+batch sums; this module Theano's configuration (flags, threads, BLAS, scan), weights in and out, the
+compiled functions and the loops.
 
 Scan. Theano runs a scan through its compiled Cython loop (scan_perform_ext, built into the compile
 folder) where that builds, else through the Op's Python loop. It does not build on Python 3.11+
@@ -54,16 +42,12 @@ from __future__ import annotations
 import ctypes
 import glob
 import importlib
-import math
 import os
 import sys
-from collections import OrderedDict
 from typing import Dict, List
 
 import numpy as np
 
-from dlbench.shared.ir import all_shapes, block_shapes, infer_shapes, param_shapes, same_padding
-from dlbench.shared.protocol import PAD_ID
 from dlbench.worker.base import (
     SEQUENCE_LOSSES,
     BaseAdapter,
@@ -72,7 +56,6 @@ from dlbench.worker.base import (
     compile_cache,
     finish_metrics,
     lookup,
-    not_built,
     thread_budget,
 )
 
@@ -120,12 +103,11 @@ BLAS_LDFLAGS = configure()
 
 import theano  # noqa: E402  (configured above)
 import theano.tensor as T  # noqa: E402
-from theano.sandbox.rng_mrg import MRG_RandomStreams  # noqa: E402
 from theano.scan_module.scan_op import Scan  # noqa: E402
-from theano.tensor.nnet import conv2d  # noqa: E402
-from theano.tensor.signal.pool import pool_2d  # noqa: E402
 
-F32 = np.float32
+from dlbench.worker.frameworks.theano.layers import F32, Model, runs_scan  # noqa: E402
+from dlbench.worker.frameworks.theano.losses import batch_sums, loss_terms  # noqa: E402
+from dlbench.worker.frameworks.theano.optimizers import OPTIMIZERS  # noqa: E402
 
 
 def load_scan() -> str:
@@ -148,344 +130,6 @@ def scans_run(function) -> List[str]:
             for node, thunk in zip(vm.nodes, vm.thunks) if isinstance(node.op, Scan)]
 
 
-# ---- the model --------------------------------------------------------------------------------
-
-def relu(x):
-    return T.switch(x > 0, x, F32(0))
-
-
-def gelu(x):
-    """The exact GELU, x * 0.5 * (1 + erf(x / sqrt(2))), with Theano's erf (Theano 1.0 has no gelu op)."""
-    return x * F32(0.5) * (F32(1.0) + T.erf(x * F32(1.0 / math.sqrt(2.0))))
-
-
-ACTIVATIONS = {"relu": relu, "sigmoid": T.nnet.sigmoid, "tanh": T.tanh, "gelu": gelu}
-
-
-def pad_hw(x, pads, value: float):
-    """NCHW x padded by (top, bottom, left, right) with a constant."""
-    top, bottom, left, right = pads
-    batch, channels, height, width = x.shape
-    out = T.alloc(F32(value), batch, channels, height + top + bottom, width + left + right)
-    return T.set_subtensor(out[:, :, top:top + height, left:left + width], x)
-
-
-def same_pads(in_shape, size: int, stride: int):
-    top, bottom = same_padding(in_shape[0], size, stride)
-    left, right = same_padding(in_shape[1], size, stride)
-    return top, bottom, left, right
-
-
-def dense(x, kernel, bias, units: int):
-    if x.ndim == 2:
-        return T.dot(x, kernel) + bias
-    flat = T.dot(x.reshape((-1, x.shape[-1])), kernel) + bias
-    return flat.reshape([x.shape[i] for i in range(x.ndim - 1)] + [units], ndim=x.ndim)
-
-
-def embed(table, ids):
-    """ids (batch, time) -> (batch, time, dim); a flat lookup has Theano's fast gradient."""
-    return table[ids.flatten()].reshape((ids.shape[0], ids.shape[1], table.shape[1]))
-
-
-def lstm_scan(x, kernel, recurrent, bias, units: int, state=None):
-    """x (batch, time, features) -> hidden states (time, batch, units) and the final (h, c). The
-    input projection of every step is one matmul before the loop; the loop adds h @ recurrent."""
-    steps = x.dimshuffle(1, 0, 2)
-    projected = dense(steps, kernel, bias, 4 * units)
-    if state is None:
-        zeros = T.zeros((x.shape[0], units), dtype="float32")
-        state = (zeros, zeros)
-
-    def step(z_x, h, c, recurrent_kernel):
-        z = z_x + T.dot(h, recurrent_kernel)
-        i = T.nnet.sigmoid(z[:, :units])
-        f = T.nnet.sigmoid(z[:, units:2 * units])
-        g = T.tanh(z[:, 2 * units:3 * units])
-        o = T.nnet.sigmoid(z[:, 3 * units:])
-        c = f * c + i * g
-        return o * T.tanh(c), c
-
-    (hs, cs), _ = theano.scan(step, sequences=projected, outputs_info=list(state), non_sequences=[recurrent],
-                              strict=True)
-    return hs, (hs[-1], cs[-1])
-
-
-class Model(object):
-    """The IR's layers over canonical shared weights: self.weights["layer/param"] -> shared."""
-
-    def __init__(self, spec: dict, seed: int):
-        self.layers = [(layer, tuple(in_shape)) for layer, in_shape, _ in infer_shapes(spec)]
-        self.blocks = {}  # a residual block's name -> its own (layer, input shape)s, in order
-        self.weights = OrderedDict()  # type: OrderedDict
-        for layer, in_shape, _ in all_shapes(spec):  # a residual block's own layers too
-            if layer["type"] == "residual":
-                self.blocks[layer["name"]] = [(inner, tuple(shape)) for inner, shape, _
-                                              in block_shapes(layer, tuple(in_shape))]
-            for key, shape in param_shapes(layer, in_shape).items():
-                name = layer["name"] + "/" + key
-                self.weights[name] = theano.shared(np.zeros(shape, np.float32), name=name)
-        self.trainable_names = [n for n in self.weights if not n.rsplit("/", 1)[1].startswith("moving_")]
-        self.rng = MRG_RandomStreams(seed + 1)  # dropout masks (MRG refuses seed 0)
-
-    def __call__(self, x, training: bool):
-        """Symbolic logits, and the updates of BatchNorm's moving statistics (training only)."""
-        updates = []  # type: List
-        return self.sequence(self.layers, x, training, updates), updates
-
-    def sequence(self, layers, x, training: bool, updates: list):
-        channels_first = False
-        for layer, in_shape in layers:
-            kind = layer["type"]
-            if kind in ("conv2d", "maxpool2d", "batchnorm") and len(in_shape) == 3 and not channels_first:
-                x, channels_first = x.dimshuffle(0, 3, 1, 2), True
-            if kind in ("flatten", "to_sequence") and channels_first:
-                x, channels_first = x.dimshuffle(0, 2, 3, 1), False
-            x = self.apply(layer, in_shape, x, training, updates)
-        if channels_first:
-            x = x.dimshuffle(0, 2, 3, 1)
-        return x
-
-    def apply(self, layer, in_shape, x, training, updates):
-        kind = layer["type"]
-        w = {key.split("/", 1)[1]: var for key, var in self.weights.items() if key.startswith(layer["name"] + "/")}
-        if kind == "residual":
-            return x + self.sequence(self.blocks[layer["name"]], x, training, updates)
-        if kind == "attention":
-            return self.attention(layer, in_shape, x, w, training)
-        if kind == "positional_embedding":
-            return x + w["embeddings"][:in_shape[0]].dimshuffle("x", 0, 1)
-        if kind == "tied_output":  # x E^T + b on the embedding's own shared table: its gradient sums both uses
-            return dense(x, self.weights[layer["embedding"] + "/embeddings"].T, w["bias"], layer["units"])
-        if kind == "conv2d":
-            return self.conv(layer, in_shape, x, w)
-        if kind == "maxpool2d":
-            if layer["padding"] == "same":
-                pads = same_pads(in_shape, layer["pool"], layer["stride"])
-            elif layer["padding"] == "valid":
-                pads = (0,) * 4
-            else:
-                raise not_built("padding", layer["padding"])
-            if any(pads):
-                x = pad_hw(x, pads, -np.inf)
-            size, stride = layer["pool"], layer["stride"]
-            return pool_2d(x, ws=(size, size), stride=(stride, stride), ignore_border=True, mode="max")
-        if kind == "batchnorm":
-            return batchnorm(layer, w, x, training, updates)
-        if kind == "layer_norm":
-            return layer_norm(x, w["gamma"], w["beta"], layer["epsilon"])
-        if kind == "activation":
-            return lookup(ACTIVATIONS, "activation", layer["fn"])(x)
-        if kind == "dropout":
-            return self.dropout(x, layer["rate"], training)
-        if kind == "flatten":
-            return x.reshape((x.shape[0], int(np.prod(in_shape))))  # NHWC in C order: the canonical one
-        if kind == "to_sequence":  # NHWC (H, W, C) -> (H * W, C) in C order: step r * W + c is row r, column c
-            return x.reshape((x.shape[0], in_shape[0] * in_shape[1], in_shape[2]))
-        if kind == "sequence_mean":
-            return x.mean(axis=1)
-        if kind == "dense":
-            return dense(x, w["kernel"], w["bias"], layer["units"])
-        if kind == "embedding":
-            return embed(w["embeddings"], x)
-        if kind == "lstm":
-            hs, (h, _) = lstm_scan(x, w["kernel"], w["recurrent_kernel"], w["bias"], layer["units"])
-            return hs.dimshuffle(1, 0, 2) if layer["return_sequences"] else h
-        if kind != "seq2seq":
-            raise not_built("layer type", kind)
-        # seq2seq: the encoder's final (h, c) starts the decoder; teacher forcing
-        source_len, units = layer["source_len"], layer["units"]
-        source = embed(w["source_embeddings"], x[:, :source_len])
-        target = embed(w["target_embeddings"], x[:, source_len:])
-        _, state = lstm_scan(source, w["encoder_kernel"], w["encoder_recurrent_kernel"], w["encoder_bias"], units)
-        hs, _ = lstm_scan(target, w["decoder_kernel"], w["decoder_recurrent_kernel"], w["decoder_bias"], units, state)
-        return hs.dimshuffle(1, 0, 2)
-
-    def dropout(self, x, rate: float, training: bool):
-        """Inverted dropout in training; the identity otherwise."""
-        if not training or rate == 0:
-            return x
-        keep = 1.0 - rate
-        mask = self.rng.binomial(x.shape, p=keep, dtype="float32")
-        return x * mask / F32(keep)
-
-    def attention(self, layer, in_shape, x, w, training: bool):
-        """Multi-head self-attention as the IR states it, with Theano's own ops (Theano 1.0 has no attention op):
-        the heads folded into the batch axis for batched_dot, softmax over the keys (Theano's softmax takes
-        rows), the causal mask a -inf score (switch), dropout on the attention weights in training."""
-        steps, features = in_shape
-        heads = layer["heads"]
-        size = features // heads
-
-        def split(t):  # (batch, steps, d) -> (batch * heads, steps, dk): head h is columns h*dk .. (h+1)*dk - 1
-            t = t.reshape((t.shape[0], steps, heads, size)).dimshuffle(0, 2, 1, 3)
-            return t.reshape((-1, steps, size))
-
-        q, k, v = (split(dense(x, w[part + "_kernel"], w[part + "_bias"], features))
-                   for part in ("query", "key", "value"))
-        scores = T.batched_dot(q, k.dimshuffle(0, 2, 1)) * F32(1.0 / math.sqrt(size))
-        if layer["causal"]:  # -inf for every key after the query's own step
-            earlier = T.constant(np.tril(np.ones((steps, steps), dtype="int8")))
-            scores = T.switch(earlier.dimshuffle("x", 0, 1), scores, F32(-np.inf))
-        weights = T.nnet.softmax(scores.reshape((-1, steps))).reshape(scores.shape)
-        weights = self.dropout(weights, layer["dropout"], training)
-        out = T.batched_dot(weights, v).reshape((-1, heads, steps, size)).dimshuffle(0, 2, 1, 3)
-        return dense(out.reshape((-1, steps, features)), w["output_kernel"], w["output_bias"], features)
-
-    @staticmethod
-    def conv(layer, in_shape, x, w):
-        size, stride = layer["kernel"], layer["stride"]
-        border = "valid"
-        if layer["padding"] == "same":
-            top, bottom, left, right = same_pads(in_shape, size, stride)
-            if top == bottom and left == right:
-                border = (top, left)
-            else:
-                x = pad_hw(x, (top, bottom, left, right), 0.0)
-        elif layer["padding"] != "valid":
-            raise not_built("padding", layer["padding"])
-        kernel = w["kernel"].dimshuffle(3, 2, 0, 1)  # HWIO -> OIHW
-        y = conv2d(x, kernel, filter_shape=(layer["filters"], in_shape[-1], size, size), border_mode=border,
-                   subsample=(stride, stride), filter_flip=False)
-        return y + w["bias"].dimshuffle("x", 0, "x", "x")
-
-
-def layer_norm(x, gamma, beta, epsilon):
-    """Over the last axis, with the biased variance (Theano 1.0 has no layer normalisation op)."""
-    mean = x.mean(axis=-1, keepdims=True)
-    centered = x - mean
-    variance = T.sqr(centered).mean(axis=-1, keepdims=True)
-    return centered / T.sqrt(variance + F32(epsilon)) * gamma + beta
-
-
-def batchnorm(layer, w, x, training, updates):
-    """Over the batch (and the image's positions); moving statistics as pytorch.py keeps them."""
-    axes = (0, 2, 3) if x.ndim == 4 else (0,)
-    pattern = ("x", 0, "x", "x") if x.ndim == 4 else ("x", 0)
-    eps = F32(layer["epsilon"])
-    gamma, beta = w["gamma"].dimshuffle(pattern), w["beta"].dimshuffle(pattern)
-    if not training:
-        scale = (w["gamma"] / T.sqrt(w["moving_var"] + eps)).dimshuffle(pattern)
-        return (x - w["moving_mean"].dimshuffle(pattern)) * scale + beta
-    mean = x.mean(axis=axes)
-    centered = x - mean.dimshuffle(pattern)
-    variance = T.sqr(centered).mean(axis=axes)  # biased: what normalises the batch
-    count = T.cast(T.prod([x.shape[a] for a in axes]), "float32")
-    unbiased = variance * count / T.maximum(count - 1, 1)  # what the moving variance follows (as torch)
-    momentum = F32(layer["momentum"])
-    rest = F32(1.0 - layer["momentum"])
-    updates.append((w["moving_mean"], momentum * w["moving_mean"] + rest * mean))
-    updates.append((w["moving_var"], momentum * w["moving_var"] + rest * unbiased))
-    return centered / T.sqrt(variance + eps).dimshuffle(pattern) * gamma + beta
-
-
-# ---- optimisers: the brief's (torch's) formulas as update lists over shared slots ----------------
-
-def zeros_like(p):
-    return theano.shared(np.zeros(p.get_value(borrow=True).shape, np.float32))
-
-
-def learning_rate(config, schedule):
-    """The update's learning rate (float64) and the update list that counts updates: the recipe's constant, or
-    its schedule (shared/schedule.py) of a shared update counter, from 0."""
-    if schedule is None:
-        return np.float64(config["lr"]), []
-    if schedule["name"] != "warmup_cosine":
-        raise not_built("schedule", schedule["name"])
-    k = theano.shared(np.float64(0.0))
-    warmup, total = float(schedule["warmup_steps"]), float(schedule["total_steps"])
-    final = schedule["final_lr_fraction"]
-    warm = k / max(warmup, 1.0)  # taken only while k < warmup
-    decayed = final + (1.0 - final) * 0.5 * (1.0 + T.cos(np.pi * T.minimum(1.0, (k - warmup) / (total - warmup))))
-    return config["lr"] * T.switch(T.lt(k, warmup), warm, decayed), [(k, k + 1.0)]
-
-
-def sgd(params, grads, config, schedule=None):
-    lr, updates = learning_rate(config, schedule)
-    lr, momentum = T.cast(lr, "float32"), F32(config.get("momentum", 0.0))
-    nesterov, weight_decay = config.get("nesterov", False), F32(config.get("weight_decay", 0.0))
-    for p, g in zip(params, grads):
-        if weight_decay:
-            g = g + weight_decay * p  # coupled L2, on every trainable weight
-        if momentum:
-            v = zeros_like(p)
-            v_new = momentum * v + g
-            updates.append((v, v_new))
-            g = g + momentum * v_new if nesterov else v_new
-        updates.append((p, p - lr * g))
-    return updates
-
-
-def adam(params, grads, config, schedule=None, decoupled_decay=0.0):
-    """Adam; with decoupled_decay, AdamW: p -= lr_t * decoupled_decay * p, then Adam's step."""
-    lr, updates = learning_rate(config, schedule)
-    b1, b2, eps = config["beta1"], config["beta2"], F32(config["epsilon"])
-    step = theano.shared(np.float64(0.0))
-    t = step + 1.0
-    step_size = T.cast(lr / (1.0 - np.float64(b1) ** t), "float32")  # bias corrections in float64, as torch
-    bc2_sqrt = T.cast(T.sqrt(1.0 - np.float64(b2) ** t), "float32")
-    kept = T.cast(1.0 - lr * decoupled_decay, "float32")
-    updates.append((step, t))
-    for p, g in zip(params, grads):
-        m, v = zeros_like(p), zeros_like(p)
-        m_new = F32(b1) * m + F32(1.0 - b1) * g
-        v_new = F32(b2) * v + F32(1.0 - b2) * T.sqr(g)
-        decayed = kept * p if decoupled_decay else p
-        updates += [(m, m_new), (v, v_new), (p, decayed - step_size * m_new / (T.sqrt(v_new) / bc2_sqrt + eps))]
-    return updates
-
-
-def adamw(params, grads, config, schedule=None):
-    return adam(params, grads, config, schedule, decoupled_decay=config["weight_decay"])
-
-
-def adadelta(params, grads, config, schedule=None):
-    lr, updates = learning_rate(config, schedule)
-    lr, rho, eps = T.cast(lr, "float32"), F32(config["rho"]), F32(config["epsilon"])
-    for p, g in zip(params, grads):
-        square_avg, delta_avg = zeros_like(p), zeros_like(p)
-        v = rho * square_avg + (F32(1) - rho) * T.sqr(g)
-        d = T.sqrt(delta_avg + eps) / T.sqrt(v + eps) * g
-        updates += [(square_avg, v), (delta_avg, rho * delta_avg + (F32(1) - rho) * T.sqr(d)), (p, p - lr * d)]
-    return updates
-
-
-OPTIMIZERS = {"sgd": sgd, "adam": adam, "adadelta": adadelta, "adamw": adamw}
-
-
-def loss_terms(loss: str, logits, labels):
-    """The batch's mean loss, its weight, right predictions and predictions made, as
-    pytorch.loss_terms defines them (the last three float64)."""
-    batch = T.cast(labels.shape[0], "float64")
-    if loss == "sigmoid_cross_entropy":
-        z = logits[:, 0]
-        y = T.cast(labels, "float32")
-        value = T.mean(T.maximum(z, F32(0)) - z * y + T.log1p(T.exp(-abs(z))))
-        right = T.sum(T.eq(T.gt(z, 0), T.neq(labels, 0)), dtype="float64")
-        return value, batch, right, batch
-    flat = logits.reshape((-1, logits.shape[-1]))
-    flat_labels = labels.flatten()
-    # Written as Theano's tutorials write it so that its optimiser fuses softmax, the loss and the argmax
-    # into CrossentropySoftmaxArgmax1HotWithBias (-x[y] + max + log(sum exp), stable). A log-softmax written
-    # out was not fused: lstm-ptb steps took 92 ms against 85 ms (2 cores).
-    per_token = T.nnet.categorical_crossentropy(T.nnet.softmax(flat), flat_labels)
-    right = T.eq(T.argmax(flat, axis=-1), flat_labels)
-    if loss == "masked_sequence_softmax_cross_entropy":
-        kept = T.neq(flat_labels, PAD_ID)
-        count = T.sum(kept, dtype="float32")
-        value = T.sum(per_token * kept) / T.maximum(count, F32(1))
-        count = T.cast(count, "float64")
-        return value, count, T.sum(right * kept, dtype="float64"), count
-    if loss in ("softmax_cross_entropy", "sequence_softmax_cross_entropy"):
-        made = T.cast(flat_labels.shape[0], "float64")
-        return T.mean(per_token), batch, T.sum(right, dtype="float64"), made
-    raise not_built("loss", loss)
-
-
-def batch_sums(loss, weight, right, made):
-    return T.stack([T.cast(loss, "float64") * weight, weight, right, made])
-
-
 class Adapter(BaseAdapter):
     name = "theano"
 
@@ -498,8 +142,7 @@ class Adapter(BaseAdapter):
             raise RuntimeError("Theano took %d threads at import (DLBENCH_THREADS); %d cannot be set afterwards"
                                % (THREADS, threads))
         self.float_inputs = model["input_dtype"].startswith("float")
-        recurrent = any(layer["type"] in ("lstm", "seq2seq") for layer in model["layers"])
-        self.scan = load_scan() if recurrent else "none"
+        self.scan = load_scan() if runs_scan(model) else "none"
         self.model = Model(model, seed)
         self.params = [self.model.weights[n] for n in self.model.trainable_names]
         input_type = "float32" if self.float_inputs else "int32"

@@ -1,4 +1,4 @@
-"""Theano's Faster R-CNN: each IR part is the Theano adapter's Model over canonical shared weights, and the
+"""Theano's Faster R-CNN: each IR part is the Theano package's Model (layers.py) over canonical shared weights, and the
 network runs as four compiled theano.functions (the RPN's forward pass, the head's forward pass, one
 SGD step, the losses and their gradient), built on first use.
 
@@ -23,7 +23,9 @@ from dlbench.shared.detection.pipeline import SMOOTH_L1_BETA
 from dlbench.shared.ir import detector_parts
 from dlbench.worker.base import lookup
 from dlbench.worker.detector import LOSS_NAMES, DetectorAdapter
-from dlbench.worker.frameworks.theano.adapter import BLAS_LDFLAGS, F32, OPTIMIZERS, THREADS, Model, T, theano
+from dlbench.worker.frameworks.theano.adapter import BLAS_LDFLAGS, THREADS, T, theano
+from dlbench.worker.frameworks.theano.layers import F32, Model
+from dlbench.worker.frameworks.theano.optimizers import OPTIMIZERS
 
 # isort: split
 import theano.sparse  # only once the adapter has set THEANO_FLAGS and imported Theano
