@@ -51,29 +51,45 @@ def recipe_dtype(recipe: dict) -> str:
     return recipe.get("dtype", "float32")
 
 
-# the weighted layer types whose kernels are (in, out) matrices, and those whose weights need no change of
-# layout, in the frameworks that keep kernels (out, in) and convolutions OIHW (PyTorch, MXNet's Gluon, Chainer)
-LINEAR_KINDS = ("dense", "lstm", "seq2seq", "attention")
-AS_CANONICAL_KINDS = ("batchnorm", "layer_norm", "embedding", "positional_embedding", "tied_output")
+class Layout(namedtuple("Layout", "to_native to_canonical")):
+    """How one layer kind's canonical weights become a framework's and back: each a function (canonical key,
+    array) -> array."""
 
 
-def to_out_in_layout(kind: str, key: str, value: np.ndarray) -> np.ndarray:
-    """A canonical weight in the layout of frameworks that keep kernels (out, in) and convolutions OIHW; the
-    LSTM's fused gates i, f, g, o stay in that order (PyTorch's and MXNet's own; Chainer reorders them)."""
-    if kind == "conv2d":
-        return value.transpose(3, 2, 0, 1) if key == "kernel" else value  # HWIO -> OIHW
-    if kind in LINEAR_KINDS:
-        return value.T if key.endswith("kernel") else value  # every (in, out) kernel -> (out, in)
-    if kind in AS_CANONICAL_KINDS:
-        return value
-    raise not_built("weights of layer type", kind)
+class NativeWeights(namedtuple("NativeWeights", "params layout")):
+    """A LayerEntry's weights in a framework whose layouts differ from the canonical ones: `params(built layer)`
+    gives its native tensors by canonical key, `layout` (a Layout) converts them."""
 
 
-def from_out_in_layout(kind: str, key: str, value: np.ndarray) -> np.ndarray:
-    """to_out_in_layout's inverse."""
-    if kind == "conv2d" and key == "kernel":
-        return value.transpose(2, 3, 1, 0)  # OIHW -> HWIO
-    return to_out_in_layout(kind, key, value)  # the other conversions are their own inverse
+def _as_is(key: str, value: np.ndarray) -> np.ndarray:
+    return value
+
+
+def _kernels_transposed(key: str, value: np.ndarray) -> np.ndarray:
+    return value.T if key.endswith("kernel") else value  # every (in, out) kernel <-> (out, in); its own inverse
+
+
+def _hwio_to_oihw(key: str, value: np.ndarray) -> np.ndarray:
+    return value.transpose(3, 2, 0, 1) if key == "kernel" else value
+
+
+def _oihw_to_hwio(key: str, value: np.ndarray) -> np.ndarray:
+    return value.transpose(2, 3, 1, 0) if key == "kernel" else value
+
+
+# the layouts of the frameworks that keep kernels (out, in) and convolutions OIHW (PyTorch, MXNet's Gluon,
+# Chainer); the LSTM's fused gates i, f, g, o stay in that order (PyTorch's and MXNet's own; Chainer reorders them)
+AS_CANONICAL = Layout(_as_is, _as_is)
+OUT_IN = Layout(_kernels_transposed, _kernels_transposed)
+OIHW = Layout(_hwio_to_oihw, _oihw_to_hwio)
+
+
+def native_weights(table: dict, kind: str) -> NativeWeights:
+    """The NativeWeights of `kind`'s entry in a layer table; a kind without weights has none to map."""
+    weights = lookup(table, "weights of layer type", kind).weights
+    if weights is None:
+        raise not_built("weights of layer type", kind)
+    return weights
 
 
 def sibling_module(adapter_path: str, name: str) -> str:

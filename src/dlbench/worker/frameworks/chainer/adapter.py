@@ -21,7 +21,7 @@ import threadpoolctl
 
 from dlbench.shared.ir import all_shapes
 from dlbench.worker.base import BaseAdapter, Split, batch_slices, finish_metrics
-from dlbench.worker.frameworks.chainer.layers import Model, from_chainer_layout, native_arrays, to_chainer_layout
+from dlbench.worker.frameworks.chainer.layers import Model, layout, native_arrays
 from dlbench.worker.frameworks.chainer.losses import loss_terms
 from dlbench.worker.frameworks.chainer.optimizers import optimizer_for
 
@@ -65,7 +65,7 @@ class Adapter(BaseAdapter):
 
     def set_weights(self, weights):
         for layer, key, target in self._native():
-            value = to_chainer_layout(layer["type"], key, weights[layer["name"] + "/" + key])
+            value = layout(layer["type"]).to_native(key, weights[layer["name"] + "/" + key])
             array = target.array if isinstance(target, chainer.Variable) else target
             array[...] = value  # in place: the optimiser's and BatchNorm's references stay valid
 
@@ -76,7 +76,7 @@ class Adapter(BaseAdapter):
     def _export(layer, key, target, gradient=False):
         if isinstance(target, chainer.Variable):
             target = target.grad if gradient else target.array
-        return np.ascontiguousarray(from_chainer_layout(layer["type"], key, target)).copy()
+        return np.ascontiguousarray(layout(layer["type"]).to_canonical(key, target)).copy()
 
     # ---- batches ----
 
@@ -134,7 +134,7 @@ class Adapter(BaseAdapter):
         for layer, key, target in self._native():
             if isinstance(target, chainer.Variable):  # moving statistics are plain arrays
                 target.grad = np.ascontiguousarray(
-                    to_chainer_layout(layer["type"], key, gradients[layer["name"] + "/" + key]), dtype=np.float32)
+                    layout(layer["type"]).to_native(key, gradients[layer["name"] + "/" + key]), dtype=np.float32)
         self.optimizer.update()
         self.model.cleargrads()
 

@@ -30,7 +30,7 @@ from dlbench.shared.detection.pipeline import SMOOTH_L1_BETA
 from dlbench.shared.ir import detector_parts
 from dlbench.worker.detector import LOSS_NAMES, DetectorAdapter
 from dlbench.worker.frameworks.chainer.adapter import Adapter, cpu_threads
-from dlbench.worker.frameworks.chainer.layers import Model, native_arrays, to_chainer_layout
+from dlbench.worker.frameworks.chainer.layers import Model, layout, native_arrays
 from dlbench.worker.frameworks.chainer.optimizers import optimizer_for
 
 
@@ -119,7 +119,7 @@ class Detector(DetectorAdapter):
 
     def set_weights(self, weights):
         for layer, key, target in self._native():
-            target.array[...] = to_chainer_layout(layer["type"], key, weights[layer["name"] + "/" + key])
+            target.array[...] = layout(layer["type"]).to_native(key, weights[layer["name"] + "/" + key])
 
     def get_weights(self):
         return self._export(gradients=False)

@@ -5,8 +5,8 @@ Every entry's `build(layer, in_shape, links)` returns (link, apply): the Link th
 for a weightless kind), which Model registers as its child named after the IR layer, and apply(x), the layer's
 forward pass, which Model's forward calls in order (in_shape the canonical input shape without the batch; links the
 weighted layers' links built so far, by IR layer name). Every entry's `weights(link)` returns the link's Chainer
-Parameters (and BatchNormalization's moving statistics, plain arrays) by canonical key; to_chainer_layout and
-from_chainer_layout convert their layouts.
+Parameters (and BatchNormalization's moving statistics, plain arrays) by canonical key, with the Layout that
+converts them (worker/base's, or CHAINER_LSTM, which also reorders the LSTM's gates).
 
 Layouts (canonical -> Chainer): images arrive NHWC and are transposed once to NCHW before the
 first spatial layer, and back to NHWC before Flatten (and to_sequence), so dense kernels keep the
@@ -44,7 +44,17 @@ import chainer.links as L
 import numpy as np
 
 from dlbench.shared.ir import block_shapes, infer_shapes, same_padding
-from dlbench.worker.base import LayerEntry, from_out_in_layout, lookup, not_built, to_out_in_layout
+from dlbench.worker.base import (
+    AS_CANONICAL,
+    OIHW,
+    OUT_IN,
+    LayerEntry,
+    Layout,
+    NativeWeights,
+    lookup,
+    native_weights,
+    not_built,
+)
 
 ZERO = chainer.initializers.Zero()  # every weight is set from the canonical ones before use
 CANONICAL_TO_CHAINER_GATES = (2, 0, 1, 3)  # F.lstm's (a, i, f, o) as positions in (i, f, g, o)
@@ -67,6 +77,20 @@ def gates_from_chainer(value: np.ndarray) -> np.ndarray:
     canonical[..., CANONICAL_TO_CHAINER_GATES, :] = blocks
     return canonical.reshape(lead + (4 * units,))
 
+
+
+def _lstm_to_native(key: str, value: np.ndarray) -> np.ndarray:
+    if not key.endswith("embeddings"):  # a seq2seq block's tables are embeddings, laid out as canonical
+        value = gates_to_chainer(value)
+    return OUT_IN.to_native(key, value)  # then Linear's (out, in)
+
+
+def _lstm_to_canonical(key: str, value: np.ndarray) -> np.ndarray:
+    value = OUT_IN.to_canonical(key, value)
+    return value if key.endswith("embeddings") else gates_from_chainer(value)
+
+
+CHAINER_LSTM = Layout(_lstm_to_native, _lstm_to_canonical)  # an LSTM's and a seq2seq block's weights
 
 # ---- the links ---------------------------------------------------------------------------------
 
@@ -336,21 +360,21 @@ def _tied_output_arrays(link: TiedOutputBias) -> Dict[str, object]:
 
 
 LAYERS = {
-    "conv2d": LayerEntry(_conv2d, _kernel_and_bias),
+    "conv2d": LayerEntry(_conv2d, NativeWeights(_kernel_and_bias, OIHW)),
     "maxpool2d": LayerEntry(_maxpool2d, None),
-    "batchnorm": LayerEntry(_batchnorm, _batchnorm_arrays),
-    "layer_norm": LayerEntry(_layer_norm, _layer_norm_arrays),
+    "batchnorm": LayerEntry(_batchnorm, NativeWeights(_batchnorm_arrays, AS_CANONICAL)),
+    "layer_norm": LayerEntry(_layer_norm, NativeWeights(_layer_norm_arrays, AS_CANONICAL)),
     "activation": LayerEntry(_activation, None),
     "dropout": LayerEntry(_dropout, None),
     "flatten": LayerEntry(_flatten, None),
-    "dense": LayerEntry(_dense, _kernel_and_bias),
-    "embedding": LayerEntry(_embedding, _embedding_arrays),
-    "lstm": LayerEntry(_lstm, _lstm_layer_arrays),
-    "seq2seq": LayerEntry(_seq2seq, _seq2seq_arrays),
+    "dense": LayerEntry(_dense, NativeWeights(_kernel_and_bias, OUT_IN)),
+    "embedding": LayerEntry(_embedding, NativeWeights(_embedding_arrays, AS_CANONICAL)),
+    "lstm": LayerEntry(_lstm, NativeWeights(_lstm_layer_arrays, CHAINER_LSTM)),
+    "seq2seq": LayerEntry(_seq2seq, NativeWeights(_seq2seq_arrays, CHAINER_LSTM)),
     "residual": LayerEntry(_residual, None),
-    "attention": LayerEntry(_attention, _attention_arrays),
-    "positional_embedding": LayerEntry(_positional_embedding, _embedding_arrays),
-    "tied_output": LayerEntry(_tied_output, _tied_output_arrays),
+    "attention": LayerEntry(_attention, NativeWeights(_attention_arrays, OUT_IN)),
+    "positional_embedding": LayerEntry(_positional_embedding, NativeWeights(_embedding_arrays, AS_CANONICAL)),
+    "tied_output": LayerEntry(_tied_output, NativeWeights(_tied_output_arrays, AS_CANONICAL)),
     "to_sequence": LayerEntry(_to_sequence, None),
     "sequence_mean": LayerEntry(_sequence_mean, None),
 }
@@ -360,25 +384,12 @@ REFUSED = {}
 def native_arrays(kind: str, link) -> Dict[str, object]:
     """Canonical key -> the Chainer Parameter (or, for moving statistics, the ndarray) holding it (its table
     entry's weights)."""
-    weights = lookup(LAYERS, "weights of layer type", kind).weights
-    if weights is None:
-        raise not_built("weights of layer type", kind)
-    return weights(link)
+    return native_weights(LAYERS, kind).params(link)
 
 
-# the layer types whose weights Chainer holds as the canonical layout has them, or as Linear's (out, in)
-# transpose of every (in, out) kernel; conv2d and the LSTMs' are converted apart
-def to_chainer_layout(kind: str, key: str, value: np.ndarray) -> np.ndarray:
-    if kind in ("lstm", "seq2seq") and not key.endswith("embeddings"):
-        value = gates_to_chainer(value)
-    return to_out_in_layout(kind, key, value)  # Linear's (out, in), Convolution2D's OIHW
-
-
-def from_chainer_layout(kind: str, key: str, value: np.ndarray) -> np.ndarray:
-    value = from_out_in_layout(kind, key, value)
-    if kind in ("lstm", "seq2seq") and not key.endswith("embeddings"):
-        value = gates_from_chainer(value)
-    return value
+def layout(kind: str) -> Layout:
+    """The canonical <-> native conversion of a weighted kind's weights (its table entry's)."""
+    return native_weights(LAYERS, kind).layout
 
 
 # ---- the model ---------------------------------------------------------------------------------

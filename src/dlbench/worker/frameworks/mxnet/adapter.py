@@ -57,12 +57,10 @@ from dlbench.worker.base import (  # noqa: E402
     Split,
     batch_slices,
     finish_metrics,
-    from_out_in_layout,
     lookup,
     recipe_dtype,
-    to_out_in_layout,
 )
-from dlbench.worker.frameworks.mxnet.layers import build_net, gluon_params  # noqa: E402
+from dlbench.worker.frameworks.mxnet.layers import build_net, gluon_params, layout  # noqa: E402
 from dlbench.worker.frameworks.mxnet.losses import Objective, batch_sums  # noqa: E402
 from dlbench.worker.frameworks.mxnet.optimizers import OPTIMIZERS  # noqa: E402
 
@@ -129,7 +127,7 @@ class Adapter(BaseAdapter):
                 if key.endswith("bias_hh"):  # Gluon's second LSTM bias; the canonical bias is their sum
                     param.set_data(nd.zeros(param.shape, ctx=self.ctx))
                     continue
-                value = to_out_in_layout(layer["type"], key, weights[layer["name"] + "/" + key])
+                value = layout(layer["type"]).to_native(key, weights[layer["name"] + "/" + key])
                 param.set_data(nd.array(np.ascontiguousarray(value), ctx=self.ctx, dtype=self.dtype))
 
     def get_weights(self):
@@ -143,7 +141,7 @@ class Adapter(BaseAdapter):
                     continue
                 # Gluon's second LSTM bias gets the canonical bias's gradient, as in training
                 canonical = key[:-len("_hh")] if key.endswith("bias_hh") else key
-                value = to_out_in_layout(layer["type"], canonical, gradients[layer["name"] + "/" + canonical])
+                value = layout(layer["type"]).to_native(canonical, gradients[layer["name"] + "/" + canonical])
                 native[param.name] = nd.array(np.ascontiguousarray(value), ctx=self.ctx, dtype=self.dtype)
         self.optimizer.step([p.data(self.ctx) for p in self.trainable], [native[p.name] for p in self.trainable])
 
@@ -160,7 +158,7 @@ class Adapter(BaseAdapter):
                     value = param.data(self.ctx)
                     if key + "_hh" in params:
                         value = value + params[key + "_hh"].data(self.ctx)
-                out[layer["name"] + "/" + key] = from_out_in_layout(layer["type"], key, value.asnumpy()).copy()
+                out[layer["name"] + "/" + key] = layout(layer["type"]).to_canonical(key, value.asnumpy()).copy()
         return out
 
     # ---- data ----

@@ -28,9 +28,9 @@ from mxnet import autograd, gluon, nd
 
 from dlbench.shared.detection.pipeline import SMOOTH_L1_BETA
 from dlbench.shared.ir import detector_parts
-from dlbench.worker.base import from_out_in_layout, lookup, recipe_dtype, to_out_in_layout
+from dlbench.worker.base import lookup, recipe_dtype
 from dlbench.worker.detector import LOSS_NAMES, DetectorAdapter
-from dlbench.worker.frameworks.mxnet.layers import build_net, gluon_params
+from dlbench.worker.frameworks.mxnet.layers import build_net, gluon_params, layout
 from dlbench.worker.frameworks.mxnet.optimizers import OPTIMIZERS
 
 PROPOSER = ("backbone", "rpn", "rpn_cls", "rpn_box")
@@ -136,7 +136,7 @@ class Detector(DetectorAdapter):
 
     def set_weights(self, weights):
         for name, kind, key, param in self._params():
-            value = to_out_in_layout(kind, key, weights[name])
+            value = layout(kind).to_native(key, weights[name])
             param.set_data(nd.array(np.ascontiguousarray(value), ctx=self.ctx, dtype=self.dtype))
 
     def get_weights(self):
@@ -146,7 +146,7 @@ class Detector(DetectorAdapter):
         out = {}
         for name, kind, key, param in self._params():
             value = param.grad(self.ctx) if gradients else param.data(self.ctx)
-            out[name] = from_out_in_layout(kind, key, value.asnumpy()).copy()
+            out[name] = layout(kind).to_canonical(key, value.asnumpy()).copy()
         return out
 
     # ---- the network ---------------------------------------------------------------------------

@@ -1,11 +1,11 @@
 """MXNet 1.9's layers: the IR's layer kinds as Gluon HybridBlocks, one `LAYERS` entry per kind (its
-build, and its weights: the built block's Gluon Parameters by canonical name).
+build, and its weights: the built block's Gluon Parameters by canonical name, with their layout).
 
 Every entry's `build(layer, in_shape, built)` returns the kind's blocks in order (an explicit pad and its
 core, or one block); `built` collects what the adapter needs besides the network (`Built`). Every entry's
-`weights(block)` returns the last of those blocks' Parameters keyed by canonical name (shared/ir.param_shapes);
-their layouts, canonical to Gluon's and back, are worker/base's to_out_in_layout and from_out_in_layout,
-which PyTorch and Chainer share.
+`weights` is a NativeWeights: `params(block)` gives the last of those blocks' Parameters keyed by canonical
+name (shared/ir.param_shapes), `layout` converts them canonical to Gluon's and back (worker/base's OIHW, OUT_IN
+or AS_CANONICAL, which PyTorch and Chainer share).
 
 Layouts. Images arrive NHWC (canonical); MXNet's CPU convolution and pooling are NCHW only, so
 activations are transposed once to NCHW before the first spatial layer and back to NHWC before Flatten
@@ -40,7 +40,17 @@ from mxnet import gluon, nd
 from mxnet.gluon import nn, rnn
 
 from dlbench.shared.ir import block_shapes, infer_shapes, same_padding
-from dlbench.worker.base import LayerEntry, lookup, not_built
+from dlbench.worker.base import (
+    AS_CANONICAL,
+    OIHW,
+    OUT_IN,
+    LayerEntry,
+    Layout,
+    NativeWeights,
+    lookup,
+    native_weights,
+    not_built,
+)
 
 # ---- blocks -------------------------------------------------------------------------------------
 
@@ -398,21 +408,21 @@ def _tied_output_params(block) -> Dict[str, gluon.Parameter]:
 # ---- the table ------------------------------------------------------------------------------------
 
 LAYERS = {
-    "conv2d": LayerEntry(_conv2d, _kernel_and_bias),
+    "conv2d": LayerEntry(_conv2d, NativeWeights(_kernel_and_bias, OIHW)),
     "maxpool2d": LayerEntry(_maxpool2d, None),
-    "batchnorm": LayerEntry(_batchnorm, _batchnorm_params),
-    "layer_norm": LayerEntry(_layer_norm, _layer_norm_params),
+    "batchnorm": LayerEntry(_batchnorm, NativeWeights(_batchnorm_params, AS_CANONICAL)),
+    "layer_norm": LayerEntry(_layer_norm, NativeWeights(_layer_norm_params, AS_CANONICAL)),
     "activation": LayerEntry(_activation, None),
     "dropout": LayerEntry(_dropout, None),
     "flatten": LayerEntry(_flatten, None),
-    "dense": LayerEntry(_dense, _kernel_and_bias),
-    "embedding": LayerEntry(_embedding, _embeddings),
-    "lstm": LayerEntry(_lstm, _lstm_layer_params),
-    "seq2seq": LayerEntry(_seq2seq, _seq2seq_params),
+    "dense": LayerEntry(_dense, NativeWeights(_kernel_and_bias, OUT_IN)),
+    "embedding": LayerEntry(_embedding, NativeWeights(_embeddings, AS_CANONICAL)),
+    "lstm": LayerEntry(_lstm, NativeWeights(_lstm_layer_params, OUT_IN)),
+    "seq2seq": LayerEntry(_seq2seq, NativeWeights(_seq2seq_params, OUT_IN)),
     "residual": LayerEntry(_residual, None),
-    "attention": LayerEntry(_attention, _attention_params),
-    "positional_embedding": LayerEntry(_positional_embedding, _embeddings),
-    "tied_output": LayerEntry(_tied_output, _tied_output_params),
+    "attention": LayerEntry(_attention, NativeWeights(_attention_params, OUT_IN)),
+    "positional_embedding": LayerEntry(_positional_embedding, NativeWeights(_embeddings, AS_CANONICAL)),
+    "tied_output": LayerEntry(_tied_output, NativeWeights(_tied_output_params, AS_CANONICAL)),
     "to_sequence": LayerEntry(_to_sequence, None),
     "sequence_mean": LayerEntry(_sequence_mean, None),
 }
@@ -457,7 +467,9 @@ def _build(shapes, built: Built) -> Net:
 def gluon_params(kind: str, block) -> Dict[str, gluon.Parameter]:
     """The Gluon Parameters of a built layer of this kind by canonical name (its entry's weights); a kind
     without weights has none to map."""
-    weights = lookup(LAYERS, "weights of layer type", kind).weights
-    if weights is None:
-        raise not_built("weights of layer type", kind)
-    return weights(block)
+    return native_weights(LAYERS, kind).params(block)
+
+
+def layout(kind: str) -> Layout:
+    """The canonical <-> native conversion of a weighted kind's weights (its table entry's)."""
+    return native_weights(LAYERS, kind).layout

@@ -16,12 +16,10 @@ from dlbench.worker.base import (
     Split,
     batch_slices,
     finish_metrics,
-    from_out_in_layout,
     lookup,
     recipe_dtype,
-    to_out_in_layout,
 )
-from dlbench.worker.frameworks.pytorch.layers import build_module, torch_params
+from dlbench.worker.frameworks.pytorch.layers import build_module, layout, torch_params
 from dlbench.worker.frameworks.pytorch.losses import batch_sums, loss_terms
 from dlbench.worker.frameworks.pytorch.optimizers import make_optimizer, make_scheduler
 
@@ -73,7 +71,7 @@ class Adapter(BaseAdapter):
                     if key.endswith("bias_hh"):  # torch's second LSTM bias; the canonical bias is their sum
                         target.zero_()
                         continue
-                    value = to_out_in_layout(layer["type"], key, weights[layer["name"] + "/" + key])
+                    value = layout(layer["type"]).to_native(key, weights[layer["name"] + "/" + key])
                     target.copy_(torch.from_numpy(np.ascontiguousarray(value)))
 
     def _layers(self):
@@ -99,7 +97,7 @@ class Adapter(BaseAdapter):
                     value = tensor.detach()
                     if key + "_hh" in params:
                         value = value + params[key + "_hh"].detach()
-                out[layer["name"] + "/" + key] = from_out_in_layout(layer["type"], key, value.cpu().numpy()).copy()
+                out[layer["name"] + "/" + key] = layout(layer["type"]).to_canonical(key, value.cpu().numpy()).copy()
         return out
 
     def loss_and_gradients(self, data):
@@ -121,7 +119,7 @@ class Adapter(BaseAdapter):
                     continue
                 # torch's second LSTM bias gets the canonical bias's gradient, as in training
                 canonical = key[:-len("_hh")] if key.endswith("bias_hh") else key
-                value = to_out_in_layout(layer["type"], canonical, gradients[layer["name"] + "/" + canonical])
+                value = layout(layer["type"]).to_native(canonical, gradients[layer["name"] + "/" + canonical])
                 param.grad = torch.from_numpy(np.ascontiguousarray(value)).to(param.device, param.dtype)
         self._step()
         self.optimizer.zero_grad(set_to_none=True)

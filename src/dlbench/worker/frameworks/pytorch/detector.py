@@ -18,10 +18,10 @@ import torch.nn.functional as F
 
 from dlbench.shared.detection.pipeline import SMOOTH_L1_BETA
 from dlbench.shared.ir import detector_parts
-from dlbench.worker.base import from_out_in_layout, lookup, recipe_dtype, to_out_in_layout
+from dlbench.worker.base import lookup, recipe_dtype
 from dlbench.worker.detector import LOSS_NAMES, DetectorAdapter
 from dlbench.worker.frameworks.pytorch.adapter import DTYPES, torch_device
-from dlbench.worker.frameworks.pytorch.layers import build_module, torch_params
+from dlbench.worker.frameworks.pytorch.layers import build_module, layout, torch_params
 from dlbench.worker.frameworks.pytorch.optimizers import make_optimizer
 
 
@@ -77,7 +77,7 @@ class Detector(DetectorAdapter):
         with torch.no_grad():
             for layer_name, module in self.by_name.items():
                 for key, target in torch_params(self.kinds[layer_name], module).items():
-                    value = to_out_in_layout(self.kinds[layer_name], key, weights[layer_name + "/" + key])
+                    value = layout(self.kinds[layer_name]).to_native(key, weights[layer_name + "/" + key])
                     target.copy_(torch.from_numpy(np.ascontiguousarray(value)))
 
     def get_weights(self):
@@ -88,7 +88,7 @@ class Detector(DetectorAdapter):
         for layer_name, module in self.by_name.items():
             for key, tensor in torch_params(self.kinds[layer_name], module).items():
                 value = tensor.grad if gradients else tensor.detach()
-                out[layer_name + "/" + key] = from_out_in_layout(self.kinds[layer_name], key,
+                out[layer_name + "/" + key] = layout(self.kinds[layer_name]).to_canonical(key,
                                                                  value.cpu().numpy()).copy()
         return out
 

@@ -2,9 +2,9 @@
 
 Every entry's `build(layer, in_shape, by_name)` returns the layer's nn.Module (in_shape the canonical input
 shape without the batch; by_name the modules built so far that hold weights, by IR layer name). Every entry's
-`weights(module)` returns the built module's torch Parameters (and BatchNorm's running buffers) by canonical
-key; their layouts are the (out, in) kernels and OIHW convolutions that base.to_out_in_layout and
-from_out_in_layout convert from and to the canonical ones.
+`weights` is a NativeWeights: `params(module)` gives the built module's torch Parameters (and BatchNorm's
+running buffers) by canonical key, `layout` converts them from and to the canonical ones (worker/base's OIHW
+convolutions, OUT_IN (out, in) kernels, or AS_CANONICAL).
 
 Images arrive NHWC (canonical); they are permuted once to NCHW before the first spatial layer and
 back to NHWC before Flatten or to_sequence, so dense weights keep the canonical flatten order and a
@@ -19,7 +19,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from dlbench.shared.ir import ATTENTION_PARTS, block_shapes, infer_shapes, same_padding
-from dlbench.worker.base import LayerEntry, lookup, not_built
+from dlbench.worker.base import (
+    AS_CANONICAL,
+    OIHW,
+    OUT_IN,
+    LayerEntry,
+    Layout,
+    NativeWeights,
+    lookup,
+    native_weights,
+    not_built,
+)
 
 
 class Permute(nn.Module):
@@ -278,21 +288,21 @@ def _tied_output_params(module: TiedOutput) -> Dict[str, torch.Tensor]:
 
 
 LAYERS = {
-    "conv2d": LayerEntry(_conv2d, _kernel_and_bias),
+    "conv2d": LayerEntry(_conv2d, NativeWeights(_kernel_and_bias, OIHW)),
     "maxpool2d": LayerEntry(_maxpool2d, None),
-    "batchnorm": LayerEntry(_batchnorm, _batchnorm_params),
-    "layer_norm": LayerEntry(_layer_norm, _layer_norm_params),
+    "batchnorm": LayerEntry(_batchnorm, NativeWeights(_batchnorm_params, AS_CANONICAL)),
+    "layer_norm": LayerEntry(_layer_norm, NativeWeights(_layer_norm_params, AS_CANONICAL)),
     "activation": LayerEntry(_activation, None),
     "dropout": LayerEntry(_dropout, None),
     "flatten": LayerEntry(_flatten, None),
-    "dense": LayerEntry(_dense, _kernel_and_bias),
-    "embedding": LayerEntry(_embedding, _embedding_params),
-    "lstm": LayerEntry(_lstm, _lstm_layer_params),
-    "seq2seq": LayerEntry(_seq2seq, _seq2seq_params),
+    "dense": LayerEntry(_dense, NativeWeights(_kernel_and_bias, OUT_IN)),
+    "embedding": LayerEntry(_embedding, NativeWeights(_embedding_params, AS_CANONICAL)),
+    "lstm": LayerEntry(_lstm, NativeWeights(_lstm_layer_params, OUT_IN)),
+    "seq2seq": LayerEntry(_seq2seq, NativeWeights(_seq2seq_params, OUT_IN)),
     "residual": LayerEntry(_residual, None),
-    "attention": LayerEntry(_attention, _attention_params),
-    "positional_embedding": LayerEntry(_positional_embedding, _embedding_params),
-    "tied_output": LayerEntry(_tied_output, _tied_output_params),
+    "attention": LayerEntry(_attention, NativeWeights(_attention_params, OUT_IN)),
+    "positional_embedding": LayerEntry(_positional_embedding, NativeWeights(_embedding_params, AS_CANONICAL)),
+    "tied_output": LayerEntry(_tied_output, NativeWeights(_tied_output_params, AS_CANONICAL)),
     "to_sequence": LayerEntry(_to_sequence, None),
     "sequence_mean": LayerEntry(_sequence_mean, None),
 }
@@ -301,10 +311,12 @@ REFUSED = {}
 
 def torch_params(kind: str, module: nn.Module) -> Dict[str, torch.Tensor]:
     """The weighted layer's tensors by canonical key (its table entry's weights)."""
-    weights = lookup(LAYERS, "weights of layer type", kind).weights
-    if weights is None:
-        raise not_built("weights of layer type", kind)
-    return weights(module)
+    return native_weights(LAYERS, kind).params(module)
+
+
+def layout(kind: str) -> Layout:
+    """The canonical <-> native conversion of a weighted kind's weights (its table entry's)."""
+    return native_weights(LAYERS, kind).layout
 
 
 # ---- the model --------------------------------------------------------------------------------
