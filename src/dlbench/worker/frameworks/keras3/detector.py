@@ -1,6 +1,6 @@
 """Keras 3's Faster R-CNN, one module for the three backends (KERAS_BACKEND: tensorflow, jax, torch).
 
-Each IR part is built by the classifier adapter's build_model, its spatial input sizes left open so
+Each IR part is built by the layer table's build_model (layers.py), its spatial input sizes left open so
 that the landscape canvas and its transpose run through the same layers. Three keras.Models share
 them: Proposer (backbone and RPN), Head (RoI Align and the head) and FasterRCNN (both, and the four
 losses in compute_loss). Training is FasterRCNN.train_on_batch, the Keras way, with the classifier's
@@ -21,7 +21,9 @@ from dlbench.shared.detection.pipeline import SMOOTH_L1_BETA
 from dlbench.shared.ir import detector_parts
 from dlbench.worker.detector import LOSS_NAMES, DetectorAdapter
 from dlbench.worker.frameworks.keras3 import adapter
-from dlbench.worker.frameworks.keras3.adapter import BACKEND, _check_device, build_model, keras, make_optimizer, ops
+from dlbench.worker.frameworks.keras3.adapter import BACKEND, _check_device, keras, ops
+from dlbench.worker.frameworks.keras3.layers import build_model
+from dlbench.worker.frameworks.keras3.optimizers import make_optimizer
 
 if BACKEND == "tensorflow":
     import tensorflow as tf

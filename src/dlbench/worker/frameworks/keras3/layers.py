@@ -1,0 +1,336 @@
+"""Keras 3's layer table, one module for the three backends: each IR layer kind's build and its weights.
+
+The IR becomes a functional keras.Model of Keras layers, channels_last throughout, whose weights are
+the canonical ones as they stand: HWIO conv kernels, (in, out) dense kernels, and LSTM kernels
+(in, 4u) / (u, 4u) with one bias and Keras's gate order i, f, c, o (= i, f, g, o).
+An activation that directly follows a Conv2D or Dense becomes that layer's `activation` argument, as
+Keras programs write it: one layer call fewer per activation. On keras-torch (2 cores, epochs of
+1,536 images alternating with the idiomatic program in one process, glibc's allocator kept from
+returning memory so that page faults do not blur the figure) cnn-mnist went from 95.6-98.3 % of the
+program's speed to 99.3-99.5 %.
+
+Self-attention is keras.layers.MultiHeadAttention(use_causal_mask=...), whose maths is the IR's (per-head
+biased projections, scores times 1/sqrt(dk), the causal mask, dropout on the attention weights in training);
+its kernels are the canonical (d, d) ones reshaped in C order to (d, heads, dk) and (heads, dk, d) (the
+projection biases to (heads, dk)), so get/set weights and the gradients reshape. Without dropout it runs
+ops.dot_product_attention(is_causal=...), each backend's fused kernel. Learned positions and the tied
+output (x E^T + b on the Embedding's own variable, listed once by Keras) are two small layers below.
+
+BatchNormalization: Keras updates the moving variance with the biased batch variance; BatchNorm below
+updates it with the unbiased one (n/(n-1)), as torch does, and normalises with the biased one.
+
+The table (`LAYERS`, base.LayerEntry per IR kind): `build(layer, x, scope)` applies the kind to the Keras
+tensor x and returns (its output, what it built: the Keras layer, a tuple of them, or None); `weights(built)`
+returns the built layer's Keras variables keyed by canonical parameter name (shared/ir.param_shapes), each
+holding its canonical weight as it stands or, for attention, the same elements in C order in another shape,
+which the adapter's set/get weights reshape.
+
+Imported by adapter.py after the backend's thread settings (KERAS_BACKEND and the threads are fixed there).
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+from typing import Dict
+
+import keras
+from keras import ops
+
+from dlbench.shared.ir import all_shapes, param_shapes
+from dlbench.worker.base import LayerEntry, lookup, not_built
+
+# ---- the custom layers ------------------------------------------------------------------------
+
+
+class BatchNorm(keras.layers.BatchNormalization):
+    """Keras's BatchNormalization, except that in training the moving variance takes the UNBIASED batch
+    variance (x n/(n-1), n = elements per channel) as torch's does; normalisation uses the biased one."""
+
+    def call(self, inputs, training=None, mask=None):
+        # renorm: Keras 3.13 added batch renormalisation (Keras 3.12 has no such attribute); never asked for here
+        if not (training and self.trainable) or mask is not None or getattr(self, "renorm", False):
+            return super().call(inputs, training=training, mask=mask)
+        inputs = ops.cast(inputs, "float32")
+        mean, variance = self._moments(inputs, mask)
+        count = ops.cast(ops.size(inputs), "float32") / float(inputs.shape[-1])
+        unbiased = variance * (count / (count - 1.0))
+        momentum = self.momentum
+        self.moving_mean.assign(self.moving_mean * momentum + mean * (1.0 - momentum))
+        self.moving_variance.assign(self.moving_variance * momentum + unbiased * (1.0 - momentum))
+        outputs = ops.batch_normalization(inputs, mean, variance, axis=self.axis, offset=self.beta,
+                                          scale=self.gamma, epsilon=self.epsilon)
+        return ops.cast(outputs, self.compute_dtype)
+
+
+class PositionalEmbedding(keras.layers.Layer):
+    """A learned (max_len, features) table whose first `steps` rows are added to a (steps, features) input
+    (Keras has no such layer of its own; keras_hub's PositionEmbedding is this, without the addition)."""
+
+    def __init__(self, max_len: int, **kwargs):
+        super().__init__(**kwargs)
+        self.max_len = max_len
+
+    def build(self, input_shape):
+        self.embeddings = self.add_weight(shape=(self.max_len, input_shape[-1]), initializer="glorot_uniform",
+                                          name="embeddings")
+
+    def call(self, inputs):
+        return inputs + self.embeddings[:inputs.shape[-2]]
+
+
+class TiedOutput(keras.layers.Layer):
+    """logits = x E^T + b, E the given Embedding layer's own table: one variable used twice, so its
+    gradient sums both uses (Keras's weights lists hold it once). The bias is this layer's only weight."""
+
+    def __init__(self, embedding, **kwargs):
+        super().__init__(**kwargs)
+        self.embedding = embedding
+
+    def build(self, input_shape):
+        self.bias = self.add_weight(shape=(self.embedding.input_dim,), initializer="zeros", name="bias")
+
+    def call(self, inputs):
+        return ops.matmul(inputs, ops.transpose(self.embedding.embeddings)) + self.bias
+
+
+# ---- activations and paddings -----------------------------------------------------------------
+
+def exact_gelu(x):
+    """The IR's gelu, the exact (erf) form: stated here, not left to keras.activations.gelu's default."""
+    return keras.activations.gelu(x, approximate=False)
+
+
+# the Keras activation of each IR activation: its name, or for gelu the exact form's function
+ACTIVATIONS = {"relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh", "gelu": exact_gelu}
+PADDINGS = ("same", "valid")  # Keras's 'same' is TensorFlow's, the IR's (shared/ir.py same_padding)
+FOLDING = ("conv2d", "dense")  # the kinds that take the activation following them as their own argument
+
+
+def keras_activation(fn: str):
+    """The Keras activation of an IR activation; one it does not list is refused, never handed to Keras by
+    name (Keras knows activations the IR does not)."""
+    return lookup(ACTIVATIONS, "activation", fn)
+
+
+def keras_padding(padding: str) -> str:
+    if padding not in PADDINGS:
+        raise not_built("padding", padding)
+    return padding
+
+
+def folded_activation(layers, index: int):
+    """The activation that directly follows layer `index` (a Conv2D or Dense), which takes it as its
+    `activation` argument, as Keras programs write it; None when no activation follows."""
+    following = layers[index + 1] if index + 1 < len(layers) else None
+    if following is None or following["type"] != "activation":
+        return None
+    return keras_activation(following["fn"])
+
+
+# ---- the model --------------------------------------------------------------------------------
+
+class Scope(namedtuple("Scope", "layers index built variables")):
+    """Where a layer is built: the list of layers it is in and its index there (a Conv2D or Dense takes the
+    activation after it, which then builds nothing), what the layers before it built, by name (a tied output
+    finds its embedding there), and the variables recorded so far (a residual block's own layers add theirs)."""
+
+
+def build_model(spec: dict):
+    """The functional model (float pixels or int ids -> logits) and every canonical weight's variable.
+    A variable may hold its canonical weight in another shape of the same C-order elements (attention's
+    kernels (d, heads, dk) and (heads, dk, d) for the canonical (d, d)): canonical_shapes gives the IR's."""
+    float_inputs = spec["input_dtype"].startswith("float")
+    inputs = keras.Input(shape=tuple(spec["input_shape"]), dtype="float32" if float_inputs else "int32")
+    variables = {}  # "layer/param" -> keras Variable, in canonical order
+    outputs = build_layers(spec["layers"], inputs, variables, {})
+    return keras.Model(inputs, outputs, name="dlbench"), variables
+
+
+def canonical_shapes(spec: dict) -> Dict[str, tuple]:
+    """Each canonical weight's shape, by "layer/param" (every layer, a residual block's own included)."""
+    return {layer["name"] + "/" + key: tuple(shape) for layer, in_shape, _ in all_shapes(spec)
+            for key, shape in param_shapes(layer, in_shape).items()}
+
+
+def build_layers(layers, x, variables: dict, built: dict):
+    """Applies the IR's `layers` to the Keras tensor x, each by its kind's entry in LAYERS; records their
+    variables by "layer/param" and, by name, what each one built."""
+    for index, layer in enumerate(layers):
+        entry = lookup(LAYERS, "layer type", layer["type"])
+        x, built[layer["name"]] = entry.build(layer, x, Scope(layers, index, built, variables))
+        if entry.weights is not None:
+            variables.update((layer["name"] + "/" + key, variable)
+                             for key, variable in entry.weights(built[layer["name"]]).items())
+    return x
+
+
+# ---- each kind's build and weights --------------------------------------------------------------
+
+def applied(module, x):
+    return module(x), module
+
+
+def conv2d(layer: dict, x, scope: Scope):
+    return applied(keras.layers.Conv2D(
+        layer["filters"], layer["kernel"], strides=layer["stride"], padding=keras_padding(layer["padding"]),
+        activation=folded_activation(scope.layers, scope.index), name=layer["name"]), x)
+
+
+def dense(layer: dict, x, scope: Scope):
+    return applied(keras.layers.Dense(layer["units"], activation=folded_activation(scope.layers, scope.index),
+                                      name=layer["name"]), x)
+
+
+def kernel_and_bias(module) -> dict:
+    return {"kernel": module.kernel, "bias": module.bias}
+
+
+def maxpool2d(layer: dict, x, scope: Scope):
+    return applied(keras.layers.MaxPooling2D(layer["pool"], strides=layer["stride"],
+                                             padding=keras_padding(layer["padding"]), name=layer["name"]), x)
+
+
+def batchnorm(layer: dict, x, scope: Scope):
+    return applied(BatchNorm(momentum=layer["momentum"], epsilon=layer["epsilon"], name=layer["name"]), x)
+
+
+def batchnorm_weights(module) -> dict:
+    return {"gamma": module.gamma, "beta": module.beta, "moving_mean": module.moving_mean,
+            "moving_var": module.moving_variance}
+
+
+def layer_norm(layer: dict, x, scope: Scope):
+    # over the last axis, biased variance (ops.moments); rms_scaling stays off
+    return applied(keras.layers.LayerNormalization(axis=-1, epsilon=layer["epsilon"], name=layer["name"]), x)
+
+
+def layer_norm_weights(module) -> dict:
+    return {"gamma": module.gamma, "beta": module.beta}
+
+
+def activation(layer: dict, x, scope: Scope):
+    if scope.index and scope.layers[scope.index - 1]["type"] in FOLDING:
+        return x, None  # taken by the layer before it (see folded_activation)
+    return applied(keras.layers.Activation(keras_activation(layer["fn"]), name=layer["name"]), x)
+
+
+def dropout(layer: dict, x, scope: Scope):
+    return applied(keras.layers.Dropout(layer["rate"], name=layer["name"]), x)
+
+
+def flatten(layer: dict, x, scope: Scope):
+    return applied(keras.layers.Flatten(name=layer["name"]), x)
+
+
+def to_sequence(layer: dict, x, scope: Scope):
+    height, width, channels = x.shape[1:]  # NHWC in C order: step r * W + c is row r, column c
+    return applied(keras.layers.Reshape((height * width, channels), name=layer["name"]), x)
+
+
+def sequence_mean(layer: dict, x, scope: Scope):
+    return applied(keras.layers.GlobalAveragePooling1D(data_format="channels_last", name=layer["name"]), x)
+
+
+def residual(layer: dict, x, scope: Scope):
+    """y = x + f(x), f the block's own layers (which record their own variables)."""
+    return applied(keras.layers.Add(name=layer["name"]),
+                   [x, build_layers(layer["layers"], x, scope.variables, scope.built)])
+
+
+def embedding(layer: dict, x, scope: Scope):
+    return applied(keras.layers.Embedding(layer["vocab"], layer["dim"], name=layer["name"]), x)
+
+
+def positional_embedding(layer: dict, x, scope: Scope):
+    return applied(PositionalEmbedding(layer["max_len"], name=layer["name"]), x)
+
+
+def embeddings(module) -> dict:
+    return {"embeddings": module.embeddings}
+
+
+def tied_output(layer: dict, x, scope: Scope):
+    return applied(TiedOutput(scope.built[layer["embedding"]], name=layer["name"]), x)
+
+
+def tied_output_weights(module) -> dict:
+    return {"bias": module.bias}  # its kernel is the embedding's table, already listed under the embedding
+
+
+def lstm(layer: dict, x, scope: Scope):
+    return applied(keras.layers.LSTM(layer["units"], return_sequences=layer["return_sequences"],
+                                     name=layer["name"]), x)
+
+
+def _lstm_vars(prefix: str, layer) -> Dict[str, object]:
+    cell = layer.cell
+    return {prefix + "kernel": cell.kernel, prefix + "recurrent_kernel": cell.recurrent_kernel,
+            prefix + "bias": cell.bias}
+
+
+def lstm_weights(module) -> dict:
+    return _lstm_vars("", module)
+
+
+def seq2seq(layer: dict, x, scope: Scope):
+    """Encoder LSTM over the source, whose final (h, c) starts the decoder LSTM; teacher forcing."""
+    L, name, source_len = keras.layers, layer["name"], layer["source_len"]
+    source_embedding = L.Embedding(layer["source_vocab"], layer["embed_dim"], name=name + "_source_embedding")
+    target_embedding = L.Embedding(layer["target_vocab"], layer["embed_dim"], name=name + "_target_embedding")
+    encoder = L.LSTM(layer["units"], return_state=True, name=name + "_encoder")
+    decoder = L.LSTM(layer["units"], return_sequences=True, name=name + "_decoder")
+    _, h, c = encoder(source_embedding(x[:, :source_len]))
+    x = decoder(target_embedding(x[:, source_len:]), initial_state=[h, c])
+    return x, (source_embedding, target_embedding, encoder, decoder)
+
+
+def seq2seq_weights(parts) -> dict:
+    source_embedding, target_embedding, encoder, decoder = parts
+    variables = {"source_embeddings": source_embedding.embeddings, "target_embeddings": target_embedding.embeddings}
+    for prefix, lstm_layer in (("encoder_", encoder), ("decoder_", decoder)):
+        variables.update(_lstm_vars(prefix, lstm_layer))
+    return variables
+
+
+ATTENTION_PARTS = ("query", "key", "value", "output")
+
+
+def attention(layer: dict, x, scope: Scope):
+    """keras.layers.MultiHeadAttention as a self-attention, the IR's maths exactly: per-head projections
+    with biases (kernels (d, heads, dk), the canonical (d, d) with head h's columns h*dk.. reshaped in C
+    order; output kernel (heads, dk, d), the canonical rows h*dk..), scores scaled by 1/sqrt(dk), the causal
+    mask, dropout on the attention weights in training only. Without dropout it calls
+    ops.dot_product_attention(is_causal=...), each backend's fused attention."""
+    size = x.shape[-1] // layer["heads"]
+    module = keras.layers.MultiHeadAttention(layer["heads"], size, dropout=layer["dropout"], name=layer["name"])
+    return module(x, x, use_causal_mask=layer["causal"]), module
+
+
+def attention_weights(module) -> dict:
+    denses = (module.query_dense, module.key_dense, module.value_dense, module.output_dense)
+    variables = {}
+    for part, dense_layer in zip(ATTENTION_PARTS, denses):
+        variables[part + "_kernel"] = dense_layer.kernel
+        variables[part + "_bias"] = dense_layer.bias
+    return variables
+
+
+LAYERS = {
+    "conv2d": LayerEntry(conv2d, kernel_and_bias),
+    "maxpool2d": LayerEntry(maxpool2d, None),
+    "batchnorm": LayerEntry(batchnorm, batchnorm_weights),
+    "layer_norm": LayerEntry(layer_norm, layer_norm_weights),
+    "activation": LayerEntry(activation, None),
+    "dropout": LayerEntry(dropout, None),
+    "flatten": LayerEntry(flatten, None),
+    "to_sequence": LayerEntry(to_sequence, None),
+    "sequence_mean": LayerEntry(sequence_mean, None),
+    "residual": LayerEntry(residual, None),
+    "dense": LayerEntry(dense, kernel_and_bias),
+    "embedding": LayerEntry(embedding, embeddings),
+    "positional_embedding": LayerEntry(positional_embedding, embeddings),
+    "tied_output": LayerEntry(tied_output, tied_output_weights),
+    "lstm": LayerEntry(lstm, lstm_weights),
+    "seq2seq": LayerEntry(seq2seq, seq2seq_weights),
+    "attention": LayerEntry(attention, attention_weights),
+}
+REFUSED = {}  # Keras 3 builds every kind, on each of its three backends
