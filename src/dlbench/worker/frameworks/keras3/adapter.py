@@ -44,12 +44,14 @@ if BACKEND == "tensorflow":
     import tensorflow as tf
 
     def _configure_tf_threads(threads: int) -> None:
-        """Intra-op = the budget, inter-op = 1 (a training step is a chain of dependent ops); settable only
-        before TensorFlow's runtime starts, so first at import (DLBENCH_THREADS), then checked."""
+        """Intra-op = inter-op = the budget, TensorFlow's own relation and dlbench's TensorFlow adapter's;
+        settable only before TensorFlow's runtime starts, so first at import (DLBENCH_THREADS), then checked.
+        One inter-op thread ran the ops of Keras's LSTM loop one after another: lstm-ptb's steady epochs took
+        1.46 times as long with it [1.36-1.56] (issue 46; docs/fairness.md, "Threads set and recorded")."""
         config = tf.config.threading
         try:
             config.set_intra_op_parallelism_threads(threads)
-            config.set_inter_op_parallelism_threads(1)
+            config.set_inter_op_parallelism_threads(threads)
         except RuntimeError:
             raise RuntimeError("TensorFlow's runtime already runs with %d intra-op threads; %d cannot be set "
                                "in the same process" % (config.get_intra_op_parallelism_threads(), threads)) from None

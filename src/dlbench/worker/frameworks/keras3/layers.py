@@ -35,7 +35,7 @@ from typing import Dict
 import keras
 from keras import ops
 
-from dlbench.shared.ir import all_shapes, param_shapes
+from dlbench.shared.ir import ATTENTION_PARTS, all_shapes, param_shapes
 from dlbench.worker.base import LayerEntry, lookup, not_built
 
 # ---- the custom layers ------------------------------------------------------------------------
@@ -290,8 +290,6 @@ def seq2seq_weights(parts) -> dict:
         variables.update(_lstm_vars(prefix, lstm_layer))
     return variables
 
-
-ATTENTION_PARTS = ("query", "key", "value", "output")
 
 
 def attention(layer: dict, x, scope: Scope):
