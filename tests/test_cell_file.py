@@ -60,7 +60,7 @@ def test_an_unknown_field_is_refused_by_name(tmp_path):
     ("seed", "3", "a whole number"),
     ("epochs", 2.0, "a whole number"),
     ("epochs", True, "a whole number"),
-    ("device", None, "a string, the device"),
+    ("device", None, "a string, the cell's device (cpu or gpu)"),
     ("threads", 0, "a whole number, at least 1"),
     ("train_samples", "8", "a whole number, or null for the whole training split"),
     ("weights", "", "a string, the starting weights' .npz file, or null"),

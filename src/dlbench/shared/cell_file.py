@@ -35,7 +35,7 @@ _ACCEPTED = {
     "data_path": (lambda v: isinstance(v, str) and v != "", "a string, the prepared dataset's folder"),
     "seed": (_is_int, "a whole number"),
     "epochs": (_is_int, "a whole number"),
-    "device": (lambda v: isinstance(v, str) and v != "", "a string, the device (cpu, cuda, ...)"),
+    "device": (lambda v: isinstance(v, str) and v != "", "a string, the cell's device (cpu or gpu)"),
     "threads": (lambda v: _is_int(v) and v >= 1, "a whole number, at least 1"),
     "train_samples": (_optional(_is_int), "a whole number, or null for the whole training split"),
     "weights": (_optional(lambda v: isinstance(v, str) and v != ""),
