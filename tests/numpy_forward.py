@@ -97,6 +97,37 @@ def attention(x, layer, w, name):
     return out @ w[name + "output_kernel"] + w[name + "output_bias"]
 
 
+def rotate(x, base):
+    """Rotary position embeddings on (batch, heads, steps, dk), the "rotate half" pairing (shared/ir.py): the
+    angle of step t and pair i is t * base ** (-2 i / dk), written out here with math.cos and math.sin."""
+    steps, size = x.shape[2], x.shape[3]
+    half = size // 2
+    angles = np.array([[t * base ** (-2.0 * i / size) for i in range(half)] for t in range(steps)])
+    cos, sin = np.vectorize(math.cos)(angles), np.vectorize(math.sin)(angles)
+    first, second = x[..., :half], x[..., half:]
+    return np.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
+
+
+def grouped_query_attention(x, layer, w, name):
+    """Grouped-query attention with rotary embeddings as the IR states it: query head h reads key/value head
+    h // (heads / kv_heads); no biases."""
+    batch, steps, features = x.shape
+    heads, kv_heads = layer["heads"], layer["kv_heads"]
+    size = features // heads
+    q, k, v = (x @ w[name + part + "_kernel"] for part in ("query", "key", "value"))
+    q = rotate(q.reshape(batch, steps, heads, size).transpose(0, 2, 1, 3), layer["rope_base"])
+    k = rotate(k.reshape(batch, steps, kv_heads, size).transpose(0, 2, 1, 3), layer["rope_base"])
+    v = v.reshape(batch, steps, kv_heads, size).transpose(0, 2, 1, 3)
+    group = [h * kv_heads // heads for h in range(heads)]  # = h // (heads / kv_heads)
+    scores = q @ k[:, group].transpose(0, 1, 3, 2) / math.sqrt(size)
+    if layer["causal"]:
+        scores = np.where(np.tril(np.ones((steps, steps), dtype=bool)), scores, -np.inf)
+    scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    weights = scores / scores.sum(axis=-1, keepdims=True)
+    out = (weights @ v[:, group]).transpose(0, 2, 1, 3).reshape(batch, steps, features)
+    return out @ w[name + "output_kernel"]
+
+
 ACTIVATIONS = {"relu": lambda v: np.maximum(v, 0), "sigmoid": sigmoid, "tanh": np.tanh, "gelu": gelu}
 
 
@@ -128,6 +159,13 @@ def _apply(layers, w, x):
             mean = x.mean(axis=-1, keepdims=True)
             variance = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
             x = (x - mean) / np.sqrt(variance + layer["epsilon"]) * w[name + "gamma"] + w[name + "beta"]
+        elif kind == "rms_norm":  # over the last axis, no mean taken out
+            x = x / np.sqrt((x ** 2).mean(axis=-1, keepdims=True) + layer["epsilon"]) * w[name + "gamma"]
+        elif kind == "swiglu":
+            gate = x @ w[name + "gate_kernel"]
+            x = (gate * sigmoid(gate) * (x @ w[name + "up_kernel"])) @ w[name + "down_kernel"]
+        elif kind == "grouped_query_attention":
+            x = grouped_query_attention(x, layer, w, name)
         elif kind == "activation":
             x = lookup(ACTIVATIONS, "activation", layer["fn"])(x)
         elif kind == "flatten":

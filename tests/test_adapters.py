@@ -106,8 +106,8 @@ def checked(request, compile_cache, standin_cases) -> dict[str, dict]:
     """Every case of this file in one process per framework: the workloads, their stand-ins, the Transformer
     pieces and AdamW's (defined below)."""
     keras_only = FIT_CASES if request.param.startswith("keras") else []
-    return run_check(request.param, CASES + standin_cases + [PIECES, GELU_GRID, BLOCKS, ADAMW_TRAINING, ADAMW_STEPS]
-                     + keras_only, compile_cache)
+    pieces = [PIECES, GELU_GRID, BLOCKS, LLAMA, ADAMW_TRAINING, ADAMW_STEPS]
+    return run_check(request.param, CASES + standin_cases + pieces + keras_only, compile_cache)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c["workload"])
@@ -205,6 +205,7 @@ def test_theano_reports_the_scan_it_ran(checked):
 
 PIECES, GELU_GRID = transformer_pieces.case(), transformer_pieces.gelu_grid_case()
 BLOCKS = transformer_pieces.gpt_case()
+LLAMA = transformer_pieces.llama_case()
 
 
 def test_gelu_is_the_exact_erf_form(checked):
@@ -227,6 +228,13 @@ def test_transformer_blocks_build_and_compute_the_numpy_forward(checked):
     embedding, each with the framework's own ops: weights round trip (the tied output holds its bias alone),
     outputs as the numpy forward (whose attention is causal: tests/test_ir.py), a few steps lower the loss."""
     assert_builds_and_learns(checked, BLOCKS)
+
+
+def test_llama_blocks_build_and_compute_the_numpy_forward(checked):
+    """RMS normalisation, grouped-query attention with rotary embeddings and SwiGLU (issue #42), each with the
+    framework's own ops where it has them: weights round trip, outputs as the numpy forward (whose rotations
+    and grouping tests/test_ir.py checks), a few steps lower the loss."""
+    assert_builds_and_learns(checked, LLAMA)
 
 
 def assert_builds_and_learns(checked: dict[str, dict], case: dict) -> None:

@@ -285,8 +285,10 @@ def certify_dir(session_dir) -> Path:
 
 
 def probed_workloads() -> list:
-    """Every workload, then the tests' own: the Transformer pieces, the tiny GPT and the pieces with AdamW."""
-    return ALL_WORKLOADS + [transformer_pieces.workload(), transformer_pieces.gpt_workload(), pieces_with_adamw()]
+    """Every workload, then the tests' own: the Transformer pieces, the tiny GPT, the tiny LLaMA and the pieces
+    with AdamW."""
+    return ALL_WORKLOADS + [transformer_pieces.workload(), transformer_pieces.gpt_workload(),
+                            transformer_pieces.llama_workload(), pieces_with_adamw()]
 
 
 @pytest.fixture(scope="session")
@@ -334,6 +336,18 @@ def test_the_transformer_blocks_certify(certificates):
     """Residual blocks, causal attention, learned positions and the tied output (transformer_pieces.gpt_model):
     outputs, loss, gradients (the tied table's summed over both uses) and the optimizer's steps."""
     cert = certificates[transformer_pieces.GPT_NAME]
+    assert cert["passed"], [(row["tensor"], row["max_rel"], row.get("problem")) for row in cert["deviations"]
+                            if not row["passed"]]
+    assert {"output", "loss", "grad", "after"} <= {row["kind"] for row in cert["deviations"]}
+
+
+@pytest.mark.framework
+def test_the_llama_blocks_certify(certificates):
+    """RMS normalisation, grouped-query attention with rotary embeddings and SwiGLU (transformer_pieces.llama_model):
+    outputs, loss, gradients and the optimizer's steps against the reference's."""
+    cert = certificates[transformer_pieces.LLAMA_NAME]
+    worst = max(row["max_rel"] for row in cert["deviations"] if row["max_rel"] is not None)
+    print(f"{cert['framework']}: llama-blocks' worst relative deviation {worst:.3g}")
     assert cert["passed"], [(row["tensor"], row["max_rel"], row.get("problem")) for row in cert["deviations"]
                             if not row["passed"]]
     assert {"output", "loss", "grad", "after"} <= {row["kind"] for row in cert["deviations"]}

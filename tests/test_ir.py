@@ -3,6 +3,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import transformer_pieces
 
 import dlbench.ir as public_ir
 from dlbench.harness.plan.workloads import WORKLOADS, WorkloadError, get_workload
@@ -280,6 +281,88 @@ def test_the_attention_of_the_numpy_reference_against_a_loop():
     assert np.allclose(attention(x, layer, w, "a/")[0], expected)
 
 
+def test_the_grouped_query_attention_of_the_numpy_reference_against_a_loop():
+    """Query head by query head, step by step, each rotation as a complex number (u_i + i u_{i + dk/2}) times
+    e^{i t theta_i}, written as the formula reads: the vectorised reference agrees (4 query heads, 2 groups)."""
+    from numpy_forward import grouped_query_attention
+    rng = np.random.RandomState(1)
+    heads, kv_heads, size, steps, base = 4, 2, 4, 5, 100.0
+    layer = {"type": "grouped_query_attention", "name": "g", "heads": heads, "kv_heads": kv_heads, "causal": True,
+             "rope_base": base}
+    features = heads * size
+    w = {"g/query_kernel": rng.normal(size=(features, features)),
+         "g/output_kernel": rng.normal(size=(features, features)),
+         "g/key_kernel": rng.normal(size=(features, kv_heads * size)),
+         "g/value_kernel": rng.normal(size=(features, kv_heads * size))}
+    x = rng.normal(size=(1, steps, features))
+    q, k, v = (x[0] @ w[f"g/{p}_kernel"] for p in ("query", "key", "value"))
+    theta = base ** (-2.0 * np.arange(size // 2) / size)
+
+    def rotated(u, t):
+        z = (u[:size // 2] + 1j * u[size // 2:]) * np.exp(1j * t * theta)
+        return np.concatenate([z.real, z.imag])
+
+    outputs = []
+    for h in range(heads):
+        g = h // (heads // kv_heads)
+        qh, kh, vh = q[:, h * size:(h + 1) * size], k[:, g * size:(g + 1) * size], v[:, g * size:(g + 1) * size]
+        rows = []
+        for t in range(steps):
+            scores = np.array([rotated(qh[t], t) @ rotated(kh[s], s) / np.sqrt(size) for s in range(t + 1)])
+            share = np.exp(scores - scores.max()) / np.exp(scores - scores.max()).sum()
+            rows.append(sum(share[s] * vh[s] for s in range(t + 1)))
+        outputs.append(np.array(rows))
+    expected = np.concatenate(outputs, axis=1) @ w["g/output_kernel"]
+    assert np.allclose(grouped_query_attention(x, layer, w, "g/")[0], expected)
+    # one group per query head, its key and value columns repeated: the same attention as multi-head
+    repeat = [c for h in range(heads) for c in range((h // 2) * size, (h // 2 + 1) * size)]
+    full = dict(w, **{f"g/{p}_kernel": w[f"g/{p}_kernel"][:, repeat] for p in ("key", "value")})
+    assert np.allclose(grouped_query_attention(x, dict(layer, kv_heads=heads), full, "g/"),
+                       grouped_query_attention(x, layer, w, "g/"))
+
+
+def test_rms_norm_and_swiglu_of_the_numpy_reference_on_known_values():
+    from numpy_forward import forward
+    spec = ir.model([2], "float32", [ir.rms_norm(0.5)])
+    got = forward(spec, {"rms_norm_1/gamma": np.array([1.0, 2.0])}, np.array([[3.0, 4.0]]))
+    assert np.allclose(got, [[3.0, 8.0]] / np.sqrt(12.5 + 0.5))
+    spec = ir.model([1], "float32", [ir.swiglu(1)])
+    weights = {"swiglu_1/gate_kernel": np.array([[2.0]]), "swiglu_1/up_kernel": np.array([[3.0]]),
+               "swiglu_1/down_kernel": np.array([[0.5]])}
+    x = np.array([[1.5]])
+    gate = 3.0
+    assert np.allclose(forward(spec, weights, x), gate / (1 + np.exp(-gate)) * 4.5 * 0.5)
+
+
+def test_llama_pieces_shapes_weights_flops_and_refusals():
+    spec = transformer_pieces.llama_model()
+    shapes = {layer["name"]: (layer, in_shape) for layer, in_shape, _ in ir.all_shapes(spec)}
+    attention, in_shape = shapes["residual_1_grouped_query_attention_1"]
+    assert dict(ir.param_shapes(attention, in_shape)) == {
+        "query_kernel": (16, 16), "key_kernel": (16, 8), "value_kernel": (16, 8), "output_kernel": (16, 16)}
+    swiglu, in_shape = shapes["residual_2_swiglu_1"]
+    assert dict(ir.param_shapes(swiglu, in_shape)) == {
+        "gate_kernel": (16, 24), "up_kernel": (16, 24), "down_kernel": (24, 16)}
+    # 6 steps: attention 4*6*16*(16+8) + 4*36*16, SwiGLU 6*24*(6*16+1), the dense output 6*30*(2*16+1)
+    assert ir.forward_flops(spec) == 9216 + 2304 + 13968 + 5940
+    weights = canonical_init(spec, 0)
+    assert np.array_equal(weights["rms_norm_1/gamma"], np.ones(16))
+    sequence = [ir.embedding(30, 16)]
+    for layers, message in [
+        ([ir.grouped_query_attention(3, 1)], "16 features do not split into 3 heads"),
+        ([ir.grouped_query_attention(4, 3)], "4 heads do not split into 3 key/value groups"),
+        ([ir.dense(12), ir.grouped_query_attention(4, 2)], "heads of 3 features; rotary embeddings need an even"),
+        ([ir.grouped_query_attention(4, 2, rope_base=1.0)], "rope_base 1.0; a number above 1"),
+        ([ir.grouped_query_attention(4, 0)], "kv_heads 0; a positive integer"),
+        ([ir.grouped_query_attention(4, 2, causal=1)], "causal 1; true or false"),
+        ([ir.swiglu(0)], "hidden 0; a positive integer"),
+        ([ir.rms_norm(0.0)], "epsilon 0.0; a positive number"),
+        ([ir.flatten(), ir.grouped_query_attention(4, 2)], "needs a \\(steps, features\\) input"),
+    ]:
+        with pytest.raises(ir.IRError, match=message):
+            ir.model([6], "int32", sequence + layers)
+
+
 def test_vit_shapes_patches_to_a_sequence_and_pools_it():
     spec = get_workload("vit-cifar10").model()
     shapes = {layer["name"]: out for layer, _, out in ir.all_shapes(spec)}
@@ -366,11 +449,11 @@ def test_each_kind_is_one_record_its_lists_derived_from_it():
     assert set(ir.WEIGHTED) | set(ir.WEIGHTLESS) == set(ir.KINDS) and not set(ir.WEIGHTED) & set(ir.WEIGHTLESS)
     assert set(ir.UNCOUNTED) == {kind for kind, record in ir.KINDS.items() if record.flops is None}
     seen = set()
-    for workload in WORKLOADS.values():
-        for layer, in_shape, _ in ir.all_shapes(workload.model()):
+    for model in [workload.model() for workload in WORKLOADS.values()] + [transformer_pieces.llama_model()]:
+        for layer, in_shape, _ in ir.all_shapes(model):
             seen.add(layer["type"])
             assert bool(ir.param_shapes(layer, in_shape)) == (layer["type"] in ir.WEIGHTED), layer["name"]
-    assert seen == set(ir.KINDS)  # the built-in workloads use every kind
+    assert seen == set(ir.KINDS)  # the built-in workloads and the tests' tiny LLaMA use every kind
 
 
 def test_a_hand_written_layer_with_stride_0_is_an_ir_error_in_infer_shapes():

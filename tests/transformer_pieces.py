@@ -75,3 +75,34 @@ def gpt_workload() -> Workload:
     """A workload object for the certificate's probes only: not in WORKLOADS, no dataset behind it."""
     return Workload(GPT_NAME, "residual blocks, causal attention, positions and a tied output (test only)", "none",
                     GPT_META, gpt_model, GPT_RECIPE, {"metric": "perplexity", "value": 1e9, "higher_is_better": False})
+
+
+# ---- a tiny LLaMA-style decoder: RMSNorm, grouped-query attention with rotary embeddings, SwiGLU ----------
+
+LLAMA_NAME = "llama-blocks"
+LLAMA_META = {"task": "language_model", "seq_len": 6, "vocab_size": 30}
+
+
+def llama_model(meta: dict = LLAMA_META) -> dict:
+    """Token embeddings (no learned positions: the rotations place the tokens), two pre-norm blocks (grouped-query
+    attention of 4 query heads over 2 key/value heads, rotary base 10,000; a SwiGLU of 24 hidden units), a final
+    RMS normalisation and an untied output, on (6, 16) activations: heads of 4 features, two query heads a group."""
+    return ir.model([meta["seq_len"]], "int32", [
+        ir.embedding(meta["vocab_size"], 16),
+        ir.residual([ir.rms_norm(), ir.grouped_query_attention(4, 2)]),
+        ir.residual([ir.rms_norm(), ir.swiglu(24)]),
+        ir.rms_norm(), ir.dense(meta["vocab_size"]),
+    ])
+
+
+def llama_case() -> dict:
+    """An adapter_check case: labels per position (a language model's next tokens)."""
+    return {"workload": LLAMA_NAME, "model": llama_model(), "recipe": GPT_RECIPE, "task": "language_model",
+            "n_classes": LLAMA_META["vocab_size"], "target_len": None}
+
+
+def llama_workload() -> Workload:
+    """A workload object for the certificate's probes only: not in WORKLOADS, no dataset behind it."""
+    return Workload(LLAMA_NAME, "RMSNorm, grouped-query attention with rotary embeddings, SwiGLU (test only)",
+                    "none", LLAMA_META, llama_model, GPT_RECIPE,
+                    {"metric": "perplexity", "value": 1e9, "higher_is_better": False})

@@ -20,6 +20,7 @@ from dlbench.shared.ir import (  # noqa: F401
     dropout,
     embedding,
     flatten,
+    grouped_query_attention,
     infer_shapes,
     layer_norm,
     lstm,
@@ -29,13 +30,16 @@ from dlbench.shared.ir import (  # noqa: F401
     positional_embedding,
     relu,
     residual,
+    rms_norm,
     seq2seq,
     sequence_mean,
+    swiglu,
     tied_output,
     to_sequence,
 )
 
 __all__ = ["ACTIVATIONS", "LAYER_SETTINGS", "LOSSES", "PADDINGS", "POSITIVE_SETTINGS", "RATE_SETTINGS", "IRError",
            "activation", "attention", "batchnorm", "conv2d", "dense", "dropout", "embedding", "flatten",
-           "infer_shapes", "layer_norm", "lstm", "maxpool2d", "model", "param_shapes", "positional_embedding", "relu",
-           "residual", "seq2seq", "sequence_mean", "tied_output", "to_sequence"]
+           "grouped_query_attention", "infer_shapes", "layer_norm", "lstm", "maxpool2d", "model", "param_shapes",
+           "positional_embedding", "relu", "residual", "rms_norm", "seq2seq", "sequence_mean", "swiglu",
+           "tied_output", "to_sequence"]

@@ -2,7 +2,8 @@
 
 Worker side (Python 3.8, numpy >= 1.17). Glorot-uniform kernels, zero biases; LSTM recurrent
 kernels orthogonal with forget-gate bias 1; embeddings uniform(-0.05, 0.05); BatchNorm gamma 1,
-beta 0, moving mean 0, moving variance 1; layer normalisation's gamma (scale) 1, beta (offset) 0.
+beta 0, moving mean 0, moving variance 1; layer normalisation's gamma (scale) 1, beta (offset) 0, RMS
+normalisation's gamma 1.
 Each weight draws from its own stream, keyed by the seed and the weight's position, so one layer's
 shape never shifts another's values. The streams are
 numpy's legacy RandomState, whose output numpy promises never to change: framework environments
@@ -34,7 +35,7 @@ def _layer_weights(rng, layer: dict, key: str, shape) -> np.ndarray:
     """The initial value of one canonical weight, by its layer's type and its key. Every weighted type is
     named: a new one (or a new key of a known one) raises instead of taking another type's rule."""
     kind = layer["type"]
-    if kind in ("batchnorm", "layer_norm"):
+    if kind in ("batchnorm", "layer_norm", "rms_norm"):
         if key in ("gamma", "moving_var"):
             return np.ones(shape)
         if key in ("beta", "moving_mean"):
@@ -45,7 +46,7 @@ def _layer_weights(rng, layer: dict, key: str, shape) -> np.ndarray:
     elif kind == "tied_output":
         if key == "bias":
             return np.zeros(shape)
-    elif kind in ("conv2d", "dense", "attention"):
+    elif kind in ("conv2d", "dense", "attention", "swiglu", "grouped_query_attention"):
         if key.endswith("bias"):
             return np.zeros(shape)
         if kind == "conv2d" and key == "kernel":

@@ -21,6 +21,11 @@ Canonical weight layout (what adapters import and export), by layer type:
              value kernels and rows h*dk .. (h+1)*dk - 1 of the output kernel (dk = d / heads)
   positional_embedding  embeddings (max_len, d)
   tied_output  bias (units,) alone: its kernel is the named embedding's table, transposed
+  rms_norm   gamma (features,), the learned scale
+  swiglu     gate_kernel, up_kernel (d, hidden), down_kernel (hidden, d); no biases
+  grouped_query_attention  query_kernel (d, d), key_kernel and value_kernel (d, kv_heads * dk), output_kernel
+             (d, d), no biases; query head h owns columns h*dk .. (h+1)*dk - 1 of the query kernel and rows
+             h*dk .. (h+1)*dk - 1 of the output kernel, key/value head g columns g*dk .. (g+1)*dk - 1 of theirs
 Flatten flattens NHWC activations in C order (height, then width, then channels).
 
 The Transformer pieces (issue #30):
@@ -44,6 +49,21 @@ stride are the patch side (ViT's own "hybrid-free" stem, as torchvision's conv_p
   the order a C-order reshape of NHWC gives;
 - `sequence_mean()`: (steps, features) -> (features,), the mean over the steps (a ViT's pooled output
   where it has no class token, as in Beyer et al. 2022's "global average pooling" ViT).
+
+The LLaMA-style pieces (issue #42; Touvron et al. 2023):
+- `rms_norm(epsilon)` (Zhang & Sennrich 2019): y = x / sqrt(mean(x^2) + epsilon) * gamma over the last axis, no
+  mean subtracted and no offset; the same in training and evaluation; input (features,) or (steps, features).
+- `swiglu(hidden)` (Shazeer 2020): y = (silu(x Wg) * (x Wu)) Wd, silu(z) = z * sigmoid(z), the product element by
+  element, no biases; input (..., d), output the same shape.
+- `grouped_query_attention(heads, kv_heads, causal, rope_base)` (Ainslie et al. 2023) with rotary position
+  embeddings (Su et al. 2021) on its queries and keys: q = x Wq in `heads` heads of dk = d / heads, k = x Wk and
+  v = x Wv in `kv_heads` heads of dk each (kv_heads divides heads); query head h reads key/value head
+  h // (heads / kv_heads), so consecutive query heads share one (kv_heads = heads: multi-head attention,
+  kv_heads = 1: multi-query). Before the scores, each head's q and k at step t (from 0) are rotated in the
+  "rotate half" pairing (HF's LLaMA, GPT-NeoX): for i < dk / 2, with angle a = t * rope_base ** (-2 i / dk),
+  (u_i, u_{i + dk/2}) -> (u_i cos a - u_{i + dk/2} sin a, u_{i + dk/2} cos a + u_i sin a). Then per query head
+  softmax(q k^T / sqrt(dk)), `causal` as attention's, no dropout; the heads concatenated, times Wo. dk must be
+  even. Output (steps, d).
 
 Activations (`activation(fn)`): relu, sigmoid, tanh, and gelu in its exact form,
 gelu(x) = x * 0.5 * (1 + erf(x / sqrt(2))) (Hendrycks & Gimpel), never the tanh approximation.
@@ -163,6 +183,25 @@ def positional_embedding(max_len: int) -> dict:
 def tied_output(embedding: str = "embedding_1") -> dict:
     """Logits x E^T + b over the named embedding layer's table E (weight tying, Press & Wolf 2017)."""
     return {"type": "tied_output", "embedding": embedding}
+
+
+def rms_norm(epsilon: float = 1e-6) -> dict:
+    """y = x / sqrt(mean(x^2) + epsilon) * gamma over the last axis (gamma starts at 1); epsilon as LLaMA's
+    reference code's default and Hugging Face's LlamaRMSNorm's (torch's nn.RMSNorm defaults to float32's
+    machine epsilon, Keras's RMSNormalization to 1e-6: each adapter passes this one)."""
+    return {"type": "rms_norm", "epsilon": epsilon}
+
+
+def swiglu(hidden: int) -> dict:
+    """LLaMA's feed-forward block, (silu(x Wg) * (x Wu)) Wd, from d features to `hidden` and back, no biases."""
+    return {"type": "swiglu", "hidden": hidden}
+
+
+def grouped_query_attention(heads: int, kv_heads: int, causal: bool = True, rope_base: float = 10000.0) -> dict:
+    """LLaMA's self-attention over (steps, d): `heads` query heads sharing `kv_heads` key/value heads in groups,
+    rotary position embeddings of base `rope_base` on queries and keys, no biases, no dropout."""
+    return {"type": "grouped_query_attention", "heads": heads, "kv_heads": kv_heads, "causal": causal,
+            "rope_base": rope_base}
 
 
 def to_sequence() -> dict:
@@ -385,7 +424,8 @@ def _batchnorm_params(layer: dict, in_shape: Shape) -> "OrderedDict[str, Shape]"
     return OrderedDict((key, (in_shape[-1],)) for key in ("gamma", "beta", "moving_mean", "moving_var"))
 
 
-def _layer_norm_shape(layer: dict, shape: Shape) -> Shape:
+def _norm_shape(layer: dict, shape: Shape) -> Shape:
+    """A layer normalisation's, an RMS normalisation's: over the last axis of (features,) or (steps, features)."""
     if len(shape) not in (1, 2):
         raise IRError("layer %s needs a (features,) or (steps, features) input, got %s" % (layer["name"], shape))
     return tuple(shape)
@@ -532,6 +572,56 @@ def _sequence_mean_shape(layer: dict, shape: Shape) -> Shape:
     return (shape[1],)
 
 
+def _rms_norm_params(layer: dict, in_shape: Shape) -> "OrderedDict[str, Shape]":
+    return OrderedDict([("gamma", (in_shape[-1],))])
+
+
+def _swiglu_params(layer: dict, in_shape: Shape) -> "OrderedDict[str, Shape]":
+    features, hidden = in_shape[-1], layer["hidden"]
+    return OrderedDict([("gate_kernel", (features, hidden)), ("up_kernel", (features, hidden)),
+                        ("down_kernel", (hidden, features))])
+
+
+def _swiglu_flops(layer: dict, in_shape: Shape, out_shape: Shape) -> int:
+    """Its three matmuls and the gate's product: 6 d h + h a position (silu, element-wise, not counted)."""
+    positions = int(math.prod(in_shape[:-1]))
+    return positions * layer["hidden"] * (6 * in_shape[-1] + 1)
+
+
+def _check_rope_base(layer: dict) -> None:
+    base = layer["rope_base"]
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not 1 < base < math.inf:
+        raise IRError("layer %s: rope_base %r; a number above 1 is needed" % (layer["name"], base))
+
+
+def _grouped_query_attention_shape(layer: dict, shape: Shape) -> Shape:
+    _sequence_input(layer, shape)
+    heads, kv_heads = layer["heads"], layer["kv_heads"]
+    if shape[1] % heads:
+        raise IRError("layer %s: %d features do not split into %d heads" % (layer["name"], shape[1], heads))
+    if heads % kv_heads:
+        raise IRError("layer %s: %d heads do not split into %d key/value groups" % (layer["name"], heads, kv_heads))
+    if (shape[1] // heads) % 2:
+        raise IRError("layer %s: heads of %d features; rotary embeddings need an even number"
+                      % (layer["name"], shape[1] // heads))
+    return tuple(shape)
+
+
+def _grouped_query_attention_params(layer: dict, in_shape: Shape) -> "OrderedDict[str, Shape]":
+    features = in_shape[-1]
+    kv_features = features // layer["heads"] * layer["kv_heads"]
+    return OrderedDict([("query_kernel", (features, features)), ("key_kernel", (features, kv_features)),
+                        ("value_kernel", (features, kv_features)), ("output_kernel", (features, features))])
+
+
+def _grouped_query_attention_flops(layer: dict, in_shape: Shape, out_shape: Shape) -> int:
+    """Its four projections and both products with the whole (steps x steps) score matrix of every query head
+    (rotations not counted): 4 T d (d + kv dk) + 4 T^2 d."""
+    steps, features = in_shape
+    kv_features = features // layer["heads"] * layer["kv_heads"]
+    return 4 * steps * features * (features + kv_features) + 4 * steps * steps * features
+
+
 # every layer kind of the IR, in the order error messages list them; param_shapes None: no weights of its own
 # (a residual block's layers are listed apart: all_shapes), flops None: not counted (element-wise, reshapes,
 # lookups)
@@ -543,7 +633,7 @@ KINDS = {
                       output_shape=_maxpool2d_shape, param_shapes=None, flops=None),
     "batchnorm": Kind(settings=("momentum", "epsilon"), check=_check_epsilon, output_shape=_same_shape,
                       param_shapes=_batchnorm_params, flops=None),
-    "layer_norm": Kind(settings=("epsilon",), check=_check_epsilon, output_shape=_layer_norm_shape,
+    "layer_norm": Kind(settings=("epsilon",), check=_check_epsilon, output_shape=_norm_shape,
                        param_shapes=_layer_norm_params, flops=None),
     "activation": Kind(settings=("fn",), check=_check_fn, output_shape=_same_shape, param_shapes=None,
                        flops=None),
@@ -570,6 +660,15 @@ KINDS = {
                         param_shapes=_tied_output_params, flops=_dense_flops),
     "to_sequence": Kind(settings=(), output_shape=_to_sequence_shape, param_shapes=None, flops=None),
     "sequence_mean": Kind(settings=(), output_shape=_sequence_mean_shape, param_shapes=None, flops=None),
+    "rms_norm": Kind(settings=("epsilon",), check=_check_epsilon, output_shape=_norm_shape,
+                     param_shapes=_rms_norm_params, flops=None),
+    "swiglu": Kind(settings=("hidden",), positive=("hidden",), output_shape=_same_shape,
+                   param_shapes=_swiglu_params, flops=_swiglu_flops),
+    "grouped_query_attention": Kind(settings=("heads", "kv_heads", "causal", "rope_base"),
+                                    positive=("heads", "kv_heads"), booleans=("causal",), check=_check_rope_base,
+                                    output_shape=_grouped_query_attention_shape,
+                                    param_shapes=_grouped_query_attention_params,
+                                    flops=_grouped_query_attention_flops),
 }
 
 # derived from KINDS, never restated. LAYER_SETTINGS is also what _check accepts: a kind put there without a

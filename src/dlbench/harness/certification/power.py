@@ -72,7 +72,7 @@ def changed(key: str, value):
     """The value an adapter that read `key` wrongly might use (see the module's doc)."""
     if isinstance(value, bool):
         return not value
-    if key == "heads":
+    if key in ("heads", "kv_heads"):
         return value * 2
     if key in CHOICES:
         options = CHOICES[key]

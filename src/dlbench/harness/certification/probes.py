@@ -20,7 +20,7 @@ outputs (the tensor "serving").
 Dropout, off in those comparisons, is checked on its own: each dropout layer's rate, scaling and
 independence of masks, from the framework's output of that layer alone in training mode
 (dropout_requests, dropout_rows). So is each normalisation layer's epsilon, on inputs of its scale
-(epsilon_requests, epsilon_rows: BatchNorm's and layer normalisation's).
+(epsilon_requests, epsilon_rows: BatchNorm's and the layer and RMS normalisations').
 """
 import json
 import subprocess
@@ -56,8 +56,8 @@ DROPOUT_SHAPES = {1: (128,), 2: (8, 32), 3: (4, 4, 16)}  # an input of each rank
 # BatchNorm's epsilon is added to variances that, in the workloads, are far larger: it is checked on its own,
 # on inputs of this shape whose moving variances are of its scale (batchnorm_rows)
 BATCHNORM_SHAPE = (2, 2, 4)
-# Layer normalisation's epsilon likewise (layer_norm_rows), on (steps, features) inputs of this shape whose
-# variance over the features is of epsilon's scale
+# Layer and RMS normalisation's epsilon likewise (norm_rows), on (steps, features) inputs of this shape whose
+# variance (mean square) over the features is of epsilon's scale
 LAYER_NORM_SHAPE = (4, 8)
 ABSOLUTE_FLOOR = 1e-7  # a deviation this small passes whatever the tensor's scale (tensors near zero)
 NOISE_FACTOR = 3.0  # beyond tolerance, a tensor still passes within this many times the reference's own error
@@ -284,63 +284,79 @@ def batchnorm_rows(request: dict, output: np.ndarray) -> list[dict]:
 
 
 def epsilon_requests(workload: Workload, folder: Path) -> list[dict]:
-    """The epsilon checks of the workload's normalisation layers: BatchNorm's, then layer normalisation's."""
-    return batchnorm_requests(workload, folder) + layer_norm_requests(workload, folder)
+    """The epsilon checks of the workload's normalisation layers: BatchNorm's, then the layer and RMS
+    normalisations'."""
+    return batchnorm_requests(workload, folder) + norm_requests(workload, folder)
 
 
 def epsilon_model(layer: dict) -> dict:
-    """The epsilon check's model for a BatchNorm or layer-normalisation layer with `layer`'s settings."""
-    return batchnorm_model(layer) if layer["type"] == "batchnorm" else layer_norm_model(layer)
+    """The epsilon check's model for a BatchNorm, layer- or RMS-normalisation layer with `layer`'s settings."""
+    return batchnorm_model(layer) if layer["type"] == "batchnorm" else norm_model(layer)
 
 
 def epsilon_rows(request: dict, output: np.ndarray) -> list[dict]:
     """An epsilon check's output judged by its layer type's formula."""
     if request["model"]["layers"][0]["type"] == "batchnorm":
         return batchnorm_rows(request, output)
-    return layer_norm_rows(request, output)
+    return norm_rows(request, output)
 
 
-def layer_norm_requests(workload: Workload, folder: Path) -> list[dict]:
-    """A probe for each layer normalisation of the workload: the layer alone (with its epsilon), then an
-    identity dense layer, in inference mode on LAYER_NORM_SHAPE inputs whose variance over the features is
-    of epsilon's scale (0.25 to 4 times it), where epsilon dominates; in a model its input's variance can be
-    so much larger that a wrong epsilon hides in float32's rounding (layer_norm_rows)."""
+# the normalisations over the last axis whose epsilon norm_requests checks, by type: their constructor
+NORMS = {"layer_norm": ir.layer_norm, "rms_norm": ir.rms_norm}
+
+
+def norm_requests(workload: Workload, folder: Path) -> list[dict]:
+    """A probe for each layer or RMS normalisation of the workload: the layer alone (with its epsilon), then an
+    identity dense layer, in inference mode on LAYER_NORM_SHAPE inputs whose variance over the features (a
+    layer normalisation's) or mean square (an RMS normalisation's: no offset added) is of epsilon's scale
+    (0.25 to 4 times it), where epsilon dominates; in a model its input's can be so much larger that a wrong
+    epsilon hides in float32's rounding (norm_rows)."""
     requests = []
     for layer, _, _ in ir.all_shapes(workload.model()):
-        if layer["type"] != "layer_norm":
+        kind = layer["type"]
+        if kind not in NORMS:
             continue
-        name = f"{workload.name}-{layer['name']}-layer-norm"
+        name = f"{workload.name}-{layer['name']}-{kind.replace('_', '-')}"
         rng = np.random.RandomState(SEED)
         steps, features = LAYER_NORM_SHAPE
-        weights = {"layer_norm_1/gamma": rng.uniform(0.5, 1.5, features),
-                   "layer_norm_1/beta": rng.uniform(-0.1, 0.1, features),
+        weights = {f"{kind}_1/gamma": rng.uniform(0.5, 1.5, features),
                    "dense_1/kernel": np.eye(steps * features), "dense_1/bias": np.zeros(steps * features)}
+        offset = np.zeros((BATCH, steps, 1))
+        if kind == "layer_norm":
+            weights[f"{kind}_1/beta"] = rng.uniform(-0.1, 0.1, features)
+            offset = rng.uniform(-0.1, 0.1, (BATCH, steps, 1))
         spread = np.sqrt(layer["epsilon"] * rng.uniform(0.25, 4.0, (BATCH, steps, 1)))
-        x = rng.uniform(-0.1, 0.1, (BATCH, steps, 1)) + spread * rng.standard_normal((BATCH, *LAYER_NORM_SHAPE))
-        requests.append(_layer_request(workload, folder / name, layer, "layer_norm", layer_norm_model(layer), x,
-                                       weights))
+        x = offset + spread * rng.standard_normal((BATCH, *LAYER_NORM_SHAPE))
+        requests.append(_layer_request(workload, folder / name, layer, kind, norm_model(layer), x, weights))
     return requests
 
 
-def layer_norm_model(layer: dict) -> dict:
-    """The layer-normalisation check's model: the layer with `layer`'s epsilon, then an identity dense layer."""
-    return ir.model(LAYER_NORM_SHAPE, "float32", [ir.layer_norm(layer["epsilon"]), ir.flatten(),
-                                                  ir.dense(int(np.prod(LAYER_NORM_SHAPE)))])
+def norm_model(layer: dict) -> dict:
+    """The normalisation check's model: a layer of `layer`'s type with its epsilon, then an identity dense layer."""
+    norm = NORMS[layer["type"]](layer["epsilon"])
+    return ir.model(LAYER_NORM_SHAPE, "float32", [norm, ir.flatten(), ir.dense(int(np.prod(LAYER_NORM_SHAPE)))])
 
 
-def layer_norm_rows(request: dict, output: np.ndarray) -> list[dict]:
-    """The layer normalisation's output against (x - mean) / sqrt(var + epsilon) * gamma + beta over the last
-    axis (biased variance) in float64, relative to its largest magnitude, at the outputs' tolerance."""
-    epsilon = request["model"]["layers"][0]["epsilon"]
+def norm_rows(request: dict, output: np.ndarray) -> list[dict]:
+    """The normalisation's output against its formula over the last axis in float64, relative to its largest
+    magnitude, at the outputs' tolerance: (x - mean) / sqrt(var + epsilon) * gamma + beta (biased variance) for
+    a layer normalisation, x / sqrt(mean(x^2) + epsilon) * gamma for an RMS normalisation."""
+    layer = request["model"]["layers"][0]
+    kind, epsilon = layer["type"], layer["epsilon"]
     with np.load(request["weights"]) as loaded:
-        gamma, beta = (loaded[f"layer_norm_1/{key}"].astype(np.float64) for key in ("gamma", "beta"))
+        w = {key.split("/")[1]: loaded[key].astype(np.float64) for key in loaded.files if key.startswith(kind)}
     x = np.load(request["x"]).astype(np.float64)
-    centred = x - x.mean(axis=-1, keepdims=True)
-    expected = centred / np.sqrt((centred ** 2).mean(axis=-1, keepdims=True) + epsilon) * gamma + beta
+    if kind == "layer_norm":
+        centred = x - x.mean(axis=-1, keepdims=True)
+        expected = centred / np.sqrt((centred ** 2).mean(axis=-1, keepdims=True) + epsilon) * w["gamma"] + w["beta"]
+    elif kind == "rms_norm":
+        expected = x / np.sqrt((x ** 2).mean(axis=-1, keepdims=True) + epsilon) * w["gamma"]
+    else:
+        raise ValueError(f"no epsilon formula for layer type {kind!r}")
     expected = expected.reshape(len(x), -1)
     deviation = _max_abs(np.asarray(output).reshape(expected.shape), expected)
     scale = float(np.max(np.abs(expected)))
-    return [{"tensor": f"layer_norm/{request['layer']}/inference", "kind": "output",
+    return [{"tensor": f"{kind}/{request['layer']}/inference", "kind": "output",
              "tolerance": TOLERANCES["output"], "max_abs": deviation, "max_rel": deviation / scale,
              "passed": bool(deviation / scale <= TOLERANCES["output"])}]
 

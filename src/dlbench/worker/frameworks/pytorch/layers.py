@@ -124,6 +124,61 @@ class Attention(nn.Module):
         return self.output(out.transpose(1, 2).reshape(batch, steps, features))
 
 
+class SwiGLU(nn.Module):
+    """LLaMA's feed-forward block, down(silu(gate(x)) * up(x)), three bias-free nn.Linear (torch's F.silu)."""
+
+    def __init__(self, features: int, hidden: int):
+        super().__init__()
+        self.gate, self.up = nn.Linear(features, hidden, bias=False), nn.Linear(features, hidden, bias=False)
+        self.down = nn.Linear(hidden, features, bias=False)
+
+    def forward(self, x):
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+def rotary_tables(steps: int, size: int, base: float) -> "tuple[torch.Tensor, torch.Tensor]":
+    """cos and sin of every (step, pair) angle t * base ** (-2 i / dk), (steps, dk) with each pair's angle in both
+    halves (the "rotate half" pairing), computed in float64; buffers, not weights, which the adapter's
+    module.to(dtype) casts with the weights (float64 kept exact for the certificate's reference)."""
+    inverse = base ** (-torch.arange(0, size, 2, dtype=torch.float64) / size)
+    angles = torch.outer(torch.arange(steps, dtype=torch.float64), inverse)
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos(), angles.sin()
+
+
+def rotate(x, cos, sin):
+    """x (batch, heads, steps, dk) rotated by position: x cos + rotate_half(x) sin (Hugging Face's LLaMA)."""
+    first, second = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-second, first], dim=-1) * sin
+
+
+class GroupedQueryAttention(nn.Module):
+    """LLaMA's attention: bias-free projections, rotary embeddings on queries and keys, and torch's fused
+    scaled_dot_product_attention with enable_gqa (query head h reads key/value head h // (heads / kv_heads),
+    as repeat_interleave would lay them out)."""
+
+    def __init__(self, features: int, layer: dict, steps: int):
+        super().__init__()
+        self.heads, self.kv_heads, self.causal = layer["heads"], layer["kv_heads"], layer["causal"]
+        size = features // self.heads
+        self.query = nn.Linear(features, features, bias=False)
+        self.key = nn.Linear(features, self.kv_heads * size, bias=False)
+        self.value = nn.Linear(features, self.kv_heads * size, bias=False)
+        self.output = nn.Linear(features, features, bias=False)
+        cos, sin = rotary_tables(steps, size, layer["rope_base"])
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+
+    def forward(self, x):
+        batch, steps, features = x.shape
+        cos, sin = self.cos[:steps], self.sin[:steps]
+        q = rotate(self.query(x).view(batch, steps, self.heads, -1).transpose(1, 2), cos, sin)
+        k = rotate(self.key(x).view(batch, steps, self.kv_heads, -1).transpose(1, 2), cos, sin)
+        v = self.value(x).view(batch, steps, self.kv_heads, -1).transpose(1, 2)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, enable_gqa=True)
+        return self.output(out.transpose(1, 2).reshape(batch, steps, features))
+
+
 class PositionalEmbedding(nn.Module):
     def __init__(self, max_len: int, features: int):
         super().__init__()
@@ -227,6 +282,18 @@ def _attention(layer: dict, in_shape, by_name) -> nn.Module:
     return Attention(in_shape[-1], layer)
 
 
+def _rms_norm(layer: dict, in_shape, by_name) -> nn.Module:  # over the last axis, no mean taken out
+    return nn.RMSNorm(in_shape[-1], eps=layer["epsilon"])
+
+
+def _swiglu(layer: dict, in_shape, by_name) -> nn.Module:
+    return SwiGLU(in_shape[-1], layer["hidden"])
+
+
+def _grouped_query_attention(layer: dict, in_shape, by_name) -> nn.Module:
+    return GroupedQueryAttention(in_shape[-1], layer, in_shape[0])
+
+
 def _positional_embedding(layer: dict, in_shape, by_name) -> nn.Module:
     return PositionalEmbedding(layer["max_len"], in_shape[-1])
 
@@ -283,6 +350,18 @@ def _attention_params(module: Attention) -> Dict[str, torch.Tensor]:
             for suffix, attribute in (("_kernel", "weight"), ("_bias", "bias"))}
 
 
+def _rms_norm_params(module: nn.RMSNorm) -> Dict[str, torch.Tensor]:
+    return {"gamma": module.weight}
+
+
+def _swiglu_params(module: SwiGLU) -> Dict[str, torch.Tensor]:
+    return {"gate_kernel": module.gate.weight, "up_kernel": module.up.weight, "down_kernel": module.down.weight}
+
+
+def _grouped_query_attention_params(module: GroupedQueryAttention) -> Dict[str, torch.Tensor]:
+    return {part + "_kernel": getattr(module, part).weight for part in ATTENTION_PARTS}
+
+
 def _tied_output_params(module: TiedOutput) -> Dict[str, torch.Tensor]:
     return {"bias": module.bias}  # its kernel is the embedding's table, exported there
 
@@ -305,6 +384,10 @@ LAYERS = {
     "tied_output": LayerEntry(_tied_output, NativeWeights(_tied_output_params, AS_CANONICAL)),
     "to_sequence": LayerEntry(_to_sequence, None),
     "sequence_mean": LayerEntry(_sequence_mean, None),
+    "rms_norm": LayerEntry(_rms_norm, NativeWeights(_rms_norm_params, AS_CANONICAL)),
+    "swiglu": LayerEntry(_swiglu, NativeWeights(_swiglu_params, OUT_IN)),
+    "grouped_query_attention": LayerEntry(_grouped_query_attention,
+                                          NativeWeights(_grouped_query_attention_params, OUT_IN)),
 }
 REFUSED = {}
 
