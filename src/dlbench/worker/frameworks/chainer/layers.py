@@ -32,6 +32,11 @@ Transformer pieces: a residual block's layers are child links of the model like 
 the block's prefix); attention is written with F.matmul and F.softmax (Chainer 7 has no attention link or fused
 kernel); the tied output is F.linear over the embedding link's own W, so that one Parameter gets both uses'
 gradients, and holds only its bias.
+
+LLaMA's pieces: rms_norm is our RMSNorm link (F.mean, F.square, F.rsqrt: Chainer 7 has no RMS normalisation);
+swiglu three bias-free L.Linear with Chainer's F.swish at beta 1 as the silu; grouped_query_attention four bias-free
+L.Linear, rotary tables computed once at build time (float64, cast to the Parameters' dtype) and the attention's
+own scores and softmax (_attend), each key/value head serving its group of query heads in one F.matmul.
 """
 from __future__ import annotations
 
@@ -156,11 +161,42 @@ def gelu(x):
 ACTIVATIONS = {"relu": F.relu, "sigmoid": F.sigmoid, "tanh": F.tanh, "gelu": gelu}
 
 
+def _heads(x, heads: int):
+    """(batch, steps, heads * dk) -> (batch * heads, steps, dk): head h is columns h*dk .. (h+1)*dk - 1."""
+    batch, steps = x.shape[:2]
+    x = F.reshape(x, (batch, steps, heads, -1))
+    return F.reshape(F.transpose(x, (0, 2, 1, 3)), (batch * heads, steps, -1))
+
+
+def _merge_heads(x, batch: int, heads: int):
+    """(batch * heads, steps, dk) -> (batch, steps, heads * dk): _heads undone."""
+    steps = x.shape[1]
+    x = F.transpose(F.reshape(x, (batch, heads, steps, -1)), (0, 2, 1, 3))
+    return F.reshape(x, (batch, steps, -1))
+
+
+def _attend(q, k, v, causal: bool, rate: float):
+    """softmax(q k^T / sqrt(dk)) v for key/value heads k, v (n, steps, dk), each read by the `group` query heads
+    stacked step-block after step-block in q (n, group * steps, dk): one F.matmul per product over all of them,
+    no key or value copied per query head. Chainer 7 has no attention function or fused kernel: F.matmul,
+    F.softmax over the keys, the causal mask a -inf score (F.where, as torch's is_causal), F.dropout on the
+    attention weights (inverted, the identity unless chainer.config.train)."""
+    steps, size = k.shape[1], k.shape[2]
+    scores = F.matmul(q, k, transb=True) * (1.0 / math.sqrt(size))
+    if causal:  # key s after query t gets -inf: no step sees a later one (the same rows for every query head)
+        earlier = np.tile(np.tril(np.ones((steps, steps), dtype=bool)), (q.shape[1] // steps, 1))
+        scores = F.where(np.broadcast_to(earlier, scores.shape), scores,
+                         k.xp.full(scores.shape, -np.inf, dtype=scores.dtype))
+    weights = F.softmax(scores, axis=-1)
+    if rate > 0:
+        weights = F.dropout(weights, rate)
+    return F.matmul(weights, v)
+
+
 class Attention(chainer.Chain):
     """Multi-head self-attention as the IR states it, with Chainer's own functions (Chainer 7 has no attention
-    link or fused kernel): four L.Linear projections, the heads folded into the batch axis for F.matmul,
-    F.softmax over the keys, the causal mask a -inf score (F.where), F.dropout on the attention weights
-    (inverted, the identity unless chainer.config.train)."""
+    link or fused kernel): four L.Linear projections, the heads folded into the batch axis for F.matmul
+    (_attend: one query head per key/value head)."""
 
     PROJECTIONS = ("query", "key", "value", "output")
 
@@ -171,25 +207,95 @@ class Attention(chainer.Chain):
             for part in self.PROJECTIONS:
                 setattr(self, part, L.Linear(features, features, initialW=ZERO))
 
-    def _split(self, x, batch: int, steps: int):
-        """(batch, steps, d) -> (batch * heads, steps, dk): head h is columns h*dk .. (h+1)*dk - 1."""
-        x = F.reshape(x, (batch, steps, self.heads, -1))
-        return F.reshape(F.transpose(x, (0, 2, 1, 3)), (batch * self.heads, steps, -1))
+    def forward(self, x):
+        q, k, v = (_heads(getattr(self, part)(x, n_batch_axes=2), self.heads) for part in self.PROJECTIONS[:3])
+        out = _attend(q, k, v, self.causal, self.rate)
+        return self.output(_merge_heads(out, x.shape[0], self.heads), n_batch_axes=2)
+
+
+class RMSNorm(chainer.Link):
+    """x / sqrt(mean(x^2) + epsilon) * gamma over the last axis, from F.mean, F.square and F.rsqrt: Chainer 7 has
+    no RMS normalisation, and F.normalize's L2 normalisation adds its epsilon to the norm, outside the square
+    root, which is another function of epsilon (the certificate's epsilon probe tells them apart)."""
+
+    def __init__(self, features: int, epsilon: float):
+        super().__init__()
+        self.epsilon = epsilon
+        with self.init_scope():
+            self.gamma = chainer.Parameter(chainer.initializers.One(), (features,))
 
     def forward(self, x):
-        batch, steps, features = x.shape
-        q, k, v = (self._split(getattr(self, part)(x, n_batch_axes=2), batch, steps)
-                   for part in self.PROJECTIONS[:3])
-        scores = F.matmul(q, k, transb=True) * (1.0 / math.sqrt(features // self.heads))
-        if self.causal:  # key s after query t gets -inf: no step sees a later one
-            later = np.broadcast_to(np.tril(np.ones((steps, steps), dtype=bool)), scores.shape)
-            scores = F.where(later, scores, self.xp.full(scores.shape, -np.inf, dtype=scores.dtype))
-        weights = F.softmax(scores, axis=-1)
-        if self.rate > 0:
-            weights = F.dropout(weights, self.rate)
-        out = F.reshape(F.matmul(weights, v), (batch, self.heads, steps, -1))
-        out = F.reshape(F.transpose(out, (0, 2, 1, 3)), (batch, steps, features))
-        return self.output(out, n_batch_axes=2)
+        return x * F.rsqrt(F.mean(F.square(x), axis=-1, keepdims=True) + self.epsilon) * self.gamma
+
+
+class SwiGLU(chainer.Chain):
+    """LLaMA's feed-forward block, down(silu(gate(x)) * up(x)), with three bias-free L.Linear. silu is Chainer's
+    own F.swish with its beta held at 1 (x * sigmoid(1 * x)), a build-time constant, not a Parameter: one
+    function node where x * F.sigmoid(x) would be two; its backward also sums a gradient for that beta, which
+    nothing reads."""
+
+    PROJECTIONS = ("gate", "up", "down")
+
+    def __init__(self, features: int, hidden: int):
+        super().__init__()
+        self.beta = np.ones((), dtype=chainer.get_dtype())  # the Parameters' dtype (ZERO's, float32)
+        with self.init_scope():
+            self.gate = L.Linear(features, hidden, nobias=True, initialW=ZERO)
+            self.up = L.Linear(features, hidden, nobias=True, initialW=ZERO)
+            self.down = L.Linear(hidden, features, nobias=True, initialW=ZERO)
+
+    def forward(self, x):
+        axes = x.ndim - 1  # on a sequence: the same projections at every step
+        hidden = F.swish(self.gate(x, n_batch_axes=axes), self.beta) * self.up(x, n_batch_axes=axes)
+        return self.down(hidden, n_batch_axes=axes)
+
+
+def rotary_tables(steps: int, size: int, base: float, dtype) -> "tuple[np.ndarray, np.ndarray]":
+    """cos and sin of every (step, pair) angle t * base ** (-2 i / dk), (steps, dk) with each pair's angle in both
+    halves (the "rotate half" pairing), computed once in float64 and cast to the model's dtype: constants of the
+    link (the layer's steps are fixed by the model's input shape), never recomputed per batch."""
+    inverse = base ** (-np.arange(0, size, 2, dtype=np.float64) / size)
+    angles = np.outer(np.arange(steps, dtype=np.float64), inverse)
+    angles = np.concatenate([angles, angles], axis=-1)
+    return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
+
+
+def rotate(x, cos: np.ndarray, sin: np.ndarray):
+    """x (n, steps, dk) rotated by position: x cos + rotate_half(x) sin (Hugging Face's LLaMA), rotate_half(x) =
+    (-second half, first half); the tables broadcast over n."""
+    first, second = F.split_axis(x, 2, axis=-1)
+    return x * cos + F.concat((-second, first), axis=-1) * sin
+
+
+class GroupedQueryAttention(chainer.Chain):
+    """LLaMA's attention: bias-free L.Linear projections (nobias=True), rotary embeddings on queries and keys
+    (rotary_tables, rotate), and _attend, the attention's own scores, mask and softmax with no dropout. Query head
+    h reads key/value head h // (heads / kv_heads): the query heads are laid out (batch * kv_heads, group * steps,
+    dk), each key/value head's group one after the other, so that one F.matmul serves a whole group and no key or
+    value is repeated (Chainer 7 has no attention function, grouped or not)."""
+
+    PROJECTIONS = ("query", "key", "value", "output")
+
+    def __init__(self, layer: dict, steps: int, features: int):
+        super().__init__()
+        self.heads, self.kv_heads, self.causal = layer["heads"], layer["kv_heads"], layer["causal"]
+        size = features // self.heads
+        self.cos, self.sin = rotary_tables(steps, size, layer["rope_base"], chainer.get_dtype())
+        with self.init_scope():
+            self.query = L.Linear(features, features, nobias=True, initialW=ZERO)
+            self.key = L.Linear(features, self.kv_heads * size, nobias=True, initialW=ZERO)
+            self.value = L.Linear(features, self.kv_heads * size, nobias=True, initialW=ZERO)
+            self.output = L.Linear(features, features, nobias=True, initialW=ZERO)
+
+    def forward(self, x):
+        batch, steps, _ = x.shape
+        cos, sin = self.cos[:steps], self.sin[:steps]
+        q = rotate(_heads(self.query(x, n_batch_axes=2), self.heads), cos, sin)
+        k = rotate(_heads(self.key(x, n_batch_axes=2), self.kv_heads), cos, sin)
+        v = _heads(self.value(x, n_batch_axes=2), self.kv_heads)
+        # (batch * heads, steps, dk) -> (batch * kv_heads, group * steps, dk): head h = g * group + j is block j of g
+        out = _attend(F.reshape(q, (batch * self.kv_heads, -1, q.shape[-1])), k, v, self.causal, 0.0)
+        return self.output(_merge_heads(F.reshape(out, q.shape), batch, self.heads), n_batch_axes=2)
 
 
 class PositionalEmbedding(chainer.Link):
@@ -296,6 +402,21 @@ def _attention(layer: dict, in_shape, links):
     return link, link
 
 
+def _rms_norm(layer: dict, in_shape, links):
+    link = RMSNorm(in_shape[-1], layer["epsilon"])
+    return link, link
+
+
+def _swiglu(layer: dict, in_shape, links):
+    link = SwiGLU(in_shape[-1], layer["hidden"])
+    return link, link
+
+
+def _grouped_query_attention(layer: dict, in_shape, links):
+    link = GroupedQueryAttention(layer, in_shape[0], in_shape[-1])
+    return link, link
+
+
 def _positional_embedding(layer: dict, in_shape, links):
     link = PositionalEmbedding(layer["max_len"], in_shape[-1])
     return link, link
@@ -355,6 +476,18 @@ def _attention_arrays(link: Attention) -> Dict[str, object]:
         (part + "_kernel", getattr(link, part).W), (part + "_bias", getattr(link, part).b)))
 
 
+def _rms_norm_arrays(link: RMSNorm) -> Dict[str, object]:
+    return {"gamma": link.gamma}
+
+
+def _swiglu_arrays(link: SwiGLU) -> Dict[str, object]:
+    return {part + "_kernel": getattr(link, part).W for part in SwiGLU.PROJECTIONS}
+
+
+def _grouped_query_attention_arrays(link: GroupedQueryAttention) -> Dict[str, object]:
+    return {part + "_kernel": getattr(link, part).W for part in GroupedQueryAttention.PROJECTIONS}
+
+
 def _tied_output_arrays(link: TiedOutputBias) -> Dict[str, object]:
     return {"bias": link.b}  # its kernel is the embedding's table, exported there
 
@@ -373,6 +506,10 @@ LAYERS = {
     "seq2seq": LayerEntry(_seq2seq, NativeWeights(_seq2seq_arrays, CHAINER_LSTM)),
     "residual": LayerEntry(_residual, None),
     "attention": LayerEntry(_attention, NativeWeights(_attention_arrays, OUT_IN)),
+    "rms_norm": LayerEntry(_rms_norm, NativeWeights(_rms_norm_arrays, AS_CANONICAL)),
+    "swiglu": LayerEntry(_swiglu, NativeWeights(_swiglu_arrays, OUT_IN)),  # Linear's W (out, in)
+    "grouped_query_attention": LayerEntry(_grouped_query_attention,
+                                          NativeWeights(_grouped_query_attention_arrays, OUT_IN)),
     "positional_embedding": LayerEntry(_positional_embedding, NativeWeights(_embedding_arrays, AS_CANONICAL)),
     "tied_output": LayerEntry(_tied_output, NativeWeights(_tied_output_arrays, AS_CANONICAL)),
     "to_sequence": LayerEntry(_to_sequence, None),
