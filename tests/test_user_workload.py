@@ -362,6 +362,74 @@ def test_certify_suite_certifies_a_users_workload(tmp_path):
 
 
 
+LM_MODEL = '''from dlbench import ir, user
+
+
+def model(meta):
+    return ir.model(meta["input_shape"], "int32", [
+        ir.embedding(meta["vocab_size"], 8), ir.residual([ir.rms_norm(), ir.grouped_query_attention(2, 1)]),
+        ir.residual([ir.rms_norm(), ir.swiglu(12)]), ir.rms_norm(), ir.dense(meta["vocab_size"])])
+
+
+WORKLOAD = user.Workload(name="mine", description="a tiny LLaMA", model=model, task="language_model",
+                         optimizer={"name": "adam", "lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-7},
+                         loss="sequence_softmax_cross_entropy", batch_size=4, epochs=1, metric="perplexity",
+                         target=20.0)
+'''
+
+
+def windows(vocabulary: int = 11, steps: int = 5) -> dict[str, np.ndarray]:
+    """A language model's arrays: token windows and the same windows one token ahead."""
+    stream = np.random.RandomState(2).randint(0, vocabulary, 16 * steps + 1)
+    x, y = stream[:-1].reshape(16, steps), stream[1:].reshape(16, steps)
+    return {"x_train": x[:12], "y_train": y[:12], "x_test": x[12:], "y_test": y[12:]}
+
+
+def test_a_users_language_model_plans_with_its_vocabulary_window_and_perplexity_target(tmp_path, fake):
+    """The LLaMA-style pieces from `dlbench.ir` in a user's file, on a language_model dataset: the meta holds the
+    vocabulary (the largest id + 1) and the window, the target is a perplexity (lower is better)."""
+    loaded = suite.load(str(write(tmp_path, windows(), LM_MODEL, fields="task: language_model")))
+    [cell] = suite.plan(loaded)
+    fake_dlbench.make_environment(tmp_path / "home")
+    os.environ["DLBENCH_HOME"] = str(tmp_path / "home")
+    try:
+        prepared = cell_config.resolve(cell, tmp_path / "cache")
+    finally:
+        del os.environ["DLBENCH_HOME"]
+    meta = prepared.dataset.meta
+    assert (meta["task"], meta["vocab_size"], meta["seq_len"], meta["input_scale"]) == ("language_model", 11, 5, None)
+    assert "num_classes" not in meta
+    assert workloads.USER_WORKLOADS["mine"].target == {"metric": "perplexity", "value": 20.0,
+                                                       "higher_is_better": False}
+    assert prepared.config["recipe"]["loss"] == "sequence_softmax_cross_entropy"
+    layers = prepared.config["model"]["layers"]
+    assert [layer["type"] for layer in layers[1]["layers"]] == ["rms_norm", "grouped_query_attention"]
+    assert layers[-1]["units"] == 11
+
+
+def test_a_language_models_data_and_recipe_refusals_name_what_is_accepted(tmp_path, fake):
+    fields = "task: language_model"
+    arrays = windows()
+    arrays["y_test"] = arrays["y_test"][:, :4]
+    refused(write(tmp_path, arrays, LM_MODEL, fields=fields),
+            "array y_test has shape [4, 4] and x_test [4, 5]; a language_model dataset's labels are the next token")
+    arrays = dict(windows(), x_train=windows()["x_train"].astype(np.uint8))
+    refused(write(tmp_path, arrays, LM_MODEL, fields=fields), "array x_train is uint8 of shape [12, 5]",
+            "other than uint8")
+    refused(write(tmp_path, windows(), LM_MODEL, fields=f"{fields}, num_classes: 10"),
+            "holds token id 10, out of range for num_classes 10")
+    refused(write(tmp_path, windows(), LM_MODEL.replace("target=20.0", "target=0.5"), fields=fields),
+            "target 0.5; a perplexity target is a number above 1")
+    refused(write(tmp_path, windows(), LM_MODEL.replace('metric="perplexity"', 'metric="accuracy"'), fields=fields),
+            "metric 'accuracy' for a language_model task; accepted: 'perplexity'")
+    flat = LM_MODEL.replace('ir.rms_norm(), ir.dense(meta["vocab_size"])',
+                            'ir.rms_norm(), ir.flatten(), ir.dense(meta["vocab_size"])')
+    refused(write(tmp_path, windows(), flat, fields=fields),
+            "of output shape [11]; a language model's labels are the next token at each of the 5 positions")
+    refused(write(tmp_path, windows(), MODEL.replace("loss=", 'task="language_model", loss='), fields=fields),
+            "loss 'softmax_cross_entropy' for a language_model task; accepted: 'sequence_softmax_cross_entropy'")
+
+
 def test_a_workload_file_needs_a_dataset_in_a_plain_format(tmp_path, fake):
     path = write(tmp_path)
     path.write_text("name: mine\nframeworks: [fakefw]\nworkloads:\n  - {workload: mine.py, dataset: digits-28}\n")

@@ -12,6 +12,9 @@ The file defines WORKLOAD, a `dlbench.user.Workload`; a suite entry names the fi
                                         "weight_decay": 0.0},
                              loss="softmax_cross_entropy", batch_size=32, epochs=5, metric="accuracy", target=0.9)
 
+A language model (task="language_model", loss="sequence_softmax_cross_entropy", metric="perplexity", a target
+above 1) predicts the next token at every position of its dataset's windows (examples/llama-lm).
+
 A learning-rate schedule is optional: schedule={"name": "warmup_cosine", "warmup_fraction": 0.05 (or
 "warmup_steps": N), "total_steps": "auto" (or N), "final_lr_fraction": 0.1}, as the built-in Transformers'.
 """
@@ -19,9 +22,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-# The tasks a user's workload may train for, each with the loss it trains by; their metric is accuracy.
-TASK_LOSSES = {"classification": "softmax_cross_entropy", "binary": "sigmoid_cross_entropy"}
-METRICS = ("accuracy",)
+# The tasks a user's workload may train for, each with the loss it trains by and the metric its target is in:
+# an accuracy (higher is better, a target in (0, 1]) or a language model's perplexity (lower is better, above 1).
+TASK_LOSSES = {"classification": "softmax_cross_entropy", "binary": "sigmoid_cross_entropy",
+               "language_model": "sequence_softmax_cross_entropy"}
+TASK_METRICS = {"classification": "accuracy", "binary": "accuracy", "language_model": "perplexity"}
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,6 @@ class Workload:
     epochs: int
     metric: str
     target: float
-    task: str = "classification"  # one of TASK_LOSSES
+    task: str = "classification"  # one of TASK_LOSSES: its loss and (TASK_METRICS) its metric
     name: str | None = None  # the name tables show; None: the file's name without .py
     schedule: dict[str, Any] | None = None  # None: a constant learning rate

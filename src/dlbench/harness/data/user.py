@@ -17,7 +17,8 @@ from dlbench.shared.protocol import ARRAY_NAMES, array_file
 from . import npy_files
 from .prepared import Built, base_meta, content_hash
 
-TASKS = ("classification", "binary")  # the tasks a plain dataset may be prepared for
+# the tasks a plain dataset may be prepared for: a label a sample, or (language_model) a next token a position
+TASKS = ("classification", "binary", "language_model")
 INPUT_DTYPES = "uint8 or float32 (pixels, features) or an integer type (token ids)"
 ACCEPTED = "an .npz as numpy.savez or numpy.savez_compressed writes it, or a folder of .npy files, holding " + \
     ", ".join(ARRAY_NAMES)
@@ -46,19 +47,23 @@ def read(path: Path, name: str, task: str, num_classes: int | None, input_scale:
     if task not in TASKS:
         raise UserDataError(f"{path}: task {task!r} is not accepted; a dataset in a plain format is one of: "
                             f"{', '.join(TASKS)}")
-    arrays = _arrays(path)
+    arrays = _arrays(path, task)
     input_dtype = str(arrays["x_train"].dtype)  # before token ids become int32
     arrays = {key: _checked(path, key, value) for key, value in arrays.items()}
     # no path in the meta: the same arrays from another place, or as .npy files, prepare the same
     info = {"name": name, "task": task, "description": f"the user's dataset {name}",
             "source": "a user's file (an .npz or a folder of .npy files)", "licence": "the user's"}
     meta = base_meta(info, arrays, _input_scale(path, arrays["x_train"], input_scale))
-    meta["num_classes"] = _classes(path, task, arrays, num_classes)
+    if task == "language_model":  # the meta a built-in language model's is: its vocabulary and window
+        meta["vocab_size"] = _vocabulary(path, arrays, num_classes)
+        meta["seq_len"] = int(arrays["x_train"].shape[1])
+    else:
+        meta["num_classes"] = _classes(path, task, arrays, num_classes)
     built = Built(arrays=arrays, meta=meta)
     return UserDataset(name, info, built, content_hash(arrays, meta), path, input_dtype)
 
 
-def _arrays(path: Path) -> dict[str, np.ndarray]:
+def _arrays(path: Path, task: str) -> dict[str, np.ndarray]:
     """The four arrays, read once every header has been checked (_check_headers)."""
     if _is_folder(path):
         files = {key: path / array_file(key) for key in ARRAY_NAMES}
@@ -67,7 +72,7 @@ def _arrays(path: Path) -> dict[str, np.ndarray]:
             raise UserDataError(f"{path}: missing {', '.join(missing)}; a dataset folder holds "
                                 f"{', '.join(array_file(key) for key in ARRAY_NAMES)}")
         try:
-            _check_headers(path, {key: npy_files.file_header(file, ACCEPTED) for key, file in files.items()})
+            _check_headers(path, {key: npy_files.file_header(file, ACCEPTED) for key, file in files.items()}, task)
             return {key: npy_files.file_array(file, ACCEPTED) for key, file in files.items()}
         except npy_files.ArrayFileError as error:
             raise UserDataError(str(error)) from None
@@ -80,7 +85,7 @@ def _arrays(path: Path) -> dict[str, np.ndarray]:
                 raise UserDataError(f"{path}: missing array {', '.join(missing)}; it holds "
                                     f"{', '.join(members) or 'nothing'}, a dataset holds {', '.join(ARRAY_NAMES)}")
             _check_headers(path, {key: npy_files.zip_header(path, key, archive, members[key], ACCEPTED)
-                                  for key in ARRAY_NAMES})
+                                  for key in ARRAY_NAMES}, task)
             return {key: npy_files.zip_array(path, key, archive, members[key], ACCEPTED) for key in ARRAY_NAMES}
     except npy_files.ArrayFileError as error:
         raise UserDataError(str(error)) from None
@@ -111,12 +116,14 @@ def _check_not_a_single_array(path: Path) -> None:
         raise UserDataError(f"{path}: a single array; a dataset file is an .npz holding {', '.join(ARRAY_NAMES)}")
 
 
-def _check_headers(path: Path, headers: dict[str, npy_files.Header]) -> None:
+def _check_headers(path: Path, headers: dict[str, npy_files.Header], task: str) -> None:
     """Every array's type, shape and size as its header declares them, before any array is read: so that neither
     a pickle is unpickled nor more memory taken than the machine can give (memory_bound)."""
     for key, header in headers.items():
         _check_dtype(path, key, header.dtype)
-        if key.startswith("y_") and len(header.shape) != 1:
+        if task == "language_model":
+            _check_token_windows(path, key, header, headers)
+        elif key.startswith("y_") and len(header.shape) != 1:
             raise UserDataError(f"{path}: array {key} has shape {list(header.shape)}; labels are one integer a "
                                 "sample, shape (samples,)")
         if key.startswith("x_") and len(header.shape) < 2:
@@ -142,6 +149,20 @@ def _check_headers(path: Path, headers: dict[str, npy_files.Header]) -> None:
     if headers["x_train"].shape[1:] != headers["x_test"].shape[1:]:
         raise UserDataError(f"{path}: x_train's samples are {list(headers['x_train'].shape[1:])} and x_test's "
                             f"{list(headers['x_test'].shape[1:])}; both splits' samples have one shape")
+
+
+def _check_token_windows(path: Path, key: str, header: npy_files.Header,
+                         headers: dict[str, npy_files.Header]) -> None:
+    """A language model's arrays: x a window of token ids a sample, (samples, steps), and y the same window one
+    token ahead, of x's shape (the next token at every position)."""
+    if key.startswith("x_") and (len(header.shape) != 2 or header.dtype.kind not in "iu" or header.dtype == np.uint8):
+        raise UserDataError(f"{path}: array {key} is {header.dtype} of shape {list(header.shape)}; a "
+                            "language_model dataset's inputs are windows of token ids, (samples, steps), of an "
+                            "integer type other than uint8 (which dlbench reads as pixels)")
+    if key.startswith("y_") and header.shape != headers["x" + key[1:]].shape:
+        raise UserDataError(f"{path}: array {key} has shape {list(header.shape)} and x{key[1:]} "
+                            f"{list(headers['x' + key[1:]].shape)}; a language_model dataset's labels are the next "
+                            "token at every position, of the inputs' shape")
 
 
 def memory_bound() -> int:
@@ -198,6 +219,16 @@ def _input_scale(path: Path, x: np.ndarray, declared: float | None) -> float | N
     if declared is not None:
         return float(declared)
     return 255.0 if x.dtype == np.uint8 else None
+
+
+def _vocabulary(path: Path, arrays: dict[str, np.ndarray], declared: int | None) -> int:
+    """A language model's vocabulary (ids 0 to V - 1): declared (num_classes), else the largest id + 1."""
+    largest = max(int(arrays[key].max()) for key in ARRAY_NAMES)
+    if declared is not None and largest >= declared:
+        key = max(ARRAY_NAMES, key=lambda name: int(arrays[name].max()))
+        raise UserDataError(f"{path}: array {key} holds token id {largest}, out of range for num_classes {declared} "
+                            f"(a language model's vocabulary: ids 0 to {declared - 1})")
+    return declared if declared is not None else largest + 1
 
 
 def _classes(path: Path, task: str, arrays: dict[str, np.ndarray], declared: int | None) -> int:

@@ -81,7 +81,8 @@ def load(path: Path, dataset: UserDataset | None) -> Workload:
     study = (dataset.NAME, meta) if fresh else (existing.study_dataset, existing.study_meta)
     workload = Workload(name, declared["description"], study[0], study[1], _builder(path, digest),
                         _recipe(declared),
-                        {"metric": declared["metric"], "value": declared["target"], "higher_is_better": True},
+                        {"metric": declared["metric"], "value": declared["target"],
+                         "higher_is_better": declared["metric"] == "accuracy"},
                         (declared["task"],))
     workloads.register_user(workload, str(path), digest)
     return workload
@@ -256,11 +257,15 @@ def _check_recipe(path: Path, declared: user.Workload) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
             raise UserWorkloadError(f"{path}: {key} {file_names.shortened(value)}; expected an integer from 1 to "
                                     f"{maximum}")
-    if declared.metric not in user.METRICS:
-        raise UserWorkloadError(f"{path}: metric {declared.metric!r}; accepted: {', '.join(user.METRICS)}")
+    metric = user.TASK_METRICS[declared.task]
+    if declared.metric != metric:
+        raise UserWorkloadError(f"{path}: metric {declared.metric!r} for a {declared.task} task; accepted: {metric!r}")
     target = declared.target
-    if isinstance(target, bool) or not isinstance(target, int | float) or not 0 < target <= 1 or math.isnan(target):
+    number = not isinstance(target, bool) and isinstance(target, int | float) and not math.isnan(target)
+    if metric == "accuracy" and not (number and 0 < target <= 1):
         raise UserWorkloadError(f"{path}: target {target!r}; an accuracy target is a number in (0, 1]")
+    if metric == "perplexity" and not (number and 1 < target < math.inf):
+        raise UserWorkloadError(f"{path}: target {target!r}; a perplexity target is a number above 1")
 
 
 def _check_schedule(path: Path, declared: user.Workload, meta: dict) -> None:
@@ -323,9 +328,21 @@ def _model_owner(workload: Workload) -> str:
 
 def _check_output(where: str, owner: str, model: dict, task: str, arrays: dict[str, np.ndarray]) -> None:
     """The model's whole output shape a sample against what the labels need: one logit a sample for a binary
-    task, one a class for a classification (labels are one class index a sample: y is (samples,))."""
+    task, one a class for a classification (labels are one class index a sample: y is (samples,)), one a token
+    at every position for a language model (y is (samples, steps))."""
     shapes = ir.infer_shapes(model)
     last, output = (shapes[-1][0]["name"], list(shapes[-1][2])) if shapes else ("none", list(model["input_shape"]))
+    if task == "language_model":
+        steps = arrays["y_train"].shape[1]
+        if len(output) != 2 or output[0] != steps:
+            raise UserWorkloadError(f"{where}: {owner} ends in layer {last} of output shape {output}; a language "
+                                    f"model's labels are the next token at each of the {steps} positions, so its "
+                                    "model ends in shape [steps, vocabulary]")
+        largest = max(int(arrays[key].max()) for key in ("y_train", "y_test"))
+        if largest >= output[1]:
+            raise UserWorkloadError(f"{where}: the labels hold token id {largest}, out of range for the "
+                                    f"{output[1]} output units of {last}, the last layer of {owner} "
+                                    f"(ids 0 to {output[1] - 1})")
     if task == "binary" and output != [1]:
         raise UserWorkloadError(f"{where}: {owner} ends in layer {last} of output shape {output}; a binary task's "
                                 "model ends in shape [1] (one sigmoid logit a sample)")
