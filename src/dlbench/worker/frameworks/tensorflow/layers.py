@@ -7,9 +7,13 @@ kernels, LSTM kernels (in, 4u) / (u, 4u) with gates i, f, g, o), so weights move
 LSTM is our own cell run over time with tf.scan (a graph while-loop), not an unrolled Python loop.
 Multi-head self-attention is written out in tf ops (batched matmuls over the heads, the causal mask as -inf
 scores, tf.nn.softmax, stateless dropout on the weights in training): core TensorFlow has no fused attention
-op (Keras's MultiHeadAttention is the keras adapter's). A residual block's layers hold their variables under
-their own prefixed names; the tied output reads the embedding's variable itself, so its gradient sums both
-uses.
+op (Keras's MultiHeadAttention is the keras adapter's). Grouped-query attention (LLaMA's) shares that code: its
+query heads reshaped into (batch, kv_heads, group, steps, dk) against keys and values of (batch, kv_heads, 1,
+steps, dk), so tf.matmul's batch broadcasting gives each group its key/value head without copying it, after
+rotary embeddings from cos/sin tables made once in numpy (float64) and baked into the graph as constants.
+RMS normalisation is written in tf ops as layer normalisation is (core TensorFlow has no op for it), SwiGLU's
+gate uses tf.nn.silu. A residual block's layers hold their variables under their own prefixed names; the tied
+output reads the embedding's variable itself, so its gradient sums both uses.
 
 The table's entries:
 - build(model, layer, in_shape, w, x, training) -> the layer's output: applies the kind to x inside the
@@ -22,10 +26,12 @@ The table's entries:
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections import OrderedDict
 from typing import Dict
 
+import numpy as np
 import tensorflow as tf
 
 from dlbench.shared.ir import all_shapes, block_shapes, infer_shapes, param_shapes
@@ -70,11 +76,54 @@ def lstm_scan(x, kernel, recurrent, bias, state=None):
     return hs, (hs[-1], cs[-1])
 
 
-def dense(x, kernel, bias):
+def dense(x, kernel, bias=None):
+    """x (..., in) @ kernel (in, out) (+ bias): bias None for the bias-free projections of swiglu and
+    grouped_query_attention."""
     if len(x.shape) == 2:
-        return tf.matmul(x, kernel) + bias
-    flat = tf.matmul(tf.reshape(x, [-1, x.shape[-1]]), kernel) + bias
+        y = tf.matmul(x, kernel)
+        return y if bias is None else y + bias
+    flat = tf.matmul(tf.reshape(x, [-1, x.shape[-1]]), kernel)
+    if bias is not None:
+        flat = flat + bias
     return tf.reshape(flat, tf.concat([tf.shape(x)[:-1], [kernel.shape[1]]], axis=0))
+
+
+def heads_first(t, steps, heads, size):
+    """(batch, steps, heads * size) -> (batch, heads, steps, size): head h the columns h*size .. (h+1)*size - 1."""
+    return tf.transpose(tf.reshape(t, [-1, steps, heads, size]), [0, 2, 1, 3])
+
+
+def heads_last(t, steps, features):
+    """(batch, heads, steps, size) -> (batch, steps, heads * size): the heads concatenated."""
+    return tf.reshape(tf.transpose(t, [0, 2, 1, 3]), [-1, steps, features])
+
+
+def attention_weights(q, k, size, causal, steps):
+    """softmax(q k^T / sqrt(size)) over the keys, q (..., steps, size) and k (..., steps, size) whose leading
+    axes broadcast (tf.matmul's batch broadcasting), the causal mask as -inf scores."""
+    scores = tf.matmul(q, k, transpose_b=True) * (1.0 / math.sqrt(size))
+    if causal:  # lower triangle: a query sees its own step and the earlier ones
+        allowed = tf.linalg.band_part(tf.ones([steps, steps], tf.bool), -1, 0)
+        scores = tf.where(allowed, scores, tf.constant(-math.inf, scores.dtype))
+    return tf.nn.softmax(scores, axis=-1)
+
+
+@functools.lru_cache(maxsize=None)
+def rotary_tables(steps, size, base):
+    """cos and sin, (steps, size) float64 numpy, of every angle t * base ** (-2 i / size), each pair's angle in
+    both halves (the "rotate half" pairing): computed once per (steps, size, base) in the process, in numpy
+    float64, and cast to the model's dtype where a trace makes them graph constants (nothing per step)."""
+    inverse = base ** (-np.arange(0, size, 2, dtype=np.float64) / size)
+    angles = np.outer(np.arange(steps, dtype=np.float64), inverse)
+    angles = np.concatenate([angles, angles], axis=-1)
+    return np.cos(angles), np.sin(angles)
+
+
+def rotate(t, cos, sin):
+    """t (batch, heads, steps, size) rotated by position: t cos + rotate_half(t) sin, rotate_half(t) = (-second
+    half, first half) (Hugging Face's LLaMA); cos and sin (steps, size) broadcast over batch and heads."""
+    first, second = tf.split(t, 2, axis=-1)
+    return t * cos + tf.concat([-second, first], axis=-1) * sin
 
 
 # ---- each kind's build: build(model, layer, in_shape, w, x, training) -> output ---------------------
@@ -109,6 +158,13 @@ def build_layer_norm(model, layer, in_shape, w, x, training):
     # over the last axis; tf.nn.moments' variance is the biased one
     mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
     return tf.nn.batch_normalization(x, mean, variance, w["beta"], w["gamma"], layer["epsilon"])
+
+
+def build_rms_norm(model, layer, in_shape, w, x, training):
+    # core TensorFlow has no RMS normalisation op (Keras's RMSNormalization is the keras adapter's): written
+    # in tf ops as layer_norm's, rsqrt of the mean square over the last axis, no mean taken out, no offset
+    mean_square = tf.reduce_mean(tf.square(x), axis=-1, keepdims=True)
+    return x * tf.math.rsqrt(mean_square + layer["epsilon"]) * w["gamma"]
 
 
 def build_activation(model, layer, in_shape, w, x, training):
@@ -162,22 +218,33 @@ def build_attention(model, layer, in_shape, w, x, training):
     steps, features = in_shape
     heads = layer["heads"]
     size = features // heads
-
-    def split_heads(part):  # (batch, steps, features) -> (batch, heads, steps, size)
-        t = dense(x, w[part + "_kernel"], w[part + "_bias"])
-        return tf.transpose(tf.reshape(t, [-1, steps, heads, size]), [0, 2, 1, 3])
-
-    q, k, v = split_heads("query"), split_heads("key"), split_heads("value")
-    scores = tf.matmul(q, k, transpose_b=True) * (1.0 / math.sqrt(size))
-    if layer["causal"]:  # lower triangle: a query sees its own step and the earlier ones
-        allowed = tf.linalg.band_part(tf.ones([steps, steps], tf.bool), -1, 0)
-        scores = tf.where(allowed, scores, tf.constant(-math.inf, scores.dtype))
-    weights = tf.nn.softmax(scores, axis=-1)
+    q, k, v = (heads_first(dense(x, w[part + "_kernel"], w[part + "_bias"]), steps, heads, size)
+               for part in ("query", "key", "value"))
+    weights = attention_weights(q, k, size, layer["causal"], steps)
     if training and layer["dropout"] > 0:
         seed = model.rng.make_seeds(1)[:, 0]
         weights = tf.nn.experimental.stateless_dropout(weights, rate=layer["dropout"], seed=seed)
-    out = tf.reshape(tf.transpose(tf.matmul(weights, v), [0, 2, 1, 3]), [-1, steps, features])
-    return dense(out, w["output_kernel"], w["output_bias"])
+    return dense(heads_last(tf.matmul(weights, v), steps, features), w["output_kernel"], w["output_bias"])
+
+
+def build_grouped_query_attention(model, layer, in_shape, w, x, training):
+    """LLaMA's attention in the same tf ops as attention's (core TensorFlow has no fused attention op, grouped
+    or not): bias-free projections, rotary embeddings on queries and keys, then the query heads as (batch,
+    kv_heads, group, steps, dk) against keys and values as (batch, kv_heads, 1, steps, dk): query head h = g *
+    group + j reads key/value head g = h // group, broadcast by tf.matmul rather than copied (tf.repeat)."""
+    steps, features = in_shape
+    heads, kv_heads = layer["heads"], layer["kv_heads"]
+    size, group = features // heads, heads // kv_heads
+    dtype = x.dtype.as_numpy_dtype
+    cos, sin = (tf.constant(table.astype(dtype)) for table in rotary_tables(steps, size, float(layer["rope_base"])))
+    q = rotate(heads_first(dense(x, w["query_kernel"]), steps, heads, size), cos, sin)
+    k = rotate(heads_first(dense(x, w["key_kernel"]), steps, kv_heads, size), cos, sin)
+    v = heads_first(dense(x, w["value_kernel"]), steps, kv_heads, size)
+    q = tf.reshape(q, [-1, kv_heads, group, steps, size])
+    k, v = k[:, :, tf.newaxis], v[:, :, tf.newaxis]
+    weights = attention_weights(q, k, size, layer["causal"], steps)  # no dropout in LLaMA's attention
+    out = tf.reshape(tf.matmul(weights, v), [-1, heads, steps, size])
+    return dense(heads_last(out, steps, features), w["output_kernel"])
 
 
 def build_positional_embedding(model, layer, in_shape, w, x, training):
@@ -187,6 +254,12 @@ def build_positional_embedding(model, layer, in_shape, w, x, training):
 def build_tied_output(model, layer, in_shape, w, x, training):
     # the embedding's own variable, transposed: one variable, two uses
     return dense(x, tf.transpose(model.weights[layer["embedding"] + "/embeddings"]), w["bias"])
+
+
+def build_swiglu(model, layer, in_shape, w, x, training):
+    # tf.nn.silu, TensorFlow's own z * sigmoid(z); the gate and up projections as two matmuls, no biases
+    gate = tf.nn.silu(dense(x, w["gate_kernel"]))
+    return dense(gate * dense(x, w["up_kernel"]), w["down_kernel"])
 
 
 def build_to_sequence(model, layer, in_shape, w, x, training):
@@ -216,6 +289,9 @@ LAYERS = {
     "tied_output": LayerEntry(build_tied_output, canonical_variables),
     "to_sequence": LayerEntry(build_to_sequence, None),
     "sequence_mean": LayerEntry(build_sequence_mean, None),
+    "rms_norm": LayerEntry(build_rms_norm, canonical_variables),
+    "swiglu": LayerEntry(build_swiglu, canonical_variables),
+    "grouped_query_attention": LayerEntry(build_grouped_query_attention, canonical_variables),
 }
 REFUSED: Dict[str, str] = {}  # every IR kind is built
 
