@@ -504,6 +504,20 @@ def test_every_value_of_the_transformer_blocks_is_seen_or_explained(certify_dir)
         assert rows[value]["seen"] is None and rows[value]["by"].startswith("not a valid model"), value
 
 
+@pytest.mark.framework
+def test_every_value_of_the_llama_blocks_is_seen(certify_dir):
+    """certify --power on the tiny LLaMA: every RMS normalisation's epsilon (by its own probe), the query and
+    key/value heads, the causal mask, the rotary base and SwiGLU's width, each changed, fail certification."""
+    rows = {row["value"]: row for row in power.power(transformer_pieces.llama_workload(), certify_dir / "power")}
+    assert not [value for value, row in rows.items() if row["why"] == power.UNEXPLAINED]
+    layers = [value for value in rows if not value.startswith("recipe.") and value != "embedding_1.dim"]
+    assert {value: rows[value]["seen"] for value in layers} == dict.fromkeys(layers, True)
+    attention = "residual_1_grouped_query_attention_1"
+    assert {f"{attention}.{key}" for key in ("heads", "kv_heads", "causal", "rope_base")} <= set(layers)
+    assert rows["residual_2_rms_norm_1.epsilon"]["by"] == "rms_norm/residual_2_rms_norm_1/inference"
+    assert rows["residual_2_swiglu_1.hidden"]["seen"] and rows["rms_norm_1.epsilon"]["seen"]
+
+
 def test_changes_cover_every_kind_of_value():
     assert power.changed("momentum", 0.9) == pytest.approx(0.89)
     assert power.changed("epsilon", 1e-7) == pytest.approx(1.1e-7)
