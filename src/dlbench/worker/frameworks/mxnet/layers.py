@@ -21,6 +21,9 @@ Transformer pieces: a residual block is a HybridBlock around a Net of its own la
 the block's prefix, and by_name holds them like any other); attention is batch_dot and softmax in a
 hybridizable block (Attention says why not MXNet's fused self-attention operators); the tied output is a
 Dense built on the embedding's parameters, as GluonNLP ties its decoders: one Parameter, both uses' gradients.
+The LLaMA pieces are HybridBlocks of F ops too: RMSNorm and SwiGLU (Gluon's nn.Swish as silu), as MXNet 1.9 has
+no RMS normalisation or silu operator, and GroupedQueryAttention, Attention's batch_dot and softmax with each
+key/value head's query heads stacked, and the rotary tables as Parameters out of training (each class says why).
 
 BatchNorm: MXNet's operator normalises with the batch statistics, but it would move its moving
 variance with the biased batch variance; the reference (torch) uses the unbiased one. The operator
@@ -35,6 +38,7 @@ from __future__ import annotations
 import math
 from typing import Dict, List
 
+import mxnet as mx
 import numpy as np
 from mxnet import gluon, nd
 from mxnet.gluon import nn, rnn
@@ -154,6 +158,15 @@ class Seq2Seq(gluon.HybridBlock):
         return out
 
 
+def causal_mask(F, steps: int, dtype):
+    """The (steps, steps) scores to add for a causal attention: -inf for every key after the query's own step,
+    0 elsewhere, in the model's dtype."""
+    positions = F.arange(steps)
+    later = F.broadcast_greater(F.reshape(positions, shape=(1, -1)), F.reshape(positions, shape=(-1, 1)))
+    mask = F.where(later, F.full(shape=(steps, steps), val=float("-inf")), F.zeros(shape=(steps, steps)))
+    return F.cast(mask, dtype=dtype)
+
+
 class Attention(gluon.HybridBlock):
     """Multi-head self-attention as the IR states it, the way GluonNLP writes it for a hybridized graph:
     Dense projections, the heads folded into the batch axis, F.batch_dot for the scores and the weighted
@@ -181,12 +194,8 @@ class Attention(gluon.HybridBlock):
     def hybrid_forward(self, F, x):
         q, k, v = (self._split(F, getattr(self, part)(x)) for part in self.PROJECTIONS[:3])
         scores = F.batch_dot(q, k, transpose_b=True) * self.scale
-        if self.causal:  # -inf for every key after the query's own step
-            steps = F.arange(self.steps)
-            later = F.broadcast_greater(F.reshape(steps, shape=(1, -1)), F.reshape(steps, shape=(-1, 1)))
-            mask = F.where(later, F.full(shape=(self.steps, self.steps), val=float("-inf")),
-                           F.zeros(shape=(self.steps, self.steps)))
-            scores = F.broadcast_add(scores, F.cast(F.expand_dims(mask, axis=0), dtype=self._dtype()))
+        if self.causal:
+            scores = F.broadcast_add(scores, F.expand_dims(causal_mask(F, self.steps, self._dtype()), axis=0))
         weights = F.softmax(scores, axis=-1)
         if self.rate > 0:
             weights = F.Dropout(weights, p=self.rate)
@@ -196,6 +205,122 @@ class Attention(gluon.HybridBlock):
 
     def _dtype(self):
         return self.query.weight.dtype  # float64 under certification (cast)
+
+
+class RMSNorm(gluon.HybridBlock):
+    """x / sqrt(mean(x^2) + epsilon) * gamma over the last axis, written with F ops: MXNet 1.9 has no RMS
+    normalisation operator (its LayerNorm always takes the mean out)."""
+
+    def __init__(self, features: int, epsilon: float):
+        super(RMSNorm, self).__init__()
+        self.epsilon = epsilon
+        with self.name_scope():
+            self.gamma = self.params.get("gamma", shape=(features,), init="ones")
+
+    def hybrid_forward(self, F, x, gamma):
+        scale = F.rsqrt(F.mean(F.square(x), axis=-1, keepdims=True) + self.epsilon)
+        return F.broadcast_mul(F.broadcast_mul(x, scale), gamma)
+
+
+class SwiGLU(gluon.HybridBlock):
+    """down(silu(gate(x)) * up(x)), three bias-free Dense; silu is Gluon's nn.Swish with beta 1, x * sigmoid(x)
+    (MXNet 1.9's Activation operator has no silu)."""
+
+    def __init__(self, features: int, hidden: int):
+        super(SwiGLU, self).__init__()
+        with self.name_scope():
+            self.gate = nn.Dense(hidden, use_bias=False, flatten=False, in_units=features, prefix="gate_")
+            self.up = nn.Dense(hidden, use_bias=False, flatten=False, in_units=features, prefix="up_")
+            self.down = nn.Dense(features, use_bias=False, flatten=False, in_units=hidden, prefix="down_")
+            self.silu = nn.Swish(beta=1.0)
+
+    def hybrid_forward(self, F, x):
+        return self.down(self.silu(self.gate(x)) * self.up(x))
+
+
+def rotary_tables(steps: int, size: int, base: float):
+    """cos and sin of every (step, pair) angle t * base ** (-2 i / dk), (steps, dk) with each pair's angle in both
+    halves (the "rotate half" pairing), in float64 numpy."""
+    inverse = base ** (-np.arange(0, size, 2, dtype=np.float64) / size)
+    angles = np.outer(np.arange(steps, dtype=np.float64), inverse)
+    angles = np.concatenate([angles, angles], axis=-1)
+    return np.cos(angles), np.sin(angles)
+
+
+class Table(mx.init.Initializer):
+    """Writes a fixed float64 table into a Parameter in the Parameter's own dtype (rounded once, from float64)."""
+
+    def __init__(self, table: np.ndarray):
+        super(Table, self).__init__()
+        self.table = table
+
+    def _init_weight(self, _, arr):
+        arr[:] = nd.array(self.table, ctx=arr.context, dtype=arr.dtype)
+
+
+class GroupedQueryAttention(gluon.HybridBlock):
+    """LLaMA's attention as the IR states it, in Attention's way (F.batch_dot, F.softmax, the causal mask added):
+    bias-free Dense projections, rotary embeddings on queries and keys, `kv_heads` key/value heads. MXNet 1.9 has
+    no fused attention with grouped heads (nor rotary embeddings), so the grouping is a reshape: the `group`
+    query heads that share a key/value head are stacked along the steps axis, one batch_dot per key/value head
+    (no copy of the keys and values repeated per query head).
+
+    The rotary cos and sin tables depend only on the steps (fixed per model) and dk: made once here in float64,
+    held as Parameters out of training (grad_req null, as BatchNorm's running statistics) so that the hybridized
+    graph takes them as inputs and `cast` gives them the model's dtype; cast sets them again from the float64
+    tables, as Parameter.cast alone would widen float32-rounded values."""
+
+    PROJECTIONS = ("query", "key", "value", "output")
+
+    def __init__(self, layer: dict, in_shape):
+        super(GroupedQueryAttention, self).__init__()
+        self.steps, features = in_shape[0], in_shape[1]
+        self.heads, self.kv_heads, self.causal = layer["heads"], layer["kv_heads"], layer["causal"]
+        self.size = features // self.heads
+        self.group = self.heads // self.kv_heads
+        self.scale = 1.0 / math.sqrt(self.size)
+        self.tables = rotary_tables(self.steps, self.size, layer["rope_base"])
+        widths = (features, self.kv_heads * self.size, self.kv_heads * self.size, features)
+        with self.name_scope():
+            for part, width in zip(self.PROJECTIONS, widths):
+                setattr(self, part, nn.Dense(width, use_bias=False, flatten=False, in_units=features,
+                                             prefix=part + "_"))
+            self.cos, self.sin = (self.params.get(name, shape=table.shape, init=Table(table), grad_req="null",
+                                                  differentiable=False)
+                                  for name, table in zip(("cos", "sin"), self.tables))
+
+    def cast(self, dtype):
+        super(GroupedQueryAttention, self).cast(dtype)
+        for param, table in zip((self.cos, self.sin), self.tables):
+            if param._data is not None:  # initialised: its data was only converted (not yet: Table writes it)
+                param.set_data(nd.array(table, dtype=dtype))
+
+    def _heads(self, F, x, heads: int, cos, sin):
+        """(batch, steps, heads * dk) -> (batch, heads, steps, dk), rotated when cos and sin are given:
+        x cos + rotate_half(x) sin, rotate_half(u) = (-u_second, u_first) (Hugging Face's LLaMA)."""
+        x = F.transpose(F.reshape(x, shape=(0, 0, heads, -1)), axes=(0, 2, 1, 3))
+        if cos is None:
+            return x
+        half = self.size // 2
+        turned = F.concat(-F.slice_axis(x, axis=-1, begin=half, end=None),
+                          F.slice_axis(x, axis=-1, begin=0, end=half), dim=-1)
+        return F.broadcast_add(F.broadcast_mul(x, cos), F.broadcast_mul(turned, sin))
+
+    def hybrid_forward(self, F, x, cos, sin):
+        cos, sin = (F.reshape(table, shape=(1, 1, self.steps, self.size)) for table in (cos, sin))
+        # query head h = g * group + j: (batch, heads, steps, dk) -> (batch * kv_heads, group * steps, dk)
+        q = F.reshape(self._heads(F, self.query(x), self.heads, cos, sin),
+                      shape=(-1, self.group * self.steps, self.size))
+        k = F.reshape(self._heads(F, self.key(x), self.kv_heads, cos, sin), shape=(-3, 0, 0))
+        v = F.reshape(self._heads(F, self.value(x), self.kv_heads, None, None), shape=(-3, 0, 0))
+        scores = F.batch_dot(q, k, transpose_b=True) * self.scale  # (batch * kv_heads, group * steps, steps)
+        if self.causal:  # each query head of the group takes the same mask
+            mask = F.tile(causal_mask(F, self.steps, self.query.weight.dtype), reps=(self.group, 1))
+            scores = F.broadcast_add(scores, F.expand_dims(mask, axis=0))
+        weights = F.softmax(scores, axis=-1)
+        out = F.reshape(F.batch_dot(weights, v), shape=(-1, self.heads, self.steps, self.size))
+        out = F.reshape(F.transpose(out, axes=(0, 2, 1, 3)), shape=(0, 0, -3))
+        return self.output(out)
 
 
 class PositionalEmbedding(gluon.HybridBlock):
@@ -348,6 +473,18 @@ def _attention(layer: dict, in_shape, built: Built) -> List[gluon.HybridBlock]:
     return [Attention(layer, in_shape)]
 
 
+def _rms_norm(layer: dict, in_shape, built: Built) -> List[gluon.HybridBlock]:
+    return [RMSNorm(in_shape[-1], layer["epsilon"])]
+
+
+def _swiglu(layer: dict, in_shape, built: Built) -> List[gluon.HybridBlock]:
+    return [SwiGLU(in_shape[-1], layer["hidden"])]
+
+
+def _grouped_query_attention(layer: dict, in_shape, built: Built) -> List[gluon.HybridBlock]:
+    return [GroupedQueryAttention(layer, in_shape)]
+
+
 def _positional_embedding(layer: dict, in_shape, built: Built) -> List[gluon.HybridBlock]:
     return [PositionalEmbedding(layer["max_len"], in_shape)]
 
@@ -401,6 +538,18 @@ def _attention_params(block: Attention) -> Dict[str, gluon.Parameter]:
         (part + "_kernel", getattr(block, part).weight), (part + "_bias", getattr(block, part).bias)))
 
 
+def _rms_norm_params(block: RMSNorm) -> Dict[str, gluon.Parameter]:
+    return {"gamma": block.gamma}
+
+
+def _swiglu_params(block: SwiGLU) -> Dict[str, gluon.Parameter]:
+    return {"gate_kernel": block.gate.weight, "up_kernel": block.up.weight, "down_kernel": block.down.weight}
+
+
+def _grouped_query_attention_params(block: GroupedQueryAttention) -> Dict[str, gluon.Parameter]:
+    return {part + "_kernel": getattr(block, part).weight for part in GroupedQueryAttention.PROJECTIONS}
+
+
 def _tied_output_params(block) -> Dict[str, gluon.Parameter]:
     return {"bias": block.bias}  # its weight is the embedding's, exported there
 
@@ -425,6 +574,10 @@ LAYERS = {
     "tied_output": LayerEntry(_tied_output, NativeWeights(_tied_output_params, AS_CANONICAL)),
     "to_sequence": LayerEntry(_to_sequence, None),
     "sequence_mean": LayerEntry(_sequence_mean, None),
+    "rms_norm": LayerEntry(_rms_norm, NativeWeights(_rms_norm_params, AS_CANONICAL)),
+    "swiglu": LayerEntry(_swiglu, NativeWeights(_swiglu_params, OUT_IN)),
+    "grouped_query_attention": LayerEntry(_grouped_query_attention,
+                                          NativeWeights(_grouped_query_attention_params, OUT_IN)),
 }
 REFUSED = {}  # type: Dict[str, str]
 
