@@ -2,11 +2,12 @@
 canonical weights live in the Flax variables.
 
 Weights live in canonical layout already: Flax's Conv (HWIO) and Dense ((in, out)) kernels are the
-canonical ones, Embed's table is (vocab, dim), and the LSTM and BatchNorm are small Flax modules of
-our own that hold the canonical matrices (the LSTM runs one jax.lax.scan over the canonical fused
-i, f, g, o kernel; the BatchNorm updates its moving variance with the unbiased batch variance, as the
-reference does, which Flax's nn.BatchNorm does not). A kind's `weights` is therefore no conversion, only
-a place: canonical key -> (collection, key inside the layer's variables).
+canonical ones, Embed's table is (vocab, dim), LayerNorm's and RMSNorm's scale is gamma, and the LSTM,
+BatchNorm, the attentions and SwiGLU are small Flax modules of our own that hold the canonical matrices
+(the LSTM runs one jax.lax.scan over the canonical fused i, f, g, o kernel; the BatchNorm updates its
+moving variance with the unbiased batch variance, as the reference does, which Flax's nn.BatchNorm does
+not). A kind's `weights` is therefore no conversion, only a place: canonical key -> (collection, key
+inside the layer's variables).
 
 Imported by adapter.py once it has configured XLA's CPU threads (which must happen before jax loads).
 """
@@ -17,6 +18,7 @@ import functools
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from dlbench.shared.ir import ATTENTION_PARTS
 from dlbench.worker.base import LayerEntry, lookup
@@ -183,6 +185,67 @@ class Attention(nn.Module):
         return out.reshape(batch, steps, features) @ kernel + bias
 
 
+class SwiGLU(nn.Module):
+    """LLaMA's feed-forward block, (silu(x Wg) * (x Wu)) Wd with jax.nn.silu, over the canonical bias-free
+    kernels held as the module's own parameters (three nn.Dense would nest them a level deeper than the
+    adapter's (collection, layer, key) places reach; x @ kernel is all nn.Dense(use_bias=False) computes)."""
+    hidden: int
+
+    @nn.compact
+    def __call__(self, x):
+        features = x.shape[-1]
+        gate = self.param("gate_kernel", _zeros_init, (features, self.hidden))
+        up = self.param("up_kernel", _zeros_init, (features, self.hidden))
+        down = self.param("down_kernel", _zeros_init, (self.hidden, features))
+        return (jax.nn.silu(x @ gate) * (x @ up)) @ down
+
+
+@functools.lru_cache(maxsize=None)
+def rotary_tables(steps: int, size: int, base: float):
+    """cos and sin of every (step, pair) angle t * base ** (-2 i / dk), (steps, 1, dk) with each pair's angle in
+    both halves (the "rotate half" pairing; the 1 broadcasts over the heads), in float64 numpy, once per
+    (steps, dk, base) in the process: the steps are the layer's input's, fixed per model, so the jitted
+    steps take them as constants and never compute them again. Neither JAX nor Flax (linen) has a rotary
+    embedding op."""
+    inverse = base ** (-np.arange(0, size, 2, dtype=np.float64) / size)
+    angles = np.outer(np.arange(steps, dtype=np.float64), inverse)
+    angles = np.concatenate([angles, angles], axis=-1)[:, None, :]
+    return np.cos(angles), np.sin(angles)
+
+
+def rotate(x, cos, sin):
+    """x (batch, steps, heads, dk) rotated by position: x cos + rotate_half(x) sin (Hugging Face's LLaMA)."""
+    first, second = jnp.split(x, 2, axis=-1)
+    return x * cos + jnp.concatenate([-second, first], axis=-1) * sin
+
+
+class GroupedQueryAttention(nn.Module):
+    """LLaMA's attention over the canonical bias-free projections: rotary embeddings on queries and keys, then
+    jax.nn.dot_product_attention (JAX's fused attention, as Attention's) given the kv_heads key/value heads
+    as they are: it groups the query heads itself, query head h reading key/value head h // (heads / kv_heads)
+    (it reshapes the queries (batch, steps, kv_heads, heads / kv_heads, dk)), so the keys and values are never
+    repeated. No dropout in the IR's kind, so no Flax fallback either."""
+    heads: int
+    kv_heads: int
+    causal: bool
+    rope_base: float
+
+    @nn.compact
+    def __call__(self, x):
+        batch, steps, features = x.shape
+        size = features // self.heads
+        kv_features = self.kv_heads * size
+        weights = {part: self.param(part + "_kernel", _zeros_init, (features, columns))
+                   for part, columns in zip(ATTENTION_PARTS, (features, kv_features, kv_features, features))}
+        cos, sin = (jnp.asarray(table, x.dtype) for table in rotary_tables(steps, size, float(self.rope_base)))
+        # (batch, steps, heads, dk): head h owns columns h*dk .. (h+1)*dk - 1, the layout the function takes
+        q = rotate((x @ weights["query"]).reshape(batch, steps, self.heads, size), cos, sin)
+        k = rotate((x @ weights["key"]).reshape(batch, steps, self.kv_heads, size), cos, sin)
+        v = (x @ weights["value"]).reshape(batch, steps, self.kv_heads, size)
+        out = jax.nn.dot_product_attention(q, k, v, is_causal=self.causal)
+        return out.reshape(batch, steps, features) @ weights["output"]
+
+
 class PositionalEmbedding(nn.Module):
     max_len: int
 
@@ -230,6 +293,21 @@ def build_layer_norm(net, layer, x, train, embeddings):
     # deviations, a second pass, made transformer-lm's steady epochs 38 % slower on the 2-core Intel
     # machine (1.08 s against 0.78 s, 320 lee-news-lm windows), the certificates passing either way
     return nn.LayerNorm(epsilon=layer["epsilon"], name=layer["name"])(x)
+
+
+def build_rms_norm(net, layer, x, train, embeddings):
+    # Flax's nn.RMSNorm: x * rsqrt(mean(x^2) + epsilon) * scale over the last axis, its statistics in float32
+    # (force_float32_reductions: float32 inputs stay float32); its default epsilon (1e-6) replaced by the IR's
+    return nn.RMSNorm(epsilon=layer["epsilon"], name=layer["name"])(x)
+
+
+def build_swiglu(net, layer, x, train, embeddings):
+    return SwiGLU(layer["hidden"], name=layer["name"])(x)
+
+
+def build_grouped_query_attention(net, layer, x, train, embeddings):
+    return GroupedQueryAttention(layer["heads"], layer["kv_heads"], layer["causal"], layer["rope_base"],
+                                 name=layer["name"])(x)
 
 
 def build_activation(net, layer, x, train, embeddings):
@@ -303,6 +381,10 @@ def layer_norm_weights(key: str):
     return "params", {"gamma": "scale", "beta": "bias"}[key]  # nn.LayerNorm's names
 
 
+def rms_norm_weights(key: str):
+    return "params", {"gamma": "scale"}[key]  # nn.RMSNorm's name
+
+
 LAYERS = {
     "conv2d": LayerEntry(build_conv2d, as_named),
     "maxpool2d": LayerEntry(build_maxpool2d, None),
@@ -321,6 +403,9 @@ LAYERS = {
     "tied_output": LayerEntry(build_tied_output, as_named),
     "to_sequence": LayerEntry(build_to_sequence, None),
     "sequence_mean": LayerEntry(build_sequence_mean, None),
+    "rms_norm": LayerEntry(build_rms_norm, rms_norm_weights),
+    "swiglu": LayerEntry(build_swiglu, as_named),
+    "grouped_query_attention": LayerEntry(build_grouped_query_attention, as_named),
 }
 REFUSED = {}
 
