@@ -15,8 +15,13 @@ is our own cell (gates i, f, g, o; one bias) run over time with theano.scan.
 
 Transformer pieces: a residual block's layers' weights are shared variables like any other (their names
 carry the block's prefix) and the block applies them in order; attention is batched_dot and softmax
-(build_attention); the tied output multiplies by the embedding's own shared table, transposed, so that
+(attend); the tied output multiplies by the embedding's own shared table, transposed, so that
 one variable gets both uses' gradients, and holds only its bias.
+
+The LLaMA pieces are written out in the graph too, as layer_norm and attention are (Theano 1.0 has no RMS
+normalisation, silu or attention op): rms_norm from sqr, mean and sqrt; swiglu's silu as x * sigmoid(x);
+grouped-query attention on attend, its queries reshaped so that a key/value head's query heads share its keys
+and values uncopied, the rotary cos/sin tables numpy constants of floatX computed once at build time.
 
 Imported by adapter.py once it has set THEANO_FLAGS and imported Theano.
 """
@@ -70,9 +75,12 @@ def same_pads(in_shape, size: int, stride: int):
 
 
 def dense(x, kernel, bias, units: int):
+    """x (..., in) times the (in, out) kernel, plus the bias unless it is None (the LLaMA pieces have none)."""
+    flat = T.dot(x if x.ndim == 2 else x.reshape((-1, x.shape[-1])), kernel)
+    if bias is not None:
+        flat = flat + bias
     if x.ndim == 2:
-        return T.dot(x, kernel) + bias
-    flat = T.dot(x.reshape((-1, x.shape[-1])), kernel) + bias
+        return flat
     return flat.reshape([x.shape[i] for i in range(x.ndim - 1)] + [units], ndim=x.ndim)
 
 
@@ -110,6 +118,50 @@ def layer_norm(x, gamma, beta, epsilon):
     centered = x - mean
     variance = T.sqr(centered).mean(axis=-1, keepdims=True)
     return centered / T.sqrt(variance + F32(epsilon)) * gamma + beta
+
+
+def rms_norm(x, gamma, epsilon):
+    """Over the last axis, no mean taken out and no offset (Theano 1.0 has no RMS normalisation op)."""
+    return x / T.sqrt(T.sqr(x).mean(axis=-1, keepdims=True) + F32(epsilon)) * gamma
+
+
+def silu(x):
+    """x * sigmoid(x) with Theano's exact sigmoid (Theano 1.0 has no silu/swish op; its ultra_fast_sigmoid and
+    hard_sigmoid are approximations)."""
+    return x * T.nnet.sigmoid(x)
+
+
+def rotary_tables(steps: int, size: int, base: float):
+    """cos and sin of every (step, pair) angle t * base ** (-2 i / dk) as (steps, dk) constants of floatX, each
+    pair's angle in both halves (the "rotate half" pairing): computed once at build time in float64, since the
+    steps are fixed by the layer's input shape, then cast (never per step in Python)."""
+    inverse = base ** (-np.arange(0, size, 2, dtype=np.float64) / size)
+    angles = np.outer(np.arange(steps, dtype=np.float64), inverse)
+    angles = np.concatenate([angles, angles], axis=-1)
+    return (T.constant(np.cos(angles).astype(theano.config.floatX)),
+            T.constant(np.sin(angles).astype(theano.config.floatX)))
+
+
+def rotate(x, cos, sin, size: int):
+    """x (batch, steps, heads, dk) rotated by its step: x cos + rotate_half(x) sin (Hugging Face's LLaMA), the
+    (steps, dk) tables broadcast over the batch and the heads."""
+    half = size // 2
+    halves = T.concatenate([-x[:, :, :, half:], x[:, :, :, :half]], axis=3)
+    return x * cos.dimshuffle("x", 0, "x", 1) + halves * sin.dimshuffle("x", 0, "x", 1)
+
+
+def attend(model, q, k, v, steps: int, size: int, rows: int, causal: bool, dropout: float, training: bool):
+    """Scaled dot-product attention, written out with Theano's own ops (Theano 1.0 has no attention op):
+    q (n, rows, dk) against k, v (n, steps, dk) by batched_dot, softmax over the keys (Theano's softmax takes
+    rows), the causal mask a -inf score (switch) where query row r is step r % steps (rows = steps, or several
+    query heads' steps stacked on one key/value head), dropout on the attention weights in training."""
+    scores = T.batched_dot(q, k.dimshuffle(0, 2, 1)) * F32(1.0 / math.sqrt(size))
+    if causal:  # -inf for every key after the query's own step
+        earlier = T.constant(np.tile(np.tril(np.ones((steps, steps), dtype="int8")), (rows // steps, 1)))
+        scores = T.switch(earlier.dimshuffle("x", 0, 1), scores, F32(-np.inf))
+    weights = T.nnet.softmax(scores.reshape((-1, steps))).reshape(scores.shape)
+    weights = model.dropout(weights, dropout, training)
+    return T.batched_dot(weights, v)
 
 
 # ---- the table ------------------------------------------------------------------------------------
@@ -231,9 +283,7 @@ def build_residual(model, layer, in_shape, x, w, training, updates):
 
 
 def build_attention(model, layer, in_shape, x, w, training, updates):
-    """Multi-head self-attention as the IR states it, with Theano's own ops (Theano 1.0 has no attention op):
-    the heads folded into the batch axis for batched_dot, softmax over the keys (Theano's softmax takes
-    rows), the causal mask a -inf score (switch), dropout on the attention weights in training."""
+    """Multi-head self-attention as the IR states it (attend): the heads folded into the batch axis."""
     steps, features = in_shape
     heads = layer["heads"]
     size = features // heads
@@ -244,14 +294,45 @@ def build_attention(model, layer, in_shape, x, w, training, updates):
 
     q, k, v = (split(dense(x, w[part + "_kernel"], w[part + "_bias"], features))
                for part in ("query", "key", "value"))
-    scores = T.batched_dot(q, k.dimshuffle(0, 2, 1)) * F32(1.0 / math.sqrt(size))
-    if layer["causal"]:  # -inf for every key after the query's own step
-        earlier = T.constant(np.tril(np.ones((steps, steps), dtype="int8")))
-        scores = T.switch(earlier.dimshuffle("x", 0, 1), scores, F32(-np.inf))
-    weights = T.nnet.softmax(scores.reshape((-1, steps))).reshape(scores.shape)
-    weights = model.dropout(weights, layer["dropout"], training)
-    out = T.batched_dot(weights, v).reshape((-1, heads, steps, size)).dimshuffle(0, 2, 1, 3)
+    out = attend(model, q, k, v, steps, size, steps, layer["causal"], layer["dropout"], training)
+    out = out.reshape((-1, heads, steps, size)).dimshuffle(0, 2, 1, 3)
     return dense(out.reshape((-1, steps, features)), w["output_kernel"], w["output_bias"], features)
+
+
+def build_rms_norm(model, layer, in_shape, x, w, training, updates):
+    return rms_norm(x, w["gamma"], layer["epsilon"])
+
+
+def build_swiglu(model, layer, in_shape, x, w, training, updates):
+    hidden = layer["hidden"]
+    gate, up = dense(x, w["gate_kernel"], None, hidden), dense(x, w["up_kernel"], None, hidden)
+    return dense(silu(gate) * up, w["down_kernel"], None, in_shape[-1])
+
+
+def build_grouped_query_attention(model, layer, in_shape, x, w, training, updates):
+    """LLaMA's attention on the same machinery as build_attention (attend), bias-free, rotary embeddings on the
+    queries and keys. Grouping by reshaping: the query heads h = g * groups + j (groups = heads / kv_heads) that
+    read key/value head g are consecutive, so the queries reshape to (batch * kv_heads, groups * steps, dk), their
+    group's steps stacked as rows against the one key/value head's keys, and no key or value is copied per query
+    head (as repeat_interleave would); the causal mask is the (steps, steps) one tiled over the groups' rows."""
+    steps, features = in_shape
+    heads, kv_heads = layer["heads"], layer["kv_heads"]
+    size = features // heads
+    groups = heads // kv_heads
+    cos, sin = rotary_tables(steps, size, layer["rope_base"])
+
+    def project(part, count):  # (batch, steps, d) -> (batch, steps, count, dk): head h is columns h*dk ..
+        return dense(x, w[part + "_kernel"], None, count * size).reshape((x.shape[0], steps, count, size))
+
+    def fold(t, rows):  # (batch, steps, count, dk) -> (batch * kv_heads, rows, dk), a key/value head's block
+        return t.dimshuffle(0, 2, 1, 3).reshape((-1, rows, size))
+
+    q = fold(rotate(project("query", heads), cos, sin, size), groups * steps)
+    k = fold(rotate(project("key", kv_heads), cos, sin, size), steps)
+    v = fold(project("value", kv_heads), steps)
+    out = attend(model, q, k, v, steps, size, groups * steps, layer["causal"], 0.0, training)
+    out = out.reshape((-1, heads, steps, size)).dimshuffle(0, 2, 1, 3)  # the heads concatenated
+    return dense(out.reshape((-1, steps, features)), w["output_kernel"], None, features)
 
 
 def build_positional_embedding(model, layer, in_shape, x, w, training, updates):
@@ -281,6 +362,9 @@ LAYERS = {
     "tied_output": LayerEntry(build_tied_output, canonical_shared),
     "to_sequence": LayerEntry(build_to_sequence, None),
     "sequence_mean": LayerEntry(build_sequence_mean, None),
+    "rms_norm": LayerEntry(build_rms_norm, canonical_shared),
+    "swiglu": LayerEntry(build_swiglu, canonical_shared),
+    "grouped_query_attention": LayerEntry(build_grouped_query_attention, canonical_shared),
 }
 REFUSED = {}
 
