@@ -507,13 +507,19 @@ def test_every_value_of_the_transformer_blocks_is_seen_or_explained(certify_dir)
 @pytest.mark.framework
 def test_every_value_of_the_llama_blocks_is_seen(certify_dir):
     """certify --power on the tiny LLaMA: every RMS normalisation's epsilon (by its own probe), the query and
-    key/value heads, the causal mask, the rotary base and SwiGLU's width, each changed, fail certification."""
+    key/value heads, the causal mask, the rotary base and SwiGLU's width, each changed, fail certification (a
+    change that makes no valid model, the key/value heads doubled past the query heads, is not a model to run)."""
     rows = {row["value"]: row for row in power.power(transformer_pieces.llama_workload(), certify_dir / "power")}
     assert not [value for value, row in rows.items() if row["why"] == power.UNEXPLAINED]
-    layers = [value for value in rows if not value.startswith("recipe.") and value != "embedding_1.dim"]
+    invalid = {value for value, row in rows.items() if row["seen"] is None}  # widths no model takes
+    assert {row["by"].split(":")[0] for value, row in rows.items() if value in invalid} == {"not a valid model"}
+    assert "embedding_1.dim" in invalid and "residual_3_grouped_query_attention_1.kv_heads" in invalid
+    layers = [value for value in rows if not value.startswith("recipe.") and value not in invalid]
     assert {value: rows[value]["seen"] for value in layers} == dict.fromkeys(layers, True)
     attention = "residual_1_grouped_query_attention_1"
     assert {f"{attention}.{key}" for key in ("heads", "kv_heads", "causal", "rope_base")} <= set(layers)
+    assert {"residual_3_grouped_query_attention_1.causal", "residual_3_grouped_query_attention_1.rope_base"} <= set(
+        layers)
     assert rows["residual_2_rms_norm_1.epsilon"]["by"] == "rms_norm/residual_2_rms_norm_1/inference"
     assert rows["residual_2_swiglu_1.hidden"]["seen"] and rows["rms_norm_1.epsilon"]["seen"]
 

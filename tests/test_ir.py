@@ -343,8 +343,9 @@ def test_llama_pieces_shapes_weights_flops_and_refusals():
     swiglu, in_shape = shapes["residual_2_swiglu_1"]
     assert dict(ir.param_shapes(swiglu, in_shape)) == {
         "gate_kernel": (16, 24), "up_kernel": (16, 24), "down_kernel": (24, 16)}
-    # 6 steps: attention 4*6*16*(16+8) + 4*36*16, SwiGLU 6*24*(6*16+1), the dense output 6*30*(2*16+1)
-    assert ir.forward_flops(spec) == 9216 + 2304 + 13968 + 5940
+    # 6 steps: attention 4*6*16*(16+8) + 4*36*16, SwiGLU 6*24*(6*16+1), attention 4*6*16*(16+16) + 4*36*16, the
+    # dense output 6*30*(2*16+1)
+    assert ir.forward_flops(spec) == 9216 + 2304 + 13968 + 12288 + 2304 + 5940
     weights = canonical_init(spec, 0)
     assert np.array_equal(weights["rms_norm_1/gamma"], np.ones(16))
     sequence = [ir.embedding(30, 16)]

@@ -84,13 +84,15 @@ LLAMA_META = {"task": "language_model", "seq_len": 6, "vocab_size": 30}
 
 
 def llama_model(meta: dict = LLAMA_META) -> dict:
-    """Token embeddings (no learned positions: the rotations place the tokens), two pre-norm blocks (grouped-query
-    attention of 4 query heads over 2 key/value heads, rotary base 10,000; a SwiGLU of 24 hidden units), a final
-    RMS normalisation and an untied output, on (6, 16) activations: heads of 4 features, two query heads a group."""
+    """Token embeddings (no learned positions: the rotations place the tokens), three pre-norm blocks (grouped-query
+    attention of 4 query heads over 2 key/value heads, rotary base 10,000; a SwiGLU of 24 hidden units; attention
+    with a key/value head per query head, not causal, rotary base 500, the other paths of the kind), a final RMS
+    normalisation and an untied output, on (6, 16) activations: heads of 4 features."""
     return ir.model([meta["seq_len"]], "int32", [
         ir.embedding(meta["vocab_size"], 16),
         ir.residual([ir.rms_norm(), ir.grouped_query_attention(4, 2)]),
         ir.residual([ir.rms_norm(), ir.swiglu(24)]),
+        ir.residual([ir.rms_norm(), ir.grouped_query_attention(4, 4, causal=False, rope_base=500.0)]),
         ir.rms_norm(), ir.dense(meta["vocab_size"]),
     ])
 
