@@ -16,23 +16,33 @@ projection biases to (heads, dk)), so get/set weights and the gradients reshape.
 ops.dot_product_attention(is_causal=...), each backend's fused kernel. Learned positions and the tied
 output (x E^T + b on the Embedding's own variable, listed once by Keras) are two small layers below.
 
+The LLaMA pieces: rms_norm is keras.layers.RMSNormalization (ops.rms_normalization: x * rsqrt(mean(x^2) +
+epsilon) * scale, torch's fused F.rms_norm on keras-torch), its `scale` the canonical gamma; swiglu is three
+bias-free Dense layers, the gate's taking keras.activations.silu as its activation argument, their outputs
+multiplied; grouped_query_attention is GroupedQueryAttention below (keras.layers.GroupedQueryAttention has no
+place for rotary embeddings between its projections and its scores), whose kernels are laid out as that layer's
+((d, heads, dk), (d, kv_heads, dk), (heads, dk, d): the canonical ones reshaped in C order, as attention's).
+
 BatchNormalization: Keras updates the moving variance with the biased batch variance; BatchNorm below
 updates it with the unbiased one (n/(n-1)), as torch does, and normalises with the biased one.
 
 The table (`LAYERS`, base.LayerEntry per IR kind): `build(layer, x, scope)` applies the kind to the Keras
 tensor x and returns (its output, what it built: the Keras layer, a tuple of them, or None); `weights(built)`
 returns the built layer's Keras variables keyed by canonical parameter name (shared/ir.param_shapes), each
-holding its canonical weight as it stands or, for attention, the same elements in C order in another shape,
+holding its canonical weight as it stands or, for attention and grouped-query attention, the same elements
+in C order in another shape,
 which the adapter's set/get weights reshape.
 
 Imported by adapter.py after the backend's thread settings (KERAS_BACKEND and the threads are fixed there).
 """
 from __future__ import annotations
 
+import math
 from collections import namedtuple
 from typing import Dict
 
 import keras
+import numpy as np
 from keras import ops
 
 from dlbench.shared.ir import ATTENTION_PARTS, all_shapes, param_shapes
@@ -90,6 +100,72 @@ class TiedOutput(keras.layers.Layer):
 
     def call(self, inputs):
         return ops.matmul(inputs, ops.transpose(self.embedding.embeddings)) + self.bias
+
+
+def rotary_tables(steps: int, size: int, base: float):
+    """cos and sin of every (step, pair) angle t * base ** (-2 i / dk), (steps, 1, dk) with each pair's angle in
+    both halves (the "rotate half" pairing) and an axis for the heads, in float64 (numpy)."""
+    inverse = base ** (-np.arange(0, size, 2, dtype=np.float64) / size)
+    angles = np.outer(np.arange(steps, dtype=np.float64), inverse)
+    angles = np.concatenate([angles, angles], axis=-1)[:, None, :]
+    return np.cos(angles), np.sin(angles)
+
+
+def rotate(x, cos, sin):
+    """x (batch, steps, heads, dk) rotated by position: x cos + rotate_half(x) sin (Hugging Face's LLaMA)."""
+    first, second = ops.split(x, 2, axis=-1)
+    return x * cos + ops.concatenate([-second, first], axis=-1) * sin
+
+
+class GroupedQueryAttention(keras.layers.Layer):
+    """LLaMA's self-attention: bias-free projections (EinsumDense, the equations and kernel shapes of
+    keras.layers.GroupedQueryAttention), rotary embeddings on queries and keys, then ops.dot_product_attention,
+    each backend's fused attention (jax.nn.dot_product_attention, torch's scaled_dot_product_attention, an XLA-style
+    einsum on TensorFlow), given the kv_heads key/value heads as they are: the jax backend groups the query heads
+    itself, the torch and TensorFlow backends repeat each key/value head for its consecutive query heads, so query
+    head h reads key/value head h // (heads / kv_heads). Keras's own layer is not used: it has no hook between its
+    projections and the scores for the rotations. The rotations' cos/sin tables depend only on the steps (fixed
+    by the model's input shape) and dk: computed once when the layer is built (float64, then cast to the layer's
+    compute dtype) and held as the backend's constant tensors, not variables."""
+
+    def __init__(self, heads: int, kv_heads: int, causal: bool, rope_base: float, **kwargs):
+        super().__init__(**kwargs)
+        self.heads, self.kv_heads, self.causal, self.rope_base = heads, kv_heads, causal, rope_base
+
+    def build(self, input_shape):
+        steps, features = input_shape[-2], input_shape[-1]
+        size = features // self.heads
+        self.scale = 1.0 / math.sqrt(size)
+
+        def projection(equation, output_shape, name):
+            return keras.layers.EinsumDense(equation, output_shape=output_shape, bias_axes=None, name=name,
+                                            dtype=self.dtype_policy)
+        self.query_dense = projection("bqm,muh->bquh", (None, self.heads, size), "query")
+        self.key_dense = projection("bkm,mvh->bkvh", (None, self.kv_heads, size), "key")
+        self.value_dense = projection("bkm,mvh->bkvh", (None, self.kv_heads, size), "value")
+        self.output_dense = projection("bquh,uhm->bqm", (None, features), "attention_output")
+        for dense_layer in (self.query_dense, self.key_dense, self.value_dense):
+            dense_layer.build(input_shape)
+        self.output_dense.build((None, None, self.heads, size))
+        cos, sin = rotary_tables(steps, size, self.rope_base)
+        self.cos = ops.convert_to_tensor(cos, dtype=self.compute_dtype)
+        self.sin = ops.convert_to_tensor(sin, dtype=self.compute_dtype)
+
+    def call(self, inputs):
+        steps = inputs.shape[-2]
+        cos, sin = self.cos[:steps], self.sin[:steps]
+        query = rotate(self.query_dense(inputs), cos, sin)
+        key = rotate(self.key_dense(inputs), cos, sin)
+        value = self.value_dense(inputs)
+        if self.kv_heads == 1 < self.heads:
+            # multi-query: Keras's TensorFlow backend repeats the key/value heads only when there are several,
+            # and its einsum does not broadcast a single one (keras 3.15.1), so it is repeated here, on every backend
+            key, value = ops.repeat(key, self.heads, axis=2), ops.repeat(value, self.heads, axis=2)
+        out = ops.dot_product_attention(query, key, value, scale=self.scale, is_causal=self.causal)
+        return self.output_dense(out)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
 
 
 # ---- activations and paddings -----------------------------------------------------------------
@@ -312,6 +388,41 @@ def attention_weights(module) -> dict:
     return variables
 
 
+def rms_norm(layer: dict, x, scope: Scope):
+    # over the last axis, no mean taken out: x * rsqrt(mean(x^2) + epsilon) * scale
+    return applied(keras.layers.RMSNormalization(axis=-1, epsilon=layer["epsilon"], name=layer["name"]), x)
+
+
+def rms_norm_weights(module) -> dict:
+    return {"gamma": module.scale}
+
+
+def swiglu(layer: dict, x, scope: Scope):
+    """down(silu(gate(x)) * up(x)): three bias-free Dense layers, the gate's with keras.activations.silu as its
+    activation argument (as the activations that follow a Dense are folded into it), and a Multiply."""
+    name, hidden = layer["name"], layer["hidden"]
+    gate = keras.layers.Dense(hidden, activation=keras.activations.silu, use_bias=False, name=name + "_gate")
+    up = keras.layers.Dense(hidden, use_bias=False, name=name + "_up")
+    down = keras.layers.Dense(x.shape[-1], use_bias=False, name=name + "_down")
+    product = keras.layers.Multiply(name=name)
+    return down(product([gate(x), up(x)])), (gate, up, down)
+
+
+def swiglu_weights(parts) -> dict:
+    gate, up, down = parts
+    return {"gate_kernel": gate.kernel, "up_kernel": up.kernel, "down_kernel": down.kernel}
+
+
+def grouped_query_attention(layer: dict, x, scope: Scope):
+    return applied(GroupedQueryAttention(layer["heads"], layer["kv_heads"], layer["causal"], layer["rope_base"],
+                                         name=layer["name"]), x)
+
+
+def grouped_query_attention_weights(module) -> dict:
+    denses = (module.query_dense, module.key_dense, module.value_dense, module.output_dense)
+    return {part + "_kernel": dense_layer.kernel for part, dense_layer in zip(ATTENTION_PARTS, denses)}
+
+
 LAYERS = {
     "conv2d": LayerEntry(conv2d, kernel_and_bias),
     "maxpool2d": LayerEntry(maxpool2d, None),
@@ -330,5 +441,8 @@ LAYERS = {
     "lstm": LayerEntry(lstm, lstm_weights),
     "seq2seq": LayerEntry(seq2seq, seq2seq_weights),
     "attention": LayerEntry(attention, attention_weights),
+    "rms_norm": LayerEntry(rms_norm, rms_norm_weights),
+    "swiglu": LayerEntry(swiglu, swiglu_weights),
+    "grouped_query_attention": LayerEntry(grouped_query_attention, grouped_query_attention_weights),
 }
 REFUSED = {}  # Keras 3 builds every kind, on each of its three backends
