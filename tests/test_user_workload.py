@@ -407,6 +407,25 @@ def test_a_users_language_model_plans_with_its_vocabulary_window_and_perplexity_
     assert layers[-1]["units"] == 11
 
 
+def test_the_llama_example_plans_on_a_language_model_dataset(tmp_path, fake):
+    """examples/llama-lm's model file and suite, on windows of its shape (64 steps, 92 ids) in place of prepare.py's
+    text: two LLaMA blocks of the public IR's pieces, three runs a cell, a perplexity target."""
+    example = Path(__file__).parent.parent / "examples" / "llama-lm"
+    for name in ("model.py", "suite.yaml"):
+        (tmp_path / name).write_text((example / name).read_text())
+    np.savez(tmp_path / "llama-text.npz", **windows(vocabulary=92, steps=64))
+    loaded = suite.load(str(tmp_path / "suite.yaml"))
+    cells = suite.plan(loaded)
+    assert {(c.framework, c.workload, c.dataset) for c in cells} == {
+        (framework, "llama-lm", "llama-text") for framework in ("pytorch", "jax", "tensorflow")}
+    assert len(cells) == 9
+    model = workloads.USER_WORKLOADS["llama-lm"].model()
+    kinds = [layer["type"] for block in model["layers"] for layer in block.get("layers", [block])]
+    assert kinds == ["embedding"] + ["rms_norm", "grouped_query_attention", "rms_norm", "swiglu"] * 2 + [
+        "rms_norm", "dense"]
+    assert workloads.USER_WORKLOADS["llama-lm"].target["higher_is_better"] is False
+
+
 def test_a_language_models_data_and_recipe_refusals_name_what_is_accepted(tmp_path, fake):
     fields = "task: language_model"
     arrays = windows()
