@@ -92,6 +92,16 @@ def native_weights(table: dict, kind: str) -> NativeWeights:
     return weights
 
 
+def rotary_tables(steps: int, size: int, base: float) -> "tuple[np.ndarray, np.ndarray]":
+    """cos and sin of grouped_query_attention's rotary angles (shared/ir.py), (steps, dk) in float64: for step t and
+    pair i < dk / 2 the angle t * base ** (-2 i / dk), in column i and again in column i + dk / 2 (the "rotate
+    half" pairing). Every adapter builds its tables from these, once per model, in its own type and layout."""
+    inverse = base ** (-np.arange(0, size, 2, dtype=np.float64) / size)
+    angles = np.outer(np.arange(steps, dtype=np.float64), inverse)
+    angles = np.concatenate([angles, angles], axis=-1)
+    return np.cos(angles), np.sin(angles)
+
+
 def sibling_module(adapter_path: str, name: str) -> str:
     """The module `name` in the package of the adapter `adapter_path` ("package.adapter:Adapter" ->
     "package.name"): each framework's detector and GEMM peak live beside its adapter."""

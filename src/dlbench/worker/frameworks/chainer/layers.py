@@ -59,6 +59,7 @@ from dlbench.worker.base import (
     lookup,
     native_weights,
     not_built,
+    rotary_tables,
 )
 
 ZERO = chainer.initializers.Zero()  # every weight is set from the canonical ones before use
@@ -250,16 +251,6 @@ class SwiGLU(chainer.Chain):
         return self.down(hidden, n_batch_axes=axes)
 
 
-def rotary_tables(steps: int, size: int, base: float, dtype) -> "tuple[np.ndarray, np.ndarray]":
-    """cos and sin of every (step, pair) angle t * base ** (-2 i / dk), (steps, dk) with each pair's angle in both
-    halves (the "rotate half" pairing), computed once in float64 and cast to the model's dtype: constants of the
-    link (the layer's steps are fixed by the model's input shape), never recomputed per batch."""
-    inverse = base ** (-np.arange(0, size, 2, dtype=np.float64) / size)
-    angles = np.outer(np.arange(steps, dtype=np.float64), inverse)
-    angles = np.concatenate([angles, angles], axis=-1)
-    return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
-
-
 def rotate(x, cos: np.ndarray, sin: np.ndarray):
     """x (n, steps, dk) rotated by position: x cos + rotate_half(x) sin (Hugging Face's LLaMA), rotate_half(x) =
     (-second half, first half); the tables broadcast over n."""
@@ -280,7 +271,8 @@ class GroupedQueryAttention(chainer.Chain):
         super().__init__()
         self.heads, self.kv_heads, self.causal = layer["heads"], layer["kv_heads"], layer["causal"]
         size = features // self.heads
-        self.cos, self.sin = rotary_tables(steps, size, layer["rope_base"], chainer.get_dtype())
+        tables = rotary_tables(steps, size, layer["rope_base"])  # float64, cast to the Parameters' dtype
+        self.cos, self.sin = (table.astype(chainer.get_dtype()) for table in tables)
         with self.init_scope():
             self.query = L.Linear(features, features, nobias=True, initialW=ZERO)
             self.key = L.Linear(features, self.kv_heads * size, nobias=True, initialW=ZERO)

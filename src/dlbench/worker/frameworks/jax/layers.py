@@ -18,10 +18,9 @@ import functools
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from dlbench.shared.ir import ATTENTION_PARTS
-from dlbench.worker.base import LayerEntry, lookup
+from dlbench.worker.base import LayerEntry, lookup, rotary_tables
 
 # jax.nn.gelu defaults to the tanh approximation: the IR's gelu is the exact (erf) form
 ACTIVATIONS = {"relu": jax.nn.relu, "sigmoid": jax.nn.sigmoid, "tanh": jnp.tanh,
@@ -200,19 +199,6 @@ class SwiGLU(nn.Module):
         return (jax.nn.silu(x @ gate) * (x @ up)) @ down
 
 
-@functools.lru_cache(maxsize=None)
-def rotary_tables(steps: int, size: int, base: float):
-    """cos and sin of every (step, pair) angle t * base ** (-2 i / dk), (steps, 1, dk) with each pair's angle in
-    both halves (the "rotate half" pairing; the 1 broadcasts over the heads), in float64 numpy, once per
-    (steps, dk, base) in the process: the steps are the layer's input's, fixed per model, so the jitted
-    steps take them as constants and never compute them again. Neither JAX nor Flax (linen) has a rotary
-    embedding op."""
-    inverse = base ** (-np.arange(0, size, 2, dtype=np.float64) / size)
-    angles = np.outer(np.arange(steps, dtype=np.float64), inverse)
-    angles = np.concatenate([angles, angles], axis=-1)[:, None, :]
-    return np.cos(angles), np.sin(angles)
-
-
 def rotate(x, cos, sin):
     """x (batch, steps, heads, dk) rotated by position: x cos + rotate_half(x) sin (Hugging Face's LLaMA)."""
     first, second = jnp.split(x, 2, axis=-1)
@@ -237,7 +223,9 @@ class GroupedQueryAttention(nn.Module):
         kv_features = self.kv_heads * size
         weights = {part: self.param(part + "_kernel", _zeros_init, (features, columns))
                    for part, columns in zip(ATTENTION_PARTS, (features, kv_features, kv_features, features))}
-        cos, sin = (jnp.asarray(table, x.dtype) for table in rotary_tables(steps, size, float(self.rope_base)))
+        # base.rotary_tables' float64 numpy, an axis for the heads: constants of the jitted steps (JAX and Flax
+        # linen have no rotary op)
+        cos, sin = (jnp.asarray(table[:, None, :], x.dtype) for table in rotary_tables(steps, size, self.rope_base))
         # (batch, steps, heads, dk): head h owns columns h*dk .. (h+1)*dk - 1, the layout the function takes
         q = rotate((x @ weights["query"]).reshape(batch, steps, self.heads, size), cos, sin)
         k = rotate((x @ weights["key"]).reshape(batch, steps, self.kv_heads, size), cos, sin)

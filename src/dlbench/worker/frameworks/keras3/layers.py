@@ -42,11 +42,10 @@ from collections import namedtuple
 from typing import Dict
 
 import keras
-import numpy as np
 from keras import ops
 
 from dlbench.shared.ir import ATTENTION_PARTS, all_shapes, param_shapes
-from dlbench.worker.base import LayerEntry, lookup, not_built
+from dlbench.worker.base import LayerEntry, lookup, not_built, rotary_tables
 
 # ---- the custom layers ------------------------------------------------------------------------
 
@@ -102,15 +101,6 @@ class TiedOutput(keras.layers.Layer):
         return ops.matmul(inputs, ops.transpose(self.embedding.embeddings)) + self.bias
 
 
-def rotary_tables(steps: int, size: int, base: float):
-    """cos and sin of every (step, pair) angle t * base ** (-2 i / dk), (steps, 1, dk) with each pair's angle in
-    both halves (the "rotate half" pairing) and an axis for the heads, in float64 (numpy)."""
-    inverse = base ** (-np.arange(0, size, 2, dtype=np.float64) / size)
-    angles = np.outer(np.arange(steps, dtype=np.float64), inverse)
-    angles = np.concatenate([angles, angles], axis=-1)[:, None, :]
-    return np.cos(angles), np.sin(angles)
-
-
 def rotate(x, cos, sin):
     """x (batch, steps, heads, dk) rotated by position: x cos + rotate_half(x) sin (Hugging Face's LLaMA)."""
     first, second = ops.split(x, 2, axis=-1)
@@ -147,7 +137,7 @@ class GroupedQueryAttention(keras.layers.Layer):
         for dense_layer in (self.query_dense, self.key_dense, self.value_dense):
             dense_layer.build(input_shape)
         self.output_dense.build((None, None, self.heads, size))
-        cos, sin = rotary_tables(steps, size, self.rope_base)
+        cos, sin = (table[:, None, :] for table in rotary_tables(steps, size, self.rope_base))  # an axis for the heads
         self.cos = ops.convert_to_tensor(cos, dtype=self.compute_dtype)
         self.sin = ops.convert_to_tensor(sin, dtype=self.compute_dtype)
 

@@ -54,6 +54,7 @@ from dlbench.worker.base import (
     lookup,
     native_weights,
     not_built,
+    rotary_tables,
 )
 
 # ---- blocks -------------------------------------------------------------------------------------
@@ -236,15 +237,6 @@ class SwiGLU(gluon.HybridBlock):
 
     def hybrid_forward(self, F, x):
         return self.down(self.silu(self.gate(x)) * self.up(x))
-
-
-def rotary_tables(steps: int, size: int, base: float):
-    """cos and sin of every (step, pair) angle t * base ** (-2 i / dk), (steps, dk) with each pair's angle in both
-    halves (the "rotate half" pairing), in float64 numpy."""
-    inverse = base ** (-np.arange(0, size, 2, dtype=np.float64) / size)
-    angles = np.outer(np.arange(steps, dtype=np.float64), inverse)
-    angles = np.concatenate([angles, angles], axis=-1)
-    return np.cos(angles), np.sin(angles)
 
 
 class Table(mx.init.Initializer):

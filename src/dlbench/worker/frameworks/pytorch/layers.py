@@ -29,6 +29,7 @@ from dlbench.worker.base import (
     lookup,
     native_weights,
     not_built,
+    rotary_tables,
 )
 
 
@@ -136,16 +137,6 @@ class SwiGLU(nn.Module):
         return self.down(F.silu(self.gate(x)) * self.up(x))
 
 
-def rotary_tables(steps: int, size: int, base: float) -> "tuple[torch.Tensor, torch.Tensor]":
-    """cos and sin of every (step, pair) angle t * base ** (-2 i / dk), (steps, dk) with each pair's angle in both
-    halves (the "rotate half" pairing), computed in float64; buffers, not weights, which the adapter's
-    module.to(dtype) casts with the weights (float64 kept exact for the certificate's reference)."""
-    inverse = base ** (-torch.arange(0, size, 2, dtype=torch.float64) / size)
-    angles = torch.outer(torch.arange(steps, dtype=torch.float64), inverse)
-    angles = torch.cat([angles, angles], dim=-1)
-    return angles.cos(), angles.sin()
-
-
 def rotate(x, cos, sin):
     """x (batch, heads, steps, dk) rotated by position: x cos + rotate_half(x) sin (Hugging Face's LLaMA)."""
     first, second = x.chunk(2, dim=-1)
@@ -165,7 +156,9 @@ class GroupedQueryAttention(nn.Module):
         self.key = nn.Linear(features, self.kv_heads * size, bias=False)
         self.value = nn.Linear(features, self.kv_heads * size, bias=False)
         self.output = nn.Linear(features, features, bias=False)
-        cos, sin = rotary_tables(steps, size, layer["rope_base"])
+        # float64 buffers, not weights: the adapter's module.to(dtype) casts them with the weights (float64 kept
+        # exact for the certificate's reference)
+        cos, sin = (torch.from_numpy(table) for table in rotary_tables(steps, size, layer["rope_base"]))
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
 

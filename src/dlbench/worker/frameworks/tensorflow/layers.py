@@ -26,16 +26,14 @@ The table's entries:
 """
 from __future__ import annotations
 
-import functools
 import math
 from collections import OrderedDict
 from typing import Dict
 
-import numpy as np
 import tensorflow as tf
 
 from dlbench.shared.ir import all_shapes, block_shapes, infer_shapes, param_shapes
-from dlbench.worker.base import LayerEntry, lookup
+from dlbench.worker.base import LayerEntry, lookup, rotary_tables
 
 ACTIVATIONS = {"relu": tf.nn.relu, "sigmoid": tf.sigmoid, "tanh": tf.tanh,
                "gelu": lambda x: tf.nn.gelu(x, approximate=False)}  # the exact (erf) form
@@ -106,17 +104,6 @@ def attention_weights(q, k, size, causal, steps):
         allowed = tf.linalg.band_part(tf.ones([steps, steps], tf.bool), -1, 0)
         scores = tf.where(allowed, scores, tf.constant(-math.inf, scores.dtype))
     return tf.nn.softmax(scores, axis=-1)
-
-
-@functools.lru_cache(maxsize=None)
-def rotary_tables(steps, size, base):
-    """cos and sin, (steps, size) float64 numpy, of every angle t * base ** (-2 i / size), each pair's angle in
-    both halves (the "rotate half" pairing): computed once per (steps, size, base) in the process, in numpy
-    float64, and cast to the model's dtype where a trace makes them graph constants (nothing per step)."""
-    inverse = base ** (-np.arange(0, size, 2, dtype=np.float64) / size)
-    angles = np.outer(np.arange(steps, dtype=np.float64), inverse)
-    angles = np.concatenate([angles, angles], axis=-1)
-    return np.cos(angles), np.sin(angles)
 
 
 def rotate(t, cos, sin):
@@ -236,7 +223,7 @@ def build_grouped_query_attention(model, layer, in_shape, w, x, training):
     heads, kv_heads = layer["heads"], layer["kv_heads"]
     size, group = features // heads, heads // kv_heads
     dtype = x.dtype.as_numpy_dtype
-    cos, sin = (tf.constant(table.astype(dtype)) for table in rotary_tables(steps, size, float(layer["rope_base"])))
+    cos, sin = (tf.constant(table.astype(dtype)) for table in rotary_tables(steps, size, layer["rope_base"]))
     q = rotate(heads_first(dense(x, w["query_kernel"]), steps, heads, size), cos, sin)
     k = rotate(heads_first(dense(x, w["key_kernel"]), steps, kv_heads, size), cos, sin)
     v = heads_first(dense(x, w["value_kernel"]), steps, kv_heads, size)

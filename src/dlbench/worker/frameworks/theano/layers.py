@@ -38,7 +38,7 @@ from theano.tensor.nnet import conv2d
 from theano.tensor.signal.pool import pool_2d
 
 from dlbench.shared.ir import all_shapes, block_shapes, infer_shapes, param_shapes, same_padding
-from dlbench.worker.base import LayerEntry, lookup, not_built
+from dlbench.worker.base import LayerEntry, lookup, not_built, rotary_tables
 
 F32 = np.float32
 
@@ -129,17 +129,6 @@ def silu(x):
     """x * sigmoid(x) with Theano's exact sigmoid (Theano 1.0 has no silu/swish op; its ultra_fast_sigmoid and
     hard_sigmoid are approximations)."""
     return x * T.nnet.sigmoid(x)
-
-
-def rotary_tables(steps: int, size: int, base: float):
-    """cos and sin of every (step, pair) angle t * base ** (-2 i / dk) as (steps, dk) constants of floatX, each
-    pair's angle in both halves (the "rotate half" pairing): computed once at build time in float64, since the
-    steps are fixed by the layer's input shape, then cast (never per step in Python)."""
-    inverse = base ** (-np.arange(0, size, 2, dtype=np.float64) / size)
-    angles = np.outer(np.arange(steps, dtype=np.float64), inverse)
-    angles = np.concatenate([angles, angles], axis=-1)
-    return (T.constant(np.cos(angles).astype(theano.config.floatX)),
-            T.constant(np.sin(angles).astype(theano.config.floatX)))
 
 
 def rotate(x, cos, sin, size: int):
@@ -319,7 +308,8 @@ def build_grouped_query_attention(model, layer, in_shape, x, w, training, update
     heads, kv_heads = layer["heads"], layer["kv_heads"]
     size = features // heads
     groups = heads // kv_heads
-    cos, sin = rotary_tables(steps, size, layer["rope_base"])
+    tables = rotary_tables(steps, size, layer["rope_base"])  # float64, constants of floatX
+    cos, sin = (T.constant(table.astype(theano.config.floatX)) for table in tables)
 
     def project(part, count):  # (batch, steps, d) -> (batch, steps, count, dk): head h is columns h*dk ..
         return dense(x, w[part + "_kernel"], None, count * size).reshape((x.shape[0], steps, count, size))
