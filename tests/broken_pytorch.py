@@ -3,7 +3,7 @@ catch them (a check that cannot fail proves nothing)."""
 import numpy as np
 import torch
 
-from dlbench.worker.frameworks.pytorch import adapter
+from dlbench.worker.frameworks.pytorch import adapter, layers
 
 
 def swap_input_and_forget_gates(value: np.ndarray) -> np.ndarray:
@@ -175,3 +175,33 @@ class UnscaledServing(adapter.Adapter):
     def serving(self):
         self.input_scale = None
         return super().serving()
+
+
+class DoubledAttentionDropout(adapter.Adapter):
+    """Drops twice the IR's rate of attention weights: the whole-model probes run with dropout off."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        for module in self.module.modules():
+            if isinstance(module, layers.Attention):
+                module.dropout = min(2 * module.dropout, 0.9)
+
+
+class TrainingModeServing(adapter.Adapter):
+    """A serving path that leaves the model in training mode: it draws and applies dropout masks in every
+    served call, which changes nothing where a model has no dropout."""
+
+    def serving(self):
+        serve = super().serving()
+        self.module.train()
+        return serve
+
+
+class TanhGelu(adapter.Adapter):
+    """The tanh approximation of GELU where the IR declares the exact (erf) form."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        for module in self.module.modules():
+            if isinstance(module, torch.nn.GELU):
+                module.approximate = "tanh"

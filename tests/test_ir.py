@@ -207,7 +207,8 @@ def test_transformer_pieces_shapes_weights_and_names():
     names = [layer["name"] for layer, _, _ in ir.all_shapes(spec)]
     assert names == ["embedding_1", "positional_embedding_1", "residual_1", "residual_1_layer_norm_1",
                      "residual_1_attention_1", "residual_2", "residual_2_layer_norm_1", "residual_2_dense_1",
-                     "residual_2_activation_1", "residual_2_dense_2", "layer_norm_1", "tied_output_1"]
+                     "residual_2_activation_1", "residual_2_dense_2", "residual_2_dropout_1", "layer_norm_1",
+                     "tied_output_1"]
     shapes = ir.weight_shapes(spec)
     assert shapes["positional_embedding_1/embeddings"] == (6, 8)
     assert [key for key in shapes if key.startswith("residual_1_attention_1/")] == [

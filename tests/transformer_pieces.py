@@ -52,12 +52,13 @@ GPT_META = {"task": "language_model", "seq_len": 6, "vocab_size": 30}
 
 
 def gpt_model(meta: dict = GPT_META) -> dict:
-    """Token and position embeddings, two pre-LN blocks (attention with 2 heads, then a GELU MLP), a final layer
-    normalisation and an output tied to the token embedding: every new IR piece, on (6, 8) activations."""
+    """Token and position embeddings, two pre-LN blocks (attention with 2 heads and dropout on its weights, then a
+    GELU MLP and dropout), a final layer normalisation and an output tied to the token embedding: every new IR
+    piece, on (6, 8) activations. The dropout is what the certificate's serving and dropout checks must see."""
     return ir.model([meta["seq_len"]], "int32", [
         ir.embedding(meta["vocab_size"], 8), ir.positional_embedding(meta["seq_len"]),
-        ir.residual([ir.layer_norm(), ir.attention(2, causal=True)]),
-        ir.residual([ir.layer_norm(), ir.dense(16), ir.activation("gelu"), ir.dense(8)]),
+        ir.residual([ir.layer_norm(), ir.attention(2, causal=True, dropout=0.1)]),
+        ir.residual([ir.layer_norm(), ir.dense(16), ir.activation("gelu"), ir.dense(8), ir.dropout(0.1)]),
         ir.layer_norm(), ir.tied_output("embedding_1"),
     ])
 

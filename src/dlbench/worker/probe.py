@@ -4,15 +4,16 @@ Worker side (Python 3.8, numpy and the one framework). Run by the harness as
 `<framework env python> -m dlbench.worker.probe BATCH.json`, BATCH.json a list of requests, each naming the
 .npz file its arrays go to. One process serves every workload of a framework, so the framework is
 imported once and compiled code (Theano's modules, under the compile cache the harness names) is
-shared between workloads. From the canonical weights of the seed a request records the outputs (predict's,
-and the serving path's on the batch as stored, "serving"), the loss and its gradients, then the weights
-after a few optimiser steps on the same batch, all in canonical layout, for the harness to compare with the
-reference's. A dropout request (kind "dropout") records a dropout layer's output in training mode instead
-(dropout_probe); an inference request (kind "inference"), a small model's outputs in inference mode
-(inference_probe); an optimiser request (kind "optimizer"), the weights of a small model after the adapter's
-optimiser applied a synthetic gradient sequence (optimizer_probe). A detector's request (kind "detector")
-carries its image and sampled targets instead of a batch (detector_probe). A request that fails leaves its traceback in
-OUT.error instead, and the others still run.
+shared between workloads. From the canonical weights of the seed a request records the outputs of the model as
+declared, dropout in (predict's, and the serving path's on the batch as stored, "serving"), then, with dropout
+off, the loss and its gradients and the weights after a few optimiser steps on the same batch, all in canonical
+layout, for the harness to compare with the reference's. A dropout request (kind "dropout") records a dropout
+layer's (or attention's) output in training mode instead (dropout_probe); an inference request (kind
+"inference"), a small model's outputs in inference mode (inference_probe: the layer checks of the normalisations'
+epsilon and of the activations); an optimiser request (kind "optimizer"), the weights of a small model after the
+adapter's optimiser applied a synthetic gradient sequence (optimizer_probe). A detector's request (kind
+"detector") carries its image and sampled targets instead of a batch (detector_probe). A request that fails
+leaves its traceback in OUT.error instead, and the others still run.
 """
 from __future__ import annotations
 
@@ -33,12 +34,18 @@ def probe(request: dict) -> dict:
     scale = 255.0 if x.dtype == np.uint8 else None
     batch = Split(x, y, scale)
     model, seed = request["model"], request["seed"]
-    adapter = load_adapter_class(request["adapter"])(model, request["recipe"], request["task"], "cpu", 1, seed)
+    adapter_class = load_adapter_class(request["adapter"])
+    adapter = adapter_class(model, request["recipe"], request["task"], "cpu", 1, seed)
     start = canonical_init(model, seed)
     adapter.set_weights(start)
-    arrays = {"output": adapter.predict(x.astype(np.float32) / scale if scale else x)}
-    adapter.input_scale = scale
-    arrays["serving"] = adapter.serving()(x)  # the serving path on the batch as stored, in one call
+    # the outputs and the serving path of the model as declared, dropout in: inference must turn it off
+    inference = adapter
+    if request["inference_model"] != model:
+        inference = adapter_class(request["inference_model"], request["recipe"], request["task"], "cpu", 1, seed)
+        inference.set_weights(start)
+    arrays = {"output": inference.predict(x.astype(np.float32) / scale if scale else x)}
+    inference.input_scale = scale
+    arrays["serving"] = inference.serving()(x)  # the serving path on the batch as stored, in one call
     loss, gradients = adapter.loss_and_gradients(batch)
     arrays["loss"] = np.array(loss)
     arrays.update(("grad/" + key, value) for key, value in gradients.items())

@@ -4,7 +4,7 @@ A certificate proves something only if a wrong value fails it. For every value o
 model IR (every setting of every layer, and of a detector's parts) and of its recipe (the optimiser's
 settings included), the reference is run with that value changed, as an adapter that read it wrongly
 would run, and judged against the true reference exactly as a framework is (probes.compare,
-probes.dropout_rows, optimizer.rows). The change (`changed`): a number by 10 % (a rate
+layer_checks.rows, optimizer.rows). The change (`changed`): a number by 10 % (a rate
 of decay such as a momentum, a beta or rho by 10 % of its distance to 1, the stricter change), a whole
 number by 10 % or to the next one, a choice to the next in its list, a flag to its opposite; attention's
 heads doubled (the next count, 3 for 2, rarely splits the same features: doubled, they split whenever
@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlbench.harness.certification import optimizer, probes
+from dlbench.harness.certification import layer_checks, optimizer, probes
 from dlbench.harness.certification.certified_model import certified_model, without_dropout
 from dlbench.harness.environments import envs
 from dlbench.harness.plan.workloads import Workload
@@ -45,9 +45,6 @@ NOT_SEEN = {
     "warmup_fraction": "the harness resolves it into the cell's warmup_steps (run/cell_config.cell_recipe), the "
                        "same code for every framework, and no adapter reads it; the schedule check certifies "
                        "warmup_steps with the probe's own",
-    # attention's own key; a dropout layer's rate is seen (probes.dropout_rows)
-    "dropout": "attention's dropout: the certificate turns it off to compare outputs, gradients and steps "
-               "(certified_model.without_dropout), and no probe checks attention's dropout on its own",
 }
 DETECTOR_NOT_SEEN = {
     **NOT_SEEN,
@@ -132,8 +129,7 @@ class Truth:
     exact: dict
     start: dict  # the canonical weights the steps began from
     weights: dict  # the weights probe's request: its batch, or image and sampled targets
-    dropout: list[dict]
-    epsilon: list[dict]  # the normalisation layers' epsilon checks
+    checks: list[dict]  # the layer checks' requests (layer_checks.py)
 
 
 def power(workload: Workload, workdir: Path) -> list[dict]:
@@ -143,8 +139,7 @@ def power(workload: Workload, workdir: Path) -> list[dict]:
     float32, exact = probes.reference_probes([workload], workdir)[workload.name]
     folder = probes.probe_folder(envs.REFERENCE, workdir)
     truth = Truth(float32, exact, canonical_init(certified_model(workload), probes.SEED),
-                  probes.weights_request(workload, folder, False), probes.dropout_requests(workload, folder),
-                  probes.epsilon_requests(workload, folder))
+                  probes.weights_request(workload, folder, False), layer_checks.requests(workload, folder))
     optimizer_checks = probes.optimizer_requests(workload, folder)
     optimizer_out = probes.run_probes(envs.REFERENCE, [request for _, request in optimizer_checks], workdir)
     pending: list[tuple[Change, list[dict], Callable[[list[dict]], list[dict]]]] = []
@@ -200,26 +195,22 @@ def _probes(workload: Workload, model: dict, recipe: dict, folder: Path,
     layers = {layer["name"]: layer for layer, _, _ in ir.all_shapes(model)}  # an IRError if it makes no model
     folder.mkdir(parents=True, exist_ok=True)
     if workload.study_meta["task"] == "detection":
-        certified, training = model, probes.constant_rate(recipe)
+        weights = dict(truth.weights, model=model, recipe=probes.constant_rate(recipe))
     else:
-        certified = without_dropout(model)
         training = dict(probes.constant_rate(recipe), batch_size=truth.weights["recipe"]["batch_size"])
-    weights = dict(truth.weights, model=certified, recipe=training, out=str(folder / "weights.npz"))
-    # the dropout and BatchNorm checks on the true inputs and weights, with the changed layer's settings
-    dropout = [dict(request, model=probes.dropout_model(layers[request["layer"]]["rate"], tuple(request["shape"])),
-                    out=str(folder / f"dropout-{i}.npz")) for i, request in enumerate(truth.dropout)]
-    epsilon = [dict(request, model=probes.epsilon_model(layers[request["layer"]]),
-                    out=str(folder / f"epsilon-{i}.npz")) for i, request in enumerate(truth.epsilon)]
+        weights = dict(truth.weights, model=without_dropout(model), inference_model=model, recipe=training)
+    weights["out"] = str(folder / "weights.npz")
+    # the layer checks on the true inputs and weights, with the changed layer's settings
+    checks = [dict(layer_checks.rebuilt(request, layers[request["layer"]]), out=str(folder / f"check-{i}.npz"))
+              for i, request in enumerate(truth.checks)]
 
     def judge(outputs: list[dict]) -> list[dict]:
         judged = probes.compare(truth.float32, outputs[0], truth.start, truth.exact, recipe["optimizer"])
-        for request, out in zip(truth.dropout, outputs[1:1 + len(dropout)], strict=True):
-            judged += probes.dropout_rows(request, out["output"])
-        for request, out in zip(truth.epsilon, outputs[1 + len(dropout):], strict=True):
-            judged += probes.epsilon_rows(request, out["output"])
+        for request, out in zip(truth.checks, outputs[1:], strict=True):
+            judged += layer_checks.rows(request, out["output"])
         return judged
 
-    return [weights, *dropout, *epsilon], judge
+    return [weights, *checks], judge
 
 
 def _row(workload: Workload, model: dict, change: Change, rows: list[dict] | None, error: str | None = None) -> dict:
