@@ -16,6 +16,7 @@ from numpy_forward import forward, gelu
 
 from dlbench.harness.environments import envs
 from dlbench.harness.environments.process import PACKAGE_PARENT
+from dlbench.harness.plan.executions import EXECUTIONS
 from dlbench.harness.plan.workloads import WORKLOADS
 from dlbench.harness.run.cell_config import cell_recipe
 from dlbench.shared import ir
@@ -177,6 +178,17 @@ def test_a_loss_activation_or_padding_the_adapter_lacks_raises_naming_it(checked
     refused = checked["refusals"][what]
     name = what.rpartition("_")[2]
     assert f"{name} 'novel': this adapter does not build it" in (refused or ""), refused
+
+
+def test_the_adapter_runs_its_recipes_executions_and_refuses_the_others_by_name(checked, request):
+    """The harness plans from the recipe's executions (harness/plan/executions.py): the adapter's own, default
+    first, must be the same; an execution it lacks is refused, never run in another mode under its name."""
+    framework = request.node.callspec.params["checked"]
+    refused = checked["refusals"]
+    assert refused["executions"] == list(envs.get_recipe(framework).executions)
+    assert set(refused["execution"]) == set(EXECUTIONS) - set(refused["executions"])
+    for mode, error in refused["execution"].items():
+        assert f"execution '{mode}': this adapter does not build it" in (error or ""), error
 
 
 def test_a_classifier_refuses_the_detectors_loss(checked):

@@ -16,7 +16,7 @@ from dlbench.harness.certification import machine_store, probes
 from dlbench.harness.data import DatasetError
 from dlbench.harness.environments import disk, envs, rebuild
 from dlbench.harness.environments.envs import EnvError
-from dlbench.harness.plan import suite
+from dlbench.harness.plan import executions, suite
 from dlbench.harness.plan.initial_weights import WeightsError
 from dlbench.harness.plan.suite import SuiteError
 from dlbench.harness.plan.workloads import (
@@ -36,7 +36,7 @@ from dlbench.shared import ir
 
 DEFAULT_RESULTS = Path("dlbench-results")
 USER_ERRORS = (SuiteError, WorkloadError, EnvError, DatasetError, StoreError, probes.CertifyError, AnalysisError,
-               ExecutorError, WeightsError, EstimateError, folders.PathError)
+               ExecutorError, WeightsError, EstimateError, folders.PathError, executions.ExecutionError)
 # 128 + SIGINT: what a shell reports for a command that Ctrl-C stopped
 INTERRUPTED = 130
 BROKEN_PIPE = 141  # 128 + SIGPIPE, the status a shell reports for a writer whose reader closed the pipe
@@ -65,7 +65,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         try:
             chosen = suite.load(args.suite)
             cells = suite.plan(chosen, args.framework, args.workload, args.device, args.repeat, args.epochs,
-                               args.compile_cache, args.allocator, args.gpu_memory, args.threads)
+                               args.compile_cache, args.allocator, args.gpu_memory, args.threads,
+                               execution=args.execution)
+            for line in suite.refusals(chosen, args.framework, args.workload, args.execution):
+                print(f"left out: {line}")
             return run_and_show(chosen, cells, options, args)
         except interrupt.Interrupted as stop:
             print(f"dlbench: {stop}", file=sys.stderr)
@@ -344,7 +347,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
     chosen = suite.load(args.suite)
     cells = suite.plan(chosen, args.framework, args.workload, args.device, args.repeat, args.epochs,
-                       threads=args.threads)
+                       threads=args.threads, execution=args.execution)
     forecast = estimate.forecast_plan(cells, Path(args.results), data_dir(args), machine.describe())
     print(f"forecast of {chosen.name}: {len(cells)} cells")
     print("\n".join(forecast.notes))
@@ -370,17 +373,20 @@ def cmd_certify(args: argparse.Namespace) -> int:
 
     def progress(cert: dict) -> None:
         verdict = "pass" if cert["passed"] else "FAIL"
-        print(f"{cert['framework']} {cert['workload']}: {verdict} (worst {cert['worst_tensor']}, "
+        name = executions.label(cert["framework"], cert["execution"])
+        print(f"{name} {cert['workload']}: {verdict} (worst {cert['worst_tensor']}, "
               f"relative deviation {cert['worst_scaled_deviation']})", flush=True)
 
     with machine_store.open_store() as store:
-        present = {} if args.again else {(framework, workload.name): store.newest_certificate(
-            *machine_store.key_now(framework, workload)) for framework, workload in pairs}
-        todo = [(name, workload) for name, workload in pairs if present.get((name, workload.name)) is None]
+        present = {} if args.again else {(framework, workload.name, workload.recipe.get("execution")): (
+            store.newest_certificate(*machine_store.key_now(framework, workload))) for framework, workload in pairs}
+        todo = [(name, workload) for name, workload in pairs
+                if present.get((name, workload.name, workload.recipe.get("execution"))) is None]
         certificates = [cert for cert in present.values() if cert is not None]
         for cert in certificates:
-            print(f"{cert['framework']} {cert['workload']}: certified already ({'pass' if cert['passed'] else 'FAIL'}, "
-                  f"{cert['created_at']}); --again certifies it anew", flush=True)
+            verdict = "pass" if cert["passed"] else "FAIL"
+            print(f"{executions.label(cert['framework'], cert.get('execution'))} {cert['workload']}: certified "
+                  f"already ({verdict}, {cert['created_at']}); --again certifies it anew", flush=True)
         by_framework: dict[str, list] = {}
         for framework, workload in todo:
             by_framework.setdefault(framework, []).append(workload)
@@ -419,16 +425,18 @@ def certify_pairs(args: argparse.Namespace) -> list[tuple[str, Workload]]:
     every framework but the reference) by -w (default: every workload)."""
     if args.suite is not None:
         chosen = suite.load(args.suite)
-        cells = suite.plan(chosen, args.framework, args.workload)
+        cells = suite.plan(chosen, args.framework, args.workload, execution=args.execution)
         if chosen.device != "cpu":
             raise SuiteError(f"suite {chosen.name} runs on {chosen.device}: certification probes run in the CPU "
                              "environments, so no certificate would cover its runs")
-        return [(framework, get_workload(workload)) for framework, workload in machine_store.pairs_of(cells)]
+        return machine_store.pairs_of(cells)
     for name in args.framework or ():
         envs.get_recipe(name)  # refused before anything runs
-    frameworks = args.framework or [name for name in envs.RECIPES if name != envs.REFERENCE]
+    frameworks = args.framework or [name for name in envs.RECIPES
+                                    if not executions.is_reference(name, args.execution or None)]
     workloads = [get_workload(name) for name in args.workload] if args.workload else list(WORKLOADS.values())
-    return [(framework, workload) for framework in frameworks for workload in workloads]
+    return [(framework, executions.as_run(workload, framework, args.execution)) for framework in frameworks
+            for workload in workloads]
 
 
 def cmd_data(args: argparse.Namespace) -> int:
@@ -543,6 +551,9 @@ def run_parser(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--epochs", type=integer_from(1, suite.MAX_EPOCHS), help="epochs per cell, overriding the suite")
     run.add_argument("--results", default=str(DEFAULT_RESULTS), help="results folder (default: ./dlbench-results)")
     run.add_argument("--data-dir", help="data folder (default: $DLBENCH_DATA or ~/.cache/dlbench/data)")
+    run.add_argument("--execution", choices=executions.EXECUTIONS,
+                     help="run every cell in this execution, overriding the suite and its entries (a framework "
+                          "that cannot is left out, saying why)")
     run.add_argument("--threads", type=thread_count,
                      help="threads per cell, overriding the suite and its entries (default: the entry's, else the "
                           "suite's, else the cores of the machine or Ray node that runs the cell)")
@@ -615,6 +626,8 @@ def certify_parser(commands: argparse._SubParsersAction) -> None:
                            "suite's workload files (Python) to read their models")
     cert.add_argument("-f", "--framework", action="append", help="only these frameworks (default: all others)")
     cert.add_argument("-w", "--workload", action="append", help="only these workloads (default: all)")
+    cert.add_argument("--execution", choices=executions.EXECUTIONS,
+                      help="certify this execution (default: each framework's own; with --suite, the suite's)")
     cert.add_argument("--again", action="store_true",
                       help="certify pairs anew that already hold a certificate of their environment and code")
     cert.add_argument("--results", default=str(DEFAULT_RESULTS),
@@ -696,6 +709,8 @@ def estimate_parser(commands: argparse._SubParsersAction) -> None:
     est.add_argument("--repeat", type=integer_from(1, suite.MAX_CELLS), help="repetitions per cell")
     est.add_argument("--epochs", type=integer_from(1, suite.MAX_EPOCHS), help="epochs per cell, overriding the suite")
     est.add_argument("--threads", type=thread_count, help="threads per cell, overriding the suite and its entries")
+    est.add_argument("--execution", choices=executions.EXECUTIONS,
+                     help="the execution of every cell, overriding the suite and its entries")
     est.set_defaults(func=cmd_estimate)
 
 

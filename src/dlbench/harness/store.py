@@ -16,7 +16,7 @@ from dlbench.harness import file_names, folders
 from dlbench.shared import cell_file
 from dlbench.shared.protocol import EPOCH_SPLIT
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 FILENAME = "dlbench.sqlite"
 SIDE_FILES = ("-wal", "-shm", "-journal")  # what SQLite writes beside the store
 # SQLite's INTEGER is signed 64-bit: a larger Python int raised OverflowError inside the write (issue #40)
@@ -123,6 +123,9 @@ RUN_COLUMNS: dict[str, str] = {
     "throughput_s": "REAL",  # the span's seconds
     "samples_per_s": "REAL",  # throughput_samples / throughput_s
     "first_batch_call_s": "REAL",  # the first call on a batch of B, before the span (it may compile)
+    # added in schema version 13: the execution the worker's adapter ran (harness/plan/executions.py), from its
+    # ready event; NULL before (each framework's default then) and where the worker failed before it was ready
+    "execution": "TEXT",
 }
 INFERENCE = cell_file.INFERENCE  # a run's mode; NULL for a training run
 
@@ -181,6 +184,9 @@ CERTIFICATE_COLUMNS: dict[str, str] = {
     # (harness/certification/certified_model.py): a changed model or recipe of the same name is not covered.
     # NULL before.
     "workload_digest": "TEXT",
+    # added in schema version 13: the execution certified (harness/plan/executions.py), also in the workload's
+    # digest; NULL before (each framework's only execution then, its default)
+    "execution": "TEXT",
 }
 # added in schema version 6: the float32 GEMM peak measured in a framework's own environment (dlbench.worker.gemm_peak),
 # once per (environment, threads, device) and suite invocation; runs link to it by peak_id
@@ -289,6 +295,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     11: _runs_rebuilt("workload_digest"),
     12: (*(f"ALTER TABLE runs ADD COLUMN {name} {RUN_COLUMNS[name]}" for name in SCHEMA_12_RUN_COLUMNS),
          LATENCIES_TABLE),
+    13: (f"ALTER TABLE runs ADD COLUMN execution {RUN_COLUMNS['execution']}",
+         f"ALTER TABLE certificates ADD COLUMN execution {CERTIFICATE_COLUMNS['execution']}"),
 }
 
 

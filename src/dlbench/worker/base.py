@@ -46,6 +46,13 @@ class LayerEntry(namedtuple("LayerEntry", "build weights")):
     tests/test_adapter_tables.py holds every package to the IR's kinds."""
 
 
+# How an adapter runs its framework (a recipe's "execution"): op by op from Python ("eager"), as a graph the
+# framework builds and runs whole without a compiler of its own ("graph": tf.function without XLA, MXNet's
+# hybridize), or compiled ("compiled": torch.compile, XLA through tf.function(jit_compile=True) or jax.jit,
+# Theano's functions). docs/architecture.md has the table of what each means in each framework.
+EXECUTIONS = ("eager", "graph", "compiled")
+
+
 def recipe_dtype(recipe: dict) -> str:
     """The float type the recipe asks for: its "dtype", float32 where it names none."""
     return recipe.get("dtype", "float32")
@@ -175,6 +182,9 @@ class BaseAdapter(object):
     # The float types a recipe's "dtype" may ask for (certification asks the reference for float64); an
     # adapter that builds float64 says so. Any other is refused: never trained in float32 in its place.
     dtypes = ("float32",)
+    # The executions (EXECUTIONS) a recipe's "execution" may ask for, the first the adapter's default (what it
+    # ran before the axis existed). Any other is refused: never run in another mode under its name.
+    executions = ("eager",)
 
     def __init__(self, model: dict, recipe: dict, task: str, device: str, threads: int, seed: int):
         if recipe["loss"] not in LOSSES:
@@ -186,6 +196,9 @@ class BaseAdapter(object):
             schedules.validate(recipe["schedule"])
         if recipe_dtype(recipe) not in self.dtypes:
             raise not_built("dtype", recipe_dtype(recipe))
+        self.execution = recipe.get("execution", self.executions[0])
+        if self.execution not in self.executions:
+            raise not_built("execution", self.execution)
         if device not in DEVICES:  # the adapters' device code reads anything but "gpu" as the CPU
             raise not_built("device", device)
         self.model_ir = model

@@ -32,6 +32,7 @@ from dlbench.harness.analysis.stats import (
 )
 from dlbench.harness.analysis.summary import CellSummary, summarise
 from dlbench.harness.measure.cores import IDLE_MACHINE, SHARED_MACHINE
+from dlbench.harness.plan import executions
 from dlbench.harness.plan.workloads import WORKLOADS, metric_label
 
 COMPILATION_FACTOR = 3.0  # a first epoch this many times the steady one is mostly compilation or warm-up
@@ -117,9 +118,11 @@ def group(cells: Sequence[CellSummary]) -> dict[Key, list[CellSummary]]:
 
 
 def label(cell: CellSummary, cells: Sequence[CellSummary]) -> str:
-    """The framework's name; with its version where the group holds several versions of it."""
+    """The framework's name; with its version where the group holds several versions of it; with its execution
+    where not the framework's default."""
     versions = {c.framework_version for c in cells if c.framework == cell.framework}
-    return cell.framework if len(versions) == 1 else cell.label
+    name = cell.framework if len(versions) == 1 else f"{cell.framework} {cell.framework_version}"
+    return name + executions.suffix(cell.framework, cell.execution)
 
 
 def samples(cells: Sequence[CellSummary], figure: str) -> dict[str, list[float]]:

@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 from dlbench.harness.certification.certified_model import workload_digest
 from dlbench.harness.environments import envs, sources
+from dlbench.harness.plan import executions
 from dlbench.harness.plan.suite import Cell
 from dlbench.harness.plan.workloads import Workload, get_workload, known_workloads
 from dlbench.harness.store import Store
@@ -50,10 +51,12 @@ def existing_store() -> Store | None:
 
 
 def key_now(framework: str, workload: Workload) -> Key:
-    """The key a certificate of this framework (name or name@version) and workload gets if certified now."""
+    """The key a certificate of this framework (name or name@version) and workload gets if certified now, in the
+    execution the workload's recipe holds (else the framework's default)."""
+    certified = executions.as_run(workload, framework, workload.recipe.get("execution"))
     return Key(envs.framework_name(framework), envs.require(framework).packages_digest(), workload.name,
                sources.framework_source(framework), sources.framework_source(envs.REFERENCE),
-               workload_digest(workload))
+               workload_digest(certified))
 
 
 def run_key(run: dict) -> Key | None:
@@ -107,23 +110,28 @@ def workload_state(cert: dict) -> str:
     if cert.get("workload_digest") is None:
         return "unrecorded"
     known = known_workloads()  # a user's workload where its suite was loaded in this process
-    if cert["workload"] not in known:
+    if cert["workload"] not in known or cert["framework"] not in envs.RECIPES:
         return "unknown"
-    return "current" if cert["workload_digest"] == workload_digest(known[cert["workload"]]) else "older"
+    try:
+        now = executions.as_run(known[cert["workload"]], cert["framework"], cert.get("execution"))
+    except executions.ExecutionError:  # an execution this dlbench no longer runs for it
+        return "older"
+    return "current" if cert["workload_digest"] == workload_digest(now) else "older"
 
 
-def pairs_of(cells: Sequence[Cell]) -> list[tuple[str, str]]:
-    """The (framework, workload) pairs of a plan's CPU cells that a certificate is for (the reference's own
-    are not), in plan order. Certification probes run in the CPU environments: a GPU run's environment has
-    another digest, so no certificate covers it."""
-    return list(dict.fromkeys((cell.framework, cell.workload) for cell in cells
-                              if cell.device == "cpu" and not envs.is_reference(cell.framework)))
+def pairs_of(cells: Sequence[Cell]) -> list[tuple[str, Workload]]:
+    """The (framework, workload in the cell's execution) pairs of a plan's CPU cells that a certificate is for (the
+    reference's own in its default execution are not), in plan order. Certification probes run in the CPU
+    environments: a GPU run's environment has another digest, so no certificate covers it."""
+    chosen = dict.fromkeys((cell.framework, cell.workload, executions.resolved(cell.framework, cell.execution))
+                           for cell in cells if cell.device == "cpu")
+    return [(framework, executions.as_run(get_workload(workload), framework, execution))
+            for framework, workload, execution in chosen if not executions.is_reference(framework, execution)]
 
 
-def missing(pairs: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+def missing(pairs: Sequence[tuple[str, Workload]]) -> list[tuple[str, Workload]]:
     """The pairs with no certificate of their key now in the machine's store."""
-    return [(framework, workload) for framework, workload in pairs
-            if status(key_now(framework, get_workload(workload))) == "none"]
+    return [(framework, workload) for framework, workload in pairs if status(key_now(framework, workload)) == "none"]
 
 
 def certify_command(suite: str, frameworks: Sequence[str] | None, workloads: Sequence[str] | None) -> str:

@@ -34,6 +34,7 @@ from dlbench.harness.certification.certified_model import certified_model, witho
 from dlbench.harness.certification.terms import ABSOLUTE_FLOOR, BATCH, SEED, STEPS, TOLERANCES, constant_rate, max_abs
 from dlbench.harness.environments import envs, sources
 from dlbench.harness.environments.process import worker_environment
+from dlbench.harness.plan import executions
 from dlbench.harness.plan.workloads import Workload
 from dlbench.harness.store import Store
 from dlbench.shared.detection import pipeline
@@ -177,7 +178,9 @@ def run_probes(framework: str, requests: list[dict], workdir: Path,
 
 
 def reference_probes(workloads: list[Workload], workdir: Path) -> dict[str, tuple[dict, dict]]:
-    """The reference's probes of each workload, in float32 and float64, from one process."""
+    """The reference's probes of each workload, in float32 and float64, from one process, in the reference's own
+    default execution whatever execution the workload's recipe holds (a candidate's)."""
+    workloads = [executions.as_run(w, envs.REFERENCE) for w in workloads]
     arrays = probe_many(envs.REFERENCE, [(w, exact) for w in workloads for exact in (False, True)], workdir)
     return {w.name: (served_as_forward(arrays[2 * i]), served_as_forward(arrays[2 * i + 1]))
             for i, w in enumerate(workloads)}
@@ -278,29 +281,32 @@ def certificate(framework: str, workload: Workload, rows: list[dict]) -> dict:
         "worst_scaled_deviation": worst["max_rel"], "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "deviations": rows, "worker_source": sources.framework_source(framework),
         "reference_source": sources.framework_source(envs.REFERENCE), "workload_digest": workload_digest(workload),
+        "execution": executions.of_recipe(framework, workload.recipe),
     }
 
 
 def certify(frameworks: list[str], workloads: list[Workload], store: Store, workdir: Path,
             progress: Callable[[dict], None], reference: dict[str, tuple[dict, dict]] | None = None) -> list[dict]:
-    """Certifies every framework x workload pair against the reference and stores each certificate.
-    One probe process per framework serves all the workloads. `reference`, the reference's probes
-    (reference_probes) of these workloads, when already at hand."""
+    """Certifies every framework x workload pair against the reference and stores each certificate, each in the
+    execution its workload's recipe holds, else the framework's default (executions.as_run). One probe process
+    per framework serves all the workloads. `reference`, the reference's probes (reference_probes) of these
+    workloads, when already at hand."""
     for framework in [envs.REFERENCE, *frameworks]:
         envs.require(framework)
     if reference is None:
         reference = reference_probes(workloads, workdir)
     results = []
     for framework in frameworks:
+        certified = [executions.as_run(w, framework, w.recipe.get("execution")) for w in workloads]
         folder = probe_folder(framework, workdir)
-        checks = {workload.name: layer_checks.requests(workload, folder) for workload in workloads}
-        optimizer_checks = {workload.name: optimizer_requests(workload, folder) for workload in workloads}
-        weight_probes = [weights_request(workload, folder, False) for workload in workloads]
-        arrays = run_probes(framework, weight_probes + [r for w in workloads for r in checks[w.name]]
-                            + [r for w in workloads for _, r in optimizer_checks[w.name]], workdir)
-        outputs = iter(arrays[len(workloads):])
-        checked = [[next(outputs) for _ in checks[w.name]] for w in workloads]
-        for workload, candidate, layer_outputs in zip(workloads, arrays[:len(workloads)], checked, strict=True):
+        checks = {workload.name: layer_checks.requests(workload, folder) for workload in certified}
+        optimizer_checks = {workload.name: optimizer_requests(workload, folder) for workload in certified}
+        weight_probes = [weights_request(workload, folder, False) for workload in certified]
+        arrays = run_probes(framework, weight_probes + [r for w in certified for r in checks[w.name]]
+                            + [r for w in certified for _, r in optimizer_checks[w.name]], workdir)
+        outputs = iter(arrays[len(certified):])
+        checked = [[next(outputs) for _ in checks[w.name]] for w in certified]
+        for workload, candidate, layer_outputs in zip(certified, arrays[:len(certified)], checked, strict=True):
             float32, exact = reference[workload.name]
             start = canonical_init(certified_model(workload), SEED)
             rows = compare(float32, candidate, start, exact, workload.recipe["optimizer"])

@@ -75,6 +75,9 @@ class Recipe:
     cuda_libraries_on_path: bool = field(default=False, metadata={"built": False})
     # what the environment computes on: "cpu", or "gpu" in the recipe for_device("gpu") returns
     device: str = "cpu"
+    # the executions its adapter runs (harness/plan/executions.py), its default first, as the adapter's own
+    # `executions` (tests/test_adapters.py holds them equal). Not part of digest(): the adapter's, not the build's.
+    executions: tuple[str, ...] = field(default=("eager",), metadata={"built": False})
 
     @property
     def default_version(self) -> str:
@@ -143,31 +146,35 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
     # cuda12 extra and TensorFlow's and-cuda extra install NVIDIA's CUDA wheels beside them), so no
     # CUDA toolkit is needed on the machine, only NVIDIA's driver.
     Recipe("pytorch", "3.11", ("torch==2.13.0", "numpy"), "dlbench.worker.frameworks.pytorch.adapter:Adapter",
-           "torch, numpy", "torch", find_links_from_pip=True, cuda_packages=("torch==2.13.0", "numpy")),
+           "torch, numpy", "torch", find_links_from_pip=True, cuda_packages=("torch==2.13.0", "numpy"),
+           executions=("eager", "compiled")),
     Recipe("jax", "3.11", ("jax==0.10.2", "flax==0.12.8", "optax==0.2.8", "numpy"),
            "dlbench.worker.frameworks.jax.adapter:Adapter", "jax, flax, optax", "jax",
            supported="==0.6.2", released=("flax", "optax"),
-           cuda_packages=("jax[cuda12]==0.10.2", "flax==0.12.8", "optax==0.2.8", "numpy")),
+           cuda_packages=("jax[cuda12]==0.10.2", "flax==0.12.8", "optax==0.2.8", "numpy"), executions=("compiled",)),
     # tensorflow-cpu on the CPU, "tensorflow" with CUDA on a GPU. version_package names the installed
     # distribution (what Environment.version() finds in the freeze); the worker's versions() reports
     # tf.__version__ under "tensorflow", the module it imported.
     Recipe("tensorflow", "3.11", ("tensorflow-cpu==2.21.0", "numpy"),
            "dlbench.worker.frameworks.tensorflow.adapter:Adapter",
            "tensorflow, numpy", "tensorflow-cpu", worker_env={"TF_CPP_MIN_LOG_LEVEL": "2"}, supported="==2.20.0",
-           cuda_packages=("tensorflow[and-cuda]==2.21.0", "numpy"), cuda_version_package="tensorflow"),
+           cuda_packages=("tensorflow[and-cuda]==2.21.0", "numpy"), cuda_version_package="tensorflow",
+           executions=("graph", "eager", "compiled")),
     # Keras 3, one adapter for its three backends; the backend is chosen by KERAS_BACKEND at import.
     Recipe("keras-tensorflow", "3.11", ("tensorflow-cpu==2.21.0", "keras==3.15.1", "numpy"),
            "dlbench.worker.frameworks.keras3.adapter:Adapter", "keras, tensorflow, numpy", "keras",
            worker_env={"KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}, supported="==3.12.0",
-           cuda_packages=("tensorflow[and-cuda]==2.21.0", "keras==3.15.1", "numpy")),
+           cuda_packages=("tensorflow[and-cuda]==2.21.0", "keras==3.15.1", "numpy"),
+           executions=("graph", "eager", "compiled")),
     Recipe("keras-jax", "3.11", ("keras==3.15.1", "jax==0.10.2", "numpy"),
            "dlbench.worker.frameworks.keras3.adapter:Adapter",
            "keras, jax, numpy", "keras", worker_env={"KERAS_BACKEND": "jax"}, supported="==3.12.0",
-           cuda_packages=("keras==3.15.1", "jax[cuda12]==0.10.2", "numpy")),
+           cuda_packages=("keras==3.15.1", "jax[cuda12]==0.10.2", "numpy"), executions=("compiled", "eager")),
     Recipe("keras-torch", "3.11", ("keras==3.15.1", "torch==2.13.0", "numpy"),
            "dlbench.worker.frameworks.keras3.adapter:Adapter",
            "keras, torch, numpy", "keras", find_links_from_pip=True, worker_env={"KERAS_BACKEND": "torch"},
-           supported="==3.12.0", cuda_packages=("keras==3.15.1", "torch==2.13.0", "numpy")),
+           supported="==3.12.0", cuda_packages=("keras==3.15.1", "torch==2.13.0", "numpy"),
+           executions=("eager", "compiled")),
     # Chainer 7.8.1 is an sdist: its setup.py imports pkg_resources, gone from setuptools 81, hence the
     # build constraint (setuptools < 74 at run time too, as FRAMEWORKS.md found working); numpy 2 fails
     # on np.sctypes. threadpoolctl sets the BLAS threads numpy computes with (Chainer's CPU backend).
@@ -194,14 +201,14 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
            cuda_packages=("mxnet-cu117==1.9.1", "numpy<1.24", "nvidia-cuda-runtime-cu11", "nvidia-cublas-cu11",
                           "nvidia-cudnn-cu11<9", "nvidia-nccl-cu11", "nvidia-cuda-nvrtc-cu11", "nvidia-cufft-cu11",
                           "nvidia-curand-cu11", "nvidia-cusolver-cu11", "nvidia-cusparse-cu11", "nvidia-nvtx-cu11"),
-           cuda_version_package="mxnet-cu117", cuda_libraries_on_path=True),
+           cuda_version_package="mxnet-cu117", cuda_libraries_on_path=True, executions=("graph", "eager")),
     # Theano 1.0.5 needs numpy < 1.24 (np.bool), scipy < 1.14 (the last wheels with an LP64 OpenBLAS,
     # which Theano links as its BLAS) and setuptools < 81 (pkg_resources; uv venvs have none).
     # Python 3.10: the newest interpreter where Theano's compiled (Cython) scan still builds.
     Recipe("theano", "3.10", ("theano==1.0.5", "numpy<1.24", "scipy<1.14", "setuptools<81"),
            "dlbench.worker.frameworks.theano.adapter:Adapter", "theano, numpy", "theano",
            # without blas.ldflags Theano's import fails probing numpy's build info; the adapter sets its own
-           worker_env={"THEANO_FLAGS": "blas.ldflags="}, uses_compile_cache=True,
+           worker_env={"THEANO_FLAGS": "blas.ldflags="}, uses_compile_cache=True, executions=("compiled",),
            no_cuda="Theano 1.0.5's GPU backend needs pygpu and libgpuarray built against the machine's CUDA; "
                    "neither is on PyPI, and its cuDNN support ends at cuDNN 7"),
 )}

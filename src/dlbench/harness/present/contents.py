@@ -8,6 +8,8 @@ from pathlib import Path
 from dlbench.harness.analysis import measures
 from dlbench.harness.analysis.findings import Finding, findings, shared_caveats
 from dlbench.harness.analysis.load import device_with_hardware, held_out_sets
+from dlbench.harness.analysis.modes import ModeRow
+from dlbench.harness.analysis.modes import rows as mode_rows
 from dlbench.harness.analysis.scaling import Figure, scaling
 from dlbench.harness.analysis.serving import ServingCell, inference_runs, serving_cells, training_runs
 from dlbench.harness.analysis.summary import CellSummary, summarise
@@ -43,6 +45,8 @@ class Report:
     latencies: dict[int, list[float]] = field(default_factory=dict)
     # the findings' slow and warm first epochs, framework x workload (tables.first_epoch_table); None: none
     first_epochs: tables.Table | None = None
+    # every framework's executions beside its default (analysis/modes.py); none where no run left the default
+    modes: list[ModeRow] = field(default_factory=list)
 
     @property
     def all_runs(self) -> list[dict]:
@@ -74,4 +78,4 @@ def load(store_path: Path) -> Report:
                   tables.study_tables(summaries, peaks) + tables.detector_time_split(runs),
                   tables.certificate_grid(certificates, every), manifest.manifest(every), manifest.dlbench_version(),
                   section(runs), scaling(runs), served, serving, tables.serving_tables(serving), latencies,
-                  tables.first_epoch_table(found))
+                  tables.first_epoch_table(found), mode_rows(summaries, runs))

@@ -14,8 +14,9 @@ from dlbench.harness.analysis.scaling import THREADS
 from dlbench.harness.analysis.scaling import Figure as ScalingFigure
 from dlbench.harness.analysis.stats import Estimate
 from dlbench.harness.analysis.summary import WARM, CellSummary, group_of
+from dlbench.harness.plan import executions
 from dlbench.harness.plan.workloads import metric_label
-from dlbench.harness.present import charts, overview, overview_html, scaling, tables
+from dlbench.harness.present import charts, modes, overview, overview_html, scaling, tables
 from dlbench.harness.present.contents import Report
 from dlbench.harness.present.study_section import StudySection
 from dlbench.harness.present.tables import Table
@@ -141,12 +142,14 @@ def run_groups(runs: Sequence[Mapping]) -> dict[tuple, list[Mapping]]:
 
 
 def run_labels(runs: Sequence[Mapping]) -> dict[int, str]:
-    """Run id -> framework name, with the version where these runs hold several versions of it."""
+    """Run id -> framework name, with the version where these runs hold several versions of it, and the execution
+    where not the framework's default."""
     versions: dict[str, set] = {}
     for run in runs:
         versions.setdefault(run["framework"], set()).add(run.get("framework_version"))
-    return {run["id"]: run["framework"] if len(versions[run["framework"]]) == 1
-            else f"{run['framework']} {run.get('framework_version')}" for run in runs}
+    return {run["id"]: (run["framework"] if len(versions[run["framework"]]) == 1
+                        else f"{run['framework']} {run.get('framework_version')}")
+            + executions.suffix(run["framework"], executions.of_run(run)) for run in runs}
 
 
 def attrs(**values: str | None) -> str:
@@ -388,7 +391,8 @@ def render(report: Report, live: str | None = None) -> str:
                else '<p class="note">The charts are drawn when the run ends.</p>')
     served = bool(report.serving_runs)  # a Serving section only where the store holds inference runs
     sections = ("overview", "findings", "tables", *(("serving",) if served else ()), "study", "figures",
-                *(("scaling",) if report.scaling else ()), "certificates", "manifest")
+                *(("scaling",) if report.scaling else ()), *(("executions",) if report.modes else ()), "certificates",
+                "manifest")
     every = report.all_runs
     nav = ("".join(f'<a href="#{s}">{s.capitalize()}</a>' for s in sections)
            + _select("device", (r.get("device") or "?" for r in every))
@@ -411,7 +415,7 @@ def render(report: Report, live: str | None = None) -> str:
         f"{serving}"
         f'<h2 id="study">The study side by side</h2>{study_html(report.study)}'
         f'<h2 id="figures">Figures</h2>{figures}'
-        + scaling_html(report.scaling, live is None) +
+        + scaling_html(report.scaling, live is None) + executions_html(report) +
         f'<h2 id="certificates">Certificates</h2>{table_html(report.certificate_grid)}'
         f'<h2 id="manifest">Manifest</h2>{"".join(table_html(t, sortable=True) for t in report.manifest)}'
         f'<p class="note">Report built by dlbench {escape(report.dlbench_version)}.</p>'
@@ -425,6 +429,14 @@ def render(report: Report, live: str | None = None) -> str:
             + f"<title>dlbench report</title><style>{STYLE}{overview_html.STYLE}</style>"
             f"<script>{SCRIPT}</script></head>"
             f"<body>{body}</body></html>\n")
+
+
+def executions_html(report: Report) -> str:
+    """The executions section (present/modes.py), only where the store holds an execution beside a default."""
+    if not report.modes:
+        return ""
+    return (f'<h2 id="executions">Executions</h2><p class="note">{escape(modes.INTRO)}</p>'
+            f"{table_html(modes.table(report.modes))}")
 
 
 def scaling_html(figures: Sequence[ScalingFigure], draw: bool = True) -> str:

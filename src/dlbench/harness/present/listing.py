@@ -9,6 +9,7 @@ from dlbench.harness.analysis import measures
 from dlbench.harness.analysis.dataset_label import run_label
 from dlbench.harness.certification import machine_store
 from dlbench.harness.environments import sources
+from dlbench.harness.plan import executions
 from dlbench.harness.plan.workloads import metric_label
 from dlbench.harness.store import is_inference
 
@@ -101,6 +102,8 @@ def columns(run: dict) -> dict[str, str]:
     stored = {heading: _cell(run.get(key)) for key, heading in STORED_COLUMNS}
     # "NAME (first N)" for a suite entry's train_samples; the split's size is left out to keep the table narrow
     stored["dataset"] = run_label(run, of=False) if run.get("dataset") else stored["dataset"]
+    if run["framework"] != "-":  # its execution beside it where not the framework's default
+        stored["framework"] += executions.suffix(run["framework"], executions.of_run(run))
     rebuilt = (run.get("config") or {}).get("environment_from_run")
     if rebuilt:  # the environment was rebuilt from a stored run's packages (dlbench env create --from-run)
         stored["version"] += f" (env of run {rebuilt['run_id']})"
@@ -225,7 +228,8 @@ def certificates_table(certificates: list[dict]) -> str:
         share = "-" if worst["max_rel"] is None else f"{worst['max_rel'] / worst['tolerance']:.2f}"
         if "error" in worst:  # judged against float64: its error next to the float32 reference's own
             share += f" (float64: {worst['error']:.1e} vs reference {worst['reference_error']:.1e})"
-        rows.append([cert["framework"], _cell(cert["framework_version"]), cert["workload"],
+        rows.append([executions.label(cert["framework"], cert.get("execution")), _cell(cert["framework_version"]),
+                     cert["workload"],
                      "pass" if cert["passed"] else "FAIL",
                      cert["worst_tensor"] + ("" if worst["max_abs"] is not None else f" ({worst.get('problem')})"),
                      _sci(worst["max_rel"]), share,

@@ -6,7 +6,7 @@ colours, so a text mark says whether the findings' test shows a gap where the HT
 grey."""
 from html import escape
 
-from dlbench.harness.present import overview, overview_html, scaling
+from dlbench.harness.present import modes, overview, overview_html, scaling
 from dlbench.harness.present.contents import Report
 from dlbench.harness.present.study_section import StudySection
 from dlbench.harness.present.tables import Table
@@ -53,6 +53,8 @@ def render(report: Report) -> str:
     parts += study_md(report.study)
     if report.scaling:  # only where the store holds a sweep; where the HTML page has it, after the study
         parts += ["## Scaling", "", _text(scaling.INTRO), ""] + [table_md(t) for t in scaling.tables(report.scaling)]
+    if report.modes:  # only where the store holds an execution beside a framework's default
+        parts += ["## Executions", "", _text(modes.INTRO), "", table_md(modes.table(report.modes))]
     parts += ["## Certificates", "", table_md(report.certificate_grid)]
     parts += ["## Manifest", ""] + [table_md(t) for t in report.manifest]
     return "\n".join(parts)

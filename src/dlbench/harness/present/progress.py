@@ -23,6 +23,7 @@ from dlbench.harness.analysis.dataset_label import recipe_batch_size
 from dlbench.harness.analysis.estimate import Estimate, EstimateError
 from dlbench.harness.analysis.measures import metric_format
 from dlbench.harness.measure import serving
+from dlbench.harness.plan import executions
 from dlbench.harness.plan.suite import Cell
 from dlbench.harness.plan.workloads import metric_label
 from dlbench.harness.store import StoreError
@@ -154,8 +155,8 @@ def cell_dataset(cell: Cell) -> str:
 
 
 def head(index: int, total: int, cell: Cell) -> str:
-    return (f"[{index}/{total}] {cell.framework} {cell.workload} on {cell_dataset(cell)} "
-            f"({cell.device}, rep {cell.repetition})")
+    name = executions.label(cell.framework, cell.execution)
+    return f"[{index}/{total}] {name} {cell.workload} on {cell_dataset(cell)} ({cell.device}, rep {cell.repetition})"
 
 
 def outcome(run: dict) -> str:
@@ -312,7 +313,7 @@ class LiveProgress:
         if self.cell is None:
             return top
         cell = self.cell
-        current = Text(f"{cell.framework} {cell.workload} on {cell_dataset(cell)} "
+        current = Text(f"{executions.label(cell.framework, cell.execution)} {cell.workload} on {cell_dataset(cell)} "
                        f"({cell.device}, rep {cell.repetition})", style="bold")
         return Group(top, current, Text(f"  {self.detail}"))
 

@@ -37,6 +37,7 @@ def cpu_threads(device: str, threads: int):
 
 class Adapter(BaseAdapter):
     name = "chainer"
+    executions = ("eager",)  # define-by-run: Chainer has no graph mode and no compiler
 
     def __init__(self, model, recipe, task, device, threads, seed):
         super().__init__(model, recipe, task, device, threads, seed)

@@ -73,6 +73,7 @@ def jax_device(device: str):
 
 class Adapter(BaseAdapter):
     name = "jax"
+    executions = ("compiled",)  # jax.jit: how JAX programs run (op by op is JAX's debugging mode, disable_jit)
 
     def __init__(self, model, recipe, task, device, threads, seed):
         super().__init__(model, recipe, task, device, threads, seed)

@@ -114,6 +114,7 @@ def _greedy_keep(boxes, threshold):
 
 class Detector(DetectorAdapter):
     name = "jax"
+    executions = ("compiled",)
     versions = Adapter.versions
     threads_used = Adapter.threads_used
 

@@ -6,14 +6,14 @@ metric sums and the Trainer model they are taken in, optimizers.py the optimiser
 Keras's differ from the reference's). They import Keras, so they are imported here after the backend's
 thread settings.
 
-Training drives Keras's own compiled train step (trainer.train_function, which fit calls, as compile()
-resolved it: a tf.function, a jax.jit of train_step, torch's eager train_step) over batches that every
-framework's adapter forms alike: the split converted to the backend's tensors once (the first epoch takes
-it), each batch gathered on the device by the epoch's order, base.batch_slices' consecutive batches with
-the last one smaller (run_train_function). fit itself builds, every call and so inside the epoch's clock,
-a data adapter with a host copy of the split, on TensorFlow a tf.data pipeline and its iterators, and a
-callback list: on keras-tensorflow 40-85 ms an epoch, +20-28 % of a quick-suite cnn-mnist epoch on a 2-core
-AMD EPYC (issue 46), which no other framework pays. feed_matches_fit() below trains a twin by
+Training drives Keras's own train step (trainer.train_function, which fit calls, as compile() and the cell's execution
+resolved it: by default a tf.function, a jax.jit of train_step, torch's eager train_step) over batches that every
+framework's adapter forms alike: the split converted to the backend's tensors once (the first epoch takes it), each
+batch gathered on the device by the epoch's order, base.batch_slices' consecutive batches with the last one smaller
+(run_train_function). fit itself builds, every call and so inside the epoch's clock, a data adapter with a host copy
+of the split, on TensorFlow a tf.data pipeline and its iterators, and a callback list: on keras-tensorflow 40-85 ms an
+epoch, +20-28 % of a quick-suite cnn-mnist epoch on a 2-core AMD EPYC (issue 46), which no other framework pays.
+feed_matches_fit() below trains a twin by
 
     model.fit(x[order], y[order], batch_size=bs, shuffle=False, epochs=1, verbose=0)
 
@@ -76,6 +76,27 @@ from dlbench.worker.frameworks.keras3.layers import build_model, canonical_shape
 from dlbench.worker.frameworks.keras3.losses import Trainer, make_loss  # noqa: E402
 from dlbench.worker.frameworks.keras3.optimizers import make_optimizer  # noqa: E402
 
+# ---- the execution -----------------------------------------------------------------------------
+
+# The executions (base.EXECUTIONS) of each backend, its default first: what Keras's own jit_compile="auto" picks
+# on a CPU (keras/src/trainers/trainer.py: _resolve_auto_jit_compile): TensorFlow's tf.function without XLA,
+# JAX's jax.jit, torch's eager step. "eager" is compile(run_eagerly=True) (no tf.function, no jax.jit);
+# "compiled" is compile(jit_compile=True): XLA on TensorFlow and JAX, torch.compile on torch. torch has no graph
+# apart from torch.compile, and JAX none apart from jax.jit.
+EXECUTIONS = {"tensorflow": ("graph", "eager", "compiled"), "jax": ("compiled", "eager"),
+              "torch": ("eager", "compiled")}
+
+
+def executed_as(model, execution: str) -> None:
+    """Sets the model's run_eagerly and jit_compile to the execution's, and refuses when Keras runs it another
+    way: jit_compile's setter falls back to False, with a warning only, for a model it deems unfit for XLA."""
+    model.run_eagerly = execution == "eager"
+    model.jit_compile = execution == "compiled"
+    if model.jit_compile != (execution == "compiled"):
+        raise RuntimeError("Keras %s runs this model without jit_compile (keras's model_supports_jit is False for "
+                           "it): execution %r cannot be honoured" % (keras.__version__, execution))
+
+
 # ---- the training feed ------------------------------------------------------------------------
 
 def gather(tensor, index):
@@ -89,13 +110,13 @@ JAX_STATE = ("trainable_variables", "non_trainable_variables", "optimizer_variab
 
 
 def run_train_function(trainer: Trainer, batches) -> None:
-    """One epoch of Keras's own compiled train step, trainer.train_function as compile() resolved it for the
-    backend (a tf.function, a jax.jit of train_step, torch's eager train_step), over the (x, y) batches as
-    fit drives it (keras/src/backend/*/trainer.py, keras 3.15): the metrics reset, the model built and the
-    function made on the first call; on jax the state (variables, optimiser slots, metric sums) threaded
-    through the steps and written back to the variables after the last, on torch the module in training
-    mode. What fit builds around it every call is left out of the clock: the data adapter with its host
-    copy of the split, on tensorflow a tf.data pipeline and its iterators, and the callback list."""
+    """One epoch of Keras's own train step, trainer.train_function as compile() and the execution resolved it for the
+    backend (by default a tf.function, a jax.jit of train_step, torch's eager train_step), over the (x, y) batches as
+    fit drives it (keras/src/backend/*/trainer.py, keras 3.15): the metrics reset, the model built and the function
+    made on the first call; on jax the state (variables, optimiser slots, metric sums) threaded through the steps and
+    written back to the variables after the last, on torch the module in training mode. What fit builds around it
+    every call is left out of the clock: the data adapter with its host copy of the split, on tensorflow a tf.data
+    pipeline and its iterators, and the callback list."""
     batches = iter(batches)
     first = next(batches)
     if trainer.train_function is None:  # the first epoch: fit's build and function, once
@@ -172,6 +193,7 @@ def _check_device(device: str) -> str:
 
 class Adapter(BaseAdapter):
     name = "keras"
+    executions = EXECUTIONS[BACKEND]
 
     def __init__(self, model, recipe, task, device, threads, seed):
         super().__init__(model, recipe, task, device, threads, seed)
@@ -186,6 +208,7 @@ class Adapter(BaseAdapter):
         self.float_inputs = model["input_dtype"].startswith("float")
         with keras.device(self.device_name):
             self.core, self.variables = build_model(model)
+        executed_as(self.core, self.execution)  # predict's
         self.shapes = canonical_shapes(model)
         self.trainable = [key for key in self.variables if "/moving_" not in key]
         self.optimizer = make_optimizer(recipe["optimizer"], recipe.get("schedule"))
@@ -233,6 +256,7 @@ class Adapter(BaseAdapter):
             with keras.device(self.device_name):
                 trainer = Trainer(self.core, scale, self.loss_name)
                 trainer.compile(optimizer=self.optimizer, loss=self.loss)
+                executed_as(trainer, self.execution)
             self._trainers[scale] = trainer
         return self._trainers[scale]
 
@@ -290,14 +314,15 @@ class Adapter(BaseAdapter):
             return np.asarray(self.core.predict(x, batch_size=self.recipe["batch_size"], verbose=0))
 
     def serving(self):
-        """predict_on_batch of a compiled model: Keras's compiled predict step (tf.function, jax.jit, or
-        torch's eager step under no_grad, as compile() resolves it for the backend and device, as fit's
-        train step) on one batch, without predict()'s per-call data adapter and callbacks."""
+        """predict_on_batch of a compiled model: Keras's predict step as the execution resolves it for the
+        backend (by default a tf.function, jax.jit, or torch's eager step under no_grad, as fit's train step) on one
+        batch, without predict()'s per-call data adapter and callbacks."""
         scale = float(self.input_scale) if (self.float_inputs and self.input_scale) else None
         stored = np.uint8 if self.float_inputs else np.int32
         with keras.device(self.device_name):
             served = Served(self.core, scale)
             served.compile()
+            executed_as(served, self.execution)
 
         def serve(x):
             with keras.device(self.device_name):

@@ -149,6 +149,7 @@ def padded_plan(plan_index, plan_weights, rows: int):
 
 class Detector(DetectorAdapter):
     name = "keras"
+    executions = adapter.EXECUTIONS[adapter.BACKEND][:1]  # compile()'s default for the backend alone
 
     versions = adapter.Adapter.versions
     threads_used = adapter.Adapter.threads_used

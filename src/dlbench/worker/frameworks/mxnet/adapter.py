@@ -1,4 +1,4 @@
-"""MXNet 1.9 adapter: the IR as Gluon HybridBlocks, hybridized, trained under autograd.record.
+"""MXNet 1.9 adapter: the IR as Gluon HybridBlocks, hybridized (or not), trained under autograd.record.
 
 The package by concern: layers.py (the layer table: each IR kind's Gluon blocks and its Parameters by
 canonical name; the layouts, the LSTM's second bias, 'same' padding, the Transformer pieces and BatchNorm
@@ -9,6 +9,9 @@ Adapter: device, threads, weights in and out, the training and evaluation loops.
 BatchNorm's moving statistics: the block outputs the batch mean and biased variance, and the adapter
 moves the statistics after each training step with the unbiased variance and the IR's (Keras's)
 momentum (layers.py says why).
+
+Executions: "graph" (the default) hybridizes the blocks; "eager" leaves them imperative, each operator pushed to
+the engine from Python as Gluon runs without hybridize(); MXNet has no compiler of its own to ask for.
 
 Compilation: hybridize() only marks the blocks; the first call of a hybridized block builds its
 graph (CachedOp), so that cost lands in the first train_epoch (and the first predict or evaluate).
@@ -78,6 +81,7 @@ DTYPES = {"float32": np.float32, "float64": np.float64}
 class Adapter(BaseAdapter):
     name = "mxnet"
     dtypes = tuple(DTYPES)
+    executions = ("graph", "eager")
 
     def __init__(self, model, recipe, task, device, threads, seed):
         super().__init__(model, recipe, task, device, threads, seed)
@@ -100,7 +104,8 @@ class Adapter(BaseAdapter):
         # marks only: the graphs are built by the first calls. static_alloc and static_shape (Gluon's
         # performance guide, as an idiomatic program runs) keep each graph's memory and shapes from one
         # call to the next instead of planning them again at every batch
-        self.objective.hybridize(static_alloc=True, static_shape=True)
+        if self.execution == "graph":
+            self.objective.hybridize(static_alloc=True, static_shape=True)
         self.trainable = [p for p in self.objective.collect_params().values() if p.grad_req != "null"]
         optimizer = lookup(OPTIMIZERS, "optimizer", recipe["optimizer"]["name"])
         self.optimizer = optimizer([p.data(self.ctx) for p in self.trainable], recipe["optimizer"],
@@ -241,8 +246,9 @@ class Adapter(BaseAdapter):
         return self.net(inputs)[0].asnumpy()
 
     def serving(self):
-        """The hybridized Gluon network (static_alloc, static_shape: its cached graph, one per batch shape)
-        under autograd.predict_mode; pixels go to the device as uint8 and are scaled there."""
+        """The Gluon network as the execution runs it (graph: hybridized, static_alloc, static_shape, its cached
+        graph one per batch shape) under autograd.predict_mode; pixels go to the device as uint8 and are scaled
+        there."""
         scale = self.input_scale
 
         def serve(x):

@@ -90,6 +90,7 @@ class Objective(gluon.HybridBlock):
 
 class Detector(DetectorAdapter):
     name = "mxnet"
+    executions = ("graph",)  # two hybridized graphs
     dtypes = tuple(DTYPES)
 
     def __init__(self, model, recipe, task, device, threads, seed):

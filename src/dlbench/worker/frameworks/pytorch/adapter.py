@@ -1,10 +1,15 @@
-"""PyTorch adapter: the IR as an nn.Module (layers.py's table), trained in eager mode as PyTorch's own examples do.
+"""PyTorch adapter: the IR as an nn.Module (layers.py's table), trained in eager mode as PyTorch's own examples do,
+or compiled (execution "compiled": torch.compile of the module, inductor's default mode, as PyTorch's tutorial
+compiles a model; "reduce-overhead" adds CUDA graphs, which a CPU lacks, and "max-autotune" spends minutes
+searching kernels: the default mode is the one every user gets from torch.compile(model)). PyTorch's graph
+capture is torch.compile's own (TorchScript is deprecated), so it has no "graph" execution apart from it.
 
 The model's modules, their canonical weights and the NHWC/NCHW permutes are layers.py's; the optimisers and
 schedules optimizers.py's; the loss terms losses.py's.
 """
 from __future__ import annotations
 
+import os
 from typing import Dict
 
 import numpy as np
@@ -15,6 +20,7 @@ from dlbench.worker.base import (
     BaseAdapter,
     Split,
     batch_slices,
+    compile_cache,
     finish_metrics,
     lookup,
     recipe_dtype,
@@ -38,6 +44,7 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 class Adapter(BaseAdapter):
     name = "pytorch"
     dtypes = tuple(DTYPES)
+    executions = ("eager", "compiled")
 
     def __init__(self, model, recipe, task, device, threads, seed):
         super().__init__(model, recipe, task, device, threads, seed)
@@ -46,6 +53,14 @@ class Adapter(BaseAdapter):
         torch.manual_seed(seed)  # dropout masks
         self.module, self.by_name = build_module(model)
         self.module.to(self.torch_device)
+        # what every forward pass calls: the module, or its compiled twin (the same parameters; compiled at its
+        # first call, again for the other of training and evaluation, and for a new batch shape)
+        self.forward = self.module
+        if self.execution == "compiled":
+            cache = compile_cache(None)
+            if cache:  # certification and a suite's shared cache; else inductor's own under the run's TMPDIR
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
+            self.forward = torch.compile(self.module)
         trainable = [p for p in self.module.parameters() if p.requires_grad]
         self.optimizer = make_optimizer(trainable, recipe["optimizer"])
         self.scheduler = make_scheduler(self.optimizer, recipe)
@@ -104,7 +119,7 @@ class Adapter(BaseAdapter):
         x_all, y_all = self._on_device(data)
         self.module.train()
         self.optimizer.zero_grad(set_to_none=True)
-        loss = loss_terms(self.recipe["loss"], self.module(self._inputs(x_all, data.input_scale)), y_all)[0]
+        loss = loss_terms(self.recipe["loss"], self.forward(self._inputs(x_all, data.input_scale)), y_all)[0]
         loss.backward()
         gradients = self._export(gradients=True)
         self.optimizer.zero_grad(set_to_none=True)
@@ -155,7 +170,7 @@ class Adapter(BaseAdapter):
         for batch in batch_slices(len(order), self.recipe["batch_size"]):
             index = order_t[batch]
             self.optimizer.zero_grad(set_to_none=True)
-            logits = self.module(self._inputs(x_all[index], data.input_scale))
+            logits = self.forward(self._inputs(x_all[index], data.input_scale))
             loss, weight, right, made = loss_terms(loss_name, logits, y_all[index])
             loss.backward()
             self._step()
@@ -169,7 +184,7 @@ class Adapter(BaseAdapter):
         sums = torch.zeros(4, dtype=torch.float64, device=self.torch_device)
         with torch.inference_mode():
             for batch in batch_slices(len(data), self.recipe["batch_size"]):
-                logits = self.module(self._inputs(x_all[batch], data.input_scale))
+                logits = self.forward(self._inputs(x_all[batch], data.input_scale))
                 loss, weight, right, made = loss_terms(loss_name, logits, y_all[batch])
                 sums += batch_sums(loss, weight, right, made)
         return finish_metrics(loss_name, *sums.tolist())
@@ -178,16 +193,16 @@ class Adapter(BaseAdapter):
         self.module.eval()
         inputs = torch.from_numpy(np.ascontiguousarray(x)).to(self.torch_device)
         with torch.inference_mode():
-            return self.module(inputs.to(self.dtype) if self.float_inputs else inputs.long()).cpu().numpy()
+            return self.forward(inputs.to(self.dtype) if self.float_inputs else inputs.long()).cpu().numpy()
 
     def serving(self):
-        """eval() and torch.inference_mode, as PyTorch's guides serve a model; the stored pixels are scaled
-        on the device.
+        """eval() and torch.inference_mode, as PyTorch's guides serve a model, on the module as the execution
+        runs it; the stored pixels are scaled on the device.
 
-        Not torch.compile'd: on the 2-core CPU machine (torch 2.13, inductor, one thread, beside other work)
-        cnn-mnist's compiled module took 28-40 s at its first call and served batch 1 no faster (median
-        0.547 ms against eager's 0.518 ms, 1,200 calls of each, interleaved); only batch 128 gained (67 ms
-        against 116 ms). The protocol times batch-1 latency, and a 30 s first call would dominate a cell."""
+        Eager by default, not torch.compile'd: on the 2-core CPU machine (torch 2.13, inductor, one thread, beside
+        other work) cnn-mnist's compiled module took 28-40 s at its first call and served batch 1 no faster (median
+        0.547 ms against eager's 0.518 ms, 1,200 calls of each, interleaved); only batch 128 gained (67 ms against 116
+        ms). The protocol times batch-1 latency, and a 30 s first call would dominate a cell."""
         self.module.eval()
         scale = self.input_scale
 
@@ -195,14 +210,14 @@ class Adapter(BaseAdapter):
             inputs = torch.from_numpy(np.ascontiguousarray(x)).to(self.torch_device)
             with torch.inference_mode():
                 inputs = self._inputs(inputs, scale) if self.float_inputs else inputs.long()
-                return self.module(inputs).cpu().numpy()
+                return self.forward(inputs).cpu().numpy()
         return serve
 
     def training_outputs(self, x):
         self.module.train()
         inputs = torch.from_numpy(np.ascontiguousarray(x)).to(self.torch_device).to(self.dtype)
         with torch.no_grad():
-            return self.module(inputs).cpu().numpy()
+            return self.forward(inputs).cpu().numpy()
 
     def synchronise(self):
         if self.torch_device.type == "cuda":

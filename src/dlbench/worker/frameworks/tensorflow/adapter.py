@@ -7,10 +7,10 @@ the canonical ones, so weights move in and out unchanged), optimizers.py the opt
 losses.py the loss terms and per-batch sums; this module the device, threads, weights in and out, and the
 compiled training and evaluation steps.
 
-An epoch is driven from Python one compiled step per batch: the split lives on the device as tensors
-made once (pixels stay uint8 until a batch), each step gathers its batch from the epoch's order inside
-the graph, and loss and right predictions are summed into a device variable fetched once per epoch.
-The smaller last batch reuses the same graph (input signature with a free batch axis).
+An epoch is driven from Python one step per batch (a tf.function, as the default execution runs it): the split lives
+on the device as tensors made once (pixels stay uint8 until a batch), each step gathers its batch from the epoch's
+order inside the graph, and loss and right predictions are summed into a device variable fetched once per epoch. The
+smaller last batch reuses the same graph (input signature with a free batch axis).
 
 Environment: the recipe installs tensorflow-cpu, what the project's machines can test. On a machine
 with a GPU install "tensorflow" (CUDA build) instead; device "gpu" then places everything on /GPU:0.
@@ -27,10 +27,20 @@ from dlbench.worker.frameworks.tensorflow.layers import Model
 from dlbench.worker.frameworks.tensorflow.losses import batch_sums, loss_terms
 from dlbench.worker.frameworks.tensorflow.optimizers import OPTIMIZERS, dense_gradient
 
-# XLA (jit_compile=True) measured slower on the project's 2-core CPU machine, against plain graph
-# functions: cnn-mnist steady epochs ~5x, lstm-ptb ~1.3-1.6x (XLA's CPU convolutions do not use
-# oneDNN; its while-loop and embedding scatter gain nothing at these sizes). Kept off.
-JIT_COMPILE = False
+# The executions (base.EXECUTIONS), the default first: "graph", each step a tf.function without XLA; "eager",
+# the same Python functions run op by op; "compiled", tf.function(jit_compile=True), XLA. XLA measured slower on
+# the project's 2-core CPU machine than plain graph functions: cnn-mnist steady epochs ~5x, lstm-ptb ~1.3-1.6x
+# (XLA's CPU convolutions do not use oneDNN; its while-loop and embedding scatter gain nothing at these sizes),
+# so graph is the default.
+EXECUTIONS = ("graph", "eager", "compiled")
+
+
+def as_executed(fn, execution: str, input_signature):
+    """`fn` as the execution runs it: itself (eager), or a tf.function of the signature, through XLA (compiled)
+    or not (graph)."""
+    if execution == "eager":
+        return fn
+    return tf.function(fn, input_signature=input_signature, jit_compile=execution == "compiled")
 
 
 def configure_threads(threads: int) -> None:
@@ -67,6 +77,7 @@ def choose_device(device: str) -> str:
 
 class Adapter(BaseAdapter):
     name = "tensorflow"
+    executions = EXECUTIONS
 
     def __init__(self, model, recipe, task, device, threads, seed):
         super().__init__(model, recipe, task, device, threads, seed)
@@ -85,11 +96,10 @@ class Adapter(BaseAdapter):
         y_spec = tf.TensorSpec(None, tf.int32)
         index = tf.TensorSpec([None], tf.int64)
         scale = tf.TensorSpec([], tf.float32)
-        compiled = dict(jit_compile=JIT_COMPILE)
-        self._train_step = tf.function(self._train_step_fn, input_signature=[x_spec, y_spec, index, scale], **compiled)
-        self._eval_step = tf.function(self._eval_step_fn, input_signature=[x_spec, y_spec, index, scale], **compiled)
-        self._gradients = tf.function(self._gradients_fn, input_signature=[x_spec, y_spec, scale])
-        self._predict = tf.function(self._predict_fn, input_signature=[
+        self._train_step = as_executed(self._train_step_fn, self.execution, [x_spec, y_spec, index, scale])
+        self._eval_step = as_executed(self._eval_step_fn, self.execution, [x_spec, y_spec, index, scale])
+        self._gradients = as_executed(self._gradients_fn, self.execution, [x_spec, y_spec, scale])
+        self._predict = as_executed(self._predict_fn, self.execution, [
             tf.TensorSpec([None] + list(model["input_shape"]), tf.float32 if self.float_inputs else tf.int32)])
 
     def versions(self):
@@ -190,14 +200,13 @@ class Adapter(BaseAdapter):
             return self._predict(tf.constant(x)).numpy()
 
     def serving(self):
-        """A tf.function of the inference-mode forward pass on inputs as stored (pixels scaled inside the
-        graph), its signature's batch None: one trace serves every batch size."""
+        """The inference-mode forward pass on inputs as stored (pixels scaled inside), as the execution runs it: a
+        tf.function (with XLA where compiled) whose signature's batch is None, one trace for every batch size."""
         stored = tf.uint8 if self.float_inputs else tf.int32
         scale = tf.constant(float(self.input_scale or 1.0), tf.float32)
         with tf.device(self.tf_device):
-            forward = tf.function(lambda x: self.model(self._inputs(x, scale), training=False),
-                                  input_signature=[tf.TensorSpec([None] + list(self.model_ir["input_shape"]), stored)],
-                                  jit_compile=JIT_COMPILE)
+            forward = as_executed(lambda x: self.model(self._inputs(x, scale), training=False), self.execution,
+                                  [tf.TensorSpec([None] + list(self.model_ir["input_shape"]), stored)])
 
         def serve(x):
             with tf.device(self.tf_device):

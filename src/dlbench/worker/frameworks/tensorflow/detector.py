@@ -21,7 +21,7 @@ from dlbench.shared.detection.pipeline import SMOOTH_L1_BETA
 from dlbench.shared.ir import detector_parts
 from dlbench.worker.base import lookup
 from dlbench.worker.detector import LOSS_NAMES, DetectorAdapter
-from dlbench.worker.frameworks.tensorflow.adapter import JIT_COMPILE, choose_device, configure_threads
+from dlbench.worker.frameworks.tensorflow.adapter import choose_device, configure_threads
 from dlbench.worker.frameworks.tensorflow.layers import Model
 from dlbench.worker.frameworks.tensorflow.optimizers import OPTIMIZERS
 
@@ -79,6 +79,7 @@ def head_losses(logits, box_deltas, labels, targets, weights):
 
 class Detector(DetectorAdapter):
     name = "tensorflow"
+    executions = ("graph",)  # its steps are tf.functions without XLA, the adapter's default
 
     def __init__(self, model, recipe, task, device, threads, seed):
         super().__init__(model, recipe, task, device, threads, seed)
@@ -95,7 +96,7 @@ class Detector(DetectorAdapter):
             self.optimizer = optimizer(self.params, recipe["optimizer"])
         image = tf.TensorSpec([1, None, None, 3], tf.float32)
         targets = [tf.TensorSpec(shape, dtype) for _, dtype, shape in TARGETS]
-        compiled = dict(jit_compile=JIT_COMPILE)
+        compiled = dict(jit_compile=False)  # graph, the adapter's default execution (adapter.EXECUTIONS)
         self._rpn = tf.function(lambda x: self._rpn_fn(x, training=False), input_signature=[image], **compiled)
         self._roi_head = tf.function(self._roi_head_fn, input_signature=[
             tf.TensorSpec([1, None, None, parts["rpn"]["input_shape"][-1]], tf.float32),

@@ -132,6 +132,7 @@ def scans_run(function) -> List[str]:
 
 class Adapter(BaseAdapter):
     name = "theano"
+    executions = ("compiled",)  # theano.function compiles every graph; Theano has no other way to run one
 
     def __init__(self, model, recipe, task, device, threads, seed):
         super().__init__(model, recipe, task, device, threads, seed)

@@ -64,6 +64,7 @@ def head_losses(logits, box_deltas, labels, targets, weights):
 
 class Detector(DetectorAdapter):
     name = "theano"
+    executions = ("compiled",)
 
     def __init__(self, model, recipe, task, device, threads, seed):
         super().__init__(model, recipe, task, device, threads, seed)

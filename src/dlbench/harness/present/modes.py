@@ -1,0 +1,66 @@
+"""The report's executions section as text, for the HTML and the Markdown renderers alike: one table of every
+execution beside its framework's default (analysis/modes.py)."""
+from collections.abc import Sequence
+
+from dlbench.harness.analysis.findings import seconds, title
+from dlbench.harness.analysis.measures import metric_format
+from dlbench.harness.analysis.modes import ALPHA, ModeRow
+from dlbench.harness.analysis.stats import level_text
+from dlbench.harness.plan import executions
+from dlbench.harness.present.tables import Table, with_ci
+
+INTRO = ("A framework run in an execution other than its default (eager, graph or compiled: the suite's `execution`), "
+         "beside its default on the same workload, dataset, device, batch size and threads. Speed-up: the "
+         "default's steady epoch time over this execution's (ratio of geometric means, Welch's t interval on the "
+         "logs of the runs' times; shown when Holm's correction over the table leaves p below "
+         f"{ALPHA} and the interval excludes 1). First-epoch excess: a run's first epoch beyond its steady ones, "
+         "where compilation and tracing land (median over the runs). Pays back: where the speed-up is shown, the "
+         "epochs after which the execution's faster steady epochs have made up its larger first epoch (medians).")
+
+
+def table(found: Sequence[ModeRow]) -> Table:
+    header = ["workload", "framework", "execution", "steady epoch", "speed-up over default", "first-epoch excess",
+              "default's excess", "pays back after", "final metric (default: this)"]
+    body, row_keys = [], []
+    for row in found:
+        cell = row.cell
+        fmt = metric_format(cell.metric_name)
+        body.append([
+            title(cell.workload, cell.dataset_label or cell.dataset, cell.device),
+            f"{cell.framework} {cell.framework_version}" if cell.framework_version else cell.framework,
+            f"{cell.execution} (default {executions.default(cell.framework)})",
+            f"{with_ci(cell.steady_epoch_s, seconds)} ({with_ci(row.default.steady_epoch_s, seconds)})",
+            _speed_up(row), with_ci(row.first_epoch_excess_s, seconds), with_ci(row.default_excess_s, seconds),
+            _break_even(row), f"{with_ci(row.default.metric_value, fmt)}: {with_ci(cell.metric_value, fmt)}",
+        ])
+        row_keys.append({"framework": cell.framework, "workload": cell.workload, "device": cell.device or "?"})
+    return Table("Executions beside each framework's default", header, body, row_keys=row_keys,
+                 note="steady epoch: this execution's (the default's in brackets after it); intervals at 95% "
+                      "unless a level is printed")
+
+
+def _speed_up(row: ModeRow) -> str:
+    value = row.speed_up
+    if value.median is None:
+        return "-"
+    text = f"{value.median:.2f}x"
+    if value.low is not None and value.high is not None:
+        level = f", {level_text(value.level)}" if value.level is not None and value.level < 0.95 else ""
+        text += f" [{value.low:.2f}-{value.high:.2f}{level}]"
+    if row.p_adjusted is None:
+        return f"{text} (single runs: untested)"
+    verdict = ("faster" if value.median > 1 else "slower") if row.shown else "not shown"
+    return f"{text} {verdict} (p {row.p_adjusted:.2g})"
+
+
+def _break_even(row: ModeRow) -> str:
+    """From the medians, where the test shows the execution faster; else nothing is claimed."""
+    if not row.shown or (row.speed_up.median or 0) <= 1:
+        return "- (no speed-up shown)"
+    epochs = row.break_even_epochs
+    if epochs is None:
+        return "-"
+    if epochs == 0:
+        return "at once (no larger first epoch)"
+    steps = f", {epochs * row.steps_per_epoch:,.0f} steps" if row.steps_per_epoch else ""
+    return f"{epochs:.2g} epochs{steps}"
