@@ -214,9 +214,13 @@ class Adapter(BaseAdapter):
         return serve
 
     def training_outputs(self, x):
+        """The training-mode forward pass as the execution runs it (its dropout with XLA's random numbers where
+        compiled), so that the dropout check certifies the path the training steps take."""
         x = np.ascontiguousarray(x, dtype=np.float32)
         with tf.device(self.tf_device):
-            return self.model(tf.constant(x), training=True).numpy()
+            forward = as_executed(lambda inputs: self.model(inputs, training=True), self.execution,
+                                  [tf.TensorSpec([None] + list(self.model_ir["input_shape"]), tf.float32)])
+            return forward(tf.constant(x)).numpy()
 
     def synchronise(self):
         if self.tf_device.startswith("/GPU"):
