@@ -52,6 +52,24 @@ class LayerEntry(namedtuple("LayerEntry", "build weights")):
 # Theano's functions). docs/architecture.md has the table of what each means in each framework.
 EXECUTIONS = ("eager", "graph", "compiled")
 
+# The number formats an adapter trains and serves in (a recipe's "precision"): float32 throughout; bfloat16 weights,
+# optimiser state and compute ("bfloat16"); float32 weights and optimiser with the forward and backward computed in
+# bfloat16 or float16 by the framework's own mixed-precision mechanism ("mixed-bfloat16", "mixed-float16"). In
+# every one the logits are cast to float32 before the loss, as Keras's losses and torch.autocast's float32 list do,
+# weights go in and out as float32 canonical arrays (a bfloat16 weight exactly as stored), and predictions come
+# back as float32. docs/architecture.md has the table of each framework's mechanism.
+PRECISIONS = ("float32", "bfloat16", "mixed-bfloat16", "mixed-float16")
+# mixed-float16's dynamic loss scaling, the same in every framework (Keras's LossScaleOptimizer defaults, which
+# torch's GradScaler is given): the loss is multiplied by the scale before the backward pass, the gradients
+# divided by it; a step whose gradients hold an inf or nan is skipped and the scale halved; after this many
+# finite steps in a row it doubles.
+LOSS_SCALE = {"initial": 2.0 ** 15, "growth_interval": 2000, "growth_factor": 2.0, "backoff_factor": 0.5}
+
+
+def recipe_precision(recipe: dict) -> str:
+    """The number format the recipe asks for (PRECISIONS): its "precision", float32 where it names none."""
+    return recipe.get("precision", "float32")
+
 
 def recipe_dtype(recipe: dict) -> str:
     """The float type the recipe asks for: its "dtype", float32 where it names none."""
@@ -185,6 +203,9 @@ class BaseAdapter(object):
     # The executions (EXECUTIONS) a recipe's "execution" may ask for, the first the adapter's default (what it
     # ran before the axis existed). Any other is refused: never run in another mode under its name.
     executions = ("eager",)
+    # The precisions (PRECISIONS) a recipe's "precision" may ask for, float32 first. Any other is refused: never
+    # trained in float32 under its name. A precision other than float32 goes with dtype float32 only.
+    precisions = ("float32",)
 
     def __init__(self, model: dict, recipe: dict, task: str, device: str, threads: int, seed: int):
         if recipe["loss"] not in LOSSES:
@@ -199,6 +220,12 @@ class BaseAdapter(object):
         self.execution = recipe.get("execution", self.executions[0])
         if self.execution not in self.executions:
             raise not_built("execution", self.execution)
+        self.precision = recipe_precision(recipe)
+        if self.precision not in self.precisions:
+            raise not_built("precision", self.precision)
+        if self.precision != "float32" and recipe_dtype(recipe) != "float32":
+            raise ValueError("precision %r with dtype %r: a reduced precision starts from float32"
+                             % (self.precision, recipe_dtype(recipe)))
         if device not in DEVICES:  # the adapters' device code reads anything but "gpu" as the CPU
             raise not_built("device", device)
         self.model_ir = model

@@ -78,5 +78,6 @@ def ready_adapter(cell: CellFile, meta: dict, events: Events, n_train: int, n_te
     adapter.set_weights(starting_weights(cell))
     adapter.synchronise()
     events.emit(READY, import_s=import_s, build_s=time.perf_counter() - tic, versions=adapter.versions(),
-                threads=adapter.threads_used(), n_train=n_train, n_test=n_test, execution=adapter.execution)
+                threads=adapter.threads_used(), n_train=n_train, n_test=n_test, execution=adapter.execution,
+                precision=adapter.precision)
     return adapter
