@@ -4,11 +4,17 @@ compiles a model; "reduce-overhead" adds CUDA graphs, which a CPU lacks, and "ma
 searching kernels: the default mode is the one every user gets from torch.compile(model)). PyTorch's graph
 capture is torch.compile's own (TorchScript is deprecated), so it has no "graph" execution apart from it.
 
+Precisions as PyTorch's documentation makes them: "bfloat16" casts the module (weights, and so the optimiser's
+state) and the float inputs to torch.bfloat16; "mixed-bfloat16" and "mixed-float16" keep float32 weights and run
+each forward pass under torch.autocast in bfloat16 or float16 (the backward pass follows the forward's types), the
+latter with a GradScaler on base.LOSS_SCALE's terms. The logits leave the forward pass as float32 in every one.
+
 The model's modules, their canonical weights and the NHWC/NCHW permutes are layers.py's; the optimisers and
 schedules optimizers.py's; the loss terms losses.py's.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Dict
 
@@ -22,6 +28,7 @@ from dlbench.worker.base import (
     batch_slices,
     compile_cache,
     finish_metrics,
+    LOSS_SCALE,
     lookup,
     recipe_dtype,
 )
@@ -39,12 +46,16 @@ def torch_device(device: str) -> torch.device:
 
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
+# each precision's (storage type of the weights and inputs, type torch.autocast computes in: None, no autocast)
+PRECISIONS = {"float32": (None, None), "bfloat16": (torch.bfloat16, None),
+              "mixed-bfloat16": (None, torch.bfloat16), "mixed-float16": (None, torch.float16)}
 
 
 class Adapter(BaseAdapter):
     name = "pytorch"
     dtypes = tuple(DTYPES)
     executions = ("eager", "compiled")
+    precisions = tuple(PRECISIONS)
 
     def __init__(self, model, recipe, task, device, threads, seed):
         super().__init__(model, recipe, task, device, threads, seed)
@@ -66,9 +77,24 @@ class Adapter(BaseAdapter):
         self.scheduler = make_scheduler(self.optimizer, recipe)
         self.float_inputs = model["input_dtype"].startswith("float")
         # float64 only for certification, which measures float32 rounding against it
-        self.dtype = lookup(DTYPES, "dtype", recipe_dtype(recipe))
+        storage, self.autocast = lookup(PRECISIONS, "precision", self.precision)
+        self.dtype = storage or lookup(DTYPES, "dtype", recipe_dtype(recipe))
         self.module.to(self.dtype)
+        # mixed-float16's dynamic loss scaling, on base.LOSS_SCALE's terms (GradScaler's own defaults differ)
+        self.scaler = torch.amp.GradScaler(
+            self.torch_device.type, init_scale=LOSS_SCALE["initial"], growth_factor=LOSS_SCALE["growth_factor"],
+            backoff_factor=LOSS_SCALE["backoff_factor"], growth_interval=LOSS_SCALE["growth_interval"],
+        ) if self.autocast == torch.float16 else None
         self._tensors = {}  # id of a Split -> (the split, x, y on the device): converted once
+
+    def _outputs(self, inputs: torch.Tensor) -> torch.Tensor:
+        """The forward pass in the cell's precision (torch.autocast around it where mixed), as float32 logits: the
+        loss and every caller take them so."""
+        computing = (torch.autocast(self.torch_device.type, dtype=self.autocast) if self.autocast
+                     else contextlib.nullcontext())
+        with computing:
+            outputs = self.forward(inputs)
+        return outputs if self.dtype == torch.float64 else outputs.float()
 
     def versions(self):
         return {"torch": torch.__version__, "numpy": np.__version__}
@@ -112,6 +138,7 @@ class Adapter(BaseAdapter):
                     value = tensor.detach()
                     if key + "_hh" in params:
                         value = value + params[key + "_hh"].detach()
+                value = value if self.dtype == torch.float64 else value.float()  # a bfloat16 weight as it is stored
                 out[layer["name"] + "/" + key] = layout(layer["type"]).to_canonical(key, value.cpu().numpy()).copy()
         return out
 
@@ -119,9 +146,10 @@ class Adapter(BaseAdapter):
         x_all, y_all = self._on_device(data)
         self.module.train()
         self.optimizer.zero_grad(set_to_none=True)
-        loss = loss_terms(self.recipe["loss"], self.forward(self._inputs(x_all, data.input_scale)), y_all)[0]
-        loss.backward()
-        gradients = self._export(gradients=True)
+        loss = loss_terms(self.recipe["loss"], self._outputs(self._inputs(x_all, data.input_scale)), y_all)[0]
+        scale = self.scaler.get_scale() if self.scaler else 1.0
+        (loss * scale if self.scaler else loss).backward()
+        gradients = {name: value / scale for name, value in self._export(gradients=True).items()}
         self.optimizer.zero_grad(set_to_none=True)
         return float(loss), gradients
 
@@ -141,6 +169,16 @@ class Adapter(BaseAdapter):
 
     def _step(self):
         self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+
+    def _scaled_step(self, loss: torch.Tensor) -> None:
+        """mixed-float16's step, as PyTorch's AMP recipe takes it: the scaled loss's backward pass, the optimiser's
+        step on the unscaled gradients unless one is inf or nan (then skipped), the scale updated; the learning
+        rate's schedule advances either way, as in that recipe."""
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
         if self.scheduler is not None:
             self.scheduler.step()
 
@@ -170,10 +208,13 @@ class Adapter(BaseAdapter):
         for batch in batch_slices(len(order), self.recipe["batch_size"]):
             index = order_t[batch]
             self.optimizer.zero_grad(set_to_none=True)
-            logits = self.forward(self._inputs(x_all[index], data.input_scale))
+            logits = self._outputs(self._inputs(x_all[index], data.input_scale))
             loss, weight, right, made = loss_terms(loss_name, logits, y_all[index])
-            loss.backward()
-            self._step()
+            if self.scaler:
+                self._scaled_step(loss)
+            else:
+                loss.backward()
+                self._step()
             sums += batch_sums(loss.detach(), weight, right, made)
         return finish_metrics(loss_name, *sums.tolist())
 
@@ -184,7 +225,7 @@ class Adapter(BaseAdapter):
         sums = torch.zeros(4, dtype=torch.float64, device=self.torch_device)
         with torch.inference_mode():
             for batch in batch_slices(len(data), self.recipe["batch_size"]):
-                logits = self.forward(self._inputs(x_all[batch], data.input_scale))
+                logits = self._outputs(self._inputs(x_all[batch], data.input_scale))
                 loss, weight, right, made = loss_terms(loss_name, logits, y_all[batch])
                 sums += batch_sums(loss, weight, right, made)
         return finish_metrics(loss_name, *sums.tolist())
@@ -193,7 +234,7 @@ class Adapter(BaseAdapter):
         self.module.eval()
         inputs = torch.from_numpy(np.ascontiguousarray(x)).to(self.torch_device)
         with torch.inference_mode():
-            return self.forward(inputs.to(self.dtype) if self.float_inputs else inputs.long()).cpu().numpy()
+            return self._outputs(inputs.to(self.dtype) if self.float_inputs else inputs.long()).cpu().numpy()
 
     def serving(self):
         """eval() and torch.inference_mode, as PyTorch's guides serve a model, on the module as the execution
@@ -210,14 +251,14 @@ class Adapter(BaseAdapter):
             inputs = torch.from_numpy(np.ascontiguousarray(x)).to(self.torch_device)
             with torch.inference_mode():
                 inputs = self._inputs(inputs, scale) if self.float_inputs else inputs.long()
-                return self.forward(inputs).cpu().numpy()
+                return self._outputs(inputs).cpu().numpy()
         return serve
 
     def training_outputs(self, x):
         self.module.train()
         inputs = torch.from_numpy(np.ascontiguousarray(x)).to(self.torch_device).to(self.dtype)
         with torch.no_grad():
-            return self.forward(inputs).cpu().numpy()
+            return self._outputs(inputs).cpu().numpy()
 
     def synchronise(self):
         if self.torch_device.type == "cuda":
