@@ -7,7 +7,7 @@ import pytest
 import transformer_pieces
 from scipy.special import erf
 
-from dlbench.harness.certification import certified_model, layer_checks, optimizer, power, probes
+from dlbench.harness.certification import certified_model, layer_checks, optimizer, power, probes, terms
 from dlbench.harness.cli import main
 from dlbench.harness.environments import envs, sources
 from dlbench.harness.environments.envs import REFERENCE
@@ -78,7 +78,7 @@ def test_a_broken_mapping_fails_certification(broken, store, tmp_path, framework
     assert not cert["passed"]
     failed = [row["tensor"] for row in cert["deviations"] if not row["passed"]]
     assert "output" in failed and "loss" in failed and any(culprit in name for name in failed)
-    assert cert["worst_scaled_deviation"] > 100 * probes.TOLERANCES["output"]
+    assert cert["worst_scaled_deviation"] > 100 * terms.TOLERANCES["output"]
 
 
 @pytest.mark.framework
@@ -235,7 +235,7 @@ def test_the_activation_check_tells_gelus_tanh_form_by_far(tmp_path):
     assert row["passed"] and row["max_rel"] < 1e-6
     tanh = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
     [row] = layer_checks.rows(request, tanh.astype(np.float32))
-    assert not row["passed"] and row["max_rel"] > 15 * probes.TOLERANCES["activation"]
+    assert not row["passed"] and row["max_rel"] > 15 * terms.TOLERANCES["activation"]
     relu = dict(request, fn="relu")
     assert layer_checks.rows(relu, np.maximum(x, 0))[0]["passed"]
     assert not layer_checks.rows(relu, exact)[0]["passed"]
@@ -604,7 +604,7 @@ def test_batchnorms_epsilon_is_checked_where_it_dominates(tmp_path):
     layer = dict(requests[0]["model"]["layers"][0], epsilon=1.1e-3)
     [wrong] = layer_checks.batchnorm_rows(dict(requests[0], model=layer_checks.batchnorm_model(layer)),
                                           output["output"])
-    assert not wrong["passed"] and wrong["max_rel"] > 100 * probes.TOLERANCES["output"]
+    assert not wrong["passed"] and wrong["max_rel"] > 100 * terms.TOLERANCES["output"]
 
 
 @pytest.mark.framework

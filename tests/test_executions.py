@@ -49,7 +49,7 @@ def test_each_framework_plans_the_executions_it_runs_and_the_others_are_refused_
     assert any(line.startswith(detector) for line in refused)
     # --execution overrides the suite and its entries; a plan left with nothing says why
     assert {c.execution for c in suite.plan(chosen, execution="graph")} == {"graph"}
-    with pytest.raises(suite.SuiteError, match="every execution asked for is refused:\njax eager, refused for cnn"):
+    with pytest.raises(suite.SuiteError, match="every execution and precision asked for is refused:\njax eager, refused for cnn"):
         suite.plan(chosen, frameworks=["jax"], workloads=["cnn-mnist"], execution="eager")
 
 

@@ -90,7 +90,7 @@ def test_unknown_top_level_field_names_its_line_and_the_accepted_fields(capsys, 
     message = error_of(capsys, ["run", str(path)])
     assert message == (f"{path}:4: field 'repeats': unknown field; accepted: name, description, frameworks, "
                        "device, repeat, seed, threads, timeout_s, compile_cache, allocator, gpu_memory, executor, "
-                       "mode, serve, execution, workloads")
+                       "mode, serve, execution, precision, workloads")
 
 
 def test_bad_epochs_in_the_second_entry_names_its_line(capsys, tmp_path):
@@ -117,7 +117,7 @@ def test_unknown_field_in_an_entry_names_its_line(capsys, tmp_path):
 """)
     message = error_of(capsys, ["run", str(path)])
     assert message == (f"{path}:6: field 'epoch': unknown field; accepted: workload, dataset, epochs, batch_size, "
-                       "threads, execution, train_samples, weights")
+                       "threads, execution, precision, train_samples, weights")
 
 
 def test_unknown_dataset_lists_the_known_ones(capsys, tmp_path):
@@ -174,7 +174,7 @@ def test_empty_workloads(capsys, tmp_path):
     path = write_suite(tmp_path, GOOD_HEAD + "workloads: []\n")
     message = error_of(capsys, ["run", str(path)])
     assert message == (f"{path}:3: field 'workloads': expected a non-empty list of mappings with "
-                       "workload, dataset, epochs, batch_size, threads, execution, train_samples, weights")
+                       "workload, dataset, epochs, batch_size, threads, execution, precision, train_samples, weights")
 
 
 def test_invalid_yaml(capsys, tmp_path):

@@ -16,7 +16,7 @@ from dlbench.harness.certification import machine_store, probes
 from dlbench.harness.data import DatasetError
 from dlbench.harness.environments import disk, envs, rebuild
 from dlbench.harness.environments.envs import EnvError
-from dlbench.harness.plan import executions, suite
+from dlbench.harness.plan import executions, modes, precisions, suite
 from dlbench.harness.plan.initial_weights import WeightsError
 from dlbench.harness.plan.suite import SuiteError
 from dlbench.harness.plan.workloads import (
@@ -36,7 +36,8 @@ from dlbench.shared import ir
 
 DEFAULT_RESULTS = Path("dlbench-results")
 USER_ERRORS = (SuiteError, WorkloadError, EnvError, DatasetError, StoreError, probes.CertifyError, AnalysisError,
-               ExecutorError, WeightsError, EstimateError, folders.PathError, executions.ExecutionError)
+               ExecutorError, WeightsError, EstimateError, folders.PathError, executions.ExecutionError,
+               precisions.PrecisionError)
 # 128 + SIGINT: what a shell reports for a command that Ctrl-C stopped
 INTERRUPTED = 130
 BROKEN_PIPE = 141  # 128 + SIGPIPE, the status a shell reports for a writer whose reader closed the pipe
@@ -66,8 +67,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             chosen = suite.load(args.suite)
             cells = suite.plan(chosen, args.framework, args.workload, args.device, args.repeat, args.epochs,
                                args.compile_cache, args.allocator, args.gpu_memory, args.threads,
-                               execution=args.execution)
-            for line in suite.refusals(chosen, args.framework, args.workload, args.execution):
+                               execution=args.execution, precision=args.precision)
+            for line in suite.refusals(chosen, args.framework, args.workload, args.execution, args.precision,
+                                       args.device):
                 print(f"left out: {line}")
             return run_and_show(chosen, cells, options, args)
         except interrupt.Interrupted as stop:
@@ -347,7 +349,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
     chosen = suite.load(args.suite)
     cells = suite.plan(chosen, args.framework, args.workload, args.device, args.repeat, args.epochs,
-                       threads=args.threads, execution=args.execution)
+                       threads=args.threads, execution=args.execution, precision=args.precision)
     forecast = estimate.forecast_plan(cells, Path(args.results), data_dir(args), machine.describe())
     print(f"forecast of {chosen.name}: {len(cells)} cells")
     print("\n".join(forecast.notes))
@@ -373,19 +375,20 @@ def cmd_certify(args: argparse.Namespace) -> int:
 
     def progress(cert: dict) -> None:
         verdict = "pass" if cert["passed"] else "FAIL"
-        name = executions.label(cert["framework"], cert["execution"])
+        name = modes.label(cert["framework"], cert["execution"], cert["precision"])
         print(f"{name} {cert['workload']}: {verdict} (worst {cert['worst_tensor']}, "
               f"relative deviation {cert['worst_scaled_deviation']})", flush=True)
 
     with machine_store.open_store() as store:
-        present = {} if args.again else {(framework, workload.name, workload.recipe.get("execution")): (
+        present = {} if args.again else {(framework, workload.name, modes.of_workload(workload)): (
             store.newest_certificate(*machine_store.key_now(framework, workload))) for framework, workload in pairs}
         todo = [(name, workload) for name, workload in pairs
-                if present.get((name, workload.name, workload.recipe.get("execution"))) is None]
+                if present.get((name, workload.name, modes.of_workload(workload))) is None]
         certificates = [cert for cert in present.values() if cert is not None]
         for cert in certificates:
             verdict = "pass" if cert["passed"] else "FAIL"
-            print(f"{executions.label(cert['framework'], cert.get('execution'))} {cert['workload']}: certified "
+            print(f"{modes.label(cert['framework'], cert.get('execution'), cert.get('precision'))} {cert['workload']}: "
+                  "certified "
                   f"already ({verdict}, {cert['created_at']}); --again certifies it anew", flush=True)
         by_framework: dict[str, list] = {}
         for framework, workload in todo:
@@ -394,7 +397,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
             check_results_folder(args.results, "certify keeps its probes' files there")
             # a folder of its own: a certify started in the same second writes its probes elsewhere
             workdir = results_folder.new_folder(results_dir / "certify", time.strftime("%Y%m%d-%H%M%S"))
-            reference = probes.reference_probes(list({w.name: w for _, w in todo}.values()), workdir)
+            reference = probes.reference_probes([w for _, w in todo], workdir)
             for framework, workloads in by_framework.items():
                 certificates += probes.certify([framework], workloads, store, workdir, progress, reference)
     print()
@@ -425,7 +428,7 @@ def certify_pairs(args: argparse.Namespace) -> list[tuple[str, Workload]]:
     every framework but the reference) by -w (default: every workload)."""
     if args.suite is not None:
         chosen = suite.load(args.suite)
-        cells = suite.plan(chosen, args.framework, args.workload, execution=args.execution)
+        cells = suite.plan(chosen, args.framework, args.workload, execution=args.execution, precision=args.precision)
         if chosen.device != "cpu":
             raise SuiteError(f"suite {chosen.name} runs on {chosen.device}: certification probes run in the CPU "
                              "environments, so no certificate would cover its runs")
@@ -433,9 +436,9 @@ def certify_pairs(args: argparse.Namespace) -> list[tuple[str, Workload]]:
     for name in args.framework or ():
         envs.get_recipe(name)  # refused before anything runs
     frameworks = args.framework or [name for name in envs.RECIPES
-                                    if not executions.is_reference(name, args.execution or None)]
+                                    if not modes.is_reference(name, args.execution or None, args.precision)]
     workloads = [get_workload(name) for name in args.workload] if args.workload else list(WORKLOADS.values())
-    return [(framework, executions.as_run(workload, framework, args.execution)) for framework in frameworks
+    return [(framework, modes.as_run(workload, framework, args.execution, args.precision)) for framework in frameworks
             for workload in workloads]
 
 
@@ -554,6 +557,9 @@ def run_parser(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--execution", choices=executions.EXECUTIONS,
                      help="run every cell in this execution, overriding the suite and its entries (a framework "
                           "that cannot is left out, saying why)")
+    run.add_argument("--precision", choices=precisions.PRECISIONS,
+                     help="train every cell in this precision, overriding the suite and its entries (a framework "
+                          "that cannot is left out, saying why)")
     run.add_argument("--threads", type=thread_count,
                      help="threads per cell, overriding the suite and its entries (default: the entry's, else the "
                           "suite's, else the cores of the machine or Ray node that runs the cell)")
@@ -628,6 +634,9 @@ def certify_parser(commands: argparse._SubParsersAction) -> None:
     cert.add_argument("-w", "--workload", action="append", help="only these workloads (default: all)")
     cert.add_argument("--execution", choices=executions.EXECUTIONS,
                       help="certify this execution (default: each framework's own; with --suite, the suite's)")
+    cert.add_argument("--precision", choices=precisions.PRECISIONS,
+                      help="certify this precision against the reference in the same precision (default: float32; "
+                           "with --suite, the suite's)")
     cert.add_argument("--again", action="store_true",
                       help="certify pairs anew that already hold a certificate of their environment and code")
     cert.add_argument("--results", default=str(DEFAULT_RESULTS),
@@ -711,6 +720,8 @@ def estimate_parser(commands: argparse._SubParsersAction) -> None:
     est.add_argument("--threads", type=thread_count, help="threads per cell, overriding the suite and its entries")
     est.add_argument("--execution", choices=executions.EXECUTIONS,
                      help="the execution of every cell, overriding the suite and its entries")
+    est.add_argument("--precision", choices=precisions.PRECISIONS,
+                     help="the precision of every cell, overriding the suite and its entries")
     est.set_defaults(func=cmd_estimate)
 
 

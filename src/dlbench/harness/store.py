@@ -16,7 +16,7 @@ from dlbench.harness import file_names, folders
 from dlbench.shared import cell_file
 from dlbench.shared.protocol import EPOCH_SPLIT
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 FILENAME = "dlbench.sqlite"
 SIDE_FILES = ("-wal", "-shm", "-journal")  # what SQLite writes beside the store
 # SQLite's INTEGER is signed 64-bit: a larger Python int raised OverflowError inside the write (issue #40)
@@ -126,6 +126,9 @@ RUN_COLUMNS: dict[str, str] = {
     # added in schema version 13: the execution the worker's adapter ran (harness/plan/executions.py), from its
     # ready event; NULL before (each framework's default then) and where the worker failed before it was ready
     "execution": "TEXT",
+    # added in schema version 14: the precision the worker's adapter trained in (harness/plan/precisions.py), from its
+    # ready event; NULL before (float32 then) and where the worker failed before it was ready
+    "precision": "TEXT",
 }
 INFERENCE = cell_file.INFERENCE  # a run's mode; NULL for a training run
 
@@ -187,6 +190,9 @@ CERTIFICATE_COLUMNS: dict[str, str] = {
     # added in schema version 13: the execution certified (harness/plan/executions.py), also in the workload's
     # digest; NULL before (each framework's only execution then, its default)
     "execution": "TEXT",
+    # added in schema version 14: the precision certified (harness/plan/precisions.py), also in the workload's digest;
+    # NULL before (float32 then)
+    "precision": "TEXT",
 }
 # added in schema version 6: the float32 GEMM peak measured in a framework's own environment (dlbench.worker.gemm_peak),
 # once per (environment, threads, device) and suite invocation; runs link to it by peak_id
@@ -297,6 +303,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
          LATENCIES_TABLE),
     13: (f"ALTER TABLE runs ADD COLUMN execution {RUN_COLUMNS['execution']}",
          f"ALTER TABLE certificates ADD COLUMN execution {CERTIFICATE_COLUMNS['execution']}"),
+    14: (f"ALTER TABLE runs ADD COLUMN precision {RUN_COLUMNS['precision']}",
+         f"ALTER TABLE certificates ADD COLUMN precision {CERTIFICATE_COLUMNS['precision']}"),
 }
 
 

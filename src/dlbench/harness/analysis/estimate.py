@@ -34,7 +34,7 @@ from statistics import median
 from dlbench.harness import data
 from dlbench.harness.analysis.dataset_label import run_label
 from dlbench.harness.measure.machine import hardware
-from dlbench.harness.plan import executions
+from dlbench.harness.plan import executions, precisions
 from dlbench.harness.plan.suite import Cell
 from dlbench.harness.plan.workloads import get_workload
 from dlbench.harness.store import FILENAME, Store, is_inference
@@ -128,12 +128,14 @@ def same_cell(run: Mapping, cell: Cell, threads: int) -> bool:
     """Whether the run is of this cell but for its epochs, repetition and seed: what sets an epoch's time."""
     return (run.get("framework"), run.get("workload"), run.get("dataset"), run.get("device"), threads_asked(run),
             batch_size(run), train_samples(run)) == (cell.framework, cell.workload, cell.dataset, cell.device, threads,
-                                                     cell.batch_size, cell.train_samples) and same_execution(run, cell)
+                                                     cell.batch_size, cell.train_samples) and same_mode(run, cell)
 
 
-def same_execution(run: Mapping, cell: Cell) -> bool:
-    """Whether the run ran the framework in the cell's execution (harness/plan/executions.py)."""
-    return executions.of_run(dict(run)) == (cell.execution or executions.default(cell.framework))
+def same_mode(run: Mapping, cell: Cell) -> bool:
+    """Whether the run ran the framework in the cell's execution and precision (harness/plan/executions.py,
+    precisions.py)."""
+    return (executions.of_run(dict(run)) == (cell.execution or executions.default(cell.framework))
+            and precisions.of_run(dict(run)) == (cell.precision or precisions.DEFAULT))
 
 
 def train_samples(run: Mapping) -> int | None:
@@ -236,7 +238,7 @@ class Estimator:
         if want is None:
             return Forecast(cell, None, None, None, f"{cell.dataset} not prepared: FLOPs unknown", "none")
         kin = [r for r in runs if (r.get("framework"), r.get("workload")) == (cell.framework, cell.workload)
-               and same_execution(r, cell)]
+               and same_mode(r, cell)]
         pairs = [(r, w) for r in kin if (w := run_work(r, self.data_dir)) is not None]
         if pairs:
             return self.scaled(cell, pairs, want, prefix)

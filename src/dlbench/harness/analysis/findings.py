@@ -32,7 +32,7 @@ from dlbench.harness.analysis.stats import (
 )
 from dlbench.harness.analysis.summary import CellSummary, summarise
 from dlbench.harness.measure.cores import IDLE_MACHINE, SHARED_MACHINE
-from dlbench.harness.plan import executions
+from dlbench.harness.plan import modes
 from dlbench.harness.plan.workloads import WORKLOADS, metric_label
 
 COMPILATION_FACTOR = 3.0  # a first epoch this many times the steady one is mostly compilation or warm-up
@@ -118,11 +118,11 @@ def group(cells: Sequence[CellSummary]) -> dict[Key, list[CellSummary]]:
 
 
 def label(cell: CellSummary, cells: Sequence[CellSummary]) -> str:
-    """The framework's name; with its version where the group holds several versions of it; with its execution
-    where not the framework's default."""
+    """The framework's name; with its version where the group holds several versions of it; with its execution and
+    precision where not the framework's defaults."""
     versions = {c.framework_version for c in cells if c.framework == cell.framework}
     name = cell.framework if len(versions) == 1 else f"{cell.framework} {cell.framework_version}"
-    return name + executions.suffix(cell.framework, cell.execution)
+    return name + modes.suffix(cell.framework, cell.execution, cell.precision)
 
 
 def samples(cells: Sequence[CellSummary], figure: str) -> dict[str, list[float]]:

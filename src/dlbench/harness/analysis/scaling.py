@@ -23,7 +23,7 @@ from dlbench.harness.analysis.dataset_label import label as dataset_label
 from dlbench.harness.analysis.dataset_label import recipe_batch_size
 from dlbench.harness.analysis.stats import Estimate, estimate, ratio
 from dlbench.harness.analysis.summary import CELL_KEYS, key_value
-from dlbench.harness.plan import executions
+from dlbench.harness.plan import modes
 
 THREADS, BATCH_SIZE = "threads", "batch_size"
 AXES = (THREADS, BATCH_SIZE)
@@ -96,14 +96,14 @@ def scaling(runs: Sequence[Mapping], seed: int = 0) -> list[Figure]:
 
 
 def _figures(cells: Mapping[tuple[Any, ...], list[Mapping]], axis: str, seed: int) -> list[Figure]:
-    at, execution = CELL_KEYS.index(axis), CELL_KEYS.index("execution")
+    at, mode = CELL_KEYS.index(axis), (CELL_KEYS.index("execution"), CELL_KEYS.index("precision"))
     figures: dict[tuple[Any, ...], dict[tuple[Any, ...], dict[int, list[Mapping]]]] = {}
     for key, runs in cells.items():
         if key[at] is None:
             continue
-        # a figure: the key less framework, version and execution (a line) and the axis (a point)
-        rest = tuple(v for i, v in enumerate(key) if i not in (0, 1, execution, at))
-        figures.setdefault(rest, {}).setdefault((*key[:2], key[execution]), {})[key[at]] = runs
+        # a figure: the key less framework, version, execution and precision (a line) and the axis (a point)
+        rest = tuple(v for i, v in enumerate(key) if i not in (0, 1, *mode, at))
+        figures.setdefault(rest, {}).setdefault((*key[:2], *(key[i] for i in mode)), {})[key[at]] = runs
     found = []
     for _, lines in sorted(figures.items(), key=lambda item: _sort_key(item[0])):
         versions = Counter(name for name, _ in {key[:2] for key in lines})
@@ -128,8 +128,9 @@ def _line(framework: tuple[Any, ...], by_value: Mapping[int, list[Mapping]], axi
     times = {value: samples for value, samples in sorted(times.items()) if samples}
     if len(times) < 2:
         return None
-    name, version, execution = framework
-    shown = (f"{name} {version}" if versions[name] > 1 and version else name) + executions.suffix(name, execution)
+    name, version, execution, precision = framework
+    shown = (f"{name} {version}" if versions[name] > 1 and version else name) + modes.suffix(name, execution,
+                                                                                            precision)
     if axis == THREADS:
         base = 1 if 1 in times else min(times)
         points = tuple(_thread_point(value, base, times[value], times[base], seed) for value in times)

@@ -8,13 +8,14 @@ from dataclasses import dataclass
 from dlbench.harness.analysis.stats import Estimate, estimate
 from dlbench.harness.analysis.summary import key_value
 from dlbench.harness.measure.serving import LATENCY_COLUMNS
-from dlbench.harness.plan import executions
+from dlbench.harness.plan import modes
 from dlbench.harness.store import is_inference
 
 # the per-run figures a cell estimates (harness/store.py RUN_COLUMNS)
 FIGURES = (*LATENCY_COLUMNS, "samples_per_s", "first_call_s", "first_batch_call_s", "peak_rss_mb",
            "peak_gpu_mem_mb")
-KEYS = ("framework", "framework_version", "workload", "dataset", "device", "batch_size", "threads", "execution")
+KEYS = ("framework", "framework_version", "workload", "dataset", "device", "batch_size", "threads", "execution",
+        "precision")
 
 
 def training_runs(runs: Sequence[dict]) -> list[dict]:
@@ -36,6 +37,7 @@ class ServingCell:
     batch_size: int | None  # the throughput's batch (serve_batch_size), else the configuration's
     threads: int | None
     execution: str | None
+    precision: str | None
     n_ok: int
     failures: tuple[tuple[str, str | None], ...]  # (status, reason) of each run that did not end ok
     figures: dict[str, Estimate]  # FIGURES -> the median over the ok runs with its interval
@@ -43,9 +45,9 @@ class ServingCell:
 
     @property
     def label(self) -> str:
-        """The framework with its version, and its execution where not its default."""
+        """The framework with its version, and its execution and precision where not its defaults."""
         name = f"{self.framework} {self.framework_version}" if self.framework_version else self.framework
-        return name + executions.suffix(self.framework, self.execution)
+        return name + modes.suffix(self.framework, self.execution, self.precision)
 
 
 def serving_cells(runs: Sequence[dict], seed: int = 0) -> list[ServingCell]:

@@ -15,7 +15,7 @@ from typing import Any
 from dlbench.harness.analysis.dataset_label import run_label
 from dlbench.harness.analysis.stats import Estimate, estimate, ratio
 from dlbench.harness.environments.envs import REFERENCE
-from dlbench.harness.plan import executions
+from dlbench.harness.plan import executions, modes, precisions
 from dlbench.harness.store import is_inference
 
 FIGURES = ("steady_epoch_s", "train_time_s", "first_epoch_s", "metric_value", "peak_rss_mb", "mean_cpu_percent",
@@ -27,9 +27,10 @@ FIGURES = ("steady_epoch_s", "train_time_s", "first_epoch_s", "metric_value", "p
 # runs on another N of the same dataset do other work per epoch, so they are another cell and group
 # batch_size and threads (a sweep's axes, issue #31), from the configuration too: runs of another batch size or
 # thread count are other measurements, never pooled nor compared with each other; execution (issue #43): runs of
-# another execution are another cell of the same group, compared with the other frameworks' and executions'
+# another execution are another cell of the same group, compared with the other frameworks' and executions', and so
+# are runs of another precision
 CELL_KEYS = ("framework", "framework_version", "workload", "dataset", "train_samples", "device", "batch_size",
-             "threads", "execution")
+             "threads", "execution", "precision")
 GROUP_KEYS = ("workload", "dataset", "train_samples", "device", "batch_size", "threads")
 
 
@@ -42,6 +43,8 @@ def key_value(run: Mapping, name: str) -> Any:
         return config.get(name)
     if name == "execution":
         return executions.of_run(run)
+    if name == "precision":
+        return precisions.of_run(run)
     return run.get(name)
 
 
@@ -113,6 +116,7 @@ class CellSummary:
     wall_time_s: Estimate = NO_ESTIMATE  # of the successful runs
     suite: str | None = None  # the suite its first run came from (None: not recorded)
     execution: str | None = None  # the runs' execution (executions.of_run); None: a framework this version lacks
+    precision: str | None = None  # the runs' precision (precisions.of_run); None: a framework this version lacks
 
     @property
     def warm(self) -> bool:
@@ -131,9 +135,9 @@ class CellSummary:
 
     @property
     def label(self) -> str:
-        """The framework with its version, and its execution where not its default."""
+        """The framework with its version, and its execution and precision where not its defaults."""
         name = f"{self.framework} {self.framework_version}" if self.framework_version else self.framework
-        return name + executions.suffix(self.framework, self.execution)
+        return name + modes.suffix(self.framework, self.execution, self.precision)
 
 
 @dataclass(frozen=True)
@@ -229,8 +233,8 @@ def speed_ratios(summaries_or_runs: Sequence[CellSummary] | Sequence[dict], metr
     result = []
     for group in groups.values():
         fastest = min(group, key=lambda s: getattr(s, metric).median)
-        ref = next((s for s in group if s.framework == reference and s.execution in (None, executions.default(
-            reference))), None)
+        ref = next((s for s in group if s.framework == reference and modes.is_default(reference, s.execution,
+                                                                                       s.precision)), None)
         for cell in group:
             result.append(SpeedRatio(
                 cell, metric, fastest, _ratio_to(cell, fastest, metric, seed), ref,

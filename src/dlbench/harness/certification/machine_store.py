@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from dlbench.harness.certification.certified_model import workload_digest
 from dlbench.harness.environments import envs, sources
-from dlbench.harness.plan import executions
+from dlbench.harness.plan import executions, modes, precisions
 from dlbench.harness.plan.suite import Cell
 from dlbench.harness.plan.workloads import Workload, get_workload, known_workloads
 from dlbench.harness.store import Store
@@ -52,8 +52,8 @@ def existing_store() -> Store | None:
 
 def key_now(framework: str, workload: Workload) -> Key:
     """The key a certificate of this framework (name or name@version) and workload gets if certified now, in the
-    execution the workload's recipe holds (else the framework's default)."""
-    certified = executions.as_run(workload, framework, workload.recipe.get("execution"))
+    execution and precision the workload's recipe holds (else the framework's defaults)."""
+    certified = modes.as_run(workload, framework, *modes.of_workload(workload))
     return Key(envs.framework_name(framework), envs.require(framework).packages_digest(), workload.name,
                sources.framework_source(framework), sources.framework_source(envs.REFERENCE),
                workload_digest(certified))
@@ -113,20 +113,22 @@ def workload_state(cert: dict) -> str:
     if cert["workload"] not in known or cert["framework"] not in envs.RECIPES:
         return "unknown"
     try:
-        now = executions.as_run(known[cert["workload"]], cert["framework"], cert.get("execution"))
-    except executions.ExecutionError:  # an execution this dlbench no longer runs for it
+        now = modes.as_run(known[cert["workload"]], cert["framework"], cert.get("execution"), cert.get("precision"))
+    except (executions.ExecutionError, precisions.PrecisionError):  # a mode this dlbench no longer runs for it
         return "older"
     return "current" if cert["workload_digest"] == workload_digest(now) else "older"
 
 
 def pairs_of(cells: Sequence[Cell]) -> list[tuple[str, Workload]]:
-    """The (framework, workload in the cell's execution) pairs of a plan's CPU cells that a certificate is for (the
-    reference's own in its default execution are not), in plan order. Certification probes run in the CPU
-    environments: a GPU run's environment has another digest, so no certificate covers it."""
-    chosen = dict.fromkeys((cell.framework, cell.workload, executions.resolved(cell.framework, cell.execution))
+    """The (framework, workload in the cell's execution and precision) pairs of a plan's CPU cells that a certificate
+    is for (the reference's own in its default execution and float32 are not), in plan order. Certification probes
+    run in the CPU environments: a GPU run's environment has another digest, so no certificate covers it."""
+    chosen = dict.fromkeys((cell.framework, cell.workload, executions.resolved(cell.framework, cell.execution),
+                            precisions.resolved(cell.framework, cell.precision))
                            for cell in cells if cell.device == "cpu")
-    return [(framework, executions.as_run(get_workload(workload), framework, execution))
-            for framework, workload, execution in chosen if not executions.is_reference(framework, execution)]
+    return [(framework, modes.as_run(get_workload(workload), framework, execution, precision))
+            for framework, workload, execution, precision in chosen
+            if not modes.is_reference(framework, execution, precision)]
 
 
 def missing(pairs: Sequence[tuple[str, Workload]]) -> list[tuple[str, Workload]]:

@@ -136,7 +136,8 @@ def power(workload: Workload, workdir: Path) -> list[dict]:
     """One row per value of the workload: whether its change fails certification, by what, or why not."""
     detector = workload.study_meta["task"] == "detection"
     true_model = certified_model(workload) if detector else workload.model()
-    float32, exact = probes.reference_probes([workload], workdir)[workload.name]
+    references = probes.reference_probes([workload], workdir)[probes.reference_key(workload)]
+    float32, exact = references.same, references.exact
     folder = probes.probe_folder(envs.REFERENCE, workdir)
     truth = Truth(float32, exact, canonical_init(certified_model(workload), probes.SEED),
                   probes.weights_request(workload, folder, False), layer_checks.requests(workload, folder))

@@ -20,21 +20,37 @@ tensor "serving") are of the batch as stored (uint8 pixels, token ids), in one c
 
 Dropout, off where gradients and steps are compared, is checked on its own, as are the normalisations' epsilon
 and the activation functions, each on a model of its layer alone (layer_checks.py).
+
+A reduced precision (bfloat16, mixed) is certified against the reference in the same precision, at tolerances of
+so many unit roundoffs of the half type (terms.tolerances), and by the same fall-back to the float64 result; its
+layer checks and optimiser checks, which check definitions, not rounding, run in float32; and the precision must
+show (precision_checks.py).
 """
+import dataclasses
 import json
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
-from dlbench.harness.certification import layer_checks, optimizer
+from dlbench.harness.certification import layer_checks, optimizer, precision_checks
 from dlbench.harness.certification.certified_model import certified_model, without_dropout, workload_digest
-from dlbench.harness.certification.terms import ABSOLUTE_FLOOR, BATCH, SEED, STEPS, TOLERANCES, constant_rate, max_abs
+from dlbench.harness.certification.terms import (
+    ABSOLUTE_FLOOR,
+    BATCH,
+    SEED,
+    STEPS,
+    constant_rate,
+    max_abs,
+    share_of_tolerance,
+    tolerances,
+)
 from dlbench.harness.environments import envs, sources
 from dlbench.harness.environments.process import worker_environment
-from dlbench.harness.plan import executions
+from dlbench.harness.plan import executions, precisions
 from dlbench.harness.plan.workloads import Workload
 from dlbench.harness.store import Store
 from dlbench.shared.detection import pipeline
@@ -80,11 +96,29 @@ def fixed_batch(model: dict, meta: dict, count: int = BATCH) -> tuple[np.ndarray
     return x, y.astype(np.int32)
 
 
+class References(NamedTuple):
+    """The reference's probes of one workload in one precision: in that precision, in float64, in float32."""
+    same: dict[str, np.ndarray]
+    exact: dict[str, np.ndarray]
+    float32: dict[str, np.ndarray]
+
+
+def in_float32(workload: Workload) -> Workload:
+    """The workload in float32: its recipe without a precision."""
+    return dataclasses.replace(workload, recipe={k: v for k, v in workload.recipe.items() if k != "precision"})
+
+
+def probe_name(workload: Workload, exact: bool) -> str:
+    """A probe's files' name: the workload's, with float64 or the reduced precision it runs in."""
+    precision = precisions.of_recipe(workload.recipe)
+    return workload.name + ("-float64" if exact else "" if precision == precisions.DEFAULT else f"-{precision}")
+
+
 def detector_request(workload: Workload, folder: Path, exact: bool) -> dict:
     """A detector's probe: one image of seeded pixels with two boxes, and fixed proposals (seeded boxes
     inside the image), so that the RPN's anchors and the head's RoIs are sampled once, here, and every
     framework computes the four losses on the same sample."""
-    name = f"{workload.name}{'-float64' if exact else ''}"
+    name = probe_name(workload, exact)
     model = certified_model(workload)
     rng = np.random.RandomState(SEED)
     height, width = model["input_shape"][:2]
@@ -113,7 +147,8 @@ def weights_request(workload: Workload, folder: Path, exact: bool) -> dict:
     (dropout off) and the model as declared, whose outputs and serving path it computes ("inference_model")."""
     if workload.study_meta["task"] == "detection":
         return detector_request(workload, folder, exact)
-    name = f"{workload.name}{'-float64' if exact else ''}"
+    workload = in_float32(workload) if exact else workload  # float64 is the exact result of float32's maths
+    name = probe_name(workload, exact)
     model = without_dropout(workload.model())
     x, y = fixed_batch(model, workload.study_meta)
     np.save(folder / f"{name}-x.npy", x)
@@ -177,13 +212,25 @@ def run_probes(framework: str, requests: list[dict], workdir: Path,
     return arrays
 
 
-def reference_probes(workloads: list[Workload], workdir: Path) -> dict[str, tuple[dict, dict]]:
-    """The reference's probes of each workload, in float32 and float64, from one process, in the reference's own
-    default execution whatever execution the workload's recipe holds (a candidate's)."""
-    workloads = [executions.as_run(w, envs.REFERENCE) for w in workloads]
-    arrays = probe_many(envs.REFERENCE, [(w, exact) for w in workloads for exact in (False, True)], workdir)
-    return {w.name: (served_as_forward(arrays[2 * i]), served_as_forward(arrays[2 * i + 1]))
-            for i, w in enumerate(workloads)}
+def reference_key(workload: Workload) -> tuple[str, str]:
+    """What reference_probes keys a workload's probes by: its name and precision."""
+    return workload.name, precisions.of_recipe(workload.recipe)
+
+
+def reference_probes(workloads: list[Workload], workdir: Path) -> dict[tuple[str, str], References]:
+    """The reference's probes of each workload (reference_key), in its precision, float64 and float32, from one
+    process, in the reference's own default execution whatever execution the workload's recipe holds (a
+    candidate's)."""
+    chosen = {reference_key(w): executions.as_run(w, envs.REFERENCE) for w in workloads}
+    wanted: dict[tuple[str, str], tuple[Workload, bool]] = {}  # each probe once, by (name, precision or float64)
+    for (name, precision), workload in chosen.items():
+        wanted[name, precision] = (workload, False)
+        wanted[name, precisions.DEFAULT] = (in_float32(workload), False)
+        wanted[name, "float64"] = (workload, True)
+    arrays = dict(zip(wanted, map(served_as_forward, probe_many(envs.REFERENCE, list(wanted.values()), workdir)),
+                      strict=True))
+    return {(name, precision): References(arrays[name, precision], arrays[name, "float64"],
+                                          arrays[name, precisions.DEFAULT]) for name, precision in chosen}
 
 
 def served_as_forward(reference: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -232,15 +279,16 @@ def amplified_rounding(name: str, reference: dict[str, np.ndarray], candidate: d
 
 def compare(reference: dict[str, np.ndarray], candidate: dict[str, np.ndarray],
             start: dict[str, np.ndarray] | None = None, exact: dict[str, np.ndarray] | None = None,
-            optimizer_config: dict | None = None) -> list[dict]:
+            optimizer_config: dict | None = None, precision: str = precisions.DEFAULT) -> list[dict]:
     """One row per reference tensor; a tensor the candidate lacks or shapes differently fails.
     `start` holds the canonical weights the steps began from; `exact`, the reference in float64;
-    `optimizer_config`, the recipe's optimiser that made the steps."""
+    `optimizer_config`, the recipe's optimiser that made the steps; `precision`, both probes' (its tolerances)."""
     rows = []
+    limits = tolerances(precision)
     scale_of = scales(reference, start)
     for name, expected in reference.items():
         kind = name.split("/")[0]
-        row = {"tensor": name, "kind": kind, "tolerance": TOLERANCES[kind], "max_abs": None, "max_rel": None}
+        row = {"tensor": name, "kind": kind, "tolerance": limits[kind], "max_abs": None, "max_rel": None}
         got = candidate.get(name)
         if got is None or got.shape != expected.shape:
             row.update(passed=False, problem="missing" if got is None else f"shape {got.shape} != {expected.shape}")
@@ -249,7 +297,7 @@ def compare(reference: dict[str, np.ndarray], candidate: dict[str, np.ndarray],
             scale = scale_of[name]
             relative = deviation / scale if scale > 0 else (0.0 if deviation == 0 else float("inf"))
             row.update(max_abs=deviation, max_rel=relative,
-                       passed=bool(deviation <= ABSOLUTE_FLOOR or relative <= TOLERANCES[kind]))
+                       passed=bool(deviation <= ABSOLUTE_FLOOR or relative <= limits[kind]))
             if exact is not None and not row["passed"]:
                 # Where float32 itself is unstable (BatchNorm of near-constant channels, near-ties in
                 # pooling), judge by the exact result: no further from it than the reference is.
@@ -264,12 +312,6 @@ def compare(reference: dict[str, np.ndarray], candidate: dict[str, np.ndarray],
     return rows
 
 
-def share_of_tolerance(row: dict) -> float:
-    if row["max_abs"] is None:
-        return float("inf")
-    return 0.0 if row["max_abs"] <= ABSOLUTE_FLOOR else row["max_rel"] / row["tolerance"]
-
-
 def certificate(framework: str, workload: Workload, rows: list[dict]) -> dict:
     worst = max(rows, key=lambda row: (not row["passed"], share_of_tolerance(row)))
     env, reference_env = envs.require(framework), envs.require(envs.REFERENCE)
@@ -282,37 +324,42 @@ def certificate(framework: str, workload: Workload, rows: list[dict]) -> dict:
         "deviations": rows, "worker_source": sources.framework_source(framework),
         "reference_source": sources.framework_source(envs.REFERENCE), "workload_digest": workload_digest(workload),
         "execution": executions.of_recipe(framework, workload.recipe),
+        "precision": precisions.of_recipe(workload.recipe),
     }
 
 
 def certify(frameworks: list[str], workloads: list[Workload], store: Store, workdir: Path,
             progress: Callable[[dict], None], reference: dict[str, tuple[dict, dict]] | None = None) -> list[dict]:
     """Certifies every framework x workload pair against the reference and stores each certificate, each in the
-    execution its workload's recipe holds, else the framework's default (executions.as_run). One probe process
-    per framework serves all the workloads. `reference`, the reference's probes (reference_probes) of these
-    workloads, when already at hand."""
+    execution and precision its workload's recipe holds, else the framework's defaults (executions.as_run,
+    precisions.as_run). One probe process per framework serves all the workloads. `reference`, the reference's
+    probes (reference_probes) of these workloads, when already at hand."""
     for framework in [envs.REFERENCE, *frameworks]:
         envs.require(framework)
     if reference is None:
         reference = reference_probes(workloads, workdir)
     results = []
     for framework in frameworks:
-        certified = [executions.as_run(w, framework, w.recipe.get("execution")) for w in workloads]
+        certified = [precisions.as_run(executions.as_run(w, framework, w.recipe.get("execution")), framework,
+                                       w.recipe.get("precision")) for w in workloads]
         folder = probe_folder(framework, workdir)
-        checks = {workload.name: layer_checks.requests(workload, folder) for workload in certified}
-        optimizer_checks = {workload.name: optimizer_requests(workload, folder) for workload in certified}
+        # the layers' and the optimiser's definitions, checked in float32 whatever the precision (see the docstring)
+        checks = {probe_name(w, False): layer_checks.requests(in_float32(w), folder) for w in certified}
+        optimizer_checks = {probe_name(w, False): optimizer_requests(w, folder) for w in certified}
         weight_probes = [weights_request(workload, folder, False) for workload in certified]
-        arrays = run_probes(framework, weight_probes + [r for w in certified for r in checks[w.name]]
-                            + [r for w in certified for _, r in optimizer_checks[w.name]], workdir)
+        arrays = run_probes(framework, weight_probes + [r for w in certified for r in checks[probe_name(w, False)]]
+                            + [r for w in certified for _, r in optimizer_checks[probe_name(w, False)]], workdir)
         outputs = iter(arrays[len(certified):])
-        checked = [[next(outputs) for _ in checks[w.name]] for w in certified]
+        checked = [[next(outputs) for _ in checks[probe_name(w, False)]] for w in certified]
         for workload, candidate, layer_outputs in zip(certified, arrays[:len(certified)], checked, strict=True):
-            float32, exact = reference[workload.name]
+            same, exact, float32 = reference[reference_key(workload)]
             start = canonical_init(certified_model(workload), SEED)
-            rows = compare(float32, candidate, start, exact, workload.recipe["optimizer"])
-            for request, output in zip(checks[workload.name], layer_outputs, strict=True):
+            precision = precisions.of_recipe(workload.recipe)
+            rows = compare(same, candidate, start, exact, workload.recipe["optimizer"], precision)
+            rows += precision_checks.rows(precision, candidate, float32)
+            for request, output in zip(checks[probe_name(workload, False)], layer_outputs, strict=True):
                 rows += layer_checks.rows(request, output["output"])
-            for check, _ in optimizer_checks[workload.name]:
+            for check, _ in optimizer_checks[probe_name(workload, False)]:
                 rows += optimizer.rows(check, next(outputs))
             cert = certificate(framework, workload, rows)
             store.save_certificate(cert)

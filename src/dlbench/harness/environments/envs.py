@@ -78,6 +78,9 @@ class Recipe:
     # the executions its adapter runs (harness/plan/executions.py), its default first, as the adapter's own
     # `executions` (tests/test_adapters.py holds them equal). Not part of digest(): the adapter's, not the build's.
     executions: tuple[str, ...] = field(default=("eager",), metadata={"built": False})
+    # the precisions its adapter runs (harness/plan/precisions.py), float32 first, as the adapter's own `precisions`
+    # (tests/test_adapters.py holds them equal). Not part of digest(), as executions.
+    precisions: tuple[str, ...] = field(default=("float32",), metadata={"built": False})
 
     @property
     def default_version(self) -> str:
@@ -147,7 +150,7 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
     # CUDA toolkit is needed on the machine, only NVIDIA's driver.
     Recipe("pytorch", "3.11", ("torch==2.13.0", "numpy"), "dlbench.worker.frameworks.pytorch.adapter:Adapter",
            "torch, numpy", "torch", find_links_from_pip=True, cuda_packages=("torch==2.13.0", "numpy"),
-           executions=("eager", "compiled")),
+           executions=("eager", "compiled"), precisions=("float32", "bfloat16", "mixed-bfloat16", "mixed-float16")),
     Recipe("jax", "3.11", ("jax==0.10.2", "flax==0.12.8", "optax==0.2.8", "numpy"),
            "dlbench.worker.frameworks.jax.adapter:Adapter", "jax, flax, optax", "jax",
            supported="==0.6.2", released=("flax", "optax"),

@@ -49,10 +49,15 @@ def default(framework: str) -> str:
     return supported(framework)[0]
 
 
+def is_default(framework: str, execution: str | None) -> bool:
+    """Whether `execution` (None: none named) is the framework's default."""
+    return execution is None or execution == default(framework)
+
+
 def is_reference(framework: str, execution: str | None) -> bool:
     """The reference framework in its default execution: what every other framework and execution is certified
     against (the reference compiled is certified against it too)."""
-    return is_reference_framework(framework) and (execution is None or execution == default(framework))
+    return is_reference_framework(framework) and is_default(framework, execution)
 
 
 def refusal(framework: str, execution: str, workload: Workload | None = None) -> str | None:
@@ -91,18 +96,6 @@ def as_run(workload: Workload, framework: str, execution: str | None = None) -> 
 def of_recipe(framework: str, recipe: dict) -> str:
     """The execution a recipe runs the framework in: its own, else the framework's default."""
     return recipe.get("execution") or default(framework)
-
-
-def label(framework: str, execution: str | None) -> str:
-    """How tables name a framework in an execution: its name, with the execution beside it unless its default."""
-    return framework + suffix(framework, execution)
-
-
-def suffix(framework: str, execution: str | None) -> str:
-    """" (compiled)" for a framework's execution other than its default, else ""."""
-    if execution is None or execution == default(framework):
-        return ""
-    return f" ({execution})"
 
 
 def of_run(run: dict) -> str | None:

@@ -11,7 +11,7 @@ import yaml
 
 from dlbench.harness import data, file_names
 from dlbench.harness.environments.envs import RECIPES, EnvError, get_recipe
-from dlbench.harness.plan import executions, user_workload
+from dlbench.harness.plan import executions, precisions, user_workload
 from dlbench.harness.plan.workloads import MAX_BATCH_SIZE, MAX_EPOCHS, WORKLOADS, get_workload, known_workloads
 from dlbench.shared.cell_file import INFERENCE
 
@@ -27,7 +27,8 @@ ALLOCATORS = ("default", "retain")
 GPU_MEMORY = ("default", "grow")
 EXECUTORS = ("local", "ray")  # where the cells run: this machine, or a Ray cluster's nodes (dlbench.harness.run)
 SUITE_FIELDS = ("name", "description", "frameworks", "device", "repeat", "seed", "threads", "timeout_s",
-                "compile_cache", "allocator", "gpu_memory", "executor", "mode", "serve", "execution", "workloads")
+                "compile_cache", "allocator", "gpu_memory", "executor", "mode", "serve", "execution", "precision",
+                "workloads")
 # train: each cell trains for its epochs (the default); inference: each cell serves its model (worker/serve.py):
 # a first call, warm-up, timed batch-1 calls, then whole batches timed as one span (docs/measurement.md)
 MODES = ("train", INFERENCE)
@@ -37,7 +38,8 @@ SERVE_FIELDS = ("warmup_calls", "latency_calls", "throughput_samples")
 SERVE_DEFAULTS = {"warmup_calls": 20, "latency_calls": 200, "throughput_samples": 1024}
 DETECTOR_THROUGHPUT_SAMPLES = 32
 MAX_SERVE_CALLS = 1_000_000  # far above any useful count, far below what would fill the store with latencies
-ENTRY_FIELDS = ("workload", "dataset", "epochs", "batch_size", "threads", "execution", "train_samples", "weights")
+ENTRY_FIELDS = ("workload", "dataset", "epochs", "batch_size", "threads", "execution", "precision", "train_samples",
+                "weights")
 ALL_CORES = "all"  # an entry's threads value for every core of the machine at plan time
 # What a suite file may hold. The built-in suites take under 2 KiB and nest four levels (suite, workloads,
 # entry, value); the limits are far above that and far below what would exhaust time or memory.
@@ -148,6 +150,8 @@ class Entry:
     threads: tuple[int | str, ...] = ()
     # the entry's executions (executions.EXECUTIONS; an axis when more than one); empty: the suite's
     executions: tuple[str, ...] = ()
+    # the entry's precisions (precisions.PRECISIONS; an axis when more than one); empty: the suite's
+    precisions: tuple[str, ...] = ()
     weights: str | None = None  # an .npz of starting weights (initial_weights.py), absolute
     # train on the dataset's first N training samples (its stored order); the test split stays whole
     train_samples: int | None = None
@@ -176,6 +180,8 @@ class Suite:
     serve: tuple[tuple[str, int], ...] = ()  # the suite's `serve` values (SERVE_FIELDS), each given one
     # the suite's executions for entries that name none; empty: each framework's default
     executions: tuple[str, ...] = ()
+    # the suite's precisions for entries that name none; empty: float32
+    precisions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -216,6 +222,7 @@ class Cell:
     mode: str = "train"  # one of MODES
     serve: Serve | None = None  # an inference cell's serving settings; None for a training cell
     execution: str | None = None  # one of executions.EXECUTIONS; None: the framework's default
+    precision: str | None = None  # one of precisions.PRECISIONS; None: float32
 
 
 def builtin_suites() -> list[str]:
@@ -369,7 +376,8 @@ def parse(path: Path, user_code: bool = True) -> Suite:
         executor=check.choice(document, "executor", EXECUTORS, "local"),
         allocator=check.choice(document, "allocator", ALLOCATORS, "default"),
         gpu_memory=check.choice(document, "gpu_memory", GPU_MEMORY, "default"), all_frameworks=all_frameworks,
-        mode=mode, serve=_serve(check, document, mode), executions=_executions(check, document, "the suite"),
+        mode=mode, serve=_serve(check, document, mode), executions=_modes(check, document, "execution", "the suite"),
+        precisions=_modes(check, document, "precision", "the suite"),
     )
 
 
@@ -435,7 +443,8 @@ def _entry(check: _Checker, document: _Mapping, item: Any, mode: str = "train", 
     return Entry(workload, dataset, check.integer(item, "epochs", None, maximum=MAX_EPOCHS),
                  batch_sizes=_axis(check, item, "batch_size", f"entry {workload} on {dataset}"),
                  threads=_axis(check, item, "threads", f"entry {workload} on {dataset}"),
-                 executions=_executions(check, item, f"entry {workload} on {dataset}"),
+                 executions=_modes(check, item, "execution", f"entry {workload} on {dataset}"),
+                 precisions=_modes(check, item, "precision", f"entry {workload} on {dataset}"),
                  weights=_weights_path(check, item), train_samples=_train_samples(check, item, workload, dataset),
                  where=f"{check.path}:{item.lines.get('train_samples', item.line)}")
 
@@ -522,21 +531,24 @@ def _axis(check: _Checker, item: _Mapping, key: str, entry: str) -> tuple[Any, .
     return tuple(values)
 
 
-def _executions(check: _Checker, item: _Mapping, where: str) -> tuple[str, ...]:
-    """A suite's or an entry's `execution`: one of executions.EXECUTIONS, or a non-empty list of distinct ones (an
-    axis: the plan holds every value each framework runs). Absent: ()."""
-    if "execution" not in item:
+MODE_VALUES = {"execution": executions.EXECUTIONS, "precision": precisions.PRECISIONS}
+
+
+def _modes(check: _Checker, item: _Mapping, key: str, where: str) -> tuple[str, ...]:
+    """A suite's or an entry's `execution` or `precision` (`key`): one of MODE_VALUES[key], or a non-empty list of
+    distinct ones (an axis: the plan holds every value each framework runs). Absent: ()."""
+    if key not in item:
         return ()
-    accepted = f"one of {', '.join(executions.EXECUTIONS)}, or a non-empty list of distinct ones"
-    values = item["execution"] if isinstance(item["execution"], list) else [item["execution"]]
+    accepted = f"one of {', '.join(MODE_VALUES[key])}, or a non-empty list of distinct ones"
+    values = item[key] if isinstance(item[key], list) else [item[key]]
     if not values:
-        raise check.fail(item, "execution", f"{where}: an empty list; expected {accepted}")
+        raise check.fail(item, key, f"{where}: an empty list; expected {accepted}")
     for index, one in enumerate(values):
-        if one not in executions.EXECUTIONS:
-            raise check.fail(item, "execution", f"{where}: value {file_names.shortened(one)} is not accepted; "
+        if one not in MODE_VALUES[key]:
+            raise check.fail(item, key, f"{where}: value {file_names.shortened(one)} is not accepted; "
                              f"expected {accepted}")
         if one in values[:index]:
-            raise check.fail(item, "execution", f"{where}: value {one!r} is listed twice; expected {accepted}")
+            raise check.fail(item, key, f"{where}: value {one!r} is listed twice; expected {accepted}")
     return tuple(values)
 
 
@@ -577,14 +589,14 @@ def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str]
          device: str | None = None, repeat: int | None = None, epochs: int | None = None,
          compile_cache: str | None = None, allocator: str | None = None,
          gpu_memory: str | None = None, threads: int | None = None, cores: int | None = None,
-         execution: str | None = None) -> list[Cell]:
+         execution: str | None = None, precision: str | None = None) -> list[Cell]:
     """Cells in run order: repetitions outermost, so a slow drift of the machine touches every
     framework alike rather than all repetitions of one; within a repetition the cells are shuffled
     (`shuffled`), so no framework always runs first or right after the same neighbour. An entry's axes
-    (`batch_size`, `threads`, `execution` lists) multiply its cells: entries x batch sizes x threads x frameworks x
-    the executions each framework runs (one it refuses is left out: `refusals` says why); `threads` (--threads)
-    overrides every entry's threads, and an entry's `all` is `cores` (by default this machine's, at plan time);
-    `execution` (--execution) every entry's executions."""
+    (`batch_size`, `threads`, `execution`, `precision` lists) multiply its cells: entries x batch sizes x threads x
+    frameworks x the executions and precisions each framework runs (one it refuses is left out: `refusals` says why);
+    `threads` (--threads) overrides every entry's threads, and an entry's `all` is `cores` (by default this machine's,
+    at plan time); `execution` (--execution) and `precision` (--precision) every entry's."""
     if compile_cache is not None and compile_cache not in COMPILE_CACHES:
         raise SuiteError(f"compile cache {compile_cache!r} is not one of: {', '.join(COMPILE_CACHES)}")
     if allocator is not None and allocator not in ALLOCATORS:
@@ -612,7 +624,8 @@ def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str]
     cores = cores or os.cpu_count() or 1
     # the plan's size from its lists' lengths, refused before a single cell is built
     point_count = sum(len(entry.batch_sizes or (None,)) * len(_threads(entry, threads or None, suite.threads, cores))
-                      * len(_executions_asked(entry, suite, execution)) for entry in entries)
+                      * len(_asked(entry, suite, execution, "execution"))
+                      * len(_asked(entry, suite, precision, "precision")) for entry in entries)
     _check_size(suite, repeat or suite.repeat, point_count, len(frameworks or suite.frameworks))
     points = [(entry, batch_size, entry_threads) for entry in entries
               for batch_size in entry.batch_sizes or (get_workload(entry.workload).recipe["batch_size"],)
@@ -627,7 +640,8 @@ def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str]
         for entry, batch_size, cell_threads in points:
             recipe = get_workload(entry.workload).recipe
             for framework in frameworks or suite.frameworks:
-                for cell_execution in _executions_run(entry, suite, execution, framework)[0]:
+                for cell_execution, cell_precision in _modes_run(entry, suite, execution, precision, framework,
+                                                                  device)[0]:
                     repetition_cells.append(Cell(
                         suite=suite.name, framework=framework, workload=entry.workload, dataset=entry.dataset,
                         device=device, repetition=repetition, seed=suite.seed + repetition - 1,
@@ -637,45 +651,52 @@ def plan(suite: Suite, frameworks: list[str] | None = None, workloads: list[str]
                         allocator=allocator or suite.allocator, gpu_memory=gpu_memory or suite.gpu_memory,
                         weights=entry.weights, train_samples=entry.train_samples, train_samples_at=entry.where,
                         mode=suite.mode, serve=serve_settings(suite, entry.workload, batch_size) if inference else None,
-                        execution=cell_execution,
+                        execution=cell_execution, precision=cell_precision,
                     ))
         cells += shuffled(repetition_cells, suite.seed, repetition)
     if not cells and entries:
-        raise SuiteError(f"suite {suite.name}: no cell to run; every execution asked for is refused:\n"
-                         + "\n".join(refusals(suite, frameworks, workloads, execution)))
+        raise SuiteError(f"suite {suite.name}: no cell to run; every execution and precision asked for is refused:\n"
+                         + "\n".join(refusals(suite, frameworks, workloads, execution, precision, device)))
     return cells
 
 
-def _executions_asked(entry: Entry, suite: Suite, override: str | None) -> tuple[str | None, ...]:
-    """The executions asked of an entry's cells: --execution, else the entry's, else the suite's; (None,): each
-    framework's default."""
-    return (override,) if override else entry.executions or suite.executions or (None,)
+def _asked(entry: Entry, suite: Suite, override: str | None, key: str) -> tuple[str | None, ...]:
+    """The executions or precisions (`key`) asked of an entry's cells: --execution or --precision, else the entry's,
+    else the suite's; (None,): each framework's default."""
+    listed = {"execution": (entry.executions, suite.executions), "precision": (entry.precisions, suite.precisions)}
+    return (override,) if override else listed[key][0] or listed[key][1] or (None,)
 
 
-def _executions_run(entry: Entry, suite: Suite, override: str | None,
-                    framework: str) -> tuple[list[str | None], list[tuple[str, str]]]:
-    """The executions the framework runs of those asked (None: its default), and (execution, why) for each it
-    refuses."""
-    run, refused = [], []
-    for asked in _executions_asked(entry, suite, override):
-        why = asked and executions.refusal(framework, asked, get_workload(entry.workload))
-        if why:
-            refused.append((asked, why))
-        else:
-            run.append(asked)
-    return run, refused
+def _modes_run(entry: Entry, suite: Suite, execution: str | None, precision: str | None, framework: str,
+               device: str) -> tuple[list[tuple[str | None, str | None]], list[tuple[str, str]]]:
+    """The (execution, precision) pairs the framework runs of those asked (None: its default), and (the value, why)
+    for each execution or precision it refuses."""
+    workload = get_workload(entry.workload)
+    refused = []
+    runs_executions = []
+    for asked in _asked(entry, suite, execution, "execution"):
+        why = asked and executions.refusal(framework, asked, workload)
+        refused += [(asked, why)] if why else []
+        runs_executions += [] if why else [asked]
+    runs_precisions = []
+    for asked in _asked(entry, suite, precision, "precision"):
+        why = asked and precisions.refusal(framework, asked, workload, device)
+        refused += [(asked, why)] if why else []
+        runs_precisions += [] if why else [asked]
+    return [(e, p) for e in runs_executions for p in runs_precisions], refused
 
 
 def refusals(suite: Suite, frameworks: list[str] | None = None, workloads: list[str] | None = None,
-             execution: str | None = None) -> list[str]:
-    """Why the plan of these arguments (as `plan` takes them) leaves cells out: a line per framework, execution
-    and reason (executions.refusal), naming the workloads: "jax eager, refused for cnn-mnist, lstm-ptb: ..."."""
+             execution: str | None = None, precision: str | None = None, device: str | None = None) -> list[str]:
+    """Why the plan of these arguments (as `plan` takes them) leaves cells out: a line per framework, execution or
+    precision and reason (executions.refusal, precisions.refusal), naming the workloads: "jax eager, refused for
+    cnn-mnist, lstm-ptb: ..."."""
     refused: dict[tuple[str, str, str], list[str]] = {}
     for entry in suite.entries:
         if workloads and entry.workload not in workloads:
             continue
         for framework in frameworks or suite.frameworks:
-            for asked, why in _executions_run(entry, suite, execution, framework)[1]:
+            for asked, why in _modes_run(entry, suite, execution, precision, framework, device or suite.device)[1]:
                 names = refused.setdefault((framework, asked, why), [])
                 names += [] if entry.workload in names else [entry.workload]
     return [f"{framework} {asked}, refused for {', '.join(names)}: {why}"

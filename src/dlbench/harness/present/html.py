@@ -14,7 +14,8 @@ from dlbench.harness.analysis.scaling import THREADS
 from dlbench.harness.analysis.scaling import Figure as ScalingFigure
 from dlbench.harness.analysis.stats import Estimate
 from dlbench.harness.analysis.summary import WARM, CellSummary, group_of
-from dlbench.harness.plan import executions
+from dlbench.harness.plan import executions, precisions
+from dlbench.harness.plan import modes as mode_labels
 from dlbench.harness.plan.workloads import metric_label
 from dlbench.harness.present import charts, modes, overview, overview_html, scaling, tables
 from dlbench.harness.present.contents import Report
@@ -143,13 +144,13 @@ def run_groups(runs: Sequence[Mapping]) -> dict[tuple, list[Mapping]]:
 
 def run_labels(runs: Sequence[Mapping]) -> dict[int, str]:
     """Run id -> framework name, with the version where these runs hold several versions of it, and the execution
-    where not the framework's default."""
+    and precision where not the framework's defaults."""
     versions: dict[str, set] = {}
     for run in runs:
         versions.setdefault(run["framework"], set()).add(run.get("framework_version"))
     return {run["id"]: (run["framework"] if len(versions[run["framework"]]) == 1
                         else f"{run['framework']} {run.get('framework_version')}")
-            + executions.suffix(run["framework"], executions.of_run(run)) for run in runs}
+            + mode_labels.suffix(run["framework"], executions.of_run(run), precisions.of_run(run)) for run in runs}
 
 
 def attrs(**values: str | None) -> str:

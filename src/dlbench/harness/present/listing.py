@@ -8,8 +8,9 @@ from typing import Any
 from dlbench.harness.analysis import measures
 from dlbench.harness.analysis.dataset_label import run_label
 from dlbench.harness.certification import machine_store
+from dlbench.harness.certification.terms import share_of_tolerance
 from dlbench.harness.environments import sources
-from dlbench.harness.plan import executions
+from dlbench.harness.plan import executions, modes, precisions
 from dlbench.harness.plan.workloads import metric_label
 from dlbench.harness.store import is_inference
 
@@ -102,8 +103,8 @@ def columns(run: dict) -> dict[str, str]:
     stored = {heading: _cell(run.get(key)) for key, heading in STORED_COLUMNS}
     # "NAME (first N)" for a suite entry's train_samples; the split's size is left out to keep the table narrow
     stored["dataset"] = run_label(run, of=False) if run.get("dataset") else stored["dataset"]
-    if run["framework"] != "-":  # its execution beside it where not the framework's default
-        stored["framework"] += executions.suffix(run["framework"], executions.of_run(run))
+    if run["framework"] != "-":  # its execution and precision beside it where not the framework's defaults
+        stored["framework"] += modes.suffix(run["framework"], executions.of_run(run), precisions.of_run(run))
     rebuilt = (run.get("config") or {}).get("environment_from_run")
     if rebuilt:  # the environment was rebuilt from a stored run's packages (dlbench env create --from-run)
         stored["version"] += f" (env of run {rebuilt['run_id']})"
@@ -225,10 +226,11 @@ def certificates_table(certificates: list[dict]) -> str:
              "model", "created"]]
     for cert in certificates:
         worst = next(d for d in cert["deviations"] if d["tensor"] == cert["worst_tensor"])
-        share = "-" if worst["max_rel"] is None else f"{worst['max_rel'] / worst['tolerance']:.2f}"
+        share = "-" if worst["max_rel"] is None else f"{share_of_tolerance(worst):.2f}"
         if "error" in worst:  # judged against float64: its error next to the float32 reference's own
             share += f" (float64: {worst['error']:.1e} vs reference {worst['reference_error']:.1e})"
-        rows.append([executions.label(cert["framework"], cert.get("execution")), _cell(cert["framework_version"]),
+        rows.append([modes.label(cert["framework"], cert.get("execution"), cert.get("precision")),
+                     _cell(cert["framework_version"]),
                      cert["workload"],
                      "pass" if cert["passed"] else "FAIL",
                      cert["worst_tensor"] + ("" if worst["max_abs"] is not None else f" ({worst.get('problem')})"),

@@ -23,7 +23,7 @@ from dlbench.harness.analysis.dataset_label import recipe_batch_size
 from dlbench.harness.analysis.estimate import Estimate, EstimateError
 from dlbench.harness.analysis.measures import metric_format
 from dlbench.harness.measure import serving
-from dlbench.harness.plan import executions
+from dlbench.harness.plan import modes
 from dlbench.harness.plan.suite import Cell
 from dlbench.harness.plan.workloads import metric_label
 from dlbench.harness.store import StoreError
@@ -155,7 +155,7 @@ def cell_dataset(cell: Cell) -> str:
 
 
 def head(index: int, total: int, cell: Cell) -> str:
-    name = executions.label(cell.framework, cell.execution)
+    name = modes.label(cell.framework, cell.execution, cell.precision)
     return f"[{index}/{total}] {name} {cell.workload} on {cell_dataset(cell)} ({cell.device}, rep {cell.repetition})"
 
 
@@ -313,7 +313,8 @@ class LiveProgress:
         if self.cell is None:
             return top
         cell = self.cell
-        current = Text(f"{executions.label(cell.framework, cell.execution)} {cell.workload} on {cell_dataset(cell)} "
+        current = Text(f"{modes.label(cell.framework, cell.execution, cell.precision)} {cell.workload} on "
+                       f"{cell_dataset(cell)} "
                        f"({cell.device}, rep {cell.repetition})", style="bold")
         return Group(top, current, Text(f"  {self.detail}"))
 

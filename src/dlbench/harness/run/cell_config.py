@@ -12,7 +12,7 @@ import psutil
 from dlbench.harness import data
 from dlbench.harness.environments import envs, sources
 from dlbench.harness.measure import energy, gemm_peak
-from dlbench.harness.plan import executions, initial_weights
+from dlbench.harness.plan import initial_weights, modes
 from dlbench.harness.plan.suite import Cell, SuiteError
 from dlbench.harness.plan.workloads import USER_FILES, Workload, WorkloadError, get_workload
 from dlbench.shared import ir
@@ -65,9 +65,10 @@ def run_target(workload: Workload, dataset: str) -> dict | None:
 
 def resolve(cell: Cell, data_dir: Path, cores: int | None = None) -> Prepared:
     """The cell's configuration; a cell without threads gets `cores` (the cores of the machine it will
-    run on: a Ray node's), by default this machine's. The workload's recipe holds the cell's execution where it is
-    not the framework's default (executions.as_run), so that its hash and its certificate tell executions apart."""
-    workload = executions.as_run(get_workload(cell.workload), cell.framework, cell.execution)
+    run on: a Ray node's), by default this machine's. The workload's recipe holds the cell's execution and precision
+    where they are not the framework's defaults (executions.as_run, precisions.as_run), so that its hash and its
+    certificate tell them apart."""
+    workload = modes.as_run(get_workload(cell.workload), cell.framework, cell.execution, cell.precision, cell.device)
     dataset = data.prepare(cell.dataset, data_dir)
     check_train_samples(cell, dataset)
     model = workload.model(dataset.meta)

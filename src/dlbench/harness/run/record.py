@@ -11,7 +11,7 @@ from dlbench.harness.certification.certified_model import workload_digest
 from dlbench.harness.environments import envs, sources
 from dlbench.harness.measure import cores, gemm_peak, machine, serving
 from dlbench.harness.measure.monitor import Sample, summarise
-from dlbench.harness.plan import executions
+from dlbench.harness.plan import modes
 from dlbench.harness.run.cell_config import Prepared
 from dlbench.harness.run.launch import Outcome
 from dlbench.harness.store import Store, StoreError
@@ -87,7 +87,7 @@ def run_row(prepared: Prepared, outcome: Outcome, epochs: list[dict], run_dir: P
         "metric_name": prepared.workload.target["metric"],
         "target_value": prepared.target["value"], "params": ir.count_params(config["model"]),
         "flops_per_sample": flops, "threads": ready.get("threads"), "n_train": ready.get("n_train"),
-        "execution": ready.get("execution"),
+        "execution": ready.get("execution"), "precision": ready.get("precision"),
         "achieved_gflops": gemm_peak.achieved_gflops(flops, ready.get("n_train"), timing.get("steady_epoch_s")),
         "cores_used": used, "energy_source": energy_source,
         "cores_flag": cores.flag(used, config["threads"], cores.others(outcome.samples, outcome.events,
@@ -102,7 +102,8 @@ def run_row(prepared: Prepared, outcome: Outcome, epochs: list[dict], run_dir: P
 
 def certificate_status(prepared: Prepared) -> str:
     """The run's certificate in the machine's store (certification/machine_store.py) when it is stored."""
-    if executions.is_reference(prepared.cell.framework, prepared.workload.recipe.get("execution")):
+    recipe = prepared.workload.recipe
+    if modes.is_reference(prepared.cell.framework, recipe.get("execution"), recipe.get("precision")):
         return "reference"
     # certificates are kept per framework name and exact environment: any label of a version finds its own
     return machine_store.status(machine_store.Key(

@@ -23,12 +23,12 @@ import torch
 
 from dlbench.shared.ir import all_shapes
 from dlbench.worker.base import (
+    LOSS_SCALE,
     BaseAdapter,
     Split,
     batch_slices,
     compile_cache,
     finish_metrics,
-    LOSS_SCALE,
     lookup,
     recipe_dtype,
 )

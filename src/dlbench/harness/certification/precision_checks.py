@@ -1,0 +1,67 @@
+"""A reduced precision, seen: the rows that fail a run declared bfloat16 or mixed that computes, or keeps its
+weights, in another type.
+
+- precision/output and precision/serving: the model's outputs (predict's, the serving path's) deviate from the
+  float32 reference's by at least terms.VISIBLE_ROUNDOFFS of the half type's unit roundoff, relative to the outputs'
+  scale. Rounding the inputs and weights to bfloat16 alone moves a model's outputs by about its unit roundoff; a run
+  that computed in float32 stays within float32's rounding of the float32 reference, thousands of times closer.
+- precision/weights: the weights after the steps, as the adapter holds them. In "bfloat16" every one is a bfloat16
+  number (none off the half type's grid); in a mixed precision the master weights are float32, so their share off
+  the grid must be at least half the float32 reference's own (a canonical weight is almost never a half-type number;
+  zeros and ones are), else they were kept in the half type.
+"""
+import numpy as np
+
+from dlbench.harness.certification.terms import VISIBLE_ROUNDOFFS, max_abs
+from dlbench.harness.plan import precisions
+
+HALF_TYPES = {"bfloat16": "bfloat16", "float16": np.float16}
+
+
+def rows(precision: str, candidate: dict[str, np.ndarray], float32: dict[str, np.ndarray]) -> list[dict]:
+    """The precision's rows for a candidate's whole-model probe, against the float32 reference's probe."""
+    if precision == precisions.DEFAULT:
+        return []
+    half = precisions.COMPUTES_IN[precision]
+    least = VISIBLE_ROUNDOFFS * precisions.UNIT_ROUNDOFF[half]
+    found = [_visible(name, candidate, float32, least) for name in ("output", "serving") if name in float32]
+    return [*found, _weights_row(precision, half, candidate, float32)]
+
+
+def _visible(name: str, candidate: dict[str, np.ndarray], float32: dict[str, np.ndarray], least: float) -> dict:
+    row = {"tensor": f"precision/{name}", "kind": "precision", "tolerance": least, "at_least": True,
+           "max_abs": None, "max_rel": None}
+    got, expected = candidate.get(name), float32[name]
+    if got is None or got.shape != expected.shape:
+        return dict(row, passed=False, problem="missing" if got is None else f"shape {got.shape} != {expected.shape}")
+    deviation = max_abs(got, expected)
+    relative = deviation / max(float(np.max(np.abs(expected), initial=0.0)), 1e-30)
+    return dict(row, max_abs=deviation, max_rel=relative, passed=bool(relative >= least))
+
+
+def off_grid(arrays: list[np.ndarray], half: str) -> float:
+    """The share of the arrays' elements that are not numbers of the half type."""
+    total = sum(a.size for a in arrays)
+    return sum(int(np.count_nonzero(_rounded(a, half) != a)) for a in arrays) / total if total else 0.0
+
+
+def _rounded(a: np.ndarray, half: str) -> np.ndarray:
+    """a rounded to the half type (to nearest, ties to even) and back to float32."""
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    if half == "float16":
+        return a.astype(np.float16).astype(np.float32)
+    bits = a.view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16  # bfloat16: float32's top 16 bits, rounded
+    return bits.astype(np.uint32).view(np.float32)
+
+
+def _weights_row(precision: str, half: str, candidate: dict[str, np.ndarray], float32: dict[str, np.ndarray]) -> dict:
+    names = sorted(name for name in float32 if name.startswith("after/"))
+    row = {"tensor": "precision/weights", "kind": "precision", "max_abs": None, "max_rel": None}
+    if any(name not in candidate for name in names):
+        return dict(row, tolerance=0.0, passed=False, problem="missing")
+    share = off_grid([candidate[name] for name in names], half)
+    if precision == "bfloat16":  # stored in bfloat16: none off its grid
+        return dict(row, tolerance=0.0, max_abs=share, max_rel=share, passed=share == 0.0)
+    least = off_grid([float32[name] for name in names], half) / 2  # float32 master weights
+    return dict(row, tolerance=least, at_least=True, max_abs=share, max_rel=share, passed=share >= least > 0)

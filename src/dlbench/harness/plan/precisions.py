@@ -1,0 +1,102 @@
+"""The number formats a framework can train a cell in (the suite axis `precision`), and why it refuses the others.
+
+"float32" is every framework's default and the only format of the reference's float32 certificate; "bfloat16" holds
+weights, optimiser state and compute in bfloat16; "mixed-bfloat16" and "mixed-float16" keep float32 weights and
+optimiser and compute the forward and backward passes in the half type, by the framework's own mechanism (worker/
+base.py's PRECISIONS; docs/architecture.md has the table). What each framework runs is its recipe's `precisions`
+(environments/envs.py), the harness's copy of its adapter's; tests/test_adapters.py holds the two equal.
+"""
+import dataclasses
+
+from dlbench.harness.environments.envs import EnvError, get_recipe
+from dlbench.harness.environments.envs import framework_name as name_of
+from dlbench.harness.plan.workloads import Workload
+from dlbench.shared.ir import all_shapes
+
+PRECISIONS = ("float32", "bfloat16", "mixed-bfloat16", "mixed-float16")  # worker/base.py's
+DEFAULT = "float32"
+# the half type each reduced precision computes in, and its unit roundoff (half the gap between 1 and the next
+# number: 2^-8 for bfloat16's 8 significant bits, 2^-11 for float16's 11)
+COMPUTES_IN = {"bfloat16": "bfloat16", "mixed-bfloat16": "bfloat16", "mixed-float16": "float16"}
+UNIT_ROUNDOFF = {"float32": 2.0 ** -24, "bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
+_NOT_BUILT = "dlbench's {framework} adapter has no reduced-precision path yet"
+_NO_NUMPY_BFLOAT16 = "{framework} holds its arrays in numpy, which has no bfloat16 type"
+# why a framework refuses a precision it does not run
+REFUSED: dict[tuple[str, str], str] = {
+    ("chainer", "bfloat16"): _NO_NUMPY_BFLOAT16,
+    ("chainer", "mixed-bfloat16"): _NO_NUMPY_BFLOAT16,
+    ("theano", "bfloat16"): _NO_NUMPY_BFLOAT16,
+    ("theano", "mixed-bfloat16"): _NO_NUMPY_BFLOAT16,
+}
+# (framework, precision, IR layer kind): why the framework cannot train a model holding that layer in the precision
+# on a CPU
+REFUSED_LAYERS: dict[tuple[str, str, str], str] = {
+    ("pytorch", "mixed-float16", "lstm"): "torch's CPU LSTM (oneDNN) has no float16 training primitive: its "
+                                          "forward pass in training mode raises 'could not create a primitive "
+                                          "descriptor for the LSTM forward propagation primitive'",
+}
+DETECTOR_ONLY_FLOAT32 = "the detector adapters (worker/detector.py) train in float32 only"
+
+
+class PrecisionError(ValueError):
+    pass
+
+
+def supported(framework: str) -> tuple[str, ...]:
+    """The precisions a framework (name or name@version) runs, float32 first."""
+    return get_recipe(framework).precisions
+
+
+def refusal(framework: str, precision: str, workload: Workload | None = None, device: str = "cpu") -> str | None:
+    """Why the framework cannot run the workload in this precision on the device, or None when it can."""
+    if precision not in PRECISIONS:
+        raise PrecisionError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
+    name = name_of(framework)
+    if precision not in supported(framework):
+        return REFUSED.get((name, precision), _NOT_BUILT.format(framework=name) if supported(framework) == (
+            DEFAULT,) else f"its adapter runs {', '.join(supported(framework))} only")
+    if workload is None or precision == DEFAULT:
+        return None
+    if "detection" in workload.tasks:
+        return DETECTOR_ONLY_FLOAT32
+    kinds = {layer["type"] for layer, _, _ in all_shapes(workload.model())}
+    why = [REFUSED_LAYERS[name, precision, kind] for kind in sorted(kinds) if (name, precision, kind) in REFUSED_LAYERS]
+    return why[0] if why and device == "cpu" else None
+
+
+def resolved(framework: str, precision: str | None, workload: Workload | None = None, device: str = "cpu") -> str:
+    """The precision a cell runs: the one asked for, or float32; refused with the reason."""
+    chosen = precision or DEFAULT
+    why = refusal(framework, chosen, workload, device)
+    if why:
+        raise PrecisionError(f"{framework} cannot run precision {chosen!r}: {why}")
+    return chosen
+
+
+def as_run(workload: Workload, framework: str, precision: str | None = None, device: str = "cpu") -> Workload:
+    """The workload as the framework runs it in `precision`: a reduced one in its recipe, none for float32, so that
+    the cell's hash, its record and its certificate's digest tell precisions apart while float32's stay as they were
+    before precision was an axis."""
+    chosen = resolved(framework, precision, workload, device)
+    recipe = {key: value for key, value in workload.recipe.items() if key != "precision"}
+    if chosen != DEFAULT:
+        recipe["precision"] = chosen
+    return dataclasses.replace(workload, recipe=recipe)
+
+
+def of_recipe(recipe: dict) -> str:
+    """The precision a recipe trains in."""
+    return recipe.get("precision") or DEFAULT
+
+
+def of_run(run: dict) -> str | None:
+    """A stored run's precision: what its adapter reported, else its recipe's, else (a run stored before precision
+    was recorded) float32; None for a framework this version does not know."""
+    recipe = (run.get("config") or {}).get("recipe") or {}
+    if run.get("precision") or recipe.get("precision"):
+        return run.get("precision") or recipe["precision"]
+    try:
+        get_recipe(str(run.get("framework") or ""))
+    except EnvError:
+        return None
+    return DEFAULT
