@@ -14,8 +14,8 @@ adapters alone) trains two twins on 21 generated samples, one by train_epoch, on
 many epoch orders, and its row is the adapter module's feed_matches_fit. Last, one line {"workload":
 "refusals", ...}: what the adapter raised for a layer type, an optimizer, a learning-rate schedule, a loss,
 an activation and a padding that the IR and the recipes would accept (patched in here) but that it has no
-code for, for the detector's loss, which a classifier adapter does not compute, and for each execution it does
-not run (with the executions it runs).
+code for, for the detector's loss, which a classifier adapter does not compute, and for each execution and
+precision it does not run (with those it runs).
 Data come from numpy's legacy RandomState, whose stream is the same in every numpy version, so the
 harness side regenerates the probe inputs exactly.
 """
@@ -202,6 +202,10 @@ def refusals(adapter_class, case):
         "executions": list(adapter_class.executions),
         "execution": {mode: raised(build(plain, {"execution": mode})) for mode in base.EXECUTIONS
                       if mode not in adapter_class.executions},
+        # the precisions it trains in, float32 first, and what it raised for each of the others
+        "precisions": list(adapter_class.precisions),
+        "precision": {name: raised(build(plain, {"precision": name})) for name in base.PRECISIONS
+                      if name not in adapter_class.precisions},
     }
 
 

@@ -205,3 +205,21 @@ class TanhGelu(adapter.Adapter):
         for module in self.module.modules():
             if isinstance(module, torch.nn.GELU):
                 module.approximate = "tanh"
+
+
+class Float32AsBfloat16(adapter.Adapter):
+    """Declares the recipe's reduced precision and trains in float32: the weights, the optimiser and every
+    operation as a float32 cell's."""
+
+    def __init__(self, model, recipe, *args):
+        super().__init__(model, {key: value for key, value in recipe.items() if key != "precision"}, *args)
+        self.precision = recipe.get("precision", "float32")
+
+
+class HalfMasterWeights(adapter.Adapter):
+    """Mixed precision whose master weights are kept in the half type: the module is cast to it, as "bfloat16"
+    casts it, while torch.autocast computes as mixed precision does."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.module.to(self.autocast)

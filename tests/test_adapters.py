@@ -17,6 +17,7 @@ from numpy_forward import forward, gelu
 from dlbench.harness.environments import envs
 from dlbench.harness.environments.process import PACKAGE_PARENT
 from dlbench.harness.plan.executions import EXECUTIONS
+from dlbench.harness.plan.precisions import PRECISIONS
 from dlbench.harness.plan.workloads import WORKLOADS
 from dlbench.harness.run.cell_config import cell_recipe
 from dlbench.shared import ir
@@ -189,6 +190,17 @@ def test_the_adapter_runs_its_recipes_executions_and_refuses_the_others_by_name(
     assert set(refused["execution"]) == set(EXECUTIONS) - set(refused["executions"])
     for mode, error in refused["execution"].items():
         assert f"execution '{mode}': this adapter does not build it" in (error or ""), error
+
+
+def test_the_adapter_trains_in_its_recipes_precisions_and_refuses_the_others_by_name(checked, request):
+    """The harness plans from the recipe's precisions (harness/plan/precisions.py): the adapter's own, float32 first,
+    must be the same; a precision it lacks is refused, never trained in float32 under its name."""
+    framework = request.node.callspec.params["checked"]
+    refused = checked["refusals"]
+    assert refused["precisions"] == list(envs.get_recipe(framework).precisions)
+    assert set(refused["precision"]) == set(PRECISIONS) - set(refused["precisions"])
+    for name, error in refused["precision"].items():
+        assert f"precision '{name}': this adapter does not build it" in (error or ""), error
 
 
 def test_a_classifier_refuses_the_detectors_loss(checked):

@@ -50,7 +50,9 @@ def broken(monkeypatch):
                           ("pytorch-higher-final-rate", "HigherFinalRate"),
                           ("pytorch-unscaled-serving", "UnscaledServing"),
                           ("pytorch-doubled-attention-dropout", "DoubledAttentionDropout"),
-                          ("pytorch-training-mode-serving", "TrainingModeServing"), ("pytorch-tanh-gelu", "TanhGelu")):
+                          ("pytorch-training-mode-serving", "TrainingModeServing"), ("pytorch-tanh-gelu", "TanhGelu"),
+                          ("pytorch-float32-as-bfloat16", "Float32AsBfloat16"),
+                          ("pytorch-half-master-weights", "HalfMasterWeights")):
         monkeypatch.setitem(envs.RECIPES, name, dataclasses.replace(
             reference, framework=name, adapter=f"broken_pytorch:{adapter}",
             worker_env={"PYTHONPATH": f"{PACKAGE_PARENT}:{TESTS}"}))

@@ -1,6 +1,7 @@
-"""Executions compared (the suite axis `execution`, harness/plan/executions.py): for each framework that ran a
-workload in its default execution and in another, the other's speed-up over the default, what its compilation
-costs, after how many epochs that pays for itself, and what it does to the final metric.
+"""Modes compared (the suite axes `execution` and `precision`, harness/plan/executions.py and precisions.py): for each
+framework that ran a workload in its default mode (its default execution, float32) and in another, the other's
+speed-up over the default, what its compilation costs, after how many epochs that pays for itself, and what it does
+to the final metric.
 
 The speed-up is the default's steady epoch time over the other execution's: the ratio of geometric means of the
 runs' times with Welch's t interval on their logs (stats.log_t_test, as the findings compare frameworks), shown when
@@ -14,16 +15,16 @@ from dataclasses import dataclass
 
 from dlbench.harness.analysis.stats import Estimate, estimate, holm, log_t_test
 from dlbench.harness.analysis.summary import CellSummary
-from dlbench.harness.plan import executions
+from dlbench.harness.plan import modes
 
 ALPHA = 0.05
 
 
 @dataclass(frozen=True)
 class ModeRow:
-    """One framework's execution other than its default, in one group of cells (workload, dataset, device, ...)."""
-    cell: CellSummary  # the execution's
-    default: CellSummary  # the framework's default execution's, same group and version
+    """One framework's mode other than its default, in one group of cells (workload, dataset, device, ...)."""
+    cell: CellSummary  # the mode's
+    default: CellSummary  # the framework's default mode's, same group and version
     speed_up: Estimate  # default's steady epoch over this one's (above 1: this is faster)
     p_value: float | None
     p_adjusted: float | None  # Holm over every row of the report
@@ -60,14 +61,14 @@ def first_epoch_excess(cell: CellSummary, runs: Sequence[dict]) -> Estimate:
 
 
 def rows(cells: Sequence[CellSummary], runs: Sequence[dict] = ()) -> list[ModeRow]:
-    """Every execution beside its framework's default, group by group, Holm-corrected over all of them."""
+    """Every mode beside its framework's default, group by group, Holm-corrected over all of them."""
     found = []
     for cell in cells:
-        if cell.execution is None or cell.execution == executions.default(cell.framework):
+        if cell.execution is None or modes.is_default(cell.framework, cell.execution, cell.precision):
             continue
         default = next((other for other in cells if (other.group, other.framework, other.framework_version)
                         == (cell.group, cell.framework, cell.framework_version)
-                        and other.execution == executions.default(cell.framework)), None)
+                        and modes.is_default(cell.framework, other.execution, other.precision)), None)
         if default is None:
             continue
         steady = "steady_epoch_s"

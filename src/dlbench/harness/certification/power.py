@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlbench.harness.certification import layer_checks, optimizer, probes
+from dlbench.harness.certification import layer_checks, optimizer, probes, terms
 from dlbench.harness.certification.certified_model import certified_model, without_dropout
 from dlbench.harness.environments import envs
 from dlbench.harness.plan.workloads import Workload
@@ -118,8 +118,8 @@ def _applied(model: dict, recipe: dict, change: Change) -> tuple[dict, dict]:
 
 def _share(rows: list[dict]) -> tuple[bool, str, float]:
     """(any row failed, the worst row's tensor, its deviation over its tolerance)."""
-    worst = max(rows, key=lambda row: (not row["passed"], probes.share_of_tolerance(row)))
-    return (not all(row["passed"] for row in rows), worst["tensor"], probes.share_of_tolerance(worst))
+    worst = terms.worst(rows)
+    return (not all(row["passed"] for row in rows), worst["tensor"], terms.share_of_tolerance(worst))
 
 
 @dataclass(frozen=True)

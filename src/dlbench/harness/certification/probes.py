@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from dlbench.harness.certification import layer_checks, optimizer, precision_checks
+from dlbench.harness.certification import layer_checks, optimizer, precision_checks, terms
 from dlbench.harness.certification.certified_model import certified_model, without_dropout, workload_digest
 from dlbench.harness.certification.terms import (
     ABSOLUTE_FLOOR,
@@ -45,7 +45,6 @@ from dlbench.harness.certification.terms import (
     STEPS,
     constant_rate,
     max_abs,
-    share_of_tolerance,
     tolerances,
 )
 from dlbench.harness.environments import envs, sources
@@ -313,7 +312,7 @@ def compare(reference: dict[str, np.ndarray], candidate: dict[str, np.ndarray],
 
 
 def certificate(framework: str, workload: Workload, rows: list[dict]) -> dict:
-    worst = max(rows, key=lambda row: (not row["passed"], share_of_tolerance(row)))
+    worst = terms.worst(rows)
     env, reference_env = envs.require(framework), envs.require(envs.REFERENCE)
     return {
         "framework": envs.framework_name(framework), "framework_version": env.version(),

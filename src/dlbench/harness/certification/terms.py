@@ -43,6 +43,12 @@ def share_of_tolerance(row: dict) -> float:
     return row["max_rel"] / row["tolerance"] if row["tolerance"] else float("inf")
 
 
+def worst(rows: list[dict]) -> dict:
+    """The row a certificate names as its worst: a failed one before any that passed, then the largest share of its
+    tolerance. A precision's visibility rows that passed rank last: the worst names a deviation from the reference."""
+    return max(rows, key=lambda row: (not row["passed"], not row.get("at_least"), share_of_tolerance(row)))
+
+
 def constant_rate(recipe: dict) -> dict:
     """The recipe without its learning-rate schedule: the few steps of the other probes run at the base rate
     (a schedule's first update has rate 0); the optimiser certificate's schedule check certifies the schedule."""

@@ -45,7 +45,8 @@ class Report:
     latencies: dict[int, list[float]] = field(default_factory=dict)
     # the findings' slow and warm first epochs, framework x workload (tables.first_epoch_table); None: none
     first_epochs: tables.Table | None = None
-    # every framework's executions beside its default (analysis/modes.py); none where no run left the default
+    # every framework's modes (executions, precisions) beside its default (analysis/modes.py); none where no run left
+    # the default
     modes: list[ModeRow] = field(default_factory=list)
 
     @property

@@ -433,10 +433,10 @@ def render(report: Report, live: str | None = None) -> str:
 
 
 def executions_html(report: Report) -> str:
-    """The executions section (present/modes.py), only where the store holds an execution beside a default."""
+    """The executions section (present/modes.py), only where the store holds a mode beside a default."""
     if not report.modes:
         return ""
-    return (f'<h2 id="executions">Executions</h2><p class="note">{escape(modes.INTRO)}</p>'
+    return (f'<h2 id="executions">Executions and precisions</h2><p class="note">{escape(modes.INTRO)}</p>'
             f"{table_html(modes.table(report.modes))}")
 
 

@@ -54,7 +54,7 @@ def render(report: Report) -> str:
     if report.scaling:  # only where the store holds a sweep; where the HTML page has it, after the study
         parts += ["## Scaling", "", _text(scaling.INTRO), ""] + [table_md(t) for t in scaling.tables(report.scaling)]
     if report.modes:  # only where the store holds an execution beside a framework's default
-        parts += ["## Executions", "", _text(modes.INTRO), "", table_md(modes.table(report.modes))]
+        parts += ["## Executions and precisions", "", _text(modes.INTRO), "", table_md(modes.table(report.modes))]
     parts += ["## Certificates", "", table_md(report.certificate_grid)]
     parts += ["## Manifest", ""] + [table_md(t) for t in report.manifest]
     return "\n".join(parts)

@@ -1,25 +1,27 @@
-"""The report's executions section as text, for the HTML and the Markdown renderers alike: one table of every
-execution beside its framework's default (analysis/modes.py)."""
+"""The report's executions and precisions section as text, for the HTML and the Markdown renderers alike: one table
+of every mode beside its framework's default (analysis/modes.py)."""
 from collections.abc import Sequence
 
 from dlbench.harness.analysis.findings import seconds, title
 from dlbench.harness.analysis.measures import metric_format
 from dlbench.harness.analysis.modes import ALPHA, ModeRow
 from dlbench.harness.analysis.stats import level_text
-from dlbench.harness.plan import executions
+from dlbench.harness.plan import executions, precisions
 from dlbench.harness.present.tables import Table, with_ci
 
-INTRO = ("A framework run in an execution other than its default (eager, graph or compiled: the suite's `execution`), "
-         "beside its default on the same workload, dataset, device, batch size and threads. Speed-up: the "
-         "default's steady epoch time over this execution's (ratio of geometric means, Welch's t interval on the "
-         "logs of the runs' times; shown when Holm's correction over the table leaves p below "
-         f"{ALPHA} and the interval excludes 1). First-epoch excess: a run's first epoch beyond its steady ones, "
-         "where compilation and tracing land (median over the runs). Pays back: where the speed-up is shown, the "
-         "epochs after which the execution's faster steady epochs have made up its larger first epoch (medians).")
+INTRO = ("A framework run in a mode other than its default, another execution (eager, graph or compiled: the "
+         "suite's `execution`) or precision (bfloat16, mixed-bfloat16, mixed-float16: the suite's `precision`), "
+         "beside its default (its default execution in float32) on the same workload, dataset, device, batch size "
+         "and threads. Speed-up: the default's steady epoch time over this mode's (ratio of geometric means, "
+         "Welch's t interval on the logs of the runs' times; shown when Holm's correction over the table leaves p "
+         f"below {ALPHA} and the interval excludes 1). First-epoch excess: a run's first epoch beyond its steady "
+         "ones, where compilation and tracing land (median over the runs). Pays back: where the speed-up is shown, "
+         "the epochs after which the mode's faster steady epochs have made up its larger first epoch (medians). A "
+         "reduced precision's final metric beside float32's is what it costs in accuracy.")
 
 
 def table(found: Sequence[ModeRow]) -> Table:
-    header = ["workload", "framework", "execution", "steady epoch", "speed-up over default", "first-epoch excess",
+    header = ["workload", "framework", "mode", "steady epoch", "speed-up over default", "first-epoch excess",
               "default's excess", "pays back after", "final metric (default: this)"]
     body, row_keys = [], []
     for row in found:
@@ -28,14 +30,15 @@ def table(found: Sequence[ModeRow]) -> Table:
         body.append([
             title(cell.workload, cell.dataset_label or cell.dataset, cell.device),
             f"{cell.framework} {cell.framework_version}" if cell.framework_version else cell.framework,
-            f"{cell.execution} (default {executions.default(cell.framework)})",
+            f"{cell.execution}, {cell.precision or precisions.DEFAULT} (default {executions.default(cell.framework)}, "
+            f"{precisions.DEFAULT})",
             f"{with_ci(cell.steady_epoch_s, seconds)} ({with_ci(row.default.steady_epoch_s, seconds)})",
             _speed_up(row), with_ci(row.first_epoch_excess_s, seconds), with_ci(row.default_excess_s, seconds),
             _break_even(row), f"{with_ci(row.default.metric_value, fmt)}: {with_ci(cell.metric_value, fmt)}",
         ])
         row_keys.append({"framework": cell.framework, "workload": cell.workload, "device": cell.device or "?"})
-    return Table("Executions beside each framework's default", header, body, row_keys=row_keys,
-                 note="steady epoch: this execution's (the default's in brackets after it); intervals at 95% "
+    return Table("Modes beside each framework's default", header, body, row_keys=row_keys,
+                 note="steady epoch: this mode's (the default's in brackets after it); intervals at 95% "
                       "unless a level is printed")
 
 
