@@ -37,9 +37,11 @@ def table(found: Sequence[ModeRow]) -> Table:
             _break_even(row), f"{with_ci(row.default.metric_value, fmt)}: {with_ci(cell.metric_value, fmt)}",
         ])
         row_keys.append({"framework": cell.framework, "workload": cell.workload, "device": cell.device or "?"})
-    return Table("Modes beside each framework's default", header, body, row_keys=row_keys,
-                 note="steady epoch: this mode's (the default's in brackets after it); intervals at 95% "
-                      "unless a level is printed")
+    note = "steady epoch: this mode's (the default's in brackets after it); intervals at 95% unless a level is printed"
+    if all(row.cell.device != "gpu" for row in found):
+        note += ("; no run here used a GPU: these modes' CUDA paths (float16 with loss scaling, TF32) are not "
+                 "measured in this report")
+    return Table("Modes beside each framework's default", header, body, row_keys=row_keys, note=note)
 
 
 def _speed_up(row: ModeRow) -> str:
