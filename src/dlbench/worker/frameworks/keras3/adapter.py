@@ -45,7 +45,9 @@ in its variable's type and casts the rows. The hand-written layers follow: Batch
 table autocast as any variable, TiedOutput casting the embedding table it borrows, grouped-query attention's
 projections taking the layer's policy and its rotary tables made in the compute type. TorchAdam takes its step
 scalars in float32 (bfloat16 rounds beta_2 = 0.999 to 1, which would stop every bfloat16 weight); SGD and Adadelta
-are Keras's, their learning rate and coefficients cast to the variable's type as Keras does.
+are Keras's, their learning rate and coefficients cast to the variable's type as Keras does. One combination is
+refused (precision_refusal): mixed-float16 on keras-jax's CPU, compiled, for a model whose attention reaches
+ops.dot_product_attention, whose float16 x float16 -> float32 einsums XLA's CPU backend does not compile.
 """
 from __future__ import annotations
 
@@ -232,6 +234,30 @@ def loss_scaled(optimizer, precision: str):
                                                dynamic_growth_steps=LOSS_SCALE["growth_interval"])
 
 
+def fused_attention(layers) -> bool:
+    """Whether the IR's layers (residual blocks' own included) reach ops.dot_product_attention: grouped-query attention
+    always, Keras's MultiHeadAttention without dropout on its weights (with it, MHA computes its scores itself)."""
+    for layer in layers:
+        if layer["type"] == "grouped_query_attention" or (layer["type"] == "attention" and not layer["dropout"]):
+            return True
+        if layer["type"] == "residual" and fused_attention(layer["layers"]):
+            return True
+    return False
+
+
+def precision_refusal(model: dict, precision: str, execution: str, device: str):
+    """Why this backend cannot train the model in the precision, or None. keras-jax, mixed-float16, compiled, CPU,
+    a model whose attention reaches ops.dot_product_attention: Keras's JAX backend calls jax.nn.dot_product_attention,
+    whose einsums ask for float16 x float16 -> float32 (preferred_element_type), a dot XLA's CPU backend does not
+    compile ("The precision 'F16_F16_F32' is not supported by dot_general on CPU"; jax and keras 3.15.1). bfloat16
+    compiles, op by op (eager) it runs, on a GPU it is supported."""
+    if (BACKEND == "jax" and precision == "mixed-float16" and execution == "compiled" and device != "gpu"
+            and fused_attention(model["layers"])):
+        return ("keras-jax compiles no float16 x float16 -> float32 dot on the CPU, which the attention of this "
+                "model reaches (jax.nn.dot_product_attention)")
+    return None
+
+
 def as_float32(array) -> np.ndarray:
     """A host array as float32 numpy (bfloat16 and float16 values exactly as stored); a float32 one as it is."""
     array = np.asarray(array)
@@ -245,6 +271,9 @@ class Adapter(BaseAdapter):
 
     def __init__(self, model, recipe, task, device, threads, seed):
         super().__init__(model, recipe, task, device, threads, seed)
+        why = precision_refusal(model, self.precision, self.execution, device)
+        if why:
+            raise NotImplementedError("precision %r: %s" % (self.precision, why))
         if BACKEND == "tensorflow":
             _configure_tf_threads(threads)
         elif BACKEND == "torch":
