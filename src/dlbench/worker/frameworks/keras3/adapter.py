@@ -22,6 +22,32 @@ array_data_adapter.py: _get_iterator), and compares (tests/test_adapters.py: tes
 SGD + L2 BatchNorm CNN, Adadelta LSTM language model, Adam masked seq2seq, AdamW with warm-up and cosine,
 3 epochs of 21 samples in batches of 8: weight difference 0.0 on all three backends (keras 3.15.1), the
 same epoch sums and optimiser iterations.
+
+Precisions (base.PRECISIONS), the same on all three backends, each Keras's own dtype policy: layers.build_model sets
+the precision's policy ("bfloat16", "mixed_bfloat16", "mixed_float16"; float32 none, the model as it always was) as
+Keras's global policy while the model is built and restores the one before after, so every layer holds it and
+several models of different precisions can be built in one process. "bfloat16": variables, and so the optimiser's
+slots (made in their variables' type), in bfloat16, every layer computing in it. "mixed-*": float32 variables and
+optimiser; each layer casts its floating inputs to bfloat16 or float16, and its variables as it reads them (Keras's
+autocast scope); the gradients reach the float32 variables through those casts, in float32. "mixed-float16" alone adds
+dynamic loss scaling: the optimizer wrapped in keras.optimizers.LossScaleOptimizer with base.LOSS_SCALE's terms
+(loss_scaled below), whose train step multiplies the loss by the scale and whose apply divides the gradients by it,
+skipping a step with a non-finite one. In every reduced precision the model ends in a float32 linear Activation (the
+Keras mixed-precision guide's float32 output), so the loss, the epoch sums and predict, serving and training_outputs
+see float32 logits (Keras's losses would cast them anyway: Loss.__call__ converts y_pred to floatx; the masked loss, a
+plain function, casts them itself). Weights go in and out as float32 (a bfloat16 weight's stored values), gradients
+come out as float32 numpy, mixed-float16's unscaled. Where Keras computes in float32 whatever the policy, so does
+this adapter: BatchNormalization (its inputs, statistics and moving averages cast to float32, the output back to the
+compute type; its variables, autocast=False, in the variable type: bfloat16 under "bfloat16", whose moving statistics
+are then stored in bfloat16), LayerNormalization and RMSNormalization (ops.layer_normalization and
+ops.rms_normalization compute in at least float32 and return the input's type), the losses; the Embedding looks up
+in its variable's type and casts the rows. The hand-written layers follow: BatchNorm as Keras's, the positional
+table autocast as any variable, TiedOutput casting the embedding table it borrows, grouped-query attention's
+projections taking the layer's policy and its rotary tables made in the compute type. TorchAdam takes its step
+scalars in float32 (bfloat16 rounds beta_2 = 0.999 to 1, which would stop every bfloat16 weight); SGD and Adadelta
+are Keras's, their learning rate and coefficients cast to the variable's type as Keras does. One combination is
+refused (precision_refusal): mixed-float16 on keras-jax's CPU, compiled, for a model whose attention reaches
+ops.dot_product_attention, whose float16 x float16 -> float32 einsums XLA's CPU backend does not compile.
 """
 from __future__ import annotations
 
@@ -31,7 +57,7 @@ from typing import Dict
 
 import numpy as np
 
-from dlbench.worker.base import BaseAdapter, Split, batch_slices, finish_metrics, thread_budget
+from dlbench.worker.base import LOSS_SCALE, PRECISIONS, BaseAdapter, Split, batch_slices, finish_metrics, thread_budget
 
 BACKEND = os.environ.get("KERAS_BACKEND", "tensorflow")
 
@@ -191,12 +217,63 @@ def _check_device(device: str) -> str:
     return "cuda" if BACKEND == "torch" else "gpu:0"
 
 
+# ---- the precision ------------------------------------------------------------------------------
+
+def loss_scaled(optimizer, precision: str):
+    """mixed-float16's optimizer: Keras's LossScaleOptimizer around it, given base.LOSS_SCALE's initial scale and
+    growth interval (its defaults, 2**15 and 2000, stated here); its factors are fixed in Keras's code (keras 3.15:
+    the scale times 2.0 after dynamic_growth_steps finite steps in a row, times 0.5 on a step with a non-finite
+    gradient, which is skipped), LOSS_SCALE's. compile() would wrap the optimizer itself only where the compiled
+    model's own policy is mixed_float16, which the Trainer's is not (its layers' are): wrapped here, and compile
+    leaves a LossScaleOptimizer as it is. The other precisions step with the optimizer as it is."""
+    if precision != "mixed-float16":
+        return optimizer
+    if (LOSS_SCALE["growth_factor"], LOSS_SCALE["backoff_factor"]) != (2.0, 0.5):
+        raise NotImplementedError("Keras's LossScaleOptimizer grows by 2 and backs off by 1/2 only")
+    return keras.optimizers.LossScaleOptimizer(optimizer, initial_scale=LOSS_SCALE["initial"],
+                                               dynamic_growth_steps=LOSS_SCALE["growth_interval"])
+
+
+def fused_attention(layers) -> bool:
+    """Whether the IR's layers (residual blocks' own included) reach ops.dot_product_attention: grouped-query attention
+    always, Keras's MultiHeadAttention without dropout on its weights (with it, MHA computes its scores itself)."""
+    for layer in layers:
+        if layer["type"] == "grouped_query_attention" or (layer["type"] == "attention" and not layer["dropout"]):
+            return True
+        if layer["type"] == "residual" and fused_attention(layer["layers"]):
+            return True
+    return False
+
+
+def precision_refusal(model: dict, precision: str, execution: str, device: str):
+    """Why this backend cannot train the model in the precision, or None. keras-jax, mixed-float16, compiled, CPU,
+    a model whose attention reaches ops.dot_product_attention: Keras's JAX backend calls jax.nn.dot_product_attention,
+    whose einsums ask for float16 x float16 -> float32 (preferred_element_type), a dot XLA's CPU backend does not
+    compile ("The precision 'F16_F16_F32' is not supported by dot_general on CPU"; jax and keras 3.15.1). bfloat16
+    compiles, op by op (eager) it runs, on a GPU it is supported."""
+    if (BACKEND == "jax" and precision == "mixed-float16" and execution == "compiled" and device != "gpu"
+            and fused_attention(model["layers"])):
+        return ("keras-jax compiles no float16 x float16 -> float32 dot on the CPU, which the attention of this "
+                "model reaches (jax.nn.dot_product_attention)")
+    return None
+
+
+def as_float32(array) -> np.ndarray:
+    """A host array as float32 numpy (bfloat16 and float16 values exactly as stored); a float32 one as it is."""
+    array = np.asarray(array)
+    return array if array.dtype == np.float32 else array.astype(np.float32)
+
+
 class Adapter(BaseAdapter):
     name = "keras"
     executions = EXECUTIONS[BACKEND]
+    precisions = PRECISIONS
 
     def __init__(self, model, recipe, task, device, threads, seed):
         super().__init__(model, recipe, task, device, threads, seed)
+        why = precision_refusal(model, self.precision, self.execution, device)
+        if why:
+            raise NotImplementedError("precision %r: %s" % (self.precision, why))
         if BACKEND == "tensorflow":
             _configure_tf_threads(threads)
         elif BACKEND == "torch":
@@ -207,11 +284,11 @@ class Adapter(BaseAdapter):
         self.loss = make_loss(self.loss_name)
         self.float_inputs = model["input_dtype"].startswith("float")
         with keras.device(self.device_name):
-            self.core, self.variables = build_model(model)
+            self.core, self.variables = build_model(model, self.precision)
         executed_as(self.core, self.execution)  # predict's
         self.shapes = canonical_shapes(model)
         self.trainable = [key for key in self.variables if "/moving_" not in key]
-        self.optimizer = make_optimizer(recipe["optimizer"], recipe.get("schedule"))
+        self.optimizer = loss_scaled(make_optimizer(recipe["optimizer"], recipe.get("schedule")), self.precision)
         self._trainers = {}  # input scale -> compiled Trainer (the weights and optimizer are shared)
         self._arrays = {}  # id of a Split -> (the split, x, y in memory)
         self._tensors = {}  # id of a Split -> (the split, x, y as the backend's tensors on the device)
@@ -245,7 +322,7 @@ class Adapter(BaseAdapter):
             variable.assign(np.asarray(weights[key], dtype=np.float32).reshape(variable.shape))
 
     def get_weights(self):
-        return {key: np.array(ops.convert_to_numpy(variable)).reshape(self.shapes[key])
+        return {key: as_float32(np.array(ops.convert_to_numpy(variable))).reshape(self.shapes[key])
                 for key, variable in self.variables.items()}
 
     # ---- training ----
@@ -303,15 +380,24 @@ class Adapter(BaseAdapter):
         return self._sums(trainer)
 
     def apply_gradients(self, gradients):
+        """The gradients are a loss's own: under mixed-float16 the LossScaleOptimizer's inner optimizer steps with
+        them (the wrapper would divide them by its scale), the wrapper built first so that it owns that optimizer's
+        slots as training builds it. bfloat16 weights take them cast to bfloat16."""
+        variables = [self.variables[key] for key in self.trainable]
+        optimizer = self.optimizer
         with keras.device(self.device_name):
-            grads = [ops.convert_to_tensor(np.asarray(gradients[key], np.float32).reshape(self.variables[key].shape))
-                     for key in self.trainable]
-            self.optimizer.apply(grads, [self.variables[key] for key in self.trainable])
+            grads = [ops.convert_to_tensor(np.asarray(gradients[key], np.float32).reshape(variable.shape),
+                                           dtype=variable.dtype) for key, variable in zip(self.trainable, variables)]
+            if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+                if not optimizer.built:
+                    optimizer.build(variables)
+                optimizer = optimizer.inner_optimizer
+            optimizer.apply(grads, variables)
 
     def predict(self, x):
         x = np.ascontiguousarray(x, dtype=np.float32 if self.float_inputs else np.int32)
         with keras.device(self.device_name):
-            return np.asarray(self.core.predict(x, batch_size=self.recipe["batch_size"], verbose=0))
+            return as_float32(self.core.predict(x, batch_size=self.recipe["batch_size"], verbose=0))
 
     def serving(self):
         """predict_on_batch of a compiled model: Keras's predict step as the execution resolves it for the
@@ -326,23 +412,41 @@ class Adapter(BaseAdapter):
 
         def serve(x):
             with keras.device(self.device_name):
-                return np.asarray(served.predict_on_batch(np.ascontiguousarray(x, dtype=stored)))
+                return as_float32(served.predict_on_batch(np.ascontiguousarray(x, dtype=stored)))
         return serve
 
     def training_outputs(self, x):
         x = np.ascontiguousarray(x, dtype=np.float32)
         with keras.device(self.device_name):
-            return np.array(ops.convert_to_numpy(self.core(x, training=True)))
+            return as_float32(np.array(ops.convert_to_numpy(self.core(x, training=True))))
+
+    def _loss_scale(self) -> float:
+        """The scale mixed-float16's train step multiplies the loss by now (the LossScaleOptimizer's, its initial one
+        before it is built); 1 in every other precision."""
+        optimizer = self.optimizer
+        if not isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+            return 1.0
+        if not optimizer.built:
+            return float(optimizer.initial_scale)
+        return float(ops.convert_to_numpy(optimizer.dynamic_scale))
 
     def loss_and_gradients(self, data):
+        """The loss and its true gradients, float32, in every precision: under mixed-float16 the backward pass runs
+        on the loss times the current loss scale, as the train step's, and the gradients are divided by it after
+        (in float32, as the LossScaleOptimizer divides them)."""
         x, y = self._arrays_of(data)
         trainer = self._trainer(data.input_scale)
         keys = self.trainable
+        scale = self._loss_scale()
+
+        def scaled(loss):
+            return loss * scale if scale != 1.0 else loss
         with keras.device(self.device_name):
             if BACKEND == "tensorflow":
                 with tf.GradientTape() as tape:
                     loss = self.loss(y, trainer(x, training=True))
-                grads = tape.gradient(loss, [self.variables[k].value for k in keys])
+                    backward = scaled(loss)
+                grads = tape.gradient(backward, [self.variables[k].value for k in keys])
                 grads = [tf.convert_to_tensor(g).numpy() for g in grads]  # IndexedSlices densified
             elif BACKEND == "jax":
                 if not trainer.built:  # stateless_call wants a built model: one inference call builds it
@@ -353,19 +457,23 @@ class Adapter(BaseAdapter):
 
                 def loss_of(values):
                     y_pred, _ = trainer.stateless_call(values, frozen, x, training=True)
-                    return self.loss(y, y_pred)
+                    loss = self.loss(y, y_pred)
+                    return scaled(loss), loss
 
-                loss, all_grads = jax.value_and_grad(loss_of)([v.value for v in trainable])
+                (_, loss), all_grads = jax.value_and_grad(loss_of, has_aux=True)([v.value for v in trainable])
                 grads = [np.asarray(all_grads[place[id(self.variables[k])]]) for k in keys]
             else:
                 params = [self.variables[k].value for k in keys]
                 for param in params:
                     param.grad = None
                 loss = self.loss(y, trainer(x, training=True))
-                loss.backward()
-                grads = [param.grad.detach().cpu().numpy() for param in params]
+                scaled(loss).backward()
+                grads = [param.grad.detach().float().cpu().numpy() for param in params]  # numpy has no bfloat16
                 for param in params:
                     param.grad = None
+        grads = [as_float32(g) for g in grads]
+        if scale != 1.0:
+            grads = [g / np.float32(scale) for g in grads]
         return float(ops.convert_to_numpy(loss)), {k: np.array(g).reshape(self.shapes[k]) for k, g in zip(keys, grads)}
 
     def synchronise(self):

@@ -37,6 +37,7 @@ Imported by adapter.py after the backend's thread settings (KERAS_BACKEND and th
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import namedtuple
 from typing import Dict
@@ -58,15 +59,18 @@ class BatchNorm(keras.layers.BatchNormalization):
         # renorm: Keras 3.13 added batch renormalisation (Keras 3.12 has no such attribute); never asked for here
         if not (training and self.trainable) or mask is not None or getattr(self, "renorm", False):
             return super().call(inputs, training=training, mask=mask)
+        # in float32 whatever the policy, its variables (autocast=False) cast to it, as Keras's own call does
         inputs = ops.cast(inputs, "float32")
+        moving_mean, moving_variance, gamma, beta = (
+            ops.cast(v, "float32") for v in (self.moving_mean, self.moving_variance, self.gamma, self.beta))
         mean, variance = self._moments(inputs, mask)
         count = ops.cast(ops.size(inputs), "float32") / float(inputs.shape[-1])
         unbiased = variance * (count / (count - 1.0))
         momentum = self.momentum
-        self.moving_mean.assign(self.moving_mean * momentum + mean * (1.0 - momentum))
-        self.moving_variance.assign(self.moving_variance * momentum + unbiased * (1.0 - momentum))
-        outputs = ops.batch_normalization(inputs, mean, variance, axis=self.axis, offset=self.beta,
-                                          scale=self.gamma, epsilon=self.epsilon)
+        self.moving_mean.assign(moving_mean * momentum + mean * (1.0 - momentum))
+        self.moving_variance.assign(moving_variance * momentum + unbiased * (1.0 - momentum))
+        outputs = ops.batch_normalization(inputs, mean, variance, axis=self.axis, offset=beta,
+                                          scale=gamma, epsilon=self.epsilon)
         return ops.cast(outputs, self.compute_dtype)
 
 
@@ -98,7 +102,30 @@ class TiedOutput(keras.layers.Layer):
         self.bias = self.add_weight(shape=(self.embedding.input_dim,), initializer="zeros", name="bias")
 
     def call(self, inputs):
-        return ops.matmul(inputs, ops.transpose(self.embedding.embeddings)) + self.bias
+        # the Embedding's table is read outside its own layer: cast here, where the policy computes in bfloat16 or
+        # float16 (Keras's autocast scope of this layer would cast it too; the cast says so whatever the backend)
+        return ops.matmul(inputs, ops.transpose(in_compute_dtype(self, self.embedding.embeddings))) + self.bias
+
+
+class InFloat32(keras.initializers.Initializer):
+    """An initializer drawn in float32, then cast to the variable's type: the LSTM's recurrent kernel's (Keras's
+    orthogonal initializer, whose QR decomposition fails in bfloat16 on keras-jax: jaxlib's LAPACK has no bfloat16).
+    The wrapped initializer keeps its own seed, so the draws are those it would make."""
+
+    def __init__(self, initializer):
+        self.initializer = initializer
+
+    def __call__(self, shape, dtype=None):
+        return ops.cast(self.initializer(shape, dtype="float32"), dtype)
+
+
+def recurrent_init_in_float32(lstm_layer):
+    """The LSTM layer with its cell's recurrent initializer drawn in float32 (InFloat32) where its variables are not
+    float32; a float32 layer as it is."""
+    cell = lstm_layer.cell
+    if cell.variable_dtype != "float32":
+        cell.recurrent_initializer = InFloat32(cell.recurrent_initializer)
+    return lstm_layer
 
 
 def rotate(x, cos, sin):
@@ -200,15 +227,50 @@ class Scope(namedtuple("Scope", "layers index built variables")):
     finds its embedding there), and the variables recorded so far (a residual block's own layers add theirs)."""
 
 
-def build_model(spec: dict):
+# Keras's dtype policy of each precision (base.PRECISIONS); float32 builds as it always did, under no policy of its own
+POLICIES = {"float32": None, "bfloat16": "bfloat16", "mixed-bfloat16": "mixed_bfloat16",
+            "mixed-float16": "mixed_float16"}
+
+
+@contextlib.contextmanager
+def dtype_policy(name):
+    """Keras's global dtype policy set to `name` (None: left as it is) while the model is built, so that every layer
+    built takes it as its own (Keras layers read the global policy when they are made, and keep it), then restored:
+    several models of different precisions may be built in one process (tests, certification probes)."""
+    if name is None:
+        yield
+        return
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(name)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def in_compute_dtype(layer, tensor):
+    """tensor cast to the layer's compute dtype where it has another (a variable that Keras does not autocast,
+    a float32 table); as it is otherwise, so float32 models run the ops they always ran."""
+    if keras.backend.standardize_dtype(tensor.dtype) != layer.compute_dtype:
+        return ops.cast(tensor, layer.compute_dtype)
+    return tensor
+
+
+def build_model(spec: dict, precision: str = "float32"):
     """The functional model (float pixels or int ids -> logits) and every canonical weight's variable.
     A variable may hold its canonical weight in another shape of the same C-order elements (attention's
-    kernels (d, heads, dk) and (heads, dk, d) for the canonical (d, d)): canonical_shapes gives the IR's."""
+    kernels (d, heads, dk) and (heads, dk, d) for the canonical (d, d)): canonical_shapes gives the IR's.
+    Every layer takes the precision's dtype policy (POLICIES); in a reduced precision the logits leave through a
+    float32 linear Activation, as Keras's mixed-precision guide ends a model, so that the loss, the metrics and the
+    predictions see float32 (the bfloat16 or float16 logits cast, nothing recomputed)."""
     float_inputs = spec["input_dtype"].startswith("float")
-    inputs = keras.Input(shape=tuple(spec["input_shape"]), dtype="float32" if float_inputs else "int32")
-    variables = {}  # "layer/param" -> keras Variable, in canonical order
-    outputs = build_layers(spec["layers"], inputs, variables, {})
-    return keras.Model(inputs, outputs, name="dlbench"), variables
+    with dtype_policy(lookup(POLICIES, "precision", precision)):
+        inputs = keras.Input(shape=tuple(spec["input_shape"]), dtype="float32" if float_inputs else "int32")
+        variables = {}  # "layer/param" -> keras Variable, in canonical order
+        outputs = build_layers(spec["layers"], inputs, variables, {})
+        if precision != "float32":
+            outputs = keras.layers.Activation("linear", dtype="float32", name="logits_float32")(outputs)
+        return keras.Model(inputs, outputs, name="dlbench"), variables
 
 
 def canonical_shapes(spec: dict) -> Dict[str, tuple]:
@@ -323,8 +385,8 @@ def tied_output_weights(module) -> dict:
 
 
 def lstm(layer: dict, x, scope: Scope):
-    return applied(keras.layers.LSTM(layer["units"], return_sequences=layer["return_sequences"],
-                                     name=layer["name"]), x)
+    module = keras.layers.LSTM(layer["units"], return_sequences=layer["return_sequences"], name=layer["name"])
+    return applied(recurrent_init_in_float32(module), x)
 
 
 def _lstm_vars(prefix: str, layer) -> Dict[str, object]:
@@ -342,8 +404,8 @@ def seq2seq(layer: dict, x, scope: Scope):
     L, name, source_len = keras.layers, layer["name"], layer["source_len"]
     source_embedding = L.Embedding(layer["source_vocab"], layer["embed_dim"], name=name + "_source_embedding")
     target_embedding = L.Embedding(layer["target_vocab"], layer["embed_dim"], name=name + "_target_embedding")
-    encoder = L.LSTM(layer["units"], return_state=True, name=name + "_encoder")
-    decoder = L.LSTM(layer["units"], return_sequences=True, name=name + "_decoder")
+    encoder = recurrent_init_in_float32(L.LSTM(layer["units"], return_state=True, name=name + "_encoder"))
+    decoder = recurrent_init_in_float32(L.LSTM(layer["units"], return_sequences=True, name=name + "_decoder"))
     _, h, c = encoder(source_embedding(x[:, :source_len]))
     x = decoder(target_embedding(x[:, source_len:]), initial_state=[h, c])
     return x, (source_embedding, target_embedding, encoder, decoder)

@@ -25,7 +25,11 @@ elif BACKEND == "torch":
 
 
 def masked_sequence_loss(y_true, y_pred):
-    """Mean cross-entropy over the tokens whose label is not PAD_ID (torch's ignore_index mean)."""
+    """Mean cross-entropy over the tokens whose label is not PAD_ID (torch's ignore_index mean), in float32 as
+    Keras's own losses take their logits (Loss.__call__ converts them to backend.floatx(); this plain function is
+    called directly by loss_and_gradients, outside compile's wrapper)."""
+    if keras.backend.standardize_dtype(y_pred.dtype) != "float32":
+        y_pred = ops.cast(y_pred, "float32")
     per_token = ops.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True)
     kept = ops.cast(ops.not_equal(y_true, PAD_ID), per_token.dtype)
     return ops.sum(per_token * kept) / ops.sum(kept)

@@ -58,21 +58,27 @@ class CoupledL2(object):
 
 
 class TorchAdam(keras.optimizers.Adam):
-    """Adam with torch's epsilon placement: p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)."""
+    """Adam with torch's epsilon placement: p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps).
+
+    The step's scalars (lr, the step count, the bias corrections) are taken in float32 whatever the variable's type,
+    as torch's Adam takes them in Python floats, and cast to it where they meet the tensors: in bfloat16 (the
+    "bfloat16" precision's weights and slots) beta_2 = 0.999 rounds to 1, so 1 - beta_2^t would be 0 and no weight
+    would move, and the step count stops being exact past 256. In float32 the casts are no-ops."""
 
     def update_step(self, gradient, variable, learning_rate):
         dtype = variable.dtype
-        lr = ops.cast(learning_rate, dtype)
+        lr = ops.cast(learning_rate, "float32")
         gradient = ops.cast(gradient, dtype)
-        step = ops.cast(self.iterations + 1, dtype)
-        correction1 = 1.0 - ops.power(ops.cast(self.beta_1, dtype), step)
-        correction2 = 1.0 - ops.power(ops.cast(self.beta_2, dtype), step)
+        step = ops.cast(self.iterations + 1, "float32")
+        correction1 = 1.0 - ops.power(ops.cast(self.beta_1, "float32"), step)
+        correction2 = 1.0 - ops.power(ops.cast(self.beta_2, "float32"), step)
         index = self._get_variable_index(variable)
         m, v = self._momentums[index], self._velocities[index]
         self.assign_add(m, ops.multiply(ops.subtract(gradient, m), 1.0 - self.beta_1))  # torch's lerp
         self.assign(v, ops.add(ops.multiply(v, self.beta_2), ops.multiply(ops.square(gradient), 1.0 - self.beta_2)))
-        denominator = ops.add(ops.divide(ops.sqrt(v), ops.sqrt(correction2)), self.epsilon)
-        self.assign_sub(variable, ops.multiply(ops.divide(lr, correction1), ops.divide(m, denominator)))
+        denominator = ops.add(ops.divide(ops.sqrt(v), ops.cast(ops.sqrt(correction2), dtype)), self.epsilon)
+        step_size = ops.cast(ops.divide(lr, correction1), dtype)
+        self.assign_sub(variable, ops.multiply(step_size, ops.divide(m, denominator)))
 
 
 class CoupledL2Parallel(object):
