@@ -7,6 +7,8 @@ base.py's PRECISIONS; docs/architecture.md has the table). What each framework r
 (environments/envs.py), the harness's copy of its adapter's; tests/test_adapters.py holds the two equal.
 """
 import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from dlbench.harness.environments.envs import EnvError, get_recipe
 from dlbench.harness.environments.envs import framework_name as name_of
@@ -28,13 +30,38 @@ REFUSED: dict[tuple[str, str], str] = {
     ("theano", "bfloat16"): _NO_NUMPY_BFLOAT16,
     ("theano", "mixed-bfloat16"): _NO_NUMPY_BFLOAT16,
 }
-# (framework, precision, IR layer kind): why the framework cannot train a model holding that layer in the precision
-# on a CPU
-REFUSED_LAYERS: dict[tuple[str, str, str], str] = {
-    ("pytorch", "mixed-float16", "lstm"): "torch's CPU LSTM (oneDNN) has no float16 training primitive: its "
-                                          "forward pass in training mode raises 'could not create a primitive "
-                                          "descriptor for the LSTM forward propagation primitive'",
-}
+
+
+def _has_kind(kind: str) -> Callable[[dict], bool]:
+    return lambda layer: layer["type"] == kind
+
+
+def _fused_attention(layer: dict) -> bool:
+    """Keras's attention reaches ops.dot_product_attention: grouped-query attention always, multi-head attention
+    without dropout on its weights (keras3/adapter.fused_attention)."""
+    return layer["type"] == "grouped_query_attention" or (layer["type"] == "attention" and not layer["dropout"])
+
+
+@dataclass(frozen=True)
+class LayerRefusal:
+    """A framework that cannot train a model holding a layer `applies` to in `precision` on a CPU (in `executions`
+    only, where named), and why; the adapter raises the same."""
+    framework: str
+    precision: str
+    applies: Callable[[dict], bool]
+    why: str
+    executions: tuple[str, ...] = ()
+
+
+LAYER_REFUSALS = (
+    LayerRefusal("pytorch", "mixed-float16", _has_kind("lstm"),
+                 "torch's CPU LSTM (oneDNN) has no float16 training primitive: its forward pass in training mode "
+                 "raises 'could not create a primitive descriptor for the LSTM forward propagation primitive'"),
+    LayerRefusal("keras-jax", "mixed-float16", _fused_attention,
+                 "keras-jax compiles no float16 x float16 -> float32 dot on the CPU, which this model's attention "
+                 "reaches (jax.nn.dot_product_attention: 'The precision F16_F16_F32 is not supported by dot_general "
+                 "on CPU')", ("compiled",)),
+)
 DETECTOR_ONLY_FLOAT32 = "the detector adapters (worker/detector.py) train in float32 only"
 
 
@@ -47,37 +74,49 @@ def supported(framework: str) -> tuple[str, ...]:
     return get_recipe(framework).precisions
 
 
-def refusal(framework: str, precision: str, workload: Workload | None = None, device: str = "cpu") -> str | None:
-    """Why the framework cannot run the workload in this precision on the device, or None when it can."""
+def refusal(framework: str, precision: str, workload: Workload | None = None, device: str = "cpu",
+            execution: str | None = None) -> str | None:
+    """Why the framework cannot run the workload in this precision on the device in the execution (None: its
+    default), or None when it can."""
     if precision not in PRECISIONS:
         raise PrecisionError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
     name = name_of(framework)
-    if precision not in supported(framework):
-        return REFUSED.get((name, precision), _NOT_BUILT.format(framework=name) if supported(framework) == (
-            DEFAULT,) else f"its adapter runs {', '.join(supported(framework))} only")
+    runs = supported(framework)
+    if precision not in runs:
+        return REFUSED.get((name, precision), _NOT_BUILT.format(framework=name) if runs == (DEFAULT,)
+                           else f"its adapter runs {', '.join(runs)} only")
     if workload is None or precision == DEFAULT:
         return None
     if "detection" in workload.tasks:
         return DETECTOR_ONLY_FLOAT32
-    kinds = {layer["type"] for layer, _, _ in all_shapes(workload.model())}
-    why = [REFUSED_LAYERS[name, precision, kind] for kind in sorted(kinds) if (name, precision, kind) in REFUSED_LAYERS]
-    return why[0] if why and device == "cpu" else None
+    execution = execution or runs_by_default(framework)
+    layers = [layer for layer, _, _ in all_shapes(workload.model())]
+    return next((rule.why for rule in LAYER_REFUSALS if (rule.framework, rule.precision) == (name, precision)
+                 and device == "cpu" and (not rule.executions or execution in rule.executions)
+                 and any(map(rule.applies, layers))), None)
 
 
-def resolved(framework: str, precision: str | None, workload: Workload | None = None, device: str = "cpu") -> str:
+def runs_by_default(framework: str) -> str:
+    """The framework's default execution (executions.default; read from its recipe here, as executions.py imports
+    nothing of this module's)."""
+    return get_recipe(framework).executions[0]
+
+
+def resolved(framework: str, precision: str | None, workload: Workload | None = None, device: str = "cpu",
+             execution: str | None = None) -> str:
     """The precision a cell runs: the one asked for, or float32; refused with the reason."""
     chosen = precision or DEFAULT
-    why = refusal(framework, chosen, workload, device)
+    why = refusal(framework, chosen, workload, device, execution)
     if why:
         raise PrecisionError(f"{framework} cannot run precision {chosen!r}: {why}")
     return chosen
 
 
 def as_run(workload: Workload, framework: str, precision: str | None = None, device: str = "cpu") -> Workload:
-    """The workload as the framework runs it in `precision`: a reduced one in its recipe, none for float32, so that
-    the cell's hash, its record and its certificate's digest tell precisions apart while float32's stay as they were
-    before precision was an axis."""
-    chosen = resolved(framework, precision, workload, device)
+    """The workload as the framework runs it in `precision` (in the execution its recipe holds): a reduced one in its
+    recipe, none for float32, so that the cell's hash, its record and its certificate's digest tell precisions apart
+    while float32's stay as they were before precision was an axis."""
+    chosen = resolved(framework, precision, workload, device, workload.recipe.get("execution"))
     recipe = {key: value for key, value in workload.recipe.items() if key != "precision"}
     if chosen != DEFAULT:
         recipe["precision"] = chosen

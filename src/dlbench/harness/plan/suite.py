@@ -672,18 +672,17 @@ def _modes_run(entry: Entry, suite: Suite, execution: str | None, precision: str
     """The (execution, precision) pairs the framework runs of those asked (None: its default), and (the value, why)
     for each execution or precision it refuses."""
     workload = get_workload(entry.workload)
-    refused = []
-    runs_executions = []
+    refused, run = [], []
     for asked in _asked(entry, suite, execution, "execution"):
         why = asked and executions.refusal(framework, asked, workload)
-        refused += [(asked, why)] if why else []
-        runs_executions += [] if why else [asked]
-    runs_precisions = []
-    for asked in _asked(entry, suite, precision, "precision"):
-        why = asked and precisions.refusal(framework, asked, workload, device)
-        refused += [(asked, why)] if why else []
-        runs_precisions += [] if why else [asked]
-    return [(e, p) for e in runs_executions for p in runs_precisions], refused
+        if why:
+            refused.append((asked, why))
+            continue
+        for precision_asked in _asked(entry, suite, precision, "precision"):
+            why = precision_asked and precisions.refusal(framework, precision_asked, workload, device, asked)
+            refused += [(precision_asked, why)] if why else []
+            run += [] if why else [(asked, precision_asked)]
+    return run, list(dict.fromkeys(refused))
 
 
 def refusals(suite: Suite, frameworks: list[str] | None = None, workloads: list[str] | None = None,
