@@ -199,8 +199,8 @@ def fused_attention(q, k, v, causal: bool):
     q = q.reshape(batch, steps, kv_heads, heads // kv_heads, size)
     logits = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32) * (size ** -0.5)
     if causal:
-        later = jnp.tril(jnp.ones((steps, k.shape[1]), bool))
-        logits = jnp.where(later, logits, jnp.finfo(jnp.float32).min)
+        seen = jnp.tril(jnp.ones((steps, k.shape[1]), bool))  # key s <= query t
+        logits = jnp.where(seen, logits, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
     return jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(batch, steps, heads, size)
 
