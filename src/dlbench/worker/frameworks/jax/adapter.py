@@ -15,6 +15,28 @@ with the same losses; Flax's own tutorials do not donate either.
 Threads: XLA's CPU client is configured before jax is imported, from DLBENCH_THREADS: PJRT_NPROC
 sizes its intra-op thread pool, and with one thread Eigen's own multi-threading is switched off too
 (--xla_cpu_multi_thread_eigen=false). The persistent compilation cache stays off (JAX's default).
+
+Precision (base.PRECISIONS), the Flax way: IRModel's `dtype` (compute) and `param_dtype` (parameters), which
+every layer's module is built with (layers.py), and the type the adapter stores its variables in.
+- "float32": both float32, nothing cast (the default; what ran before the axis existed).
+- "bfloat16": param_dtype = dtype = bfloat16: parameters, the BatchNorm's moving statistics and the optax state
+  (which optax creates in its parameters' type) are bfloat16, the gradients too, and the update is rounded to
+  bfloat16 as optax.apply_updates casts it to each parameter's type.
+- "mixed-bfloat16": param_dtype float32, dtype bfloat16: float32 parameters and optax state, every layer casting its
+  input and parameters to bfloat16 (nn.Dense, nn.Conv and nn.Embed themselves; our modules with layers.compute),
+  so the gradients come back float32 through the casts; no loss scaling.
+- "mixed-float16": as mixed-bfloat16 with float16 compute, and dynamic loss scaling written with jnp inside the
+  jitted step (no jmp in the environment; optax has none), carried in the train state as (scale, finite steps in
+  a row), with base.LOSS_SCALE's terms: the loss is multiplied by the scale before jax.value_and_grad and the
+  gradients divided by it; a step whose gradients hold an inf or nan leaves the parameters and the optax state
+  as they were (jnp.where over both trees; moving statistics and the dropout key move on, as under Keras's
+  LossScaleOptimizer and torch's GradScaler) and multiplies the scale by backoff_factor; growth_interval finite
+  steps in a row multiply it by growth_factor. loss_and_gradients scales by the current scale too (and unscales),
+  backing it off for itself, without a step, until its gradients are finite.
+In every one the logits are cast to float32 before the loss (IRModel's output), nn.LayerNorm and nn.RMSNorm
+compute their statistics and the normalisation in float32 (flax's force_float32_reductions default; our
+BatchNorm does the same), jax.nn.dot_product_attention's logits and softmax are float32 in it too (JAX's own),
+weights go in and out as float32 canonical arrays, and predictions and gradients come back float32.
 """
 from __future__ import annotations
 
@@ -46,7 +68,7 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
 from dlbench.shared.ir import all_shapes, param_shapes  # noqa: E402
-from dlbench.worker.base import BaseAdapter, Split, batch_slices, finish_metrics, lookup  # noqa: E402
+from dlbench.worker.base import LOSS_SCALE, PRECISIONS, BaseAdapter, Split, batch_slices, finish_metrics, lookup  # noqa: E402
 from dlbench.worker.frameworks.jax.layers import LAYERS, IRModel  # noqa: E402
 from dlbench.worker.frameworks.jax.losses import add_sums, loss_terms, zero_sums  # noqa: E402
 from dlbench.worker.frameworks.jax.optimizers import make_optimizer  # noqa: E402
@@ -71,15 +93,38 @@ def jax_device(device: str):
                            % (device, jax.__version__, jaxlib.__version__, error)) from error
 
 
+# precision -> (compute type, parameters' type): the module's doc says how each is made
+PRECISION_TYPES = {"float32": (jnp.float32, jnp.float32), "bfloat16": (jnp.bfloat16, jnp.bfloat16),
+                   "mixed-bfloat16": (jnp.bfloat16, jnp.float32), "mixed-float16": (jnp.float16, jnp.float32)}
+
+
+def all_finite(tree):
+    """Whether every element of every array in the tree is finite (a scalar bool on the device)."""
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree_util.tree_leaves(tree)]))
+
+
+def scaled_step(finite, scaler):
+    """The loss scale after a step (base.LOSS_SCALE's rule): (scale, finite steps in a row)."""
+    scale, good = scaler
+    good = jnp.where(finite, good + 1, 0)
+    grow = good >= LOSS_SCALE["growth_interval"]
+    scale = jnp.where(finite, jnp.where(grow, scale * LOSS_SCALE["growth_factor"], scale),
+                      scale * LOSS_SCALE["backoff_factor"])
+    return scale, jnp.where(grow, 0, good)
+
+
 class Adapter(BaseAdapter):
     name = "jax"
     executions = ("compiled",)  # jax.jit: how JAX programs run (op by op is JAX's debugging mode, disable_jit)
+    precisions = PRECISIONS  # all four on the CPU (XLA's CPU compiles bfloat16 and float16)
 
     def __init__(self, model, recipe, task, device, threads, seed):
         super().__init__(model, recipe, task, device, threads, seed)
         self.jax_device = jax_device(device)
         self.float_inputs = model["input_dtype"].startswith("float")
-        self.module = IRModel(tuple(model["layers"]))
+        self.compute_dtype, self.param_dtype = PRECISION_TYPES[self.precision]
+        self.loss_scaling = self.precision == "mixed-float16"
+        self.module = IRModel(tuple(model["layers"]), dtype=self.compute_dtype, param_dtype=self.param_dtype)
         self.loss_name = recipe["loss"]
         self.batch_size = recipe["batch_size"]
         self.tx = make_optimizer(recipe["optimizer"], recipe.get("schedule"))
@@ -91,12 +136,15 @@ class Adapter(BaseAdapter):
                 self.locations[layer["name"] + "/" + key] = (collection, layer["name"], inner)
                 fill = np.ones if key in ("gamma", "moving_var") else np.zeros
                 variables[collection].setdefault(layer["name"], {})[inner] = fill(shape, np.float32)
-        variables = self._put(variables)
+        variables = self._put(self._stored(variables))
         self.params, self.stats = variables["params"], variables["batch_stats"]
         # committed to the device as the step's outputs are: an uncommitted state (jit's output) made the
         # first epoch compile the train step twice (1.9 s more for cnn-mnist on the 2-core machine)
         self.opt_state = self._put(self.tx.init(self.params))
         self.key = self._put(jax.random.PRNGKey(seed))  # dropout masks: split once per step
+        # mixed-float16's dynamic loss scale: (scale, finite steps in a row), carried in the train state
+        self.scaler = (self._put((jnp.float32(LOSS_SCALE["initial"]), jnp.int32(0))) if self.loss_scaling
+                       else None)
         self._splits = {}  # id of a Split -> (the split, x, y on the device): copied once
         self._train_steps = {}
         self._eval_steps = {}
@@ -107,6 +155,12 @@ class Adapter(BaseAdapter):
 
     def _put(self, tree):
         return jax.device_put(tree, self.jax_device)
+
+    def _stored(self, tree):
+        """Host arrays (float32) in the parameters' type: as they are in float32 and the mixed precisions."""
+        if self.param_dtype == jnp.float32:
+            return tree
+        return jax.tree_util.tree_map(lambda value: np.asarray(value).astype(self.param_dtype), tree)
 
     def _on_device(self, data: Split):
         key = id(data)
@@ -130,27 +184,43 @@ class Adapter(BaseAdapter):
                                             rngs={"dropout": key}, mutable=["batch_stats"])
         return logits, updated.get("batch_stats", stats)
 
-    def _loss_and_grads(self, params, stats, key, x, y, scale=None):
+    def _loss_and_grads(self, params, stats, key, x, y, scale=None, loss_scale=None):
+        """The gradients of the batch's loss, the updated moving statistics and the loss terms; with a
+        loss_scale (mixed-float16) the loss is scaled before differentiating and the gradients unscaled."""
         def objective(p):
             logits, new_stats = self._apply_train(p, stats, self._inputs(x, scale), key)
             terms = loss_terms(self.loss_name, logits, y)
-            return terms[0], (new_stats, terms)
+            return (terms[0] if loss_scale is None else terms[0] * loss_scale), (new_stats, terms)
 
         (_, (new_stats, terms)), grads = jax.value_and_grad(objective, has_aux=True)(params)
+        if loss_scale is not None:
+            grads = jax.tree_util.tree_map(lambda g: g / loss_scale, grads)
         return grads, new_stats, terms
 
     def _train_step(self, size: int, scale):
         """One optimiser step over `size` samples at the carried position of the epoch's order."""
         if (size, scale) not in self._train_steps:
             def step(state, carry, x_all, y_all, order):
-                params, stats, opt_state, key = state
+                params, stats, opt_state, key = state[:4]
                 position, sums = carry
                 index = jax.lax.dynamic_slice_in_dim(order, position, size)
                 key, subkey = jax.random.split(key)
-                grads, stats, terms = self._loss_and_grads(params, stats, subkey, x_all[index], y_all[index], scale)
-                updates, opt_state = self.tx.update(grads, opt_state, params)
-                params = optax.apply_updates(params, updates)
-                return (params, stats, opt_state, key), (position + size, add_sums(sums, *terms))
+                if not self.loss_scaling:
+                    grads, stats, terms = self._loss_and_grads(params, stats, subkey, x_all[index], y_all[index],
+                                                               scale)
+                    updates, opt_state = self.tx.update(grads, opt_state, params)
+                    params = optax.apply_updates(params, updates)
+                    return (params, stats, opt_state, key), (position + size, add_sums(sums, *terms))
+                scaler = state[4]
+                grads, stats, terms = self._loss_and_grads(params, stats, subkey, x_all[index], y_all[index], scale,
+                                                           scaler[0])
+                finite = all_finite(grads)
+                updates, new_opt_state = self.tx.update(grads, opt_state, params)
+                new_params = optax.apply_updates(params, updates)
+                params, opt_state = jax.tree_util.tree_map(lambda new, old: jnp.where(finite, new, old),
+                                                           (new_params, new_opt_state), (params, opt_state))
+                return ((params, stats, opt_state, key, scaled_step(finite, scaler)),
+                        (position + size, add_sums(sums, *terms)))
 
             # not donated: see the module's doc (donating the state made XLA's CPU steps slower)
             self._train_steps[size, scale] = jax.jit(step)
@@ -195,39 +265,54 @@ class Adapter(BaseAdapter):
             if value.shape != target.shape:
                 raise ValueError("weight %s: shape %s, expected %s" % (name, value.shape, target.shape))
             trees[collection][layer][key] = np.array(value)
-        self.params, self.stats = self._put(params), self._put(stats)
+        self.params, self.stats = self._put(self._stored(params)), self._put(self._stored(stats))
 
     def apply_gradients(self, gradients):
         grads = jax.device_get(self.params)
         for name, (collection, layer, key) in self.locations.items():
             if collection == "params":
                 grads[layer][key] = np.asarray(gradients[name], dtype=np.float32)
-        updates, self.opt_state = self.tx.update(self._put(grads), self.opt_state, self.params)
+        # in the parameters' type, as the train step's gradients are (bfloat16's); true gradients: no loss scale
+        updates, self.opt_state = self.tx.update(self._put(self._stored(grads)), self.opt_state, self.params)
         self.params = optax.apply_updates(self.params, updates)
 
     def get_weights(self):
         trees = jax.device_get({"params": self.params, "batch_stats": self.stats})
-        return {name: np.array(trees[collection][layer][key])
+        return {name: np.array(trees[collection][layer][key], dtype=np.float32)  # a bfloat16 one exactly
                 for name, (collection, layer, key) in self.locations.items()}
 
     def loss_and_gradients(self, data):
         x_all, y_all = self._on_device(data)
         self.key, subkey = jax.random.split(self.key)
-        grads, self.stats, terms = self._grads(self.params, self.stats, subkey, x_all, y_all, scale=data.input_scale)
+        loss_scale = self.scaler[0] if self.loss_scaling else None
+        while True:
+            grads, stats, terms = self._grads(self.params, self.stats, subkey, x_all, y_all, scale=data.input_scale,
+                                              loss_scale=loss_scale)
+            # mixed-float16: gradients that overflowed the current scale are computed again at a scale backed
+            # off as the train step's would be (down to 1), the same batch, key and statistics: no step is
+            # taken and the carried scale is left as it is
+            if loss_scale is None or float(loss_scale) <= 1.0 or bool(all_finite(grads)):
+                break
+            loss_scale = loss_scale * LOSS_SCALE["backoff_factor"]
+        self.stats = stats
         grads = jax.device_get(grads)
-        out = {name: np.array(grads[layer][key]) for name, (collection, layer, key) in self.locations.items()
-               if collection == "params"}
+        out = {name: np.array(grads[layer][key], dtype=np.float32)
+               for name, (collection, layer, key) in self.locations.items() if collection == "params"}
         return float(terms[0]), out
 
     def train_epoch(self, data, order):
         x_all, y_all = self._on_device(data)
         order_d = self._put(np.asarray(order).astype(np.int32))
         state = (self.params, self.stats, self.opt_state, self.key)
+        if self.loss_scaling:
+            state += (self.scaler,)
         carry = self._start()
         for batch in batch_slices(len(order), self.batch_size):
             state, carry = self._train_step(batch.stop - batch.start, data.input_scale)(
                 state, carry, x_all, y_all, order_d)
-        self.params, self.stats, self.opt_state, self.key = state
+        self.params, self.stats, self.opt_state, self.key = state[:4]
+        if self.loss_scaling:
+            self.scaler = state[4]
         return self._finish(carry)
 
     def evaluate(self, data):
@@ -263,4 +348,4 @@ class Adapter(BaseAdapter):
         return np.asarray(self._apply_train(self.params, self.stats, inputs, key)[0])
 
     def synchronise(self):
-        jax.block_until_ready((self.params, self.stats, self.opt_state, self.key))
+        jax.block_until_ready((self.params, self.stats, self.opt_state, self.key, self.scaler))

@@ -9,11 +9,21 @@ moving variance with the unbiased batch variance, as the reference does, which F
 not). A kind's `weights` is therefore no conversion, only a place: canonical key -> (collection, key
 inside the layer's variables).
 
+Precision: IRModel's `dtype` is the compute type and `param_dtype` the parameters' (adapter.py says how each
+precision sets them; float32 both by default). Flax's own modules take both as they are (nn.Dense, nn.Conv,
+nn.Embed cast inputs and parameters to `dtype`; nn.LayerNorm and nn.RMSNorm compute their statistics and the
+normalisation in float32 whatever `dtype` is, and return `dtype`); the modules of our own cast their parameters
+and input to `dtype` (`compute`), so the attentions, their rotary tables, the LSTM's scan and SwiGLU compute in
+it, and the BatchNorm follows nn.BatchNorm's convention (statistics and normalisation in float32, the output in
+`dtype`), its moving statistics kept in `param_dtype` (nn.BatchNorm keeps them float32: in "bfloat16" every
+stored tensor is bfloat16 here, as Keras's and PyTorch's bfloat16 models keep theirs).
+
 Imported by adapter.py once it has configured XLA's CPU threads (which must happen before jax loads).
 """
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -54,16 +64,23 @@ def _zeros_init(key, shape, dtype=jnp.float32):
     return jnp.zeros(shape, dtype)  # every weight is set from the canonical ones before use
 
 
+def compute(dtype, *arrays):
+    """The arrays in the compute type (a no-op for those already in it: float32 adds nothing)."""
+    return tuple(jnp.asarray(a, dtype) for a in arrays)
+
+
 class LSTM(nn.Module):
     units: int
     return_sequences: bool
+    dtype: Any = jnp.float32
+    param_dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, x):
-        kernel = self.param("kernel", _zeros_init, (x.shape[-1], 4 * self.units))
-        recurrent = self.param("recurrent_kernel", _zeros_init, (self.units, 4 * self.units))
-        bias = self.param("bias", _zeros_init, (4 * self.units,))
-        out, _ = lstm_scan(x, kernel, recurrent, bias)
+        kernel = self.param("kernel", _zeros_init, (x.shape[-1], 4 * self.units), self.param_dtype)
+        recurrent = self.param("recurrent_kernel", _zeros_init, (self.units, 4 * self.units), self.param_dtype)
+        bias = self.param("bias", _zeros_init, (4 * self.units,), self.param_dtype)
+        out, _ = lstm_scan(*compute(self.dtype, x, kernel, recurrent, bias))
         return out if self.return_sequences else out[:, -1]
 
 
@@ -73,16 +90,21 @@ class Seq2Seq(nn.Module):
     target_vocab: int
     embed_dim: int
     units: int
+    dtype: Any = jnp.float32
+    param_dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, x):
-        source_table = self.param("source_embeddings", _zeros_init, (self.source_vocab, self.embed_dim))
-        target_table = self.param("target_embeddings", _zeros_init, (self.target_vocab, self.embed_dim))
+        source_table, target_table = compute(self.dtype, *(
+            self.param(part + "_embeddings", _zeros_init, (vocab, self.embed_dim), self.param_dtype)
+            for part, vocab in (("source", self.source_vocab), ("target", self.target_vocab))))
         weights = {}
         for part in ("encoder_", "decoder_"):
-            weights[part] = (self.param(part + "kernel", _zeros_init, (self.embed_dim, 4 * self.units)),
-                             self.param(part + "recurrent_kernel", _zeros_init, (self.units, 4 * self.units)),
-                             self.param(part + "bias", _zeros_init, (4 * self.units,)))
+            weights[part] = compute(self.dtype, *(
+                self.param(part + name, _zeros_init, shape, self.param_dtype)
+                for name, shape in (("kernel", (self.embed_dim, 4 * self.units)),
+                                    ("recurrent_kernel", (self.units, 4 * self.units)),
+                                    ("bias", (4 * self.units,)))))
         _, state = lstm_scan(jnp.take(source_table, x[:, :self.source_len], axis=0), *weights["encoder_"])
         out, _ = lstm_scan(jnp.take(target_table, x[:, self.source_len:], axis=0), *weights["decoder_"], state)
         return out
@@ -90,17 +112,24 @@ class Seq2Seq(nn.Module):
 
 class BatchNorm(nn.Module):
     """Normalises with the batch's biased variance in training; the moving variance takes the unbiased
-    one (n / (n - 1)); momentum as the IR states it (moving = momentum * moving + (1 - momentum) * batch)."""
+    one (n / (n - 1)); momentum as the IR states it (moving = momentum * moving + (1 - momentum) * batch).
+    In a reduced precision it computes as nn.BatchNorm does (force_float32_reductions): the statistics and the
+    normalisation in float32, the output cast to `dtype`; the moving statistics are stored in `param_dtype`."""
     momentum: float
     epsilon: float
+    dtype: Any = jnp.float32
+    param_dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, x, train: bool):
         channels = x.shape[-1]
-        gamma = self.param("gamma", nn.initializers.ones, (channels,))
-        beta = self.param("beta", nn.initializers.zeros, (channels,))
-        moving_mean = self.variable("batch_stats", "moving_mean", jnp.zeros, (channels,), jnp.float32)
-        moving_var = self.variable("batch_stats", "moving_var", jnp.ones, (channels,), jnp.float32)
+        gamma = self.param("gamma", nn.initializers.ones, (channels,), self.param_dtype)
+        beta = self.param("beta", nn.initializers.zeros, (channels,), self.param_dtype)
+        moving_mean = self.variable("batch_stats", "moving_mean", jnp.zeros, (channels,), self.param_dtype)
+        moving_var = self.variable("batch_stats", "moving_var", jnp.ones, (channels,), self.param_dtype)
+        wide = jnp.promote_types(self.dtype, jnp.float32)  # float32, as nn.BatchNorm's statistics
+        x = jnp.asarray(x, wide)
+        gamma, beta = compute(wide, gamma, beta)
         if train:
             axes = tuple(range(x.ndim - 1))
             mean = jnp.mean(x, axis=axes)
@@ -108,11 +137,12 @@ class BatchNorm(nn.Module):
             if not self.is_initializing():
                 n = x.size // channels
                 m = self.momentum
-                moving_mean.value = m * moving_mean.value + (1.0 - m) * mean
-                moving_var.value = m * moving_var.value + (1.0 - m) * var * (n / max(n - 1, 1))
+                moving_mean.value = jnp.asarray(m * moving_mean.value + (1.0 - m) * mean, self.param_dtype)
+                moving_var.value = jnp.asarray(m * moving_var.value + (1.0 - m) * var * (n / max(n - 1, 1)),
+                                               self.param_dtype)
         else:
-            mean, var = moving_mean.value, moving_var.value
-        return (x - mean) * (gamma * jax.lax.rsqrt(var + self.epsilon)) + beta
+            mean, var = compute(wide, moving_mean.value, moving_var.value)
+        return jnp.asarray((x - mean) * (gamma * jax.lax.rsqrt(var + self.epsilon)) + beta, self.dtype)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
@@ -154,6 +184,27 @@ def _window_max_backward(pool, saved, gradient):
 window_max.defvjp(_window_max_forward, _window_max_backward)
 
 
+def fused_attention(q, k, v, causal: bool):
+    """jax.nn.dot_product_attention(q, k, v, is_causal=causal) (JAX's fused attention; (batch, steps, heads, dk)
+    queries, kv_heads <= heads keys and values), except in float16: there jax asks dot_general for its
+    F16_F16_F32 algorithm, which XLA's CPU refuses when it compiles ("The precision 'F16_F16_F32' is not supported
+    by dot_general on CPU", jax 0.10.2; jax's fallback for it catches errors at trace time only), so float16 takes
+    jax's own XLA steps written out: float32 logits of the float16 products (preferred_element_type, the algorithm
+    left to XLA), scaled by 1 / sqrt(dk), the causal mask, a float32 softmax, the probabilities back in float16
+    times the values; query head h reads key/value head h // (heads / kv_heads), as there."""
+    if q.dtype != jnp.float16:
+        return jax.nn.dot_product_attention(q, k, v, is_causal=causal)
+    batch, steps, heads, size = q.shape
+    kv_heads = k.shape[2]
+    q = q.reshape(batch, steps, kv_heads, heads // kv_heads, size)
+    logits = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32) * (size ** -0.5)
+    if causal:
+        seen = jnp.tril(jnp.ones((steps, k.shape[1]), bool))  # key s <= query t
+        logits = jnp.where(seen, logits, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
+    return jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(batch, steps, heads, size)
+
+
 class Attention(nn.Module):
     """Multi-head self-attention over the canonical (d, d) projections. Without dropout in play it is
     jax.nn.dot_product_attention (JAX's fused attention: is_causal masks every later key, scale 1 / sqrt(dk));
@@ -162,14 +213,18 @@ class Attention(nn.Module):
     heads: int
     causal: bool
     dropout: float
+    dtype: Any = jnp.float32
+    param_dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, x, train: bool):
         batch, steps, features = x.shape
+        (x,) = compute(self.dtype, x)
         weights = {}
         for part in ATTENTION_PARTS:
-            weights[part] = (self.param(part + "_kernel", _zeros_init, (features, features)),
-                             self.param(part + "_bias", _zeros_init, (features,)))
+            weights[part] = compute(self.dtype, self.param(part + "_kernel", _zeros_init, (features, features),
+                                                           self.param_dtype),
+                                    self.param(part + "_bias", _zeros_init, (features,), self.param_dtype))
         # head h owns features h*dk .. (h+1)*dk - 1: (batch, steps, heads, dk), the layout both functions take
         q, k, v = ((x @ weights[part][0] + weights[part][1]).reshape(batch, steps, self.heads, -1)
                    for part in ATTENTION_PARTS[:3])
@@ -179,7 +234,7 @@ class Attention(nn.Module):
                                            dropout_rng=self.make_rng("dropout"), dropout_rate=self.dropout,
                                            deterministic=False)
         else:
-            out = jax.nn.dot_product_attention(q, k, v, is_causal=self.causal)
+            out = fused_attention(q, k, v, self.causal)
         kernel, bias = weights["output"]
         return out.reshape(batch, steps, features) @ kernel + bias
 
@@ -189,13 +244,16 @@ class SwiGLU(nn.Module):
     kernels held as the module's own parameters (three nn.Dense would nest them a level deeper than the
     adapter's (collection, layer, key) places reach; x @ kernel is all nn.Dense(use_bias=False) computes)."""
     hidden: int
+    dtype: Any = jnp.float32
+    param_dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, x):
         features = x.shape[-1]
-        gate = self.param("gate_kernel", _zeros_init, (features, self.hidden))
-        up = self.param("up_kernel", _zeros_init, (features, self.hidden))
-        down = self.param("down_kernel", _zeros_init, (self.hidden, features))
+        gate = self.param("gate_kernel", _zeros_init, (features, self.hidden), self.param_dtype)
+        up = self.param("up_kernel", _zeros_init, (features, self.hidden), self.param_dtype)
+        down = self.param("down_kernel", _zeros_init, (self.hidden, features), self.param_dtype)
+        x, gate, up, down = compute(self.dtype, x, gate, up, down)
         return (jax.nn.silu(x @ gate) * (x @ up)) @ down
 
 
@@ -215,41 +273,50 @@ class GroupedQueryAttention(nn.Module):
     kv_heads: int
     causal: bool
     rope_base: float
+    dtype: Any = jnp.float32
+    param_dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, x):
         batch, steps, features = x.shape
         size = features // self.heads
         kv_features = self.kv_heads * size
-        weights = {part: self.param(part + "_kernel", _zeros_init, (features, columns))
+        (x,) = compute(self.dtype, x)
+        weights = {part: compute(self.dtype, self.param(part + "_kernel", _zeros_init, (features, columns),
+                                                        self.param_dtype))[0]
                    for part, columns in zip(ATTENTION_PARTS, (features, kv_features, kv_features, features))}
         # base.rotary_tables' float64 numpy, an axis for the heads: constants of the jitted steps (JAX and Flax
-        # linen have no rotary op)
+        # linen have no rotary op), in the compute type
         cos, sin = (jnp.asarray(table[:, None, :], x.dtype) for table in rotary_tables(steps, size, self.rope_base))
         # (batch, steps, heads, dk): head h owns columns h*dk .. (h+1)*dk - 1, the layout the function takes
         q = rotate((x @ weights["query"]).reshape(batch, steps, self.heads, size), cos, sin)
         k = rotate((x @ weights["key"]).reshape(batch, steps, self.kv_heads, size), cos, sin)
         v = (x @ weights["value"]).reshape(batch, steps, self.kv_heads, size)
-        out = jax.nn.dot_product_attention(q, k, v, is_causal=self.causal)
+        out = fused_attention(q, k, v, self.causal)
         return out.reshape(batch, steps, features) @ weights["output"]
 
 
 class PositionalEmbedding(nn.Module):
     max_len: int
+    dtype: Any = jnp.float32
+    param_dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, x):
-        table = self.param("embeddings", _zeros_init, (self.max_len, x.shape[-1]))
+        table = self.param("embeddings", _zeros_init, (self.max_len, x.shape[-1]), self.param_dtype)
+        x, table = compute(self.dtype, x, table)
         return x + table[:x.shape[1]]
 
 
 class Bias(nn.Module):
     """A tied output's own weight: its kernel is the embedding's table (nn.Embed.attend)."""
     units: int
+    dtype: Any = jnp.float32
+    param_dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, x):
-        return x + self.param("bias", _zeros_init, (self.units,))
+        return x + compute(self.dtype, self.param("bias", _zeros_init, (self.units,), self.param_dtype))[0]
 
 
 # ---- the table -------------------------------------------------------------------------------------
@@ -261,7 +328,7 @@ class Bias(nn.Module):
 def build_conv2d(net, layer, x, train, embeddings):
     size, stride = layer["kernel"], layer["stride"]
     return nn.Conv(layer["filters"], (size, size), strides=(stride, stride),
-                   padding=lookup(PADDINGS, "padding", layer["padding"]), name=layer["name"])(x)
+                   padding=lookup(PADDINGS, "padding", layer["padding"]), name=layer["name"], **net.types())(x)
 
 
 def build_maxpool2d(net, layer, x, train, embeddings):
@@ -272,7 +339,7 @@ def build_maxpool2d(net, layer, x, train, embeddings):
 
 
 def build_batchnorm(net, layer, x, train, embeddings):
-    return BatchNorm(layer["momentum"], layer["epsilon"], name=layer["name"])(x, train)
+    return BatchNorm(layer["momentum"], layer["epsilon"], name=layer["name"], **net.types())(x, train)
 
 
 def build_layer_norm(net, layer, x, train, embeddings):
@@ -280,22 +347,22 @@ def build_layer_norm(net, layer, x, train, embeddings):
     # default one-pass variance E[x^2] - E[x]^2 (use_fast_variance) is kept: the mean of squared
     # deviations, a second pass, made transformer-lm's steady epochs 38 % slower on the 2-core Intel
     # machine (1.08 s against 0.78 s, 320 lee-news-lm windows), the certificates passing either way
-    return nn.LayerNorm(epsilon=layer["epsilon"], name=layer["name"])(x)
+    return nn.LayerNorm(epsilon=layer["epsilon"], name=layer["name"], **net.types())(x)
 
 
 def build_rms_norm(net, layer, x, train, embeddings):
     # Flax's nn.RMSNorm: x * rsqrt(mean(x^2) + epsilon) * scale over the last axis, its statistics in float32
     # (force_float32_reductions: float32 inputs stay float32); its default epsilon (1e-6) replaced by the IR's
-    return nn.RMSNorm(epsilon=layer["epsilon"], name=layer["name"])(x)
+    return nn.RMSNorm(epsilon=layer["epsilon"], name=layer["name"], **net.types())(x)
 
 
 def build_swiglu(net, layer, x, train, embeddings):
-    return SwiGLU(layer["hidden"], name=layer["name"])(x)
+    return SwiGLU(layer["hidden"], name=layer["name"], **net.types())(x)
 
 
 def build_grouped_query_attention(net, layer, x, train, embeddings):
     return GroupedQueryAttention(layer["heads"], layer["kv_heads"], layer["causal"], layer["rope_base"],
-                                 name=layer["name"])(x)
+                                 name=layer["name"], **net.types())(x)
 
 
 def build_activation(net, layer, x, train, embeddings):
@@ -320,21 +387,21 @@ def build_sequence_mean(net, layer, x, train, embeddings):
 
 
 def build_dense(net, layer, x, train, embeddings):
-    return nn.Dense(layer["units"], name=layer["name"])(x)
+    return nn.Dense(layer["units"], name=layer["name"], **net.types())(x)
 
 
 def build_embedding(net, layer, x, train, embeddings):
-    embeddings[layer["name"]] = nn.Embed(layer["vocab"], layer["dim"], name=layer["name"])
+    embeddings[layer["name"]] = nn.Embed(layer["vocab"], layer["dim"], name=layer["name"], **net.types())
     return embeddings[layer["name"]](x)
 
 
 def build_lstm(net, layer, x, train, embeddings):
-    return LSTM(layer["units"], layer["return_sequences"], name=layer["name"])(x)
+    return LSTM(layer["units"], layer["return_sequences"], name=layer["name"], **net.types())(x)
 
 
 def build_seq2seq(net, layer, x, train, embeddings):
     return Seq2Seq(layer["source_len"], layer["source_vocab"], layer["target_vocab"], layer["embed_dim"],
-                   layer["units"], name=layer["name"])(x)
+                   layer["units"], name=layer["name"], **net.types())(x)
 
 
 def build_residual(net, layer, x, train, embeddings):
@@ -342,15 +409,15 @@ def build_residual(net, layer, x, train, embeddings):
 
 
 def build_attention(net, layer, x, train, embeddings):
-    return Attention(layer["heads"], layer["causal"], layer["dropout"], name=layer["name"])(x, train)
+    return Attention(layer["heads"], layer["causal"], layer["dropout"], name=layer["name"], **net.types())(x, train)
 
 
 def build_positional_embedding(net, layer, x, train, embeddings):
-    return PositionalEmbedding(layer["max_len"], name=layer["name"])(x)
+    return PositionalEmbedding(layer["max_len"], name=layer["name"], **net.types())(x)
 
 
 def build_tied_output(net, layer, x, train, embeddings):
-    return Bias(layer["units"], name=layer["name"])(embeddings[layer["embedding"]].attend(x))
+    return Bias(layer["units"], name=layer["name"], **net.types())(embeddings[layer["embedding"]].attend(x))
 
 
 def as_named(key: str):
@@ -400,10 +467,20 @@ REFUSED = {}
 
 class IRModel(nn.Module):
     layers: tuple  # the IR's layer dicts, in order
+    dtype: Any = jnp.float32  # the compute type
+    param_dtype: Any = jnp.float32  # the parameters' (and the BatchNorm's moving statistics') type
 
     @nn.compact
     def __call__(self, x, train: bool):
-        return self._layers(self.layers, x, train, {})
+        """The logits, in float32 whatever the compute type (cast before any loss, as Keras's losses and
+        torch.autocast's float32 list do); float inputs enter in the compute type (token ids stay integers)."""
+        if jnp.issubdtype(x.dtype, jnp.floating):
+            (x,) = compute(self.dtype, x)
+        return jnp.asarray(self._layers(self.layers, x, train, {}), jnp.float32)
+
+    def types(self) -> dict:
+        """The compute and parameter types every layer's module is built with."""
+        return {"dtype": self.dtype, "param_dtype": self.param_dtype}
 
     def _layers(self, layers, x, train: bool, embeddings: dict):
         """Applies these layers in order, each by its table entry; `embeddings` collects the nn.Embed modules
