@@ -49,14 +49,32 @@ def test_each_framework_plans_the_precisions_it_trains_in_and_the_others_are_ref
     assert ("mxnet bfloat16, refused for cnn-mnist, frcnn-voc: dlbench's mxnet adapter has no reduced-precision path "
             "yet") in refused
     # a framework that has the precision can still refuse a layer in it, and a detector trains in float32 alone
-    assert ("pytorch mixed-float16, refused for lstm-ptb: "
-            + precisions.REFUSED_LAYERS["pytorch", "mixed-float16", "lstm"]) in refused
+    assert f"pytorch mixed-float16, refused for lstm-ptb: {precisions.LAYER_REFUSALS[0].why}" in refused
     assert f"pytorch bfloat16, refused for frcnn-voc: {precisions.DETECTOR_ONLY_FLOAT32}" in refused
     # --precision overrides the suite and its entries; a plan left with nothing says why
     assert {c.precision for c in suite.plan(chosen, frameworks=["pytorch"], workloads=["cnn-mnist"],
                                             precision="mixed-bfloat16")} == {"mixed-bfloat16"}
     with pytest.raises(suite.SuiteError, match="asked for is refused:\nchainer bfloat16, refused for cnn"):
         suite.plan(chosen, frameworks=["chainer"], workloads=["cnn-mnist"], precision="bfloat16")
+
+
+def test_a_precision_refused_in_one_execution_runs_in_the_others(tmp_path):
+    """keras-jax compiles no float16 attention on the CPU: mixed-float16 is refused there when compiled (its
+    default), not eager, and not for a model whose attention it does not fuse."""
+    chosen = suite.load(str(write(tmp_path, """
+        name: attention
+        frameworks: [keras-jax]
+        execution: [compiled, eager]
+        precision: mixed-float16
+        workloads:
+          - {workload: transformer-lm, dataset: lee-news-lm, epochs: 1}
+          - {workload: cnn-mnist, dataset: digits-28, epochs: 1}
+    """)))
+    planned = sorted((c.workload, c.execution, c.precision) for c in suite.plan(chosen))
+    assert planned == [("cnn-mnist", "compiled", "mixed-float16"), ("cnn-mnist", "eager", "mixed-float16"),
+                       ("transformer-lm", "eager", "mixed-float16")]
+    assert suite.refusals(chosen) == [f"keras-jax mixed-float16, refused for transformer-lm: "
+                                      f"{precisions.LAYER_REFUSALS[1].why}"]
 
 
 def test_without_a_precision_every_framework_trains_in_float32():

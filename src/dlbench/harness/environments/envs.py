@@ -144,17 +144,20 @@ class Recipe:
 # Every framework package is pinned exactly, at the version certified against the reference, so a build
 # installs the same framework on any day; their own dependencies (numpy among them) resolve within the
 # ranges these versions declare, and each environment's dlbench-env.json freezes what was installed.
+# every precision (harness/plan/precisions.py, worker/base.py), float32 first: the frameworks that train in them all
+PRECISIONS = ("float32", "bfloat16", "mixed-bfloat16", "mixed-float16")
 RECIPES: dict[str, Recipe] = {r.framework: r for r in (
     # The CUDA builds below are the registry's (torch's default Linux wheel is its CUDA build; JAX's
     # cuda12 extra and TensorFlow's and-cuda extra install NVIDIA's CUDA wheels beside them), so no
     # CUDA toolkit is needed on the machine, only NVIDIA's driver.
     Recipe("pytorch", "3.11", ("torch==2.13.0", "numpy"), "dlbench.worker.frameworks.pytorch.adapter:Adapter",
            "torch, numpy", "torch", find_links_from_pip=True, cuda_packages=("torch==2.13.0", "numpy"),
-           executions=("eager", "compiled"), precisions=("float32", "bfloat16", "mixed-bfloat16", "mixed-float16")),
+           executions=("eager", "compiled"), precisions=PRECISIONS),
     Recipe("jax", "3.11", ("jax==0.10.2", "flax==0.12.8", "optax==0.2.8", "numpy"),
            "dlbench.worker.frameworks.jax.adapter:Adapter", "jax, flax, optax", "jax",
            supported="==0.6.2", released=("flax", "optax"),
-           cuda_packages=("jax[cuda12]==0.10.2", "flax==0.12.8", "optax==0.2.8", "numpy"), executions=("compiled",)),
+           cuda_packages=("jax[cuda12]==0.10.2", "flax==0.12.8", "optax==0.2.8", "numpy"), executions=("compiled",),
+           precisions=PRECISIONS),
     # tensorflow-cpu on the CPU, "tensorflow" with CUDA on a GPU. version_package names the installed
     # distribution (what Environment.version() finds in the freeze); the worker's versions() reports
     # tf.__version__ under "tensorflow", the module it imported.
@@ -168,16 +171,17 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
            "dlbench.worker.frameworks.keras3.adapter:Adapter", "keras, tensorflow, numpy", "keras",
            worker_env={"KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"}, supported="==3.12.0",
            cuda_packages=("tensorflow[and-cuda]==2.21.0", "keras==3.15.1", "numpy"),
-           executions=("graph", "eager", "compiled")),
+           executions=("graph", "eager", "compiled"), precisions=PRECISIONS),
     Recipe("keras-jax", "3.11", ("keras==3.15.1", "jax==0.10.2", "numpy"),
            "dlbench.worker.frameworks.keras3.adapter:Adapter",
            "keras, jax, numpy", "keras", worker_env={"KERAS_BACKEND": "jax"}, supported="==3.12.0",
-           cuda_packages=("keras==3.15.1", "jax[cuda12]==0.10.2", "numpy"), executions=("compiled", "eager")),
+           cuda_packages=("keras==3.15.1", "jax[cuda12]==0.10.2", "numpy"), executions=("compiled", "eager"),
+           precisions=PRECISIONS),
     Recipe("keras-torch", "3.11", ("keras==3.15.1", "torch==2.13.0", "numpy"),
            "dlbench.worker.frameworks.keras3.adapter:Adapter",
            "keras, torch, numpy", "keras", find_links_from_pip=True, worker_env={"KERAS_BACKEND": "torch"},
            supported="==3.12.0", cuda_packages=("keras==3.15.1", "torch==2.13.0", "numpy"),
-           executions=("eager", "compiled")),
+           executions=("eager", "compiled"), precisions=PRECISIONS),
     # Chainer 7.8.1 is an sdist: its setup.py imports pkg_resources, gone from setuptools 81, hence the
     # build constraint (setuptools < 74 at run time too, as FRAMEWORKS.md found working); numpy 2 fails
     # on np.sctypes. threadpoolctl sets the BLAS threads numpy computes with (Chainer's CPU backend).
