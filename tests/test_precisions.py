@@ -204,9 +204,11 @@ def test_every_reduced_precision_certifies_against_the_reference_in_it_and_shows
     outputs off float32's by at least an eighth of the half type's unit roundoff, weights as the precision keeps
     them."""
     folder, probed = reference
+    certified = [precisions.as_run(w, framework, precision) for w in CERTIFIED
+                 if not precisions.refusal(framework, precision, w)]  # keras-jax's float16 attention on the CPU
     with Store(tmp_path / "dlbench.sqlite") as opened:
-        certificates = probes.certify([framework], [precisions.as_run(w, framework, precision) for w in CERTIFIED],
-                                      opened, folder, quiet, probed)
+        certificates = probes.certify([framework], certified, opened, folder, quiet, probed)
+    assert certificates
     for cert in certificates:
         failed = [(row["tensor"], row["max_rel"]) for row in cert["deviations"] if not row["passed"]]
         shown = {row["tensor"]: row["max_rel"] for row in cert["deviations"] if row["kind"] == "precision"}

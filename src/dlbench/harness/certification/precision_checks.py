@@ -9,6 +9,8 @@ weights, in another type.
   number (none off the half type's grid); in a mixed precision the master weights are float32, so their share off
   the grid must be at least half the float32 reference's own (a canonical weight is almost never a half-type number;
   zeros and ones are), else they were kept in the half type.
+
+storage_rounding widens the comparison of bfloat16 weights after the steps by their grid's spacing (probes.compare).
 """
 import numpy as np
 
@@ -53,6 +55,17 @@ def _rounded(a: np.ndarray, half: str) -> np.ndarray:
     bits = a.view(np.uint32).astype(np.uint64)
     bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16  # bfloat16: float32's top 16 bits, rounded
     return bits.astype(np.uint32).view(np.float32)
+
+
+def storage_rounding(name: str, expected: np.ndarray, precision: str, steps: int) -> np.ndarray | None:
+    """Per element of the weights "after/NAME" held in bfloat16 ("bfloat16"): `steps` spacings of bfloat16's grid at
+    the reference's value, how far two programs whose steps differ only in rounding may part when each step's result
+    is rounded to the grid (an Adam step of 1e-3 on a weight of 0.5 is about a spacing: it lands on either
+    neighbour). None for other tensors and precisions: float32 master weights have no such grid."""
+    if precision != "bfloat16" or not name.startswith("after/"):
+        return None
+    magnitude = np.maximum(np.abs(expected.astype(np.float64)), np.finfo(np.float32).tiny)
+    return steps * 2.0 ** (np.floor(np.log2(magnitude)) - 7)  # bfloat16 keeps 8 significant bits
 
 
 def _weights_row(precision: str, half: str, candidate: dict[str, np.ndarray], float32: dict[str, np.ndarray]) -> dict:
