@@ -12,6 +12,34 @@ on the device as tensors made once (pixels stay uint8 until a batch), each step 
 order inside the graph, and loss and right predictions are summed into a device variable fetched once per epoch. The
 smaller last batch reuses the same graph (input signature with a free batch axis).
 
+Precisions (base.PRECISIONS), all four in each execution. Without Keras there is no dtype policy to set, so each is
+made the way TensorFlow's low-level programs make one (and as Keras's mixed policy works underneath): variables
+created in a variable dtype, and a compute dtype every layer casts its floating input and its variables to on use
+(layers.Model.apply: tf.cast, whose gradient carries the backward pass back to the variable's own type), the logits
+cast to float32 before the loss and before anything is returned:
+- "float32": both float32; every cast is the identity (tf.cast returns a tensor or variable of the type as it is),
+  so the ops are those of before the axis.
+- "bfloat16": variables, optimiser slots (zeros_like their variable) and moving statistics in bfloat16, compute in
+  bfloat16; the gradients come out in bfloat16. The optimisers' update arithmetic is float32, each result rounded to
+  its bfloat16 variable or slot (optimizers.py). Weights go in rounded to bfloat16 and come out exactly as stored,
+  in float32; loss_and_gradients' gradients come back in float32.
+- "mixed-bfloat16": float32 variables and slots (the master weights), compute in bfloat16 through the casts; the
+  gradients reach the variables in float32 through the casts' gradients; no loss scaling.
+- "mixed-float16": as mixed-bfloat16 in float16, with base.LOSS_SCALE's dynamic loss scaling inside the train step
+  (a tf.Variable scale and a tf.Variable count of finite steps in a row): the tape differentiates loss * scale, the
+  gradients are divided by it; a tf.cond takes the optimiser's step only where every gradient is finite, else
+  leaves variables, slots and step counts as they were and multiplies the scale by backoff_factor; after
+  growth_interval finite steps in a row it multiplies it by growth_factor. loss_and_gradients scales and unscales
+  the same way with the scale as it stands (changing nothing), so its gradients are the true ones;
+  apply_gradients steps with the gradients as given (a loss's true gradients: no scale, no skip).
+Exceptions to the compute dtype: batch and layer normalisation and RMS normalisation compute their statistics and
+normalise in float32, with their scale and offset and moving statistics read in float32, and give their output in
+the compute dtype (as Keras's normalisation layers under a mixed policy and tf.nn.fused_batch_norm do for half
+types); the embedding looks its rows up in the variable and casts the rows, not the table (Keras's Embedding under a
+mixed policy). Every op the workloads need has a bfloat16 and a float16 CPU kernel in tensorflow-cpu 2.21 (conv2d,
+max pooling, matmul and batched matmul, the LSTM's scan of sigmoid and tanh, softmax, GELU, SiLU, stateless dropout,
+gather) and an XLA lowering, so no precision is refused.
+
 Environment: the recipe installs tensorflow-cpu, what the project's machines can test. On a machine
 with a GPU install "tensorflow" (CUDA build) instead; device "gpu" then places everything on /GPU:0.
 """
