@@ -12,6 +12,34 @@ on the device as tensors made once (pixels stay uint8 until a batch), each step 
 order inside the graph, and loss and right predictions are summed into a device variable fetched once per epoch. The
 smaller last batch reuses the same graph (input signature with a free batch axis).
 
+Precisions (base.PRECISIONS), all four in each execution. Without Keras there is no dtype policy to set, so each is
+made the way TensorFlow's low-level programs make one (and as Keras's mixed policy works underneath): variables
+created in a variable dtype, and a compute dtype every layer casts its floating input and its variables to on use
+(layers.Model.apply: tf.cast, whose gradient carries the backward pass back to the variable's own type), the logits
+cast to float32 before the loss and before anything is returned:
+- "float32": both float32; every cast is the identity (tf.cast returns a tensor or variable of the type as it is),
+  so the ops are those of before the axis.
+- "bfloat16": variables, optimiser slots (zeros_like their variable) and moving statistics in bfloat16, compute in
+  bfloat16; the gradients come out in bfloat16. The optimisers' update arithmetic is float32, each result rounded to
+  its bfloat16 variable or slot (optimizers.py). Weights go in rounded to bfloat16 and come out exactly as stored,
+  in float32; loss_and_gradients' gradients come back in float32.
+- "mixed-bfloat16": float32 variables and slots (the master weights), compute in bfloat16 through the casts; the
+  gradients reach the variables in float32 through the casts' gradients; no loss scaling.
+- "mixed-float16": as mixed-bfloat16 in float16, with base.LOSS_SCALE's dynamic loss scaling inside the train step
+  (a tf.Variable scale and a tf.Variable count of finite steps in a row): the tape differentiates loss * scale, the
+  gradients are divided by it; a tf.cond takes the optimiser's step only where every gradient is finite, else
+  leaves variables, slots and step counts as they were and multiplies the scale by backoff_factor; after
+  growth_interval finite steps in a row it multiplies it by growth_factor. loss_and_gradients scales and unscales
+  the same way with the scale as it stands (changing nothing), so its gradients are the true ones;
+  apply_gradients steps with the gradients as given (a loss's true gradients: no scale, no skip).
+Exceptions to the compute dtype: batch and layer normalisation and RMS normalisation compute their statistics and
+normalise in float32, with their scale and offset and moving statistics read in float32, and give their output in
+the compute dtype (as Keras's normalisation layers under a mixed policy and tf.nn.fused_batch_norm do for half
+types); the embedding looks its rows up in the variable and casts the rows, not the table (Keras's Embedding under a
+mixed policy). Every op the workloads need has a bfloat16 and a float16 CPU kernel in tensorflow-cpu 2.21 (conv2d,
+max pooling, matmul and batched matmul, the LSTM's scan of sigmoid and tanh, softmax, GELU, SiLU, stateless dropout,
+gather) and an XLA lowering, so no precision is refused.
+
 Environment: the recipe installs tensorflow-cpu, what the project's machines can test. On a machine
 with a GPU install "tensorflow" (CUDA build) instead; device "gpu" then places everything on /GPU:0.
 """
@@ -22,7 +50,7 @@ from typing import Dict, List
 import numpy as np
 import tensorflow as tf
 
-from dlbench.worker.base import BaseAdapter, Split, batch_slices, finish_metrics, lookup
+from dlbench.worker.base import LOSS_SCALE, BaseAdapter, Split, batch_slices, finish_metrics, lookup
 from dlbench.worker.frameworks.tensorflow.layers import Model
 from dlbench.worker.frameworks.tensorflow.losses import batch_sums, loss_terms
 from dlbench.worker.frameworks.tensorflow.optimizers import OPTIMIZERS, dense_gradient
@@ -33,6 +61,8 @@ from dlbench.worker.frameworks.tensorflow.optimizers import OPTIMIZERS, dense_gr
 # (XLA's CPU convolutions do not use oneDNN; its while-loop and embedding scatter gain nothing at these sizes),
 # so graph is the default.
 EXECUTIONS = ("graph", "eager", "compiled")
+# The precisions (base.PRECISIONS), each in every execution: see the module's docstring for how each is made.
+PRECISIONS = ("float32", "bfloat16", "mixed-bfloat16", "mixed-float16")
 
 
 def as_executed(fn, execution: str, input_signature):
@@ -78,6 +108,7 @@ def choose_device(device: str) -> str:
 class Adapter(BaseAdapter):
     name = "tensorflow"
     executions = EXECUTIONS
+    precisions = PRECISIONS
 
     def __init__(self, model, recipe, task, device, threads, seed):
         super().__init__(model, recipe, task, device, threads, seed)
@@ -85,11 +116,15 @@ class Adapter(BaseAdapter):
         self.tf_device = choose_device(device)
         self.float_inputs = model["input_dtype"].startswith("float")
         with tf.device(self.tf_device):
-            self.model = Model(model, seed)
+            self.model = Model(model, seed, self.precision)
             self.params = [self.model.weights[n] for n in self.model.trainable_names]
             optimizer = lookup(OPTIMIZERS, "optimizer", recipe["optimizer"]["name"])
             self.optimizer = optimizer(self.params, recipe["optimizer"], recipe.get("schedule"))
             self.sums = tf.Variable(tf.zeros(4, tf.float64), trainable=False)
+            self.loss_scale = None  # mixed-float16's dynamic loss scale and its count of finite steps in a row
+            if self.precision == "mixed-float16":
+                self.loss_scale = tf.Variable(LOSS_SCALE["initial"], dtype=tf.float32, trainable=False)
+                self.finite_steps = tf.Variable(0, dtype=tf.int64, trainable=False)
         self._tensors = {}  # id of a Split -> (the split, x, y, scale on the device): converted once
         stored = tf.uint8 if self.float_inputs else tf.int32
         x_spec = tf.TensorSpec([None] + list(model["input_shape"]), stored)
@@ -113,10 +148,12 @@ class Adapter(BaseAdapter):
     def set_weights(self, weights):
         with tf.device(self.tf_device):
             for name, var in self.model.weights.items():
-                var.assign(np.asarray(weights[name], dtype=np.float32))
+                value = np.asarray(weights[name], dtype=np.float32)
+                var.assign(value if var.dtype == tf.float32 else tf.cast(value, var.dtype))  # bfloat16: rounded
 
     def get_weights(self):
-        return {name: var.numpy().copy() for name, var in self.model.weights.items()}
+        # a bfloat16 variable's values exactly, in float32
+        return {name: np.array(var.numpy(), dtype=np.float32) for name, var in self.model.weights.items()}
 
     # ---- compiled bodies ----
 
@@ -134,9 +171,32 @@ class Adapter(BaseAdapter):
         y = tf.gather(y_all, index)
         with tf.GradientTape() as tape:
             loss, weight, right, made = self._loss(x, y, training=True)
-        grads = [dense_gradient(g) for g in tape.gradient(loss, self.params)]
-        self.optimizer.apply(self.params, grads)
+            scaled = loss if self.loss_scale is None else loss * self.loss_scale
+        grads = [dense_gradient(g) for g in tape.gradient(scaled, self.params)]
+        if self.loss_scale is None:
+            self.optimizer.apply(self.params, grads)
+        else:
+            self._scaled_step([g / self.loss_scale for g in grads])
         self.sums.assign_add(batch_sums(loss, weight, right, made))
+
+    def _scaled_step(self, grads):
+        """mixed-float16's step, base.LOSS_SCALE's terms: with the unscaled gradients all finite, the optimiser's
+        step and one more finite step in a row (the scale times growth_factor at growth_interval of them); else no
+        step at all (variables, slots, step counts unchanged) and the scale times backoff_factor."""
+        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+
+        def step():
+            self.optimizer.apply(self.params, grads)
+            grow = self.finite_steps.assign_add(1) >= LOSS_SCALE["growth_interval"]
+            self.loss_scale.assign(tf.where(grow, self.loss_scale * LOSS_SCALE["growth_factor"], self.loss_scale))
+            self.finite_steps.assign(tf.where(grow, tf.constant(0, tf.int64), self.finite_steps))
+            return tf.constant(True)
+
+        def skip():
+            self.loss_scale.assign(self.loss_scale * LOSS_SCALE["backoff_factor"])
+            self.finite_steps.assign(0)
+            return tf.constant(False)
+        return tf.cond(finite, step, skip)
 
     def _eval_step_fn(self, x_all, y_all, index, scale):
         x = self._inputs(tf.gather(x_all, index), scale)
@@ -145,7 +205,10 @@ class Adapter(BaseAdapter):
     def _gradients_fn(self, x_all, y_all, scale):
         with tf.GradientTape() as tape:
             loss = self._loss(self._inputs(x_all, scale), y_all, training=True)[0]
-        return loss, [dense_gradient(g) for g in tape.gradient(loss, self.params)]
+            scaled = loss if self.loss_scale is None else loss * self.loss_scale
+        grads = [dense_gradient(g) for g in tape.gradient(scaled, self.params)]
+        # the true gradients: mixed-float16's scale (as it stands; this changes nothing) divided out
+        return loss, grads if self.loss_scale is None else [g / self.loss_scale for g in grads]
 
     def _predict_fn(self, x):
         return self.model(x, training=False)
@@ -187,7 +250,8 @@ class Adapter(BaseAdapter):
         x_all, y_all, scale = self._on_device(data)
         with tf.device(self.tf_device):
             loss, grads = self._gradients(x_all, y_all, scale)
-        return float(loss), {name: g.numpy() for name, g in zip(self.model.trainable_names, grads)}
+        return float(loss), {name: np.asarray(g.numpy(), dtype=np.float32)  # bfloat16's in float32
+                             for name, g in zip(self.model.trainable_names, grads)}
 
     def apply_gradients(self, gradients):
         with tf.device(self.tf_device):

@@ -35,18 +35,19 @@ import tensorflow as tf
 from dlbench.shared.ir import all_shapes, block_shapes, infer_shapes, param_shapes
 from dlbench.worker.base import LayerEntry, lookup, rotary_tables
 
+STATISTICS = tf.float32  # the type normalisation statistics are computed in, whatever the compute dtype
 ACTIVATIONS = {"relu": tf.nn.relu, "sigmoid": tf.sigmoid, "tanh": tf.tanh,
                "gelu": lambda x: tf.nn.gelu(x, approximate=False)}  # the exact (erf) form
 PADDINGS = {"same": "SAME", "valid": "VALID"}  # TensorFlow's 'same' is the IR's (shared/ir.py same_padding)
 
 
-def canonical_variables(layer, in_shape) -> "OrderedDict[str, tf.Variable]":
+def canonical_variables(layer, in_shape, dtype=tf.float32) -> "OrderedDict[str, tf.Variable]":
     """A weighted kind's native parameters, keyed by canonical name: a tf.Variable of each of param_shapes'
-    shapes (zeros until set_weights), moving statistics not trainable."""
+    shapes in the precision's variable dtype (zeros until set_weights), moving statistics not trainable."""
     variables = OrderedDict()  # type: OrderedDict[str, tf.Variable]
     for key, shape in param_shapes(layer, in_shape).items():
         name = layer["name"] + "/" + key
-        variables[key] = tf.Variable(tf.zeros(shape, tf.float32), name=name.replace("/", "."),
+        variables[key] = tf.Variable(tf.zeros(shape, dtype), name=name.replace("/", "."),
                                      trainable=not key.startswith("moving_"))
     return variables
 
@@ -128,30 +129,42 @@ def build_maxpool2d(model, layer, in_shape, w, x, training):
 
 
 def build_batchnorm(model, layer, in_shape, w, x, training):
+    # statistics and normalisation in float32 when the compute dtype is a half type (as Keras's mixed policy and
+    # tf.nn.fused_batch_norm do), the output in the compute dtype; w holds the variables themselves
+    compute, x = x.dtype, tf.cast(x, STATISTICS)
     eps = layer["epsilon"]
+    beta, gamma = (tf.cast(w[key], STATISTICS) for key in ("beta", "gamma"))
     if not training:
-        return tf.nn.batch_normalization(x, w["moving_mean"], w["moving_var"], w["beta"], w["gamma"], eps)
+        moving_mean, moving_var = (tf.cast(w[key], STATISTICS) for key in ("moving_mean", "moving_var"))
+        return tf.cast(tf.nn.batch_normalization(x, moving_mean, moving_var, beta, gamma, eps), compute)
     axes = list(range(len(x.shape) - 1))
     mean, variance = tf.nn.moments(x, axes=axes)  # biased: what normalises the batch
     n = tf.cast(tf.size(x) // tf.shape(x)[-1], tf.float32)
     unbiased = variance * n / tf.maximum(n - 1.0, 1.0)  # what the moving variance follows (as torch)
     momentum = layer["momentum"]
-    w["moving_mean"].assign(momentum * w["moving_mean"] + (1.0 - momentum) * tf.stop_gradient(mean))
-    w["moving_var"].assign(momentum * w["moving_var"] + (1.0 - momentum) * tf.stop_gradient(unbiased))
-    return tf.nn.batch_normalization(x, mean, variance, w["beta"], w["gamma"], eps)
+    for key, value in (("moving_mean", mean), ("moving_var", unbiased)):  # rounded to a bfloat16 variable's type
+        moving = w[key]
+        moving.assign(tf.cast(momentum * tf.cast(moving, STATISTICS) + (1.0 - momentum) * tf.stop_gradient(value),
+                              moving.dtype))
+    return tf.cast(tf.nn.batch_normalization(x, mean, variance, beta, gamma, eps), compute)
 
 
 def build_layer_norm(model, layer, in_shape, w, x, training):
-    # over the last axis; tf.nn.moments' variance is the biased one
+    # over the last axis; tf.nn.moments' variance is the biased one. In float32 for half compute types (as
+    # Keras's LayerNormalization under a mixed policy), the output in the compute dtype
+    compute, x = x.dtype, tf.cast(x, STATISTICS)
     mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
-    return tf.nn.batch_normalization(x, mean, variance, w["beta"], w["gamma"], layer["epsilon"])
+    beta, gamma = (tf.cast(w[key], STATISTICS) for key in ("beta", "gamma"))
+    return tf.cast(tf.nn.batch_normalization(x, mean, variance, beta, gamma, layer["epsilon"]), compute)
 
 
 def build_rms_norm(model, layer, in_shape, w, x, training):
     # core TensorFlow has no RMS normalisation op (Keras's RMSNormalization is the keras adapter's): written
-    # in tf ops as layer_norm's, rsqrt of the mean square over the last axis, no mean taken out, no offset
+    # in tf ops as layer_norm's, rsqrt of the mean square over the last axis, no mean taken out, no offset;
+    # in float32 for half compute types as layer_norm
+    compute, x = x.dtype, tf.cast(x, STATISTICS)
     mean_square = tf.reduce_mean(tf.square(x), axis=-1, keepdims=True)
-    return x * tf.math.rsqrt(mean_square + layer["epsilon"]) * w["gamma"]
+    return tf.cast(x * tf.math.rsqrt(mean_square + layer["epsilon"]) * tf.cast(w["gamma"], STATISTICS), compute)
 
 
 def build_activation(model, layer, in_shape, w, x, training):
@@ -174,7 +187,8 @@ def build_dense(model, layer, in_shape, w, x, training):
 
 
 def build_embedding(model, layer, in_shape, w, x, training):
-    return tf.nn.embedding_lookup(w["embeddings"], x)
+    # the rows looked up in the variable, then cast (Keras's Embedding under a mixed policy): not the whole table
+    return tf.cast(tf.nn.embedding_lookup(w["embeddings"], x), model.compute_dtype)
 
 
 def build_lstm(model, layer, in_shape, w, x, training):
@@ -240,7 +254,7 @@ def build_positional_embedding(model, layer, in_shape, w, x, training):
 
 def build_tied_output(model, layer, in_shape, w, x, training):
     # the embedding's own variable, transposed: one variable, two uses
-    return dense(x, tf.transpose(model.weights[layer["embedding"] + "/embeddings"]), w["bias"])
+    return dense(x, tf.transpose(model.read(model.weights[layer["embedding"] + "/embeddings"])), w["bias"])
 
 
 def build_swiglu(model, layer, in_shape, w, x, training):
@@ -282,18 +296,31 @@ LAYERS = {
 }
 REFUSED: Dict[str, str] = {}  # every IR kind is built
 
+# The kinds whose build is given its variables themselves and casts them its own way: the normalisations (their
+# statistics in float32), the embedding (its looked-up rows cast, not the table). Every other kind is given its
+# variables cast to the compute dtype.
+OWN_CASTS = ("batchnorm", "layer_norm", "rms_norm", "embedding")
+# precision (base.PRECISIONS) -> (the variables' dtype, the compute dtype each layer casts its variables and its
+# floating inputs to)
+DTYPES = {"float32": (tf.float32, tf.float32), "bfloat16": (tf.bfloat16, tf.bfloat16),
+          "mixed-bfloat16": (tf.float32, tf.bfloat16), "mixed-float16": (tf.float32, tf.float16)}
+
 
 class Model(tf.Module):
     """The IR's layers over canonical variables: self.weights["layer/param"] -> tf.Variable, made by each
-    weighted kind's entry; a call applies the layers in order, each by its entry's build."""
+    weighted kind's entry in the precision's variable dtype; a call applies the layers in order, each by its
+    entry's build, in the precision's compute dtype (each layer casts its floating input and its variables to
+    it; a no-op in float32), and returns the outputs (logits) in float32."""
 
-    def __init__(self, spec: dict, seed: int):
+    def __init__(self, spec: dict, seed: int, precision: str = "float32"):
         super().__init__(name="dlbench_model")
+        self.variable_dtype, self.compute_dtype = lookup(DTYPES, "precision", precision)
         self.layers = [(layer, tuple(in_shape)) for layer, in_shape, _ in infer_shapes(spec)]
         self.weights = {}  # type: Dict[str, tf.Variable]
         for layer, in_shape, _ in all_shapes(spec):  # a residual block's own layers included
             variables = lookup(LAYERS, "layer type", layer["type"]).weights
-            for key, var in (variables(layer, in_shape) if variables is not None else {}).items():
+            made = variables(layer, in_shape, self.variable_dtype) if variables is not None else {}
+            for key, var in made.items():
                 self.weights[layer["name"] + "/" + key] = var
         self.names = list(self.weights)
         self.trainable_names = [n for n in self.names if self.weights[n].trainable]
@@ -302,8 +329,17 @@ class Model(tf.Module):
     def __call__(self, x, training: bool):
         for layer, in_shape in self.layers:
             x = self.apply(layer, in_shape, x, training)
-        return x
+        return tf.cast(x, tf.float32)  # the logits in float32 before any loss, in every precision
+
+    def read(self, var):
+        """A variable as the layers compute with it: cast to the compute dtype (the gradient flows back through
+        the cast to the variable's own type); the variable itself where the types agree."""
+        return tf.cast(var, self.compute_dtype)
 
     def apply(self, layer, in_shape, x, training):
+        if x.dtype.is_floating:
+            x = tf.cast(x, self.compute_dtype)
         w = {key.split("/", 1)[1]: var for key, var in self.weights.items() if key.startswith(layer["name"] + "/")}
+        if layer["type"] not in OWN_CASTS:
+            w = {key: self.read(var) for key, var in w.items()}
         return lookup(LAYERS, "layer type", layer["type"]).build(self, layer, in_shape, w, x, training)

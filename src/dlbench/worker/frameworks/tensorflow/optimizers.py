@@ -1,5 +1,12 @@
 """TensorFlow's optimisers and learning-rate schedules, written out: the brief's (torch's) formulas, slots
-as tf.Variables, applied inside the adapter's compiled train step (no Keras optimisers)."""
+as tf.Variables, applied inside the adapter's compiled train step (no Keras optimisers).
+
+Slots take their variable's dtype (zeros_like): float32 master slots under the mixed precisions, bfloat16 ones under
+"bfloat16". The update's arithmetic is float32 whatever the variable's type: a bfloat16 variable or slot is read
+into float32, each result rounded to its bfloat16 on assignment (as PyTorch's bfloat16 optimiser ops compute
+element-wise in float32 and store bfloat16); with float32 variables every cast is the identity and the ops are
+those of before the precision axis. Gradients may come in any float type (bfloat16 from a bfloat16 model) and are
+read into float32 likewise."""
 from __future__ import annotations
 
 import math
@@ -28,6 +35,24 @@ class WarmupCosine(object):
         return self.lr * tf.where(k < self.warmup, warm, decayed)
 
 
+def arithmetic(value):
+    """A variable, slot or gradient as the update computes with it: float32 (the value itself where it is)."""
+    return tf.cast(value, tf.float32)
+
+
+def store(variable: tf.Variable, value) -> None:
+    """variable <- value, rounded to the variable's type."""
+    variable.assign(tf.cast(value, variable.dtype))
+
+
+def subtract(variable: tf.Variable, delta) -> None:
+    """variable -= delta (float32): in place for a float32 variable, else computed in float32 and rounded."""
+    if variable.dtype == delta.dtype:
+        variable.assign_sub(delta)
+    else:
+        store(variable, arithmetic(variable) - delta)
+
+
 def learning_rate(config: dict, schedule=None):
     """A callable giving each update's learning rate: the recipe's constant, or its schedule's."""
     if schedule is None:
@@ -45,13 +70,14 @@ class SGD(object):
     def apply(self, params, grads):
         lr = tf.cast(self.rate(), tf.float32)
         for k, (p, g) in enumerate(zip(params, grads)):
+            g = arithmetic(g)
             if self.weight_decay:
-                g = g + self.weight_decay * p  # coupled L2, on every trainable weight
+                g = g + self.weight_decay * arithmetic(p)  # coupled L2, on every trainable weight
             if self.momentum:
                 v = self.velocity[k]
-                v.assign(self.momentum * v + g)
-                g = g + self.momentum * v if self.nesterov else v
-            p.assign_sub(lr * g)
+                store(v, self.momentum * arithmetic(v) + g)
+                g = g + self.momentum * arithmetic(v) if self.nesterov else arithmetic(v)
+            subtract(p, lr * g)
 
 
 class Adam(object):
@@ -71,11 +97,12 @@ class Adam(object):
         bc2_sqrt = tf.cast(tf.sqrt(1.0 - tf.pow(tf.constant(self.b2, tf.float64), t)), tf.float32)
         decay = tf.cast(lr * self.decoupled_decay, tf.float32)
         for p, g, m, v in zip(params, grads, self.m, self.v):
+            g = arithmetic(g)
             if self.decoupled_decay:
-                p.assign_sub(decay * p)
-            m.assign(self.b1 * m + (1.0 - self.b1) * g)
-            v.assign(self.b2 * v + (1.0 - self.b2) * tf.square(g))
-            p.assign_sub(step_size * m / (tf.sqrt(v) / bc2_sqrt + self.eps))
+                subtract(p, decay * arithmetic(p))
+            store(m, self.b1 * arithmetic(m) + (1.0 - self.b1) * g)
+            store(v, self.b2 * arithmetic(v) + (1.0 - self.b2) * tf.square(g))
+            subtract(p, step_size * arithmetic(m) / (tf.sqrt(arithmetic(v)) / bc2_sqrt + self.eps))
 
 
 class AdamW(Adam):
@@ -94,10 +121,11 @@ class Adadelta(object):
     def apply(self, params, grads):
         lr = tf.cast(self.rate(), tf.float32)
         for p, g, v, u in zip(params, grads, self.square_avg, self.delta_avg):
-            v.assign(self.rho * v + (1.0 - self.rho) * tf.square(g))
-            d = tf.sqrt(u + self.eps) / tf.sqrt(v + self.eps) * g
-            u.assign(self.rho * u + (1.0 - self.rho) * tf.square(d))
-            p.assign_sub(lr * d)
+            g = arithmetic(g)
+            store(v, self.rho * arithmetic(v) + (1.0 - self.rho) * tf.square(g))
+            d = tf.sqrt(arithmetic(u) + self.eps) / tf.sqrt(arithmetic(v) + self.eps) * g
+            store(u, self.rho * arithmetic(u) + (1.0 - self.rho) * tf.square(d))
+            subtract(p, lr * d)
 
 
 OPTIMIZERS = {"sgd": SGD, "adam": Adam, "adadelta": Adadelta, "adamw": AdamW}
