@@ -165,7 +165,7 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
            "dlbench.worker.frameworks.tensorflow.adapter:Adapter",
            "tensorflow, numpy", "tensorflow-cpu", worker_env={"TF_CPP_MIN_LOG_LEVEL": "2"}, supported="==2.20.0",
            cuda_packages=("tensorflow[and-cuda]==2.21.0", "numpy"), cuda_version_package="tensorflow",
-           executions=("graph", "eager", "compiled")),
+           executions=("graph", "eager", "compiled"), precisions=PRECISIONS),
     # Keras 3, one adapter for its three backends; the backend is chosen by KERAS_BACKEND at import.
     Recipe("keras-tensorflow", "3.11", ("tensorflow-cpu==2.21.0", "keras==3.15.1", "numpy"),
            "dlbench.worker.frameworks.keras3.adapter:Adapter", "keras, tensorflow, numpy", "keras",
