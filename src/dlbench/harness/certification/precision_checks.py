@@ -10,7 +10,8 @@ weights, in another type.
   the grid must be at least half the float32 reference's own (a canonical weight is almost never a half-type number;
   zeros and ones are), else they were kept in the half type.
 
-storage_rounding widens the comparison of bfloat16 weights after the steps by their grid's spacing (probes.compare).
+storage_rounding widens the comparison of bfloat16 weights after the steps by their grid's spacing, and
+normalised_steps judges a reduced precision's weights after Adam's steps by those steps' reach (probes.compare).
 """
 import numpy as np
 
@@ -66,6 +67,32 @@ def storage_rounding(name: str, expected: np.ndarray, precision: str, steps: int
         return None
     magnitude = np.maximum(np.abs(expected.astype(np.float64)), np.finfo(np.float32).tiny)
     return steps * 2.0 ** (np.floor(np.log2(magnitude)) - 7)  # bfloat16 keeps 8 significant bits
+
+
+NORMALISING = ("adam", "adamw")  # optimisers whose step divides the gradient by its own size plus epsilon
+MOVEMENT_RATIO = 2.0  # a reduced precision's weights move between half and twice as far as the reference's
+
+
+def normalised_steps(name: str, got: np.ndarray, expected: np.ndarray, start: dict[str, np.ndarray], config: dict,
+                     steps: int) -> dict | None:
+    """The weights "after/NAME" of a reduced precision after an Adam-like optimiser's steps, judged by the steps'
+    own bounds, or None for other tensors and optimisers. Such a step moves each weight by lr times the gradient
+    over its own size: by about lr whatever the gradient's size, so a gradient's rounding of a few percent flips or
+    reorders the steps of every small gradient, and the next steps start from other weights. What stays true: each
+    weight is within the steps' reach of the reference's (2 lr a step, plus decoupled decay), and the tensor moved
+    between 1/MOVEMENT_RATIO and MOVEMENT_RATIO times as far as the reference's did (a step never taken, or taken
+    twice, fails). The gradients' rows hold the precision's maths to its tolerance; the optimiser's rule is
+    certified in float32 (optimizer.py)."""
+    key = name[len("after/"):]
+    if not name.startswith("after/") or config.get("name") not in NORMALISING or key not in start:
+        return None
+    reach = steps * 2 * config["lr"] * (1 + config.get("weight_decay", 0.0) * np.abs(expected.astype(np.float64)))
+    ours = float(np.linalg.norm(got.astype(np.float64) - start[key]))
+    theirs = float(np.linalg.norm(expected.astype(np.float64) - start[key]))
+    ratio = ours / theirs if theirs > 0 else (1.0 if ours == 0 else float("inf"))
+    within = bool(np.all(np.abs(got.astype(np.float64) - expected) <= reach)
+                  and 1 / MOVEMENT_RATIO <= ratio <= MOVEMENT_RATIO)
+    return {"steps_reach": float(reach.max()), "movement_ratio": ratio, "within_steps": within}
 
 
 def _weights_row(precision: str, half: str, candidate: dict[str, np.ndarray], float32: dict[str, np.ndarray]) -> dict:

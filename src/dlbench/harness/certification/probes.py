@@ -57,6 +57,9 @@ from dlbench.shared.initializers import canonical_init
 from dlbench.shared.ir import input_vocab
 
 NOISE_FACTOR = 3.0  # beyond tolerance, a tensor still passes within this many times the reference's own error
+# ... in a reduced precision, whose programs round in other places than the reference's (what they accumulate in,
+# which operations they keep in float32): measured up to 6.5 times (keras-torch's mixed-float16 cnn-mnist)
+REDUCED_NOISE_FACTOR = 8.0
 # A detector is certified on one image of certified_model.DETECTOR_SIDES, with this many fixed proposals, and
 # this many anchors and RoIs sampled: small enough for every framework's CI test, big enough for
 # positive anchors and foreground RoIs of both boxes.
@@ -266,14 +269,18 @@ def amplified_rounding(name: str, reference: dict[str, np.ndarray], candidate: d
     """Per element of the weights "after/NAME": how far the STEPS steps of an Adam-like optimiser may carry it
     from the exact result on gradient rounding alone. A step is lr * g / (|g| + epsilon) at first, whose
     slope in g is lr * epsilon / (|g| + epsilon)^2: up to lr / epsilon where the exact gradient g is near 0
-    (an attention key bias's is 0, since softmax ignores a constant added to all of a query's scores). The
-    rounding is the larger of the two frameworks' gradient errors on that tensor; None for other optimisers."""
+    (an attention key bias's is 0, since softmax ignores a constant added to all of a query's scores). Over
+    gradients within `rounding` of g the slope is at most its value at |g| - rounding (0 where the rounding can
+    flip g's sign), and the step stays within (-lr, lr), so no rounding moves it by more than 2 lr: in a reduced
+    precision, where a gradient's rounding exceeds many exact gradients, that bound is what holds. The rounding is
+    the larger of the two frameworks' gradient errors on that tensor; None for other optimisers."""
     key = "grad/" + name[len("after/"):]
     if config is None or config.get("name") not in NORMALISING or key not in exact or key not in candidate:
         return None
     rounding = max(max_abs(candidate[key], exact[key]), max_abs(reference[key], exact[key]))
-    epsilon = config["epsilon"]
-    return STEPS * config["lr"] * epsilon / (np.abs(exact[key]) + epsilon) ** 2 * rounding
+    epsilon, lr = config["epsilon"], config["lr"]
+    nearest = np.maximum(np.abs(exact[key]) - rounding, 0.0)
+    return STEPS * np.minimum(2 * lr, lr * epsilon / (nearest + epsilon) ** 2 * rounding)
 
 
 def compare(reference: dict[str, np.ndarray], candidate: dict[str, np.ndarray],
@@ -301,12 +308,16 @@ def compare(reference: dict[str, np.ndarray], candidate: dict[str, np.ndarray],
                 # Where float32 itself is unstable (BatchNorm of near-constant channels, near-ties in
                 # pooling), judge by the exact result: no further from it than the reference is.
                 noise, off = max_abs(expected, exact[name]), max_abs(got, exact[name])
-                row.update(reference_error=noise, error=off, passed=bool(off <= NOISE_FACTOR * noise))
+                factor = NOISE_FACTOR if precision == precisions.DEFAULT else REDUCED_NOISE_FACTOR
+                row.update(reference_error=noise, error=off, passed=bool(off <= factor * noise))
                 allowance = amplified_rounding(name, reference, candidate, exact, optimizer_config)
                 if allowance is not None and not row["passed"]:
                     each = np.abs(got.astype(np.float64) - exact[name])
                     row.update(amplified_rounding=float(allowance.max()),
-                               passed=bool(np.all(each <= NOISE_FACTOR * (noise + allowance))))
+                               passed=bool(np.all(each <= factor * (noise + allowance))))
+            if not row["passed"] and precision != precisions.DEFAULT and start and optimizer_config:
+                judged = precision_checks.normalised_steps(name, got, expected, start, optimizer_config, STEPS)
+                row.update(judged or {}, passed=bool(judged and judged["within_steps"]))
             grid = precision_checks.storage_rounding(name, expected, precision, STEPS)
             if grid is not None and not row["passed"]:
                 # weights stored in bfloat16 land on its grid after every step: two right programs may part there
