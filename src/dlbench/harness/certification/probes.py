@@ -269,18 +269,14 @@ def amplified_rounding(name: str, reference: dict[str, np.ndarray], candidate: d
     """Per element of the weights "after/NAME": how far the STEPS steps of an Adam-like optimiser may carry it
     from the exact result on gradient rounding alone. A step is lr * g / (|g| + epsilon) at first, whose
     slope in g is lr * epsilon / (|g| + epsilon)^2: up to lr / epsilon where the exact gradient g is near 0
-    (an attention key bias's is 0, since softmax ignores a constant added to all of a query's scores). Over
-    gradients within `rounding` of g the slope is at most its value at |g| - rounding (0 where the rounding can
-    flip g's sign), and the step stays within (-lr, lr), so no rounding moves it by more than 2 lr: in a reduced
-    precision, where a gradient's rounding exceeds many exact gradients, that bound is what holds. The rounding is
-    the larger of the two frameworks' gradient errors on that tensor; None for other optimisers."""
+    (an attention key bias's is 0, since softmax ignores a constant added to all of a query's scores). The
+    rounding is the larger of the two frameworks' gradient errors on that tensor; None for other optimisers."""
     key = "grad/" + name[len("after/"):]
     if config is None or config.get("name") not in NORMALISING or key not in exact or key not in candidate:
         return None
     rounding = max(max_abs(candidate[key], exact[key]), max_abs(reference[key], exact[key]))
-    epsilon, lr = config["epsilon"], config["lr"]
-    nearest = np.maximum(np.abs(exact[key]) - rounding, 0.0)
-    return STEPS * np.minimum(2 * lr, lr * epsilon / (nearest + epsilon) ** 2 * rounding)
+    epsilon = config["epsilon"]
+    return STEPS * config["lr"] * epsilon / (np.abs(exact[key]) + epsilon) ** 2 * rounding
 
 
 def compare(reference: dict[str, np.ndarray], candidate: dict[str, np.ndarray],

@@ -98,7 +98,7 @@ if keras.backend.backend() != BACKEND:
     raise RuntimeError("Keras runs the %r backend, KERAS_BACKEND asks for %r" % (keras.backend.backend(), BACKEND))
 
 # the package's Keras modules, imported once Keras runs the backend asked for with its threads set
-from dlbench.worker.frameworks.keras3.layers import build_model, canonical_shapes  # noqa: E402
+from dlbench.worker.frameworks.keras3.layers import build_model, canonical_shapes, fused_attention  # noqa: E402
 from dlbench.worker.frameworks.keras3.losses import Trainer, make_loss  # noqa: E402
 from dlbench.worker.frameworks.keras3.optimizers import make_optimizer  # noqa: E402
 
@@ -232,17 +232,6 @@ def loss_scaled(optimizer, precision: str):
         raise NotImplementedError("Keras's LossScaleOptimizer grows by 2 and backs off by 1/2 only")
     return keras.optimizers.LossScaleOptimizer(optimizer, initial_scale=LOSS_SCALE["initial"],
                                                dynamic_growth_steps=LOSS_SCALE["growth_interval"])
-
-
-def fused_attention(layers) -> bool:
-    """Whether the IR's layers (residual blocks' own included) reach ops.dot_product_attention: grouped-query attention
-    always, Keras's MultiHeadAttention without dropout on its weights (with it, MHA computes its scores itself)."""
-    for layer in layers:
-        if layer["type"] == "grouped_query_attention" or (layer["type"] == "attention" and not layer["dropout"]):
-            return True
-        if layer["type"] == "residual" and fused_attention(layer["layers"]):
-            return True
-    return False
 
 
 def precision_refusal(model: dict, precision: str, execution: str, device: str):

@@ -498,3 +498,14 @@ LAYERS = {
     "grouped_query_attention": LayerEntry(grouped_query_attention, grouped_query_attention_weights),
 }
 REFUSED = {}  # Keras 3 builds every kind, on each of its three backends
+
+
+def fused_attention(layers) -> bool:
+    """Whether the IR's layers (residual blocks' own included) reach ops.dot_product_attention: grouped-query attention
+    always, Keras's MultiHeadAttention without dropout on its weights (with it, MHA computes its scores itself)."""
+    for layer in layers:
+        if layer["type"] == "grouped_query_attention" or (layer["type"] == "attention" and not layer["dropout"]):
+            return True
+        if layer["type"] == "residual" and fused_attention(layer["layers"]):
+            return True
+    return False
