@@ -43,7 +43,7 @@ def _attention(layer: dict) -> bool:
 @dataclass(frozen=True)
 class LayerRefusal:
     """A framework that cannot train a model holding a layer `applies` to in `precision` on a CPU (in `executions`
-    only, where named), and why; the adapter raises the same."""
+    only, where named), and why: its adapter fails there, with the error the reason quotes or a refusal of its own."""
     framework: str
     precision: str
     applies: Callable[[dict], bool]
@@ -55,8 +55,8 @@ LAYER_REFUSALS = (
     LayerRefusal("pytorch", "mixed-float16", _has_kind("lstm"),
                  "torch's CPU LSTM (oneDNN) has no float16 training primitive: its forward pass in training mode "
                  "raises 'could not create a primitive descriptor for the LSTM forward propagation primitive'"),
-    # Keras fuses attention without dropout on its weights (keras3/adapter.fused_attention), and every certificate
-    # runs its model with dropout off: a model of any attention could be neither certified nor run uncertified
+    # Keras fuses attention only without dropout on its weights (keras3/layers.fused_attention), but a certificate
+    # runs the model with dropout off, where it fuses every attention: refused for any, or no cell could be certified
     LayerRefusal("keras-jax", "mixed-float16", _attention,
                  "keras-jax compiles no float16 x float16 -> float32 dot on the CPU, which Keras's attention reaches "
                  "(jax.nn.dot_product_attention: 'The precision F16_F16_F32 is not supported by dot_general on "
