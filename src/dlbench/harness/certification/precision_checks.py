@@ -15,7 +15,7 @@ normalised_steps judges a reduced precision's weights after Adam's steps by thos
 """
 import numpy as np
 
-from dlbench.harness.certification.terms import VISIBLE_ROUNDOFFS, max_abs
+from dlbench.harness.certification.terms import NORMALISING, VISIBLE_ROUNDOFFS, max_abs
 from dlbench.harness.plan import precisions
 
 HALF_TYPES = {"bfloat16": "bfloat16", "float16": np.float16}
@@ -69,7 +69,6 @@ def storage_rounding(name: str, expected: np.ndarray, precision: str, steps: int
     return steps * 2.0 ** (np.floor(np.log2(magnitude)) - 7)  # bfloat16 keeps 8 significant bits
 
 
-NORMALISING = ("adam", "adamw")  # optimisers whose step divides the gradient by its own size plus epsilon
 MOVEMENT_RATIO = 2.0  # a reduced precision's weights move between half and twice as far as the reference's
 
 

@@ -43,6 +43,7 @@ from dlbench.harness.certification.terms import (
     BATCH,
     SEED,
     STEPS,
+    NORMALISING,
     constant_rate,
     max_abs,
     tolerances,
@@ -259,9 +260,6 @@ def scales(reference: dict[str, np.ndarray], start: dict[str, np.ndarray] | None
             layer[key] = max(layer.get(key, 0.0), value)
     return {name: layer.get(name.rsplit("/", 1)[0], value) if name.count("/") == 2 else value
             for name, value in own.items()}
-
-
-NORMALISING = ("adam", "adamw")  # optimisers whose step divides the gradient by its own size plus epsilon
 
 
 def amplified_rounding(name: str, reference: dict[str, np.ndarray], candidate: dict[str, np.ndarray],

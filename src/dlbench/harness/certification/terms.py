@@ -12,6 +12,7 @@ SEED = 0
 # activation's, relative to each input's magnitude (at least 1): layer_checks.activation_rows.
 TOLERANCES = {"output": 1e-4, "serving": 1e-4, "loss": 1e-4, "grad": 1e-3, "after": 1e-3, "activation": 1e-5}
 ABSOLUTE_FLOOR = 1e-7  # a deviation this small passes whatever the tensor's scale (tensors near zero)
+NORMALISING = ("adam", "adamw")  # optimisers whose step divides the gradient by its own size plus epsilon
 # A reduced precision's tolerances (docs/fairness.md): these many unit roundoffs of the type it computes in
 # (precisions.UNIT_ROUNDOFF), by kind of tensor. Two correct programs in bfloat16 round differently at every
 # operation, so their deviation grows with the model's depth; where it exceeds these, the tensor is judged as a
