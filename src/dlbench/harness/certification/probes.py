@@ -41,9 +41,9 @@ from dlbench.harness.certification.certified_model import certified_model, witho
 from dlbench.harness.certification.terms import (
     ABSOLUTE_FLOOR,
     BATCH,
+    NORMALISING,
     SEED,
     STEPS,
-    NORMALISING,
     constant_rate,
     max_abs,
     tolerances,
