@@ -120,7 +120,7 @@ def test_what_the_whole_model_cannot_see_fails_its_own_check(broken, store, tmp_
     from inference only by dropout) and GELU's tanh form (1.6 to 2.2 times the outputs' tolerance in a model)
     each fail certification by their own check, by far."""
     [cert] = probes.certify([framework], [workload()], store, tmp_path, quiet)
-    failed = {row["tensor"]: probes.share_of_tolerance(row) for row in cert["deviations"] if not row["passed"]}
+    failed = {row["tensor"]: terms.share_of_tolerance(row) for row in cert["deviations"] if not row["passed"]}
     mine = {tensor: share for tensor, share in failed.items() if tensor.startswith(caught)}
     assert not cert["passed"] and mine and max(mine.values()) > 15
     if framework == "pytorch-tanh-gelu":  # the weights after the steps see it too, by the outputs' small margin
@@ -424,7 +424,7 @@ def test_the_llama_blocks_certify(certificates):
 @pytest.mark.framework
 def test_the_detectors_certificate_exercises_every_loss(reference):
     """The fixed proposals and boxes of frcnn-voc's probe give every one of the four losses a value."""
-    float32, _ = reference["frcnn-voc"]
+    float32 = reference["frcnn-voc", "float32"].same
     for name in ("rpn_objectness", "rpn_box", "head_class", "head_box"):
         assert float(float32["loss/" + name]) > 0, name
     assert float32["output/class_logits"].shape == (probes.DETECTOR_ROIS, 21)
