@@ -54,6 +54,8 @@ def timed_epochs(adapter, train, epochs):
         metrics = adapter.train_epoch(train, epoch_order(0, epoch, len(train)))
         adapter.synchronise()
         timed.append(dict(metrics, wall_s=time.perf_counter() - tic))
+        if epoch == 1:  # worker/train.py's first_step_s
+            timed[0]["first_step_s"] = adapter.first_step_at - tic
     return timed
 
 

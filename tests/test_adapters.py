@@ -145,6 +145,14 @@ def test_a_few_steps_lower_the_loss(checked, case):
     assert np.isfinite(result["train_losses"]).all()
 
 
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c["workload"])
+def test_the_first_step_is_stamped_inside_the_first_epoch(checked, case):
+    """The time to the first step (worker/train.py's first_step_s) is read from the adapter's stamp: it must fall
+    within the first epoch, the 16 samples' two steps."""
+    started, first_step_at, ended = checked[case["workload"]]["first_step"]
+    assert first_step_at is not None and started < first_step_at <= ended
+
+
 @pytest.mark.parametrize("pair", STANDINS, ids=lambda p: f"{p[0]}-on-{p[1]}")
 def test_a_few_steps_on_the_stand_in_lower_the_loss(checked, pair):
     """Judged on the training loss: 16 real rows in batches of 8 train noisily (every framework's loss

@@ -115,6 +115,8 @@ def test_epoch_time_splits_into_host_nms_and_framework(checked):
         assert all(part > 0 for part in parts), epoch
         rest = epoch["wall_s"] - sum(parts)  # the loop around the timed parts, and synchronise
         assert 0 <= rest < 0.05 * epoch["wall_s"], epoch
+    first = facts["epochs"][0]  # its first image's step, the first epoch holding more than one
+    assert 0 < first["first_step_s"] < first["wall_s"], first
 
 
 def test_a_framework_without_a_detector_says_so():

@@ -79,6 +79,7 @@ def test_stored_runs_hold_timings_metrics_and_resources(quick_run):
         assert run["train_time_s"] == pytest.approx(sum(e["train_time_s"] for e in epochs))
         assert run["first_epoch_s"] == epochs[0]["train_time_s"]
         assert run["steady_epoch_s"] == epochs[1]["train_time_s"]
+        assert 0 < run["first_step_s"] <= run["first_epoch_s"]  # the first step is inside the first epoch
         assert run["eval_time_s"] == pytest.approx(sum(e["eval_time_s"] for e in epochs))
         # the cell's wall time holds startup, training and evaluation
         assert run["wall_time_s"] > run["startup_s"] + run["train_time_s"] + run["eval_time_s"]

@@ -116,18 +116,18 @@ def test_an_adapter_refuses_an_execution_it_does_not_run():
                  0).execution == "eager"
 
 
-def run(run_id, framework, execution, steady, first, metric=0.9):
+def run(run_id, framework, execution, steady, first, metric=0.9, first_step=None):
     recipe = {"batch_size": 32, **({"execution": execution} if execution else {})}
     return {"id": run_id, "framework": framework, "framework_version": "1.0", "workload": "cnn-mnist",
             "dataset": "digits-28", "device": "cpu", "status": "ok", "steady_epoch_s": steady,
-            "first_epoch_s": first, "train_time_s": first + steady, "metric_value": metric, "metric_name": "accuracy",
-            "n_train": 320, "execution": execution or executions.default(framework),
+            "first_epoch_s": first, "first_step_s": first_step, "train_time_s": first + steady, "metric_value": metric,
+            "metric_name": "accuracy", "n_train": 320, "execution": execution or executions.default(framework),
             "config": {"recipe": recipe, "threads": 2}, "epochs": [{"epoch": 1}, {"epoch": 2}]}
 
 
 def test_an_execution_beside_its_default_gets_its_speed_up_compile_cost_and_break_even():
-    runs = ([run(i, "pytorch", None, 2.0 + 0.01 * i, 3.0) for i in range(4)]
-            + [run(10 + i, "pytorch", "compiled", 1.0 + 0.01 * i, 31.0, 0.91) for i in range(4)]
+    runs = ([run(i, "pytorch", None, 2.0 + 0.01 * i, 3.0, first_step=0.5) for i in range(4)]
+            + [run(10 + i, "pytorch", "compiled", 1.0 + 0.01 * i, 31.0, 0.91, first_step=25.0 + i) for i in range(4)]
             + [run(20 + i, "jax", None, 1.5, 9.0) for i in range(4)])
     cells = summarise(runs)
     labels = {cell.label for cell in cells}
@@ -138,11 +138,14 @@ def test_an_execution_beside_its_default_gets_its_speed_up_compile_cost_and_brea
     assert row.first_epoch_excess_s.median == pytest.approx(30.0 - 0.015, abs=0.01)
     assert row.default_excess_s.median == pytest.approx(1.0 - 0.015, abs=0.01)
     assert row.break_even_epochs == pytest.approx(29.0 / 1.0, rel=0.01) and row.steps_per_epoch == 10
+    assert (row.first_step_s.median, row.default_first_step_s.median) == (26.5, 0.5)
+    assert row.steady_step_s == pytest.approx(0.1015)  # the median steady epoch, 1.015 s, over its 10 steps
     table = modes_table.table([row])
     [shown] = table.rows
     assert shown[1:3] == ["pytorch 1.0", "compiled, float32 (default eager, float32)"]
-    assert "faster" in shown[4] and shown[7].startswith("29 epochs, 290 steps")
-    assert shown[8] == "90.0% [90.0-90.0, 87.5%]: 91.0% [91.0-91.0, 87.5%]"  # 4 runs: [min-max] at 87.5%
+    assert shown[7] == "26.5 s [25.0-28.0, 87.5%] (0.500 s [0.500-0.500, 87.5%])" and shown[8] == "0.102 s"
+    assert "faster" in shown[4] and shown[9].startswith("29 epochs, 290 steps")
+    assert shown[10] == "90.0% [90.0-90.0, 87.5%]: 91.0% [91.0-91.0, 87.5%]"  # 4 runs: [min-max] at 87.5%
 
 
 def test_single_runs_of_an_execution_are_not_ranked():
@@ -150,7 +153,8 @@ def test_single_runs_of_an_execution_are_not_ranked():
     [row] = modes.rows(summarise(runs), runs)
     assert not row.shown and row.p_adjusted is None
     [shown] = modes_table.table([row]).rows
-    assert shown[4] == "2.00x (single runs: untested)" and shown[7] == "- (no speed-up shown)"
+    assert shown[4] == "2.00x (single runs: untested)" and shown[9] == "- (no speed-up shown)"
+    assert shown[7] == "- (-)"  # no first step recorded (a store from before schema 15)
 
 
 # every execution but the defaults (which test_certify.py certifies), each framework's one process

@@ -153,7 +153,7 @@ def test_a_precision_is_another_cell_labelled_and_set_beside_float32():
     assert (row.cell.precision, row.default.precision) == ("bfloat16", "float32") and row.shown
     [shown] = modes_table.table([row]).rows
     assert shown[2] == "eager, bfloat16 (default eager, float32)" and "faster" in shown[4]
-    assert shown[8] == "90.0% [90.0-90.0, 87.5%]: 85.0% [85.0-85.0, 87.5%]"
+    assert shown[10] == "90.0% [90.0-90.0, 87.5%]: 85.0% [85.0-85.0, 87.5%]"
 
 
 def test_a_reduced_precisions_tolerances_are_unit_roundoffs_of_its_half_type():

@@ -117,7 +117,7 @@ def test_reopening_keeps_runs_and_schema_version(tmp_path: Path) -> None:
     with Store(path) as store:
         assert [r["cell_hash"] for r in store.runs()] == ["abc123"]
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (14,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (15,)
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 
@@ -295,7 +295,7 @@ def test_a_version_8_store_gains_empty_detector_time_columns(tmp_path: Path) -> 
         assert {k: old["epochs"][0][k] for k in split} == dict.fromkeys(split)
         store.save_run(make_run("new"), [{**make_epoch(1), **split}], [])
         assert {k: store.runs()[1]["epochs"][0][k] for k in split} == split
-    assert schema_version(path) == SCHEMA_VERSION == 14
+    assert schema_version(path) == SCHEMA_VERSION == 15
 
 
 def test_completed_hashes_leave_out_interrupted_runs(store: Store) -> None:
@@ -337,7 +337,7 @@ def test_a_version_10_store_takes_interrupted_runs_and_keeps_its_own(tmp_path: P
         assert [name for (name,) in indexes] == ["runs_cell_hash"]
         with pytest.raises(StoreError, match="CHECK"):
             store.save_run(make_run("bad", "paused"), [], [])
-    assert schema_version(path) == SCHEMA_VERSION == 14
+    assert schema_version(path) == SCHEMA_VERSION == 15
 
 
 def test_peaks_round_trip_with_a_failed_measurement(store: Store) -> None:
@@ -446,7 +446,7 @@ def test_a_version_7_store_gains_the_environments_table(tmp_path: Path) -> None:
         assert store.environment("d")["framework"] == "pytorch"
         store.save_run({**make_run("new"), "workload_digest": "wl1"}, [], [])
         assert store.runs()[0]["workload_digest"] == "wl1"
-    assert schema_version(path) == SCHEMA_VERSION == 14
+    assert schema_version(path) == SCHEMA_VERSION == 15
 
 
 def stored_runs(path: Path, count: int) -> bytes:
@@ -524,9 +524,31 @@ def drop_executions(conn: sqlite3.Connection) -> None:
 
 
 def drop_precisions(conn: sqlite3.Connection) -> None:
-    """Back to version 13's tables: no precision in runs and certificates."""
+    """Back to version 13's tables: no precision in runs and certificates (nor version 15's first step)."""
+    drop_first_step(conn)
     for table in ("runs", "certificates"):
         conn.execute(f"ALTER TABLE {table} DROP COLUMN precision")
+
+
+def drop_first_step(conn: sqlite3.Connection) -> None:
+    """Back to version 14's tables: no first_step_s in runs."""
+    conn.execute("ALTER TABLE runs DROP COLUMN first_step_s")
+
+
+def test_a_version_14_store_gains_an_empty_first_step_column(tmp_path: Path) -> None:
+    path = tmp_path / "dlbench.sqlite"
+    with Store(path) as store:
+        store.save_run(make_run("old"), [make_epoch(1)], [])
+    with sqlite3.connect(path) as conn:
+        drop_first_step(conn)
+        conn.execute("PRAGMA user_version=14")
+    conn.close()
+    with Store(path) as store:
+        [old] = store.runs()
+        assert old["first_step_s"] is None and old["cell_hash"] == "old"
+        store.save_run({**make_run("new"), "first_step_s": 0.75}, [], [])
+        assert store.runs()[1]["first_step_s"] == 0.75
+    assert schema_version(path) == SCHEMA_VERSION == 15
 
 
 def test_a_version_13_store_gains_empty_precision_columns(tmp_path: Path) -> None:
@@ -542,7 +564,7 @@ def test_a_version_13_store_gains_empty_precision_columns(tmp_path: Path) -> Non
         assert old["precision"] is None
         store.save_run({**make_run("new"), "precision": "bfloat16"}, [], [])
         assert store.runs()[1]["precision"] == "bfloat16"
-    assert schema_version(path) == SCHEMA_VERSION == 14
+    assert schema_version(path) == SCHEMA_VERSION == 15
 
 
 def test_a_version_12_store_gains_empty_execution_columns(tmp_path: Path) -> None:
@@ -558,7 +580,7 @@ def test_a_version_12_store_gains_empty_execution_columns(tmp_path: Path) -> Non
         assert old["execution"] is None
         store.save_run({**make_run("new"), "execution": "compiled"}, [], [])
         assert store.runs()[1]["execution"] == "compiled"
-    assert schema_version(path) == SCHEMA_VERSION == 14
+    assert schema_version(path) == SCHEMA_VERSION == 15
 
 
 def test_an_inference_run_keeps_its_serving_figures_and_latencies(store: Store) -> None:
@@ -585,6 +607,6 @@ def test_a_version_11_store_gains_empty_serving_columns_and_a_latencies_table(tm
         assert store.latencies(old["id"]) == []
         new = store.save_run({**make_run("new"), **SERVED}, [], [], [0.25, 0.5])
         assert store.latencies(new) == [0.25, 0.5]
-    assert schema_version(path) == SCHEMA_VERSION == 14
+    assert schema_version(path) == SCHEMA_VERSION == 15
     with Store(path) as store:  # reopening migrates nothing again
         assert [run["cell_hash"] for run in store.runs()] == ["old", "new"]

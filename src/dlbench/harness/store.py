@@ -16,7 +16,7 @@ from dlbench.harness import file_names, folders
 from dlbench.shared import cell_file
 from dlbench.shared.protocol import EPOCH_SPLIT
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 FILENAME = "dlbench.sqlite"
 SIDE_FILES = ("-wal", "-shm", "-journal")  # what SQLite writes beside the store
 # SQLite's INTEGER is signed 64-bit: a larger Python int raised OverflowError inside the write (issue #40)
@@ -129,6 +129,9 @@ RUN_COLUMNS: dict[str, str] = {
     # added in schema version 14: the precision the worker's adapter trained in (harness/plan/precisions.py), from its
     # ready event; NULL before (float32 then) and where the worker failed before it was ready
     "precision": "TEXT",
+    # added in schema version 15: seconds from the first epoch's start to its first step's end, inside first_epoch_s
+    # (worker/base.BaseAdapter.step_done); NULL before, for inference runs and where the first epoch did not finish
+    "first_step_s": "REAL",
 }
 INFERENCE = cell_file.INFERENCE  # a run's mode; NULL for a training run
 
@@ -305,6 +308,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
          f"ALTER TABLE certificates ADD COLUMN execution {CERTIFICATE_COLUMNS['execution']}"),
     14: (f"ALTER TABLE runs ADD COLUMN precision {RUN_COLUMNS['precision']}",
          f"ALTER TABLE certificates ADD COLUMN precision {CERTIFICATE_COLUMNS['precision']}"),
+    15: (f"ALTER TABLE runs ADD COLUMN first_step_s {RUN_COLUMNS['first_step_s']}",),
 }
 
 

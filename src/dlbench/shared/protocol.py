@@ -3,9 +3,9 @@ files of a prepared dataset and its pad id. Shared by both sides: Python 3.8, th
 
 The worker writes one JSON object a line on its stdout, its kind under KIND: START as it starts,
 READY once the model is built, then per epoch EPOCH_START and EPOCH_TRAINED around the training (the
-harness reads energy counters when they arrive) and EPOCH with the epoch's figures; DONE at the end,
-ERROR with a message instead when it fails. An inference cell (worker/serve.py) emits, after READY,
-SERVE_FIRST_CALL, SERVE_LATENCY and SERVE_THROUGHPUT instead of epochs.
+harness reads energy counters when they arrive) and EPOCH with the epoch's figures (the first's with
+FIRST_STEP); DONE at the end, ERROR with a message instead when it fails. An inference cell (worker/serve.py)
+emits, after READY, SERVE_FIRST_CALL, SERVE_LATENCY and SERVE_THROUGHPUT instead of epochs.
 
 What the harness tells the worker about its cell, the cell file, is a record of its own: shared/cell_file.py.
 """
@@ -23,6 +23,8 @@ ERROR = "error"
 # A detector's EPOCH also carries where its training time went, in seconds (worker/detector.py):
 # the shared numpy on the host, the framework's NMS, and the framework's network calls.
 EPOCH_SPLIT = ("host_time_s", "nms_time_s", "framework_time_s")
+# The first EPOCH also carries the seconds from its start to its first step's end (worker/base.BaseAdapter.step_done)
+FIRST_STEP = "first_step_s"
 SERVE_FIRST_CALL = "serve_first_call"
 SERVE_LATENCY = "serve_latency"
 SERVE_THROUGHPUT = "serve_throughput"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections import namedtuple
 from typing import Dict, Iterator
 
@@ -192,9 +193,12 @@ class BaseAdapter(object):
     """Builds a framework's native model from the IR and trains it by the recipe.
 
     Subclasses implement every method below; the worker drives them and reads all clocks itself,
-    after calling synchronise()."""
+    after calling synchronise(). The one clock an adapter stamps is its first training step's end (step_done)."""
 
     name = ""
+    # time.perf_counter() when the adapter's first training step had finished (step_done); the worker subtracts its
+    # first epoch's start, giving the time to the first step: every trace, compilation and first allocation
+    first_step_at = None
     # What serving()'s call divides stored pixels by; worker/serve.py sets the served dataset's own.
     input_scale = PIXEL_SCALE
     # The float types a recipe's "dtype" may ask for (certification asks the reference for float64); an
@@ -282,6 +286,19 @@ class BaseAdapter(object):
     def synchronise(self) -> None:
         """Block until queued device work is done, so a clock read after it is true."""
         raise NotImplementedError
+
+    def step_done(self, *outputs) -> None:
+        """Called by train_epoch's loop after every training step with what the step returned (state a jitted step
+        threads through the loop, which synchronise cannot see). The adapter's first step is waited for and its
+        end stamped in first_step_at; every later call returns at once, so the steps after it stay queued."""
+        if self.first_step_at is None:
+            self.wait_for(outputs)
+            self.first_step_at = time.perf_counter()
+
+    def wait_for(self, outputs: tuple) -> None:
+        """Block until a step's outputs, and the work queued before them, are done. An adapter whose step leaves
+        its result outside what synchronise waits for overrides this."""
+        self.synchronise()
 
     def serving(self):
         """The framework's idiomatic serving path for this model, warmed by nobody yet: a callable f(x) that

@@ -141,6 +141,7 @@ class DetectorAdapter(BaseAdapter):
         clock = EpochClock()
         for i in order:
             step, sampled = clock.image(self._train_image, data, int(i), clock)
+            self.step_done()  # an image's step: its outputs came back to the host
             for key in LOSS_NAMES + ("right",):
                 sums[key] += step[key]
             sums["rois"] += sampled

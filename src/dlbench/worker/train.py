@@ -18,7 +18,7 @@ import traceback
 
 from dlbench.shared.cell_file import CellFile
 from dlbench.shared.detection.pipeline import DetectionSplit
-from dlbench.shared.protocol import DONE, EPOCH, EPOCH_SPLIT, EPOCH_START, EPOCH_TRAINED, ERROR, START
+from dlbench.shared.protocol import DONE, EPOCH, EPOCH_SPLIT, EPOCH_START, EPOCH_TRAINED, ERROR, FIRST_STEP, START
 from dlbench.worker.base import Split, epoch_order
 from dlbench.worker.cell import Events, is_detector, load_split, read_meta, ready_adapter
 from dlbench.worker.serve import run as serve_cell
@@ -56,19 +56,22 @@ def run(cell: CellFile, events: Events) -> None:
         # epoch_start and epoch_trained bound the training, outside its clock: the harness reads the
         # energy counters when they arrive
         events.emit(EPOCH_START, epoch=epoch)
-        tic = time.perf_counter()
+        started = time.perf_counter()
         train_metrics = adapter.train_epoch(train, order)
         adapter.synchronise()
-        train_time = time.perf_counter() - tic
+        train_time = time.perf_counter() - started
         events.emit(EPOCH_TRAINED, epoch=epoch, train_time_s=train_time)
         tic = time.perf_counter()
         metrics = adapter.evaluate(test)
         adapter.synchronise()
         # a detector's epoch also says where its training time went (DetectorAdapter.train_epoch)
         split = {key: train_metrics[key] for key in EPOCH_SPLIT if key in train_metrics}
+        # the first epoch's also says when its first step had finished (BaseAdapter.step_done): traces, compilation
+        # and first allocations
+        first = {FIRST_STEP: adapter.first_step_at - started} if epoch == 1 else {}
         events.emit(EPOCH, epoch=epoch, train_time_s=train_time, eval_time_s=time.perf_counter() - tic,
                     train_loss=train_metrics["loss"], train_accuracy=train_metrics["accuracy"], metrics=metrics,
-                    **split)
+                    **split, **first)
     events.emit(DONE)
 
 

@@ -7,7 +7,9 @@ The speed-up is the default's steady epoch time over the other execution's: the 
 runs' times with Welch's t interval on their logs (stats.log_t_test, as the findings compare frameworks), shown when
 the Holm-corrected p over every row of the report is below 0.05 and the interval excludes 1. Compilation's cost is
 what a run's first epoch takes beyond its steady ones (first_epoch_s - steady_epoch_s, one value per run): the
-first epoch holds every trace, compilation and first allocation; the steady ones reuse them.
+first epoch holds every trace, compilation and first allocation; the steady ones reuse them. Beside it, each run's
+time to its first finished step (first_step_s: the first compilation, before any later one a last, shorter batch
+may cause) and its steady step (steady_epoch_s over the steps an epoch takes).
 """
 import math
 from collections.abc import Sequence
@@ -31,6 +33,14 @@ class ModeRow:
     first_epoch_excess_s: Estimate  # first epoch beyond the steady ones, this execution's runs
     default_excess_s: Estimate  # the default's
     steps_per_epoch: int | None
+    first_step_s: Estimate  # time to the first finished step, this mode's runs
+    default_first_step_s: Estimate  # the default's
+
+    @property
+    def steady_step_s(self) -> float | None:
+        """The median steady epoch over the steps it takes."""
+        steady = self.cell.steady_epoch_s.median
+        return None if steady is None or not self.steps_per_epoch else steady / self.steps_per_epoch
 
     @property
     def shown(self) -> bool:
@@ -60,6 +70,13 @@ def first_epoch_excess(cell: CellSummary, runs: Sequence[dict]) -> Estimate:
                      and run.get("first_epoch_s") is not None and run.get("steady_epoch_s") is not None])
 
 
+def first_step(cell: CellSummary, runs: Sequence[dict]) -> Estimate:
+    """Per successful run of the cell that recorded it (schema 15 on), the time to its first finished step."""
+    ids = {run.id for run in cell.runs if run.status == "ok"}
+    return estimate([run["first_step_s"] for run in runs
+                     if run.get("id") in ids and run.get("first_step_s") is not None])
+
+
 def rows(cells: Sequence[CellSummary], runs: Sequence[dict] = ()) -> list[ModeRow]:
     """Every mode beside its framework's default, group by group, Holm-corrected over all of them."""
     found = []
@@ -77,7 +94,8 @@ def rows(cells: Sequence[CellSummary], runs: Sequence[dict] = ()) -> list[ModeRo
     tested = [p for *_, p in found if p is not None]
     adjusted = iter(holm(tested)) if tested else iter(())
     return [ModeRow(cell, default, speed_up, p_value, None if p_value is None else next(adjusted),
-                    first_epoch_excess(cell, runs), first_epoch_excess(default, runs), _steps_per_epoch(cell, runs))
+                    first_epoch_excess(cell, runs), first_epoch_excess(default, runs), _steps_per_epoch(cell, runs),
+                    first_step(cell, runs), first_step(default, runs))
             for cell, default, speed_up, p_value in found]
 
 

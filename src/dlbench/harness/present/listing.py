@@ -18,7 +18,8 @@ from dlbench.harness.store import is_inference
 STORED_COLUMNS = (
     ("framework", "framework"), ("framework_version", "version"), ("workload", "workload"),
     ("dataset", "dataset"), ("device", "device"), ("repetition", "rep"), ("status", "status"),
-    ("train_time_s", "train s"), ("first_epoch_s", "epoch1 s"), ("steady_epoch_s", "steady s"),
+    ("train_time_s", "train s"), ("first_step_s", "step1 s"), ("first_epoch_s", "epoch1 s"),
+    ("steady_epoch_s", "steady s"),
     ("eval_time_s", "eval s"), ("metric_value", "final metric"), ("time_to_target_s", "to target s"),
     ("params", "params"), ("peak_rss_mb", "peak MiB"),
     ("mean_cpu_percent", "cpu %"), ("certificate", "certified"), ("compile_cache", "cache"), ("reason", "reason"),

@@ -15,14 +15,17 @@ INTRO = ("A framework run in a mode other than its default, another execution (e
          "and threads. Speed-up: the default's steady epoch time over this mode's (ratio of geometric means, "
          "Welch's t interval on the logs of the runs' times; shown when Holm's correction over the table leaves p "
          f"below {ALPHA} and the interval excludes 1). First-epoch excess: a run's first epoch beyond its steady "
-         "ones, where compilation and tracing land (median over the runs). Pays back: where the speed-up is shown, "
+         "ones, where compilation and tracing land (median over the runs). First step: the time from a run's start of "
+         "training to its first finished step, its first compilation included; beside it the steady step, the "
+         "steady epoch over its steps. Pays back: where the speed-up is shown, "
          "the epochs after which the mode's faster steady epochs have made up its larger first epoch (medians). A "
          "reduced precision's final metric beside float32's is what it costs in accuracy.")
 
 
 def table(found: Sequence[ModeRow]) -> Table:
     header = ["workload", "framework", "mode", "steady epoch", "speed-up over default", "first-epoch excess",
-              "default's excess", "pays back after", "final metric (default: this)"]
+              "default's excess", "first step (default's)", "steady step", "pays back after",
+              "final metric (default: this)"]
     body, row_keys = [], []
     for row in found:
         cell = row.cell
@@ -34,7 +37,9 @@ def table(found: Sequence[ModeRow]) -> Table:
             f"{precisions.DEFAULT})",
             f"{with_ci(cell.steady_epoch_s, seconds)} ({with_ci(row.default.steady_epoch_s, seconds)})",
             _speed_up(row), with_ci(row.first_epoch_excess_s, seconds), with_ci(row.default_excess_s, seconds),
-            _break_even(row), f"{with_ci(row.default.metric_value, fmt)}: {with_ci(cell.metric_value, fmt)}",
+            f"{with_ci(row.first_step_s, seconds)} ({with_ci(row.default_first_step_s, seconds)})",
+            "-" if row.steady_step_s is None else seconds(row.steady_step_s), _break_even(row),
+            f"{with_ci(row.default.metric_value, fmt)}: {with_ci(cell.metric_value, fmt)}",
         ])
         row_keys.append({"framework": cell.framework, "workload": cell.workload, "device": cell.device or "?"})
     note = "steady epoch: this mode's (the default's in brackets after it); intervals at 95% unless a level is printed"

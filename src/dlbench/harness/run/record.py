@@ -17,7 +17,7 @@ from dlbench.harness.run.launch import Outcome
 from dlbench.harness.store import Store, StoreError
 from dlbench.shared import ir
 from dlbench.shared.cell_file import INFERENCE
-from dlbench.shared.protocol import ELAPSED, EPOCH, EPOCH_SPLIT, READY, START, kind_of
+from dlbench.shared.protocol import ELAPSED, EPOCH, EPOCH_SPLIT, FIRST_STEP, READY, START, kind_of
 
 
 @dataclass
@@ -88,6 +88,7 @@ def run_row(prepared: Prepared, outcome: Outcome, epochs: list[dict], run_dir: P
         "target_value": prepared.target["value"], "params": ir.count_params(config["model"]),
         "flops_per_sample": flops, "threads": ready.get("threads"), "n_train": ready.get("n_train"),
         "execution": ready.get("execution"), "precision": ready.get("precision"),
+        "first_step_s": next((e.get(FIRST_STEP) for e in outcome.events if kind_of(e) == EPOCH), None),
         "achieved_gflops": gemm_peak.achieved_gflops(flops, ready.get("n_train"), timing.get("steady_epoch_s")),
         "cores_used": used, "energy_source": energy_source,
         "cores_flag": cores.flag(used, config["threads"], cores.others(outcome.samples, outcome.events,

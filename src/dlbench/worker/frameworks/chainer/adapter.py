@@ -108,6 +108,7 @@ class Adapter(BaseAdapter):
                     self.model.cleargrads()
                     loss.backward()
                     self.optimizer.update()
+                    self.step_done()
                 sums += (float(loss.array) * weight, weight, right, made)
         return finish_metrics(loss_name, *sums.tolist())
 

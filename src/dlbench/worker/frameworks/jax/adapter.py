@@ -310,6 +310,7 @@ class Adapter(BaseAdapter):
         for batch in batch_slices(len(order), self.batch_size):
             state, carry = self._train_step(batch.stop - batch.start, data.input_scale)(
                 state, carry, x_all, y_all, order_d)
+            self.step_done(state, carry)
         self.params, self.stats, self.opt_state, self.key = state[:4]
         if self.loss_scaling:
             self.scaler = state[4]
@@ -349,3 +350,6 @@ class Adapter(BaseAdapter):
 
     def synchronise(self):
         jax.block_until_ready((self.params, self.stats, self.opt_state, self.key, self.scaler))
+
+    def wait_for(self, outputs):
+        jax.block_until_ready(outputs)  # the step's new state, held by the loop until the epoch ends

@@ -135,14 +135,15 @@ def gather(tensor, index):
 JAX_STATE = ("trainable_variables", "non_trainable_variables", "optimizer_variables", "metrics_variables")
 
 
-def run_train_function(trainer: Trainer, batches) -> None:
+def run_train_function(trainer: Trainer, batches, step_done) -> None:
     """One epoch of Keras's own train step, trainer.train_function as compile() and the execution resolved it for the
     backend (by default a tf.function, a jax.jit of train_step, torch's eager train_step), over the (x, y) batches as
     fit drives it (keras/src/backend/*/trainer.py, keras 3.15): the metrics reset, the model built and the function
     made on the first call; on jax the state (variables, optimiser slots, metric sums) threaded through the steps and
     written back to the variables after the last, on torch the module in training mode. What fit builds around it
     every call is left out of the clock: the data adapter with its host copy of the split, on tensorflow a tf.data
-    pipeline and its iterators, and the callback list."""
+    pipeline and its iterators, and the callback list. step_done (BaseAdapter's) is called after every step with
+    what it returned."""
     batches = iter(batches)
     first = next(batches)
     if trainer.train_function is None:  # the first epoch: fit's build and function, once
@@ -159,6 +160,7 @@ def run_train_function(trainer: Trainer, batches) -> None:
         try:
             for batch in batches:
                 _, state = trainer.train_function(state, iter((batch,)))
+                step_done(state)
         finally:  # the variables take the state back, as fit's jax_state_sync after an epoch
             trainer._jax_state = dict(zip(JAX_STATE, state))
             trainer.jax_state_sync()
@@ -166,11 +168,11 @@ def run_train_function(trainer: Trainer, batches) -> None:
     elif BACKEND == "torch":
         trainer.train()
         for batch in batches:
-            trainer.train_function((batch,))
+            step_done(trainer.train_function((batch,)))
         trainer.eval()
     else:
         for batch in batches:
-            trainer.train_function((batch,))
+            step_done(trainer.train_function((batch,)))
     trainer.optimizer.finalize_variable_values(trainer.trainable_weights)  # as fit ends (moving averages)
 
 
@@ -358,7 +360,7 @@ class Adapter(BaseAdapter):
             index = ops.convert_to_tensor(order)
             batches = ((gather(x, index[batch]), gather(y, index[batch]))
                        for batch in batch_slices(len(order), self.recipe["batch_size"]))
-            run_train_function(trainer, batches)
+            run_train_function(trainer, batches, self.step_done)
         return self._sums(trainer)
 
     def evaluate(self, data):
@@ -464,6 +466,12 @@ class Adapter(BaseAdapter):
         if scale != 1.0:
             grads = [g / np.float32(scale) for g in grads]
         return float(ops.convert_to_numpy(loss)), {k: np.array(g).reshape(self.shapes[k]) for k, g in zip(keys, grads)}
+
+    def wait_for(self, outputs):
+        if BACKEND == "jax":  # the step's state, held by run_train_function until the epoch ends
+            jax.block_until_ready(outputs)
+        else:
+            self.synchronise()
 
     def synchronise(self):
         if BACKEND == "jax":

@@ -224,6 +224,7 @@ class Adapter(BaseAdapter):
             y = nd.take(y_all, index)
             loss, right, count = self._train_step(x, y)
             sums += batch_sums(self.recipe["loss"], loss, right, count, y.shape, self.ctx)
+            self.step_done()
         return finish_metrics(self.recipe["loss"], *sums.asnumpy().tolist())  # the epoch's one fetch
 
     def loss_and_gradients(self, data):

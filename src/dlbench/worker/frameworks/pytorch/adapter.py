@@ -216,6 +216,7 @@ class Adapter(BaseAdapter):
                 loss.backward()
                 self._step()
             sums += batch_sums(loss.detach(), weight, right, made)
+            self.step_done()
         return finish_metrics(loss_name, *sums.tolist())
 
     def evaluate(self, data):

@@ -232,19 +232,21 @@ class Adapter(BaseAdapter):
         with tf.device(self.tf_device):
             return tf.split(tf.constant(order, tf.int64), sizes) if sizes else []
 
-    def _run(self, step, data: Split, order: np.ndarray) -> Dict[str, float]:
+    def _run(self, step, data: Split, order: np.ndarray, trains: bool) -> Dict[str, float]:
         x_all, y_all, scale = self._on_device(data)
         self.sums.assign(tf.zeros(4, tf.float64))
         with tf.device(self.tf_device):
             for index in self._batches(order):
                 step(x_all, y_all, index, scale)
+                if trains:
+                    self.step_done()
         return finish_metrics(self.recipe["loss"], *self.sums.numpy().tolist())  # the epoch's one fetch
 
     def train_epoch(self, data, order):
-        return self._run(self._train_step, data, np.asarray(order, dtype=np.int64))
+        return self._run(self._train_step, data, np.asarray(order, dtype=np.int64), trains=True)
 
     def evaluate(self, data):
-        return self._run(self._eval_step, data, np.arange(len(data), dtype=np.int64))
+        return self._run(self._eval_step, data, np.arange(len(data), dtype=np.int64), trains=False)
 
     def loss_and_gradients(self, data):
         x_all, y_all, scale = self._on_device(data)

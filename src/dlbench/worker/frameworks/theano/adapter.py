@@ -219,6 +219,8 @@ class Adapter(BaseAdapter):
         for batch in batch_slices(len(order), self.recipe["batch_size"]):
             index = order[batch]
             sums += function(self._inputs(data.x[index], data.input_scale), np.asarray(data.y[index], np.int32))
+            if kind == "train":
+                self.step_done()
         return finish_metrics(self.recipe["loss"], *sums.tolist())
 
     def train_epoch(self, data, order):
