@@ -318,3 +318,13 @@ def test_a_program_that_fails_otherwise_is_a_failure(monkeypatch, tmp_path):
     with pytest.raises(RuntimeError, match="exited with status 1") as raised:
         compare.run_program("pytorch", "transformer-lm", program, tmp_path, tmp_path, 2, 1, 0, "default")
     assert not isinstance(raised.value, compare.ProgramRefused)
+
+
+def test_in_the_default_mode_a_usage_error_is_a_failure_not_a_refusal(monkeypatch, tmp_path):
+    """Every program runs its default mode: refusing its arguments there breaks the contract."""
+    program = tmp_path / "strict.py"
+    program.write_text("import argparse\nargparse.ArgumentParser().parse_args()\n")  # refuses --data etc.
+    monkeypatch.setattr(compare.envs, "require", lambda name: SimpleNamespace(python=Path(sys.executable)))
+    with pytest.raises(RuntimeError, match="exited with status 2") as raised:
+        compare.run_program("pytorch", "transformer-lm", program, tmp_path, tmp_path, 2, 1, 0, "default")
+    assert not isinstance(raised.value, compare.ProgramRefused)

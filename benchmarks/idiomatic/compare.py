@@ -278,8 +278,9 @@ def run_dlbench(framework: str, workload: str, dataset: str, data_dir: Path, res
 def run_program(framework: str, workload: str, program: Path, dataset: Path, results: Path, epochs: int,
                 threads: int, seed: int, allocator: str, mode: list[str] | tuple[str, ...] = ()) -> Side:
     """The idiomatic program in the framework's environment, with the variables a worker gets, minus
-    dlbench on PYTHONPATH: a program stands alone. `mode`: its mode arguments (mode_arguments); a program that
-    refuses them (argparse's usage error) raises ProgramRefused with its error line."""
+    dlbench on PYTHONPATH: a program stands alone. `mode`: its mode arguments (mode_arguments); a program given
+    some that refuses its arguments (argparse's usage error) raises ProgramRefused with its error line. Without
+    them a refusal is a failure like any other: every program runs its default mode."""
     recipe = get_workload(workload).recipe
     env = envs.require(framework)
     run_dir = Path(tempfile.mkdtemp(prefix=f"idiomatic-{framework}-{workload}-", dir=results))
@@ -289,10 +290,9 @@ def run_program(framework: str, workload: str, program: Path, dataset: Path, res
     done = subprocess.run(command, env=variables, cwd=run_dir, capture_output=True, text=True,
                           timeout=PROGRAM_TIMEOUT_S, stdin=subprocess.DEVNULL)
     (run_dir / "stderr.log").write_text(done.stderr)
-    if done.returncode == USAGE_ERROR:
+    if done.returncode == USAGE_ERROR and mode:
         lines = done.stderr.strip().splitlines()
-        raise ProgramRefused(f"{program.name} refused {' '.join(mode) or 'its arguments'}: "
-                             f"{lines[-1] if lines else 'no message'}")
+        raise ProgramRefused(f"{program.name} refused {' '.join(mode)}: {lines[-1] if lines else 'no message'}")
     if done.returncode != 0:
         raise RuntimeError(f"{program.name} ({framework}) exited with status {done.returncode}:\n{done.stderr[-3000:]}")
     return parse_program_output(done.stdout, epochs)
