@@ -1,11 +1,14 @@
 """benchmarks/idiomatic/compare.py without timing anything: the program mapping, the steady-epoch and
-ratio arithmetic, the table, the output parser, the data subset; and runs of tiny epochs (PyTorch's
-cnn-mnist program, the three transformer-lm programs), to show a program keeps the contract."""
+ratio arithmetic, the table, the output parser, the data subset, the modes (--execution, --precision: what
+dlbench refuses, what the program is given and what it refuses); and runs of tiny epochs (PyTorch's
+cnn-mnist program, the three transformer-lm programs in their precisions), to show a program keeps the
+contract."""
 import importlib.util
 import json
 import math
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import guard
 import numpy as np
@@ -14,6 +17,7 @@ import pytest
 from dlbench.harness import data
 from dlbench.harness.data.prepared import Built, base_meta, write_prepared
 from dlbench.harness.environments import envs
+from dlbench.harness.plan import modes
 from dlbench.harness.run.record import timing_summary
 
 REPO = Path(__file__).resolve().parent.parent
@@ -179,16 +183,148 @@ def _windows(folder: Path, vocab: int = 40, steps: int = 30, n_train: int = 20, 
 
 
 @pytest.mark.framework
+@pytest.mark.parametrize("precision", ["float32", "bfloat16", "mixed-bfloat16"])
 @pytest.mark.parametrize("framework", TRANSFORMER_LM)
-def test_transformer_lm_program_keeps_the_contract(framework, tmp_path):
-    """Two tiny epochs of each transformer-lm program (3 batches of 8, the last short, 6 updates: a warm-up
-    of 0 updates, round(0.3)): stdout parses, and the loss starts near chance (ln 40 = 3.7), as from a
-    default initialisation it should (the default N(0, 1) table of torch, tied, started near 50)."""
+def test_transformer_lm_program_keeps_the_contract(framework, precision, tmp_path):
+    """Two tiny epochs of each transformer-lm program in each precision it runs (3 batches of 8, the last short,
+    6 updates: a warm-up of 0 updates, round(0.3)): stdout parses, and the loss starts near chance (ln 40 = 3.7),
+    as from a default initialisation it should (the default N(0, 1) table of torch, tied, started near 50). The
+    compiled executions are left to compare.py's runs: torch.compile alone takes half a minute."""
     python = envs.require(framework).python
     dataset = _windows(tmp_path)
     program = compare.program_path(framework, "transformer-lm")
     command = [str(python)] + compare.program_arguments(program, dataset.path, 2, 1, 0,
-                                                        {"batch_size": 8, "optimizer": {"lr": 1e-3}})
+                                                        {"batch_size": 8, "optimizer": {"lr": 1e-3}},
+                                                        compare.mode_arguments(framework, None, precision))
     done = guard.run(command, 600, check=True)
     side = compare.parse_program_output(done.stdout, 2)
     assert all(math.isfinite(loss) and 0 < loss < 1.5 * math.log(40) for loss in side.losses)
+
+
+# ---- modes ----------------------------------------------------------------------------------------
+
+def test_a_mode_is_given_to_the_program_only_where_it_is_not_the_default():
+    """Both arguments, named in full, for any other mode; none for the framework's default execution in float32,
+    so that the programs written before modes still run their default."""
+    assert compare.mode_arguments("pytorch", None, None) == []
+    assert compare.mode_arguments("jax", "compiled", "float32") == []  # jax's default execution
+    assert compare.mode_arguments("pytorch", "compiled", None) == ["--execution", "compiled", "--precision", "float32"]
+    assert compare.mode_arguments("tensorflow", None, "bfloat16") == ["--execution", "graph", "--precision",
+                                                                      "bfloat16"]
+    mode = compare.mode_arguments("tensorflow", "compiled", "mixed-bfloat16")
+    command = compare.program_arguments(Path("p.py"), Path("d"), 2, 1, 0, {"batch_size": 8, "optimizer": {"lr": 0.1}},
+                                        mode)
+    assert command[-4:] == ["--execution", "compiled", "--precision", "mixed-bfloat16"]
+    assert command[:-4] == compare.program_arguments(Path("p.py"), Path("d"), 2, 1, 0,
+                                                     {"batch_size": 8, "optimizer": {"lr": 0.1}})
+
+
+@pytest.mark.parametrize("framework, workload, execution, precision, reason", [
+    ("pytorch", "transformer-lm", "graph", None, "TorchScript is deprecated"),
+    ("jax", "transformer-lm", "eager", None, "jax.jit"),
+    ("chainer", "cnn-mnist", None, "bfloat16", "numpy, which has no bfloat16"),
+    ("pytorch", "lstm-ptb", None, "mixed-float16", "no float16 training primitive"),
+])
+def test_a_mode_dlbench_refuses_is_listed_with_its_reason_and_not_run(framework, workload, execution, precision,
+                                                                     reason, tmp_path):
+    why = compare.mode_refusal(framework, workload, execution, precision)
+    assert reason in why
+    # only the mode is read: a run, or the data, would need the options this namespace lacks
+    row = compare.compare_pair(framework, workload, SimpleNamespace(execution=execution, precision=precision),
+                               tmp_path)
+    assert (row.dlbench, row.idiomatic, row.note) == (None, None, f"refused: {why}")
+    assert row.label == modes.label(framework, execution, precision) and row.label != framework
+    assert f"refused: {why}" in compare.table([row])
+
+
+def test_the_modes_the_programs_run_are_ones_dlbench_runs():
+    for framework in TRANSFORMER_LM:
+        assert compare.mode_refusal(framework, "transformer-lm", None, None) is None
+        for precision in ("bfloat16", "mixed-bfloat16"):
+            assert compare.mode_refusal(framework, "transformer-lm", None, precision) is None
+    assert compare.mode_refusal("pytorch", "transformer-lm", "compiled", "bfloat16") is None
+    assert compare.mode_refusal("tensorflow", "transformer-lm", "compiled", "mixed-bfloat16") is None
+
+
+def test_main_parses_the_modes_and_prints_a_refusal_without_running(capsys):
+    assert compare.main(["--framework", "pytorch", "--workload", "transformer-lm", "--execution", "graph",
+                         "--precision", "bfloat16", "--epochs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "pytorch (graph, bfloat16) transformer-lm: dlbench refused: pytorch cannot run execution 'graph'" in out
+    assert "execution graph, precision bfloat16" in out
+    table_row = out.splitlines()[-1]
+    assert table_row.startswith("pytorch (graph, bfloat16)  transformer-lm") and "refused:" in table_row
+    with pytest.raises(SystemExit):
+        compare.main(["--framework", "pytorch", "--workload", "transformer-lm", "--precision", "float64"])
+    assert "invalid choice: 'float64'" in capsys.readouterr().err
+
+
+def test_the_table_names_the_mode():
+    side = compare.Side([9.0, 4.0], [1.0, 0.5])
+    row = compare.Row("pytorch", "transformer-lm", side, side, execution="compiled", precision="mixed-bfloat16")
+    assert compare.table([row]).splitlines()[1].startswith("pytorch (compiled, mixed-bfloat16)  transformer-lm")
+    default = compare.Row("tensorflow", "transformer-lm", side, side, execution="graph", precision="float32")
+    assert compare.table([default]).splitlines()[1].split()[0:2] == ["tensorflow", "transformer-lm"]
+
+
+def test_in_another_mode_the_program_runs_first_so_a_refusal_costs_no_dlbench_run():
+    assert [compare.side_order(r, False) for r in range(3)] == [("dlbench", "idiomatic"), ("idiomatic", "dlbench"),
+                                                                ("dlbench", "idiomatic")]
+    assert [compare.side_order(r, True) for r in range(2)] == [("idiomatic", "dlbench"), ("dlbench", "idiomatic")]
+
+
+@pytest.mark.parametrize("framework, mode, refused", [
+    ("pytorch", ["--execution", "eager", "--precision", "mixed-float16"], "argument --precision: invalid choice"),
+    ("pytorch", ["--execution", "graph", "--precision", "float32"], "argument --execution: invalid choice"),
+    ("jax", ["--execution", "eager", "--precision", "float32"], "argument --execution: invalid choice"),
+    ("tensorflow", ["--execution", "eager", "--precision", "bfloat16"], "argument --execution: invalid choice"),
+    ("tensorflow", ["--execution", "graph", "--precision", "mixed-float16"], "argument --precision: invalid choice"),
+])
+def test_a_program_refuses_a_mode_it_lacks_and_compare_says_so(framework, mode, refused, monkeypatch, tmp_path):
+    """Each transformer-lm program reads its arguments before it imports its framework, so the harness's Python
+    shows a refusal: argparse's error on stderr, status 2, which run_program raises as ProgramRefused."""
+    monkeypatch.setattr(compare.envs, "require", lambda name: SimpleNamespace(python=Path(sys.executable)))
+    program = compare.program_path(framework, "transformer-lm")
+    with pytest.raises(compare.ProgramRefused, match=f"{program.name} refused {' '.join(mode)}: .*{refused}"):
+        compare.run_program(framework, "transformer-lm", program, tmp_path, tmp_path, 2, 1, 0, "default", mode)
+
+
+def test_a_program_written_before_modes_refuses_their_arguments(monkeypatch, tmp_path):
+    program = tmp_path / "old_program.py"
+    program.write_text("import argparse\np = argparse.ArgumentParser()\n"
+                       "for name in ('--data', '--epochs', '--threads', '--seed', '--batch-size', '--learning-rate'):\n"
+                       "    p.add_argument(name, required=True)\np.parse_args()\n")
+    monkeypatch.setattr(compare.envs, "require", lambda name: SimpleNamespace(python=Path(sys.executable)))
+    mode = compare.mode_arguments("pytorch", "compiled", None)
+    with pytest.raises(compare.ProgramRefused, match="unrecognized arguments: --execution compiled"):
+        compare.run_program("pytorch", "cnn-mnist", program, tmp_path, tmp_path, 2, 1, 0, "default", mode)
+
+
+def test_main_reports_a_refusing_program_as_such(monkeypatch, capsys):
+    def refusing(framework, workload, args, scratch, say):
+        raise compare.ProgramRefused("torch_cnn_mnist.py refused --execution compiled --precision float32: "
+                                     "error: unrecognized arguments")
+    monkeypatch.setattr(compare, "compare_pair", refusing)
+    assert compare.main(["--framework", "pytorch", "--workload", "cnn-mnist", "--execution", "compiled"]) == 0
+    out = capsys.readouterr().out
+    assert "pytorch cnn-mnist: torch_cnn_mnist.py refused --execution compiled" in out
+    assert out.splitlines()[-1].split("  ")[0] == "pytorch (compiled)" and "program refuses the mode" in out
+
+
+def test_a_program_that_fails_otherwise_is_a_failure(monkeypatch, tmp_path):
+    program = tmp_path / "crashing.py"
+    program.write_text("import sys\nsys.exit('out of memory')\n")  # status 1
+    monkeypatch.setattr(compare.envs, "require", lambda name: SimpleNamespace(python=Path(sys.executable)))
+    with pytest.raises(RuntimeError, match="exited with status 1") as raised:
+        compare.run_program("pytorch", "transformer-lm", program, tmp_path, tmp_path, 2, 1, 0, "default")
+    assert not isinstance(raised.value, compare.ProgramRefused)
+
+
+def test_in_the_default_mode_a_usage_error_is_a_failure_not_a_refusal(monkeypatch, tmp_path):
+    """Every program runs its default mode: refusing its arguments there breaks the contract."""
+    program = tmp_path / "strict.py"
+    program.write_text("import argparse\nargparse.ArgumentParser().parse_args()\n")  # refuses --data etc.
+    monkeypatch.setattr(compare.envs, "require", lambda name: SimpleNamespace(python=Path(sys.executable)))
+    with pytest.raises(RuntimeError, match="exited with status 2") as raised:
+        compare.run_program("pytorch", "transformer-lm", program, tmp_path, tmp_path, 2, 1, 0, "default")
+    assert not isinstance(raised.value, compare.ProgramRefused)

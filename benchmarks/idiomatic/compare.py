@@ -3,12 +3,15 @@ their steady epoch times says whether an adapter is as fast as the framework's u
 
     python benchmarks/idiomatic/compare.py --framework pytorch --workload cnn-mnist
     python benchmarks/idiomatic/compare.py --all [--epochs 3] [--threads 2] [--repeat 1]
+    python benchmarks/idiomatic/compare.py --framework jax --workload transformer-lm --precision bfloat16
 
 Run with the harness's Python (dlbench importable). For each pair it runs dlbench's cell as `dlbench run`
 does (runner.resolve and runner.run_cell: the worker through the executor, in a throwaway results
 folder), then the program in the same framework environment's Python with the worker's variables
 (environments/process.py: worker_environment: threads, HOME and caches in its own run folder), on the same prepared
-arrays for the same epochs and batch size. The contract a program follows is in README.md here.
+arrays for the same epochs and batch size, both in the same mode (--execution, --precision: the cell's
+execution and precision, and the program's arguments of the same names). The contract a program follows is in
+README.md here.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ from dlbench.harness.analysis import stats
 from dlbench.harness.data.prepared import VOCAB_FILE, Built, load_prepared, write_prepared
 from dlbench.harness.environments import envs
 from dlbench.harness.environments.process import worker_environment
+from dlbench.harness.plan import executions, modes, precisions
 from dlbench.harness.plan.suite import ALLOCATORS, Cell
 from dlbench.harness.plan.workloads import get_workload
 from dlbench.harness.run.cell_config import Options, resolve
@@ -83,6 +87,13 @@ class ProgramOutputError(ValueError):
     """A program's stdout broke the contract (README.md): one JSON object per epoch and nothing else."""
 
 
+class ProgramRefused(RuntimeError):
+    """The program refused its arguments (argparse's usage error, status 2): a mode it does not run."""
+
+
+USAGE_ERROR = 2  # argparse's exit status for arguments it refuses (parser.error)
+
+
 @dataclass(frozen=True)
 class Side:
     """One side of a pair: its epochs' training times and mean training losses."""
@@ -108,6 +119,13 @@ class Row:
     # each run's steady epoch time, a side's repetitions (empty where the row was built from one Side)
     dlbench_runs: tuple[float, ...] = ()
     idiomatic_runs: tuple[float, ...] = ()
+    execution: str | None = None  # the mode both sides ran in; None: the framework's default execution
+    precision: str | None = None  # None: float32
+
+    @property
+    def label(self) -> str:
+        """The framework as tables name it in this mode: "pytorch", "pytorch (compiled, bfloat16)"."""
+        return modes.label(self.framework, self.execution, self.precision)
 
     @property
     def speed(self) -> stats.Estimate | None:
@@ -211,21 +229,44 @@ def subset(source: data.PreparedDataset, data_dir: Path, train_limit: int | None
     return load_prepared(final)
 
 
-def program_arguments(program: Path, dataset: Path, epochs: int, threads: int, seed: int, recipe: dict) -> list[str]:
+def program_arguments(program: Path, dataset: Path, epochs: int, threads: int, seed: int, recipe: dict,
+                      mode: list[str] | tuple[str, ...] = ()) -> list[str]:
     optimiser = recipe["optimizer"]
     return [str(program), "--data", str(dataset), "--epochs", str(epochs), "--threads", str(threads),
-            "--seed", str(seed), "--batch-size", str(recipe["batch_size"]), "--learning-rate", repr(optimiser["lr"])]
+            "--seed", str(seed), "--batch-size", str(recipe["batch_size"]), "--learning-rate", repr(optimiser["lr"]),
+            *mode]
+
+
+def mode_arguments(framework: str, execution: str | None, precision: str | None) -> list[str]:
+    """The program's `--execution E --precision P`, both named, for any mode but the framework's default (its
+    default execution in float32), which gets none: every program runs its default without them, and a program
+    written before modes (cnn-mnist, lstm-ptb) refuses the arguments it does not know."""
+    if modes.is_default(framework, execution, precision):
+        return []
+    return ["--execution", execution or executions.default(framework), "--precision", precision or precisions.DEFAULT]
+
+
+def mode_refusal(framework: str, workload: str, execution: str | None, precision: str | None) -> str | None:
+    """Why dlbench's cell cannot run in this mode (executions.refusal, precisions.refusal through modes.as_run, as
+    cell_config.resolve asks them), or None where it can."""
+    try:
+        modes.as_run(get_workload(workload), framework, execution, precision)
+    except (executions.ExecutionError, precisions.PrecisionError) as error:
+        return str(error)
+    return None
 
 
 # ---- one pair -----------------------------------------------------------------------------------
 
 def run_dlbench(framework: str, workload: str, dataset: str, data_dir: Path, results: Path, epochs: int,
-                threads: int, seed: int, allocator: str) -> Side:
-    """dlbench's own cell, as `dlbench run` runs it (nothing is stored: the run row is read here)."""
+                threads: int, seed: int, allocator: str, execution: str | None = None,
+                precision: str | None = None) -> Side:
+    """dlbench's own cell, as `dlbench run` runs it, in the mode (None: the framework's default execution, float32;
+    nothing is stored: the run row is read here)."""
     recipe = get_workload(workload).recipe
     cell = Cell(suite="idiomatic", framework=framework, workload=workload, dataset=dataset, device="cpu",
                 repetition=1, seed=seed, epochs=epochs, batch_size=recipe["batch_size"], threads=threads,
-                timeout_s=PROGRAM_TIMEOUT_S, allocator=allocator)
+                timeout_s=PROGRAM_TIMEOUT_S, allocator=allocator, execution=execution, precision=precision)
     ran = run_cell(resolve(cell, data_dir), Options(results, data_dir))
     run, epoch_rows = ran.run, ran.epochs
     if run["status"] != "ok":
@@ -235,18 +276,23 @@ def run_dlbench(framework: str, workload: str, dataset: str, data_dir: Path, res
 
 
 def run_program(framework: str, workload: str, program: Path, dataset: Path, results: Path, epochs: int,
-                threads: int, seed: int, allocator: str) -> Side:
+                threads: int, seed: int, allocator: str, mode: list[str] | tuple[str, ...] = ()) -> Side:
     """The idiomatic program in the framework's environment, with the variables a worker gets, minus
-    dlbench on PYTHONPATH: a program stands alone."""
+    dlbench on PYTHONPATH: a program stands alone. `mode`: its mode arguments (mode_arguments); a program given
+    some that refuses its arguments (argparse's usage error) raises ProgramRefused with its error line. Without
+    them a refusal is a failure like any other: every program runs its default mode."""
     recipe = get_workload(workload).recipe
     env = envs.require(framework)
     run_dir = Path(tempfile.mkdtemp(prefix=f"idiomatic-{framework}-{workload}-", dir=results))
     variables = worker_environment(run_dir, threads, envs.get_recipe(framework).worker_env, allocator=allocator)
     variables.pop("PYTHONPATH", None)
-    command = [str(env.python)] + program_arguments(program, dataset, epochs, threads, seed, recipe)
+    command = [str(env.python)] + program_arguments(program, dataset, epochs, threads, seed, recipe, mode)
     done = subprocess.run(command, env=variables, cwd=run_dir, capture_output=True, text=True,
                           timeout=PROGRAM_TIMEOUT_S, stdin=subprocess.DEVNULL)
     (run_dir / "stderr.log").write_text(done.stderr)
+    if done.returncode == USAGE_ERROR and mode:
+        lines = done.stderr.strip().splitlines()
+        raise ProgramRefused(f"{program.name} refused {' '.join(mode)}: {lines[-1] if lines else 'no message'}")
     if done.returncode != 0:
         raise RuntimeError(f"{program.name} ({framework}) exited with status {done.returncode}:\n{done.stderr[-3000:]}")
     return parse_program_output(done.stdout, epochs)
@@ -254,9 +300,46 @@ def run_program(framework: str, workload: str, program: Path, dataset: Path, res
 
 def compare_pair(framework: str, workload: str, args: argparse.Namespace, scratch: Path,
                  say=print) -> Row:
+    """The pair in args' mode: a row without sides where the pair has no program or dlbench refuses the mode (the
+    note says why); ProgramRefused where the program refuses it."""
     program = program_path(framework, workload)
     if program is None:
         return Row(framework, workload, None, None, "no program yet")
+    execution, precision = args.execution, args.precision
+    refused = mode_refusal(framework, workload, execution, precision)
+    if refused:
+        return Row(framework, workload, None, None, f"refused: {refused}", execution=execution, precision=precision)
+    name, data_dir, prepared = pair_data(workload, args, scratch)
+    mode = mode_arguments(framework, execution, precision)
+    sides: dict[str, list[Side]] = {"dlbench": [], "idiomatic": []}
+    for repetition in range(args.repeat):
+        for side in side_order(repetition, bool(mode)):
+            say(f"  {framework} {workload}: {side} (repetition {repetition + 1}/{args.repeat}) ...")
+            if side == "dlbench":
+                latest = run_dlbench(framework, workload, name, data_dir, scratch, args.epochs, args.threads,
+                                     args.seed, args.allocator, execution, precision)
+            else:
+                latest = run_program(framework, workload, program, prepared.path, scratch, args.epochs,
+                                     args.threads, args.seed, args.allocator, mode)
+            sides[side].append(latest)
+            say(f"    steady {_number(latest.steady_epoch_s, '{:.3f}')} s (epochs "
+                f"{', '.join(f'{t:.3f}' for t in latest.train_times)})")
+    return Row(framework, workload, pooled(sides["dlbench"]), pooled(sides["idiomatic"]),
+               dlbench_runs=runs_steady(sides["dlbench"]), idiomatic_runs=runs_steady(sides["idiomatic"]),
+               execution=execution, precision=precision)
+
+
+def side_order(repetition: int, program_first: bool) -> tuple[str, str]:
+    """Which side runs first in a repetition: they alternate, so neither always runs on a machine its twin just
+    warmed. In a mode other than the default the program starts (program_first), so that a program that refuses
+    the mode costs no dlbench run."""
+    order = ("idiomatic", "dlbench") if program_first else ("dlbench", "idiomatic")
+    return order if repetition % 2 == 0 else order[::-1]
+
+
+def pair_data(workload: str, args: argparse.Namespace, scratch: Path) -> tuple[str, Path, data.PreparedDataset]:
+    """The dataset's name, the data folder dlbench's cell reads it from, and the prepared dataset the program
+    reads: the split cut to args' limits (the workload's defaults) in scratch, once per dataset and limits."""
     defaults = DEFAULTS[workload]
     name = args.dataset or defaults["dataset"]
     train_limit = args.train_limit if args.train_limit is not None else defaults["train_limit"]
@@ -268,22 +351,7 @@ def compare_pair(framework: str, workload: str, args: argparse.Namespace, scratc
         if not data.prepared_dir(name, data_dir).exists():
             subset(prepared, data_dir, train_limit, test_limit)
         prepared = data.prepare(name, data_dir)
-    dlbench_sides, idiomatic_sides = [], []
-    for repetition in range(args.repeat):
-        # alternate which side runs first, so neither always runs on a machine its twin just warmed
-        for side in (("dlbench", "idiomatic") if repetition % 2 == 0 else ("idiomatic", "dlbench")):
-            say(f"  {framework} {workload}: {side} (repetition {repetition + 1}/{args.repeat}) ...")
-            if side == "dlbench":
-                dlbench_sides.append(run_dlbench(framework, workload, name, data_dir, scratch, args.epochs,
-                                                 args.threads, args.seed, args.allocator))
-            else:
-                idiomatic_sides.append(run_program(framework, workload, program, prepared.path, scratch,
-                                                   args.epochs, args.threads, args.seed, args.allocator))
-            latest = (dlbench_sides if side == "dlbench" else idiomatic_sides)[-1]
-            say(f"    steady {_number(latest.steady_epoch_s, '{:.3f}')} s (epochs "
-                f"{', '.join(f'{t:.3f}' for t in latest.train_times)})")
-    return Row(framework, workload, pooled(dlbench_sides), pooled(idiomatic_sides),
-               dlbench_runs=runs_steady(dlbench_sides), idiomatic_runs=runs_steady(idiomatic_sides))
+    return name, data_dir, prepared
 
 
 def runs_steady(sides: list[Side]) -> tuple[float, ...]:
@@ -308,12 +376,12 @@ def table(rows: list[Row]) -> str:
     lines = [header]
     for row in rows:
         if row.dlbench is None or row.idiomatic is None:
-            lines.append([row.framework, row.workload, "-", "-", "-", row.note or "-", "-", "-", "-", "-"])
+            lines.append([row.label, row.workload, "-", "-", "-", row.note or "-", "-", "-", "-", "-"])
             continue
         speed = row.speed
         interval = ("-" if speed is None or speed.low is None or speed.high is None
                     else f"{100 * speed.low:.1f}-{100 * speed.high:.1f} %")
-        lines.append([row.framework, row.workload, str(max(1, min(len(row.dlbench_runs), len(row.idiomatic_runs)))),
+        lines.append([row.label, row.workload, str(max(1, min(len(row.dlbench_runs), len(row.idiomatic_runs)))),
                       _number(row.dlbench.steady_epoch_s, "{:.3f}"), _number(row.idiomatic.steady_epoch_s, "{:.3f}"),
                       _number(row.speed_percent, "{:.1f} %"), interval, row.against_target,
                       _number(row.dlbench.final_loss, "{:.4f}"), _number(row.idiomatic.final_loss, "{:.4f}")])
@@ -347,6 +415,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allocator", choices=ALLOCATORS, default="default",
                         help="both sides' malloc, as dlbench run --allocator sets it (default: glibc's own)")
     parser.add_argument("--keep", type=Path, default=None, help="keep the run folders here (default: removed)")
+    parser.add_argument("--execution", choices=executions.EXECUTIONS, default=None,
+                        help="both sides' execution (default: each framework's own default)")
+    parser.add_argument("--precision", choices=precisions.PRECISIONS, default=None,
+                        help=f"both sides' precision (default: {precisions.DEFAULT})")
     args = parser.parse_args(argv)
     if args.all == bool(args.framework or args.workload) or (not args.all and not (args.framework and args.workload)):
         parser.error("give --framework and --workload, or --all")
@@ -364,17 +436,26 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 rows.append(compare_pair(framework, workload, args, scratch, lambda m: print(m, flush=True)))
                 if rows[-1].speed_percent is not None:
-                    print(f"  {framework} {workload}: dlbench at {rows[-1].speed_percent:.1f} % of the idiomatic "
-                          f"program's speed ({rows[-1].against_target})", flush=True)
+                    print(f"  {rows[-1].label} {workload}: dlbench at {rows[-1].speed_percent:.1f} % of the "
+                          f"idiomatic program's speed ({rows[-1].against_target})", flush=True)
+                elif rows[-1].note.startswith("refused"):
+                    print(f"  {rows[-1].label} {workload}: dlbench {rows[-1].note}", flush=True)
+            except ProgramRefused as error:  # the mode is not the program's: an answer, not a failure
+                print(f"  {framework} {workload}: {error}", flush=True)
+                rows.append(Row(framework, workload, None, None, "program refuses the mode",
+                                execution=args.execution, precision=args.precision))
             except (RuntimeError, ProgramOutputError, subprocess.TimeoutExpired, envs.EnvError) as error:
                 failed += 1
                 print(f"  {framework} {workload} failed: {error}", flush=True)
-                rows.append(Row(framework, workload, None, None, "failed"))
+                rows.append(Row(framework, workload, None, None, "failed", execution=args.execution,
+                                precision=args.precision))
     finally:
         if args.keep is None:
             shutil.rmtree(scratch, ignore_errors=True)
     print()
-    print(f"threads {args.threads}, {args.epochs} epochs, allocator {args.allocator}, "
+    execution = args.execution or "each framework's default"
+    print(f"threads {args.threads}, {args.epochs} epochs, allocator {args.allocator}, execution {execution}, "
+          f"precision {args.precision or precisions.DEFAULT}, "
           f"steady = median of epochs 2..{args.epochs}"
           + (f"; from {args.repeat} runs a side the speed is the ratio of the geometric means with Welch's 95 % "
              "interval on the log times" if args.repeat > 1 else ""))

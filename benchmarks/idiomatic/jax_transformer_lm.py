@@ -7,7 +7,15 @@ The recipe of dlbench's transformer-lm: width 128, dropout 0.1, 4 blocks of 4 he
 norm eps 1e-5, AdamW (betas 0.9/0.999, eps 1e-6, weight decay 0.01 on every parameter), the learning rate 0 at
 the first update, rising linearly over round(5 % of the updates), then a cosine to a tenth of it at the last.
 
+Modes: execution compiled only (nnx.jit, how JAX programs run). Precisions the Flax way, every module built
+with `dtype` (compute) and `param_dtype` (parameters): `--precision bfloat16` both bfloat16 (so optax's state
+and the gradients too), `--precision mixed-bfloat16` bfloat16 compute over float32 parameters (Flax's layers
+cast their inputs and parameters on use; the gradients come back float32 through the casts). In both the logits
+are cast to float32 for the loss, and nnx.LayerNorm computes its statistics in float32 (its default).
+mixed-float16 is not run here: CPUs have no float16 arithmetic to measure.
+
 python jax_transformer_lm.py --data DIR --epochs N --threads T --seed S --batch-size B --learning-rate LR
+    [--execution compiled] [--precision float32|bfloat16|mixed-bfloat16]
 prints one JSON line per epoch: {"epoch", "train_time_s", "loss"}.
 """
 import argparse
@@ -15,6 +23,10 @@ import json
 import math
 import os
 import time
+
+# precision -> (compute dtype, parameters' dtype), by name: jax is imported after the arguments are read
+PRECISIONS = {"float32": ("float32", "float32"), "bfloat16": ("bfloat16", "bfloat16"),
+              "mixed-bfloat16": ("bfloat16", "float32")}
 
 
 def parse():
@@ -25,6 +37,8 @@ def parse():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--execution", choices=("compiled",), default="compiled")
+    parser.add_argument("--precision", choices=tuple(PRECISIONS), default="float32")
     return parser.parse_args()
 
 
@@ -40,15 +54,17 @@ import optax  # noqa: E402
 from flax import nnx  # noqa: E402
 
 WIDTH, HEADS, BLOCKS, MLP, DROPOUT = 128, 4, 4, 512, 0.1
+COMPUTE, PARAMS = (jnp.dtype(name) for name in PRECISIONS[args.precision])
+TYPES = {"dtype": COMPUTE, "param_dtype": PARAMS}  # every module is built in the precision's types
 
 
 class Block(nnx.Module):
     def __init__(self, *, rngs):
-        self.ln1 = nnx.LayerNorm(WIDTH, epsilon=1e-5, rngs=rngs)
-        self.attention = nnx.MultiHeadAttention(HEADS, WIDTH, decode=False, rngs=rngs)
-        self.ln2 = nnx.LayerNorm(WIDTH, epsilon=1e-5, rngs=rngs)
-        self.up = nnx.Linear(WIDTH, MLP, rngs=rngs)
-        self.down = nnx.Linear(MLP, WIDTH, rngs=rngs)
+        self.ln1 = nnx.LayerNorm(WIDTH, epsilon=1e-5, rngs=rngs, **TYPES)
+        self.attention = nnx.MultiHeadAttention(HEADS, WIDTH, decode=False, rngs=rngs, **TYPES)
+        self.ln2 = nnx.LayerNorm(WIDTH, epsilon=1e-5, rngs=rngs, **TYPES)
+        self.up = nnx.Linear(WIDTH, MLP, rngs=rngs, **TYPES)
+        self.down = nnx.Linear(MLP, WIDTH, rngs=rngs, **TYPES)
         self.dropout = nnx.Dropout(DROPOUT, rngs=rngs)
 
     def __call__(self, x):
@@ -58,19 +74,20 @@ class Block(nnx.Module):
 
 class GPT(nnx.Module):
     def __init__(self, vocab, context, *, rngs):
-        self.token = nnx.Embed(vocab, WIDTH, rngs=rngs)
-        self.position = nnx.Embed(context, WIDTH, rngs=rngs)
+        self.token = nnx.Embed(vocab, WIDTH, rngs=rngs, **TYPES)
+        self.position = nnx.Embed(context, WIDTH, rngs=rngs, **TYPES)
         self.dropout = nnx.Dropout(DROPOUT, rngs=rngs)
         self.blocks = nnx.List([Block(rngs=rngs) for _ in range(BLOCKS)])
-        self.ln = nnx.LayerNorm(WIDTH, epsilon=1e-5, rngs=rngs)
-        self.bias = nnx.Param(jnp.zeros((vocab,)))
+        self.ln = nnx.LayerNorm(WIDTH, epsilon=1e-5, rngs=rngs, **TYPES)
+        self.bias = nnx.Param(jnp.zeros((vocab,), PARAMS))
 
     def __call__(self, tokens):
         steps = tokens.shape[1]
         x = self.dropout(self.token(tokens) + self.position(jnp.arange(steps)))
         for block in self.blocks:
             x = block(x)
-        return self.token.attend(self.ln(x)) + self.bias  # tied: logits x E^T + b
+        logits = self.token.attend(self.ln(x)) + self.bias[...].astype(COMPUTE)  # tied: logits x E^T + b
+        return logits.astype(jnp.float32)  # the loss in float32, whatever the compute type
 
 
 @nnx.jit

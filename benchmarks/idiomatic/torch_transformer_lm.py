@@ -11,24 +11,35 @@ blocks of 4 causal heads and an MLP of 512 (exact GELU), layer norm eps 1e-5, a 
 x E^T + b; AdamW (betas 0.9/0.999, eps 1e-6, weight decay 0.01 on every parameter), the learning rate 0 at
 the first update, rising linearly over round(5 % of the updates), then a cosine to a tenth of it at the last;
 cross-entropy averaged over every token of a batch; the batches follow dlbench's order.
+
+Modes, as PyTorch's own recipes make them: `--execution compiled` trains `torch.compile(model)` (inductor's
+default mode, the tutorial's one line; the first epoch holds the compilation); `--precision bfloat16` casts
+the model (`model.to(torch.bfloat16)`: weights, gradients and AdamW's state) and computes in bfloat16, the
+logits cast to float32 for the loss; `--precision mixed-bfloat16` keeps float32 weights and runs forward and
+loss under `torch.autocast("cpu", dtype=torch.bfloat16)` (the AMP recipe; no GradScaler, which only float16
+needs), the backward pass outside it. mixed-float16 is not run here: CPUs have no float16 arithmetic to measure.
 Contract (arguments, output): benchmarks/idiomatic/README.md.
 """
 import argparse
+import contextlib
 import json
 import math
 import os
 import time
 
-import numpy as np
-import torch
-import torch.nn.functional as F
-from torch import nn
-
 parser = argparse.ArgumentParser()
 for name, kind in (("--data", str), ("--epochs", int), ("--threads", int), ("--seed", int),
                    ("--batch-size", int), ("--learning-rate", float)):
     parser.add_argument(name, type=kind, required=True)
-args = parser.parse_args()
+parser.add_argument("--execution", choices=("eager", "compiled"), default="eager")
+parser.add_argument("--precision", choices=("float32", "bfloat16", "mixed-bfloat16"), default="float32")
+args = parser.parse_args()  # before torch's import: a mode this program lacks is refused at once
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
 torch.set_num_threads(args.threads)
 torch.manual_seed(args.seed)
 
@@ -86,8 +97,12 @@ class GPT(nn.Module):
 
 
 model = GPT()
+if args.precision == "bfloat16":
+    model.to(torch.bfloat16)  # before the optimiser: its state is created in its parameters' type
 optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate, betas=(0.9, 0.999), eps=1e-6,
                               weight_decay=0.01)
+# the module the loop calls: the model, or its compiled twin (the same parameters), compiled at its first call
+forward = torch.compile(model) if args.execution == "compiled" else model
 total_steps = args.epochs * math.ceil(len(x_train) / args.batch_size)
 warmup_steps = min(round(0.05 * total_steps), total_steps - 1)
 
@@ -101,6 +116,14 @@ def lr_factor(step):
 
 scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
 
+
+def autocast():
+    """mixed-bfloat16's autocast region, else none."""
+    if args.precision == "mixed-bfloat16":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 for epoch in range(1, args.epochs + 1):
     order = torch.from_numpy(np.random.RandomState([args.seed, epoch]).permutation(len(x_train)))
     model.train()
@@ -109,8 +132,10 @@ for epoch in range(1, args.epochs + 1):
     for first in range(0, len(order), args.batch_size):
         batch = order[first:first + args.batch_size]
         optimizer.zero_grad()
-        logits = model(x_train[batch])
-        loss = F.cross_entropy(logits.reshape(-1, vocab), y_train[batch].reshape(-1))
+        with autocast():
+            # float32 logits for the loss (bfloat16's are the model's output; autocast keeps the loss in float32)
+            logits = forward(x_train[batch]).float()
+            loss = F.cross_entropy(logits.reshape(-1, vocab), y_train[batch].reshape(-1))
         loss.backward()
         optimizer.step()
         scheduler.step()
