@@ -1,10 +1,11 @@
 """gpu_memory: grow. The suite field and run option reach a GPU cell's configuration (and so its hash) and
-the worker's variables; CPU cells and default cells keep their hashes; inherited settings never leak in."""
+the worker's variables; CPU cells and default cells keep their hashes; inherited settings never leak in. And
+TF32, off in every worker."""
 from types import SimpleNamespace
 
 import pytest
 
-from dlbench.harness.environments.process import GROWING_GPU_MEMORY, worker_environment
+from dlbench.harness.environments.process import GROWING_GPU_MEMORY, NO_TF32, worker_environment
 from dlbench.harness.plan import suite
 from dlbench.harness.plan.suite import Cell, SuiteError
 from dlbench.harness.run import cell_config
@@ -17,6 +18,13 @@ def test_grow_sets_the_frameworks_variables_and_default_clears_inherited_ones(mo
     grow = worker_environment(tmp_path / "b", 1, {}, gpu_memory="grow")
     assert {name: grow[name] for name in GROWING_GPU_MEMORY} == {
         "TF_FORCE_GPU_ALLOW_GROWTH": "true", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+
+
+def test_every_worker_computes_float32_without_tf32_whatever_the_harness_inherited(monkeypatch, tmp_path):
+    monkeypatch.setenv("NVIDIA_TF32_OVERRIDE", "1")  # a harness shell that allows TF32 must not pass it on
+    for variables in (worker_environment(tmp_path / "a", 1, {}), worker_environment(tmp_path / "b", 2, {},
+                                                                                     gpu_memory="grow")):
+        assert {name: variables[name] for name in NO_TF32} == {"NVIDIA_TF32_OVERRIDE": "0"}
 
 
 def test_only_a_growing_gpu_cell_adds_the_policy_to_its_configuration(monkeypatch, tmp_path):

@@ -21,6 +21,12 @@ RETAINING_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "1073741824", "MALLOC_TRIM_THRESHO
 # them allocate as they go, as PyTorch's caching allocator and MXNet's pool do by default.
 GROWING_GPU_MEMORY = {"TF_FORCE_GPU_ALLOW_GROWTH": "true", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
 
+# float32 is float32 on a GPU too. On Ampere and later, cuBLAS and cuDNN may compute a float32 matmul or convolution
+# in TF32 (a 10-bit mantissa), and the frameworks' defaults differ: TensorFlow on, PyTorch on for cuDNN's
+# convolutions only. NVIDIA's switch turns TF32 off in both libraries for every framework; XLA's own GEMMs follow
+# the JAX adapters' matmul precision "highest". No effect without a GPU.
+NO_TF32 = {"NVIDIA_TF32_OVERRIDE": "0"}
+
 
 def worker_environment(run_dir: Path, threads: int, extra: dict[str, str],
                        compile_cache: Path | None = None, allocator: str = "default",
@@ -28,7 +34,7 @@ def worker_environment(run_dir: Path, threads: int, extra: dict[str, str],
     """The worker's variables: every cache and temp file of the framework lands in the run's folder,
     except compiled code when a shared compile_cache folder is given (suite field compile_cache: shared);
     glibc's malloc as it comes, or retaining freed memory (suite field allocator: retain); each framework's
-    own GPU memory policy, or growing allocations (suite field gpu_memory: grow)."""
+    own GPU memory policy, or growing allocations (suite field gpu_memory: grow); no TF32 (NO_TF32)."""
     env = dict(os.environ)
     for name, sub in (("HOME", "home"), ("TMPDIR", "tmp"), ("XDG_CACHE_HOME", "cache"),
                       ("TORCH_HOME", "cache/torch"), ("KERAS_HOME", "cache/keras"), ("MPLCONFIGDIR", "cache/mpl")):
@@ -38,6 +44,7 @@ def worker_environment(run_dir: Path, threads: int, extra: dict[str, str],
         "PYTHONPATH": str(PACKAGE_PARENT), "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "1",
         "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
         "DLBENCH_THREADS": str(threads),  # for frameworks that take their thread count at import
+        **NO_TF32,
     })
     env.pop("DLBENCH_COMPILE_CACHE", None)  # a measured run compiles cold unless its caller says otherwise
     for name in RETAINING_MALLOC:  # the suite decides the allocator, not the harness's own environment

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from dlbench.harness.environments.envs import EnvError, get_recipe
 from dlbench.harness.environments.envs import framework_name as name_of
+from dlbench.harness.plan import executions
 from dlbench.harness.plan.workloads import Workload
 from dlbench.shared.ir import all_shapes
 
@@ -89,17 +90,11 @@ def refusal(framework: str, precision: str, workload: Workload | None = None, de
         return None
     if "detection" in workload.tasks:
         return DETECTOR_ONLY_FLOAT32
-    execution = execution or runs_by_default(framework)
+    execution = execution or executions.default(framework)
     layers = [layer for layer, _, _ in all_shapes(workload.model())]
     return next((rule.why for rule in LAYER_REFUSALS if (rule.framework, rule.precision) == (name, precision)
                  and device == "cpu" and (not rule.executions or execution in rule.executions)
                  and any(map(rule.applies, layers))), None)
-
-
-def runs_by_default(framework: str) -> str:
-    """The framework's default execution (executions.default; read from its recipe here, as executions.py imports
-    nothing of this module's)."""
-    return get_recipe(framework).executions[0]
 
 
 def resolved(framework: str, precision: str | None, workload: Workload | None = None, device: str = "cpu",

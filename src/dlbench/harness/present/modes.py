@@ -44,8 +44,8 @@ def table(found: Sequence[ModeRow]) -> Table:
         row_keys.append({"framework": cell.framework, "workload": cell.workload, "device": cell.device or "?"})
     note = "steady epoch: this mode's (the default's in brackets after it); intervals at 95% unless a level is printed"
     if all(row.cell.device != "gpu" for row in found):
-        note += ("; no run here used a GPU: these modes' CUDA paths (float16 with loss scaling, TF32) are not "
-                 "measured in this report")
+        note += ("; no run here used a GPU: these modes' CUDA paths (float16 with loss scaling, float32 with TF32 off) "
+                 "are not measured in this report")
     return Table("Modes beside each framework's default", header, body, row_keys=row_keys, note=note)
 
 

@@ -216,6 +216,8 @@ def _check_device(device: str) -> str:
         what = "torch %s (CUDA build: %s)" % (torch.__version__, torch.version.cuda)
     if not found:
         raise RuntimeError("device gpu requested, but %s sees no GPU" % what)
+    if BACKEND == "jax":  # XLA's own GEMMs in full float32 too, as the JAX adapter's (NVIDIA_TF32_OVERRIDE: cuBLAS)
+        jax.config.update("jax_default_matmul_precision", "highest")
     return "cuda" if BACKEND == "torch" else "gpu:0"
 
 
