@@ -535,51 +535,23 @@ def drop_first_step(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE runs DROP COLUMN first_step_s")
 
 
-def test_a_version_14_store_gains_an_empty_first_step_column(tmp_path: Path) -> None:
+@pytest.mark.parametrize("version, drop, field, value", [
+    (14, drop_first_step, "first_step_s", 0.75), (13, drop_precisions, "precision", "bfloat16"),
+    (12, drop_executions, "execution", "compiled")])
+def test_an_older_store_gains_the_later_columns_empty(tmp_path: Path, version, drop, field, value) -> None:
+    """A store of `version`: its runs keep NULL in the column a later version added, and new runs fill it."""
     path = tmp_path / "dlbench.sqlite"
     with Store(path) as store:
         store.save_run(make_run("old"), [make_epoch(1)], [])
     with sqlite3.connect(path) as conn:
-        drop_first_step(conn)
-        conn.execute("PRAGMA user_version=14")
+        drop(conn)
+        conn.execute(f"PRAGMA user_version={version}")
     conn.close()
     with Store(path) as store:
         [old] = store.runs()
-        assert old["first_step_s"] is None and old["cell_hash"] == "old"
-        store.save_run({**make_run("new"), "first_step_s": 0.75}, [], [])
-        assert store.runs()[1]["first_step_s"] == 0.75
-    assert schema_version(path) == SCHEMA_VERSION == 15
-
-
-def test_a_version_13_store_gains_empty_precision_columns(tmp_path: Path) -> None:
-    path = tmp_path / "dlbench.sqlite"
-    with Store(path) as store:
-        store.save_run(make_run("old"), [make_epoch(1)], [])
-    with sqlite3.connect(path) as conn:
-        drop_precisions(conn)
-        conn.execute("PRAGMA user_version=13")
-    conn.close()
-    with Store(path) as store:
-        [old] = store.runs()
-        assert old["precision"] is None
-        store.save_run({**make_run("new"), "precision": "bfloat16"}, [], [])
-        assert store.runs()[1]["precision"] == "bfloat16"
-    assert schema_version(path) == SCHEMA_VERSION == 15
-
-
-def test_a_version_12_store_gains_empty_execution_columns(tmp_path: Path) -> None:
-    path = tmp_path / "dlbench.sqlite"
-    with Store(path) as store:
-        store.save_run(make_run("old"), [make_epoch(1)], [])
-    with sqlite3.connect(path) as conn:
-        drop_executions(conn)
-        conn.execute("PRAGMA user_version=12")
-    conn.close()
-    with Store(path) as store:
-        [old] = store.runs()
-        assert old["execution"] is None
-        store.save_run({**make_run("new"), "execution": "compiled"}, [], [])
-        assert store.runs()[1]["execution"] == "compiled"
+        assert old[field] is None and old["cell_hash"] == "old"
+        store.save_run({**make_run("new"), field: value}, [], [])
+        assert store.runs()[1][field] == value
     assert schema_version(path) == SCHEMA_VERSION == 15
 
 
