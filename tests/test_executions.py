@@ -2,6 +2,7 @@
 hash and certificate key, labelled, and compared with each framework's default in the report."""
 import textwrap
 
+import numpy as np
 import pytest
 import transformer_pieces
 from user_errors import error_of
@@ -186,3 +187,19 @@ def test_every_execution_certifies_at_the_float32_tolerances(reference, tmp_path
         print(f"{framework} ({execution}) {cert['workload']}: worst {cert['worst_tensor']} "
               f"{cert['worst_scaled_deviation']:.3g}")
         assert cert["passed"] and cert["execution"] == execution, failed
+
+
+@pytest.mark.framework
+def test_executions_certified_together_each_probe_in_their_own_files(reference, tmp_path):
+    """A probe's files are named by workload and precision: two executions of one framework certified in one call
+    (as `dlbench certify --suite modes` does) write theirs in a folder each, so that neither certificate is made from
+    the other's outputs."""
+    folder, probed = reference
+    workdir = tmp_path / "certify"
+    asked = [executions.as_run(get_workload("cnn-mnist"), "tensorflow", mode) for mode in ("graph", "compiled")]
+    with Store(tmp_path / "dlbench.sqlite") as store:
+        graph, compiled = probes.certify(["tensorflow"], asked, store, workdir, lambda cert: None, probed)
+    outputs = [np.load(workdir / "tensorflow" / mode / "cnn-mnist.npz")["output"] for mode in ("graph", "compiled")]
+    assert not np.array_equal(*outputs)  # XLA's convolutions round otherwise than oneDNN's
+    assert (graph["execution"], compiled["execution"]) == ("graph", "compiled")
+    assert [row["max_abs"] for row in graph["deviations"]] != [row["max_abs"] for row in compiled["deviations"]]

@@ -186,10 +186,29 @@ def probe_folder(framework: str, workdir: Path) -> Path:
 
 def run_probes(framework: str, requests: list[dict], workdir: Path,
                failures: dict[int, str] | None = None) -> list[dict[str, np.ndarray]]:
-    """Runs dlbench.worker.probe once in the framework's environment for every request, in order. Compiled
-    code is shared by every probe of one workdir (its compile cache): certification times nothing, so
-    a warm cache changes no verdict. A failed probe raises CertifyError, or, when `failures` is a dict,
-    gives empty arrays and its error's last line under its index there (power.py's changed models)."""
+    """Runs dlbench.worker.probe once in the framework's environment for every request, in order, one process for
+    each precision the requests train in: a framework's mixed precision may rewrite its whole process for good
+    (MXNet's AMP), where a float32 model would compute in the half type. Compiled code is shared by every probe of
+    one workdir (its compile cache): certification times nothing, so a warm cache changes no verdict. A failed probe
+    raises CertifyError, or, when `failures` is a dict, gives empty arrays and its error's last line under its index
+    there (power.py's changed models)."""
+    by_precision: dict[str, list[int]] = {}
+    for index, request in enumerate(requests):
+        by_precision.setdefault(precisions.of_recipe(request["recipe"]), []).append(index)
+    arrays: list[dict[str, np.ndarray]] = [{} for _ in requests]
+    for indices in by_precision.values():
+        failed: dict[int, str] | None = None if failures is None else {}
+        found = _probe_process(framework, [requests[index] for index in indices], workdir, failed)
+        for position, index in enumerate(indices):
+            arrays[index] = found[position]
+        if failures is not None and failed:
+            failures.update({indices[position]: why for position, why in failed.items()})
+    return arrays
+
+
+def _probe_process(framework: str, requests: list[dict], workdir: Path,
+                   failures: dict[int, str] | None) -> list[dict[str, np.ndarray]]:
+    """One process of dlbench.worker.probe for the requests, in order (run_probes)."""
     env = envs.require(framework)
     recipe = envs.get_recipe(framework)
     folder = probe_folder(framework, workdir)
@@ -338,12 +357,42 @@ def certificate(framework: str, workload: Workload, rows: list[dict]) -> dict:
     }
 
 
+class Checks(NamedTuple):
+    """Where a mode's layer and optimiser checks start in a framework's requests, and what they are."""
+    at: int
+    layers: list[dict]
+    optimizer: list[tuple[optimizer.Check, dict]]
+
+
+def planned_probes(framework: str, certified: list[Workload], workdir: Path
+                   ) -> tuple[list[dict], list[tuple[Workload, int, Checks]]]:
+    """Every probe of the framework's certified workloads, in order, and for each workload where its weights probe
+    and its checks are among them. Each execution's probes are written in a folder of their own, for a probe's files
+    are named by workload and precision alone; the layers' and the optimiser's definitions are checked in float32
+    whatever the precision (see the module's docstring), once per execution and workload."""
+    requests: list[dict] = []
+    planned = []
+    shared: dict[tuple[str, str], Checks] = {}
+    for workload in certified:
+        folder = probe_folder(framework, workdir) / executions.of_recipe(framework, workload.recipe)
+        folder.mkdir(exist_ok=True)
+        weights_at = len(requests)
+        requests.append(weights_request(workload, folder, False))
+        key = (folder.name, workload.name)
+        if key not in shared:
+            shared[key] = Checks(len(requests), layer_checks.requests(in_float32(workload), folder),
+                                 optimizer_requests(workload, folder))
+            requests += shared[key].layers + [request for _, request in shared[key].optimizer]
+        planned.append((workload, weights_at, shared[key]))
+    return requests, planned
+
+
 def certify(frameworks: list[str], workloads: list[Workload], store: Store, workdir: Path,
             progress: Callable[[dict], None], reference: dict[str, tuple[dict, dict]] | None = None) -> list[dict]:
     """Certifies every framework x workload pair against the reference and stores each certificate, each in the
     execution and precision its workload's recipe holds, else the framework's defaults (executions.as_run,
-    precisions.as_run). One probe process per framework serves all the workloads. `reference`, the reference's
-    probes (reference_probes) of these workloads, when already at hand."""
+    precisions.as_run). One probe process per framework and precision serves all the workloads (run_probes).
+    `reference`, the reference's probes (reference_probes) of these workloads, when already at hand."""
     for framework in [envs.REFERENCE, *frameworks]:
         envs.require(framework)
     if reference is None:
@@ -352,25 +401,20 @@ def certify(frameworks: list[str], workloads: list[Workload], store: Store, work
     for framework in frameworks:
         certified = [precisions.as_run(executions.as_run(w, framework, w.recipe.get("execution")), framework,
                                        w.recipe.get("precision")) for w in workloads]
-        folder = probe_folder(framework, workdir)
-        # the layers' and the optimiser's definitions, checked in float32 whatever the precision (see the docstring)
-        checks = {probe_name(w, False): layer_checks.requests(in_float32(w), folder) for w in certified}
-        optimizer_checks = {probe_name(w, False): optimizer_requests(w, folder) for w in certified}
-        weight_probes = [weights_request(workload, folder, False) for workload in certified]
-        arrays = run_probes(framework, weight_probes + [r for w in certified for r in checks[probe_name(w, False)]]
-                            + [r for w in certified for _, r in optimizer_checks[probe_name(w, False)]], workdir)
-        outputs = iter(arrays[len(certified):])
-        checked = [[next(outputs) for _ in checks[probe_name(w, False)]] for w in certified]
-        for workload, candidate, layer_outputs in zip(certified, arrays[:len(certified)], checked, strict=True):
+        requests, planned = planned_probes(framework, certified, workdir)
+        arrays = run_probes(framework, requests, workdir)
+        for workload, weights_at, (checks_at, checks, optimizer_checks) in planned:
             same, exact, float32 = reference[reference_key(workload)]
             start = canonical_init(certified_model(workload), SEED)
             precision = precisions.of_recipe(workload.recipe)
+            candidate = arrays[weights_at]
             rows = compare(same, candidate, start, exact, workload.recipe["optimizer"], precision)
             rows += precision_checks.rows(precision, candidate, float32)
-            for request, output in zip(checks[probe_name(workload, False)], layer_outputs, strict=True):
+            for request, output in zip(checks, arrays[checks_at:], strict=False):
                 rows += layer_checks.rows(request, output["output"])
-            for check, _ in optimizer_checks[probe_name(workload, False)]:
-                rows += optimizer.rows(check, next(outputs))
+            after_checks = checks_at + len(checks)
+            for (check, _), output in zip(optimizer_checks, arrays[after_checks:], strict=False):
+                rows += optimizer.rows(check, output)
             cert = certificate(framework, workload, rows)
             store.save_certificate(cert)
             progress(cert)
