@@ -62,19 +62,22 @@ def _median_gap(a: Estimate, b: Estimate) -> float | None:
     return None if a.median is None or b.median is None else a.median - b.median
 
 
+def _per_ok_run(cell: CellSummary, runs: Sequence[dict], fields: Sequence[str]) -> list[dict]:
+    """The stored runs of the cell that succeeded and recorded every one of the fields."""
+    ids = {run.id for run in cell.runs if run.status == "ok"}
+    return [run for run in runs if run.get("id") in ids and all(run.get(field) is not None for field in fields)]
+
+
 def first_epoch_excess(cell: CellSummary, runs: Sequence[dict]) -> Estimate:
     """Per successful run of the cell, first_epoch_s - steady_epoch_s: its compilation, traces and first
     allocations."""
-    ids = {run.id for run in cell.runs if run.status == "ok"}
-    return estimate([run["first_epoch_s"] - run["steady_epoch_s"] for run in runs if run.get("id") in ids
-                     and run.get("first_epoch_s") is not None and run.get("steady_epoch_s") is not None])
+    return estimate([run["first_epoch_s"] - run["steady_epoch_s"]
+                     for run in _per_ok_run(cell, runs, ("first_epoch_s", "steady_epoch_s"))])
 
 
 def first_step(cell: CellSummary, runs: Sequence[dict]) -> Estimate:
     """Per successful run of the cell that recorded it (schema 15 on), the time to its first finished step."""
-    ids = {run.id for run in cell.runs if run.status == "ok"}
-    return estimate([run["first_step_s"] for run in runs
-                     if run.get("id") in ids and run.get("first_step_s") is not None])
+    return estimate([run["first_step_s"] for run in _per_ok_run(cell, runs, ("first_step_s",))])
 
 
 def rows(cells: Sequence[CellSummary], runs: Sequence[dict] = ()) -> list[ModeRow]:
