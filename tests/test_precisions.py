@@ -1,8 +1,12 @@
 """Precision as a suite axis (harness/plan/precisions.py): planned, refused with the reason, in the cell's recipe, hash
 and certificate key, labelled, compared with float32 in the report, and certified against the reference in the same
 precision, where a precision that does not show fails."""
+import json
+import subprocess
 import textwrap
+from pathlib import Path
 
+import numpy as np
 import pytest
 import transformer_pieces
 from test_certify import broken, quiet, store  # noqa: F401 (fixtures)
@@ -13,13 +17,14 @@ from dlbench.harness.analysis.summary import summarise
 from dlbench.harness.certification import machine_store, precision_checks, probes
 from dlbench.harness.certification.certified_model import workload_digest
 from dlbench.harness.certification.terms import share_of_tolerance, tolerances
+from dlbench.harness.cli import main
 from dlbench.harness.environments import envs
 from dlbench.harness.plan import precisions, suite
 from dlbench.harness.plan.workloads import get_workload
 from dlbench.harness.present import modes as modes_table
 from dlbench.harness.run import cell_config
 from dlbench.harness.store import Store
-from dlbench.worker.base import BaseAdapter
+from dlbench.worker.base import LOSS_SCALE, BaseAdapter
 
 PRECISIONS_SUITE = """
 name: precisions
@@ -42,12 +47,14 @@ def test_each_framework_plans_the_precisions_it_trains_in_and_the_others_are_ref
     chosen = suite.load(str(write(tmp_path, PRECISIONS_SUITE)))
     planned = sorted((c.workload, c.framework, c.precision or "float32") for c in suite.plan(chosen))
     assert planned == [("cnn-mnist", framework, precision) for framework, precision in (
-        ("chainer", "float32"), ("mxnet", "float32"), ("pytorch", "bfloat16"), ("pytorch", "float32"),
-        ("pytorch", "mixed-float16"))]
+        ("chainer", "float32"), ("chainer", "mixed-float16"), ("mxnet", "float32"), ("pytorch", "bfloat16"),
+        ("pytorch", "float32"), ("pytorch", "mixed-float16"))] + [("lstm-ptb", "chainer", "mixed-float16")]
     refused = suite.refusals(chosen)
-    assert f"chainer bfloat16, refused for cnn-mnist, frcnn-voc: {precisions.REFUSED['chainer', 'bfloat16']}" in refused
-    assert ("mxnet bfloat16, refused for cnn-mnist, frcnn-voc: dlbench's mxnet adapter has no reduced-precision path "
-            "yet") in refused
+    assert ("chainer bfloat16, refused for cnn-mnist, frcnn-voc: Chainer holds its arrays in numpy, which has no "
+            "bfloat16 type") in refused
+    assert f"mxnet bfloat16, refused for cnn-mnist, frcnn-voc: {precisions.REFUSED['mxnet', 'bfloat16']}" in refused
+    assert (f"mxnet mixed-float16, refused for cnn-mnist, lstm-ptb: {precisions.REFUSED['mxnet', 'mixed-float16']}"
+            in refused)
     # a framework that has the precision can still refuse a layer in it, and a detector trains in float32 alone
     assert f"pytorch mixed-float16, refused for lstm-ptb: {precisions.LAYER_REFUSALS[0].why}" in refused
     assert f"pytorch bfloat16, refused for frcnn-voc: {precisions.DETECTOR_ONLY_FLOAT32}" in refused
@@ -232,3 +239,105 @@ def test_a_precision_that_does_not_show_fails_its_certificate(broken, store, tmp
     failed = {row["tensor"]: share_of_tolerance(row) for row in cert["deviations"] if not row["passed"]}
     assert not cert["passed"] and caught <= set(failed)
     assert all(failed[tensor] > 10 for tensor in caught), failed
+
+
+def test_a_precision_one_device_lacks_is_refused_there_alone():
+    cnn = get_workload("cnn-mnist")
+    assert precisions.refusal("mxnet", "mixed-bfloat16", cnn, "gpu") == precisions.DEVICE_REFUSED[
+        "mxnet", "mixed-bfloat16", "gpu"]
+    assert precisions.refusal("mxnet", "mixed-bfloat16", cnn, "cpu") is None
+
+
+@pytest.mark.framework
+def test_mxnet_amp_rewrites_its_whole_process_so_each_precision_probes_in_a_process_of_its_own(tmp_path):
+    """amp.init cannot be undone: in one process a float32 model after a mixed-bfloat16 one is refused (it would
+    compute in bfloat16); run_probes gives each precision its process, float32's outputs those of a lone probe."""
+    cnn = get_workload("cnn-mnist")
+    folder = probes.probe_folder("mxnet", tmp_path)
+    mixed, float32 = (probes.weights_request(w, folder, False) for w in (
+        precisions.as_run(cnn, "mxnet", "mixed-bfloat16"), cnn))
+    failures: dict[int, str] = {}
+    probes._probe_process("mxnet", [mixed, float32], tmp_path, failures)
+    assert list(failures) == [1] and "a float32 model needs a process of its own" in failures[1]
+    both = probes.run_probes("mxnet", [float32, mixed], tmp_path)
+    alone = probes.run_probes("mxnet", [float32], tmp_path)[0]
+    assert both[1]["output"].dtype == np.float32 and not np.array_equal(both[1]["output"], alone["output"])
+    assert sorted(both[0]) == sorted(alone) and all(np.array_equal(both[0][k], alone[k]) for k in alone)
+
+
+LOSS_SCALE_CHECK = """
+import json, sys
+import numpy as np
+from dlbench.worker.base import LOSS_SCALE
+from dlbench.worker.frameworks.chainer.optimizers import LossScale
+
+class Param:
+    def __init__(self, grad): self.grad = grad
+class Optimizer:
+    updates = 0
+    def __init__(self): self.target = self; self.grads = [np.ones(2, np.float16)]
+    def params(self): return [Param(g) for g in self.grads]
+    def update(self): self.updates += 1
+
+optimizer, scale, seen = Optimizer(), LossScale(), []
+for step in range(LOSS_SCALE["growth_interval"] + 1):  # finite: the last one doubles the scale and starts again
+    scale.update(optimizer); seen.append(scale.scale)
+optimizer.grads = [np.array([1.0, np.inf], np.float16)]
+scale.update(optimizer); seen.append(scale.scale)
+print(json.dumps({"updates": optimizer.updates, "scales": sorted(set(seen)), "last": seen[-1],
+                  "finite_steps": scale.finite_steps, "first": seen[0]}))
+"""
+
+
+def printed_in(framework: str, code: str, home: Path) -> dict:
+    """The JSON line `code` prints, run in the framework's environment."""
+    env = envs.require(framework)
+    done = subprocess.run([str(env.python), "-c", code], capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": str(Path(probes.__file__).parents[3]), "PATH": "/usr/bin:/bin",
+                               "HOME": str(home), "DLBENCH_THREADS": "1", **envs.get_recipe(framework).worker_env})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.framework
+def test_chainers_loss_scale_skips_an_overflowing_step_and_follows_every_frameworks_terms(tmp_path):
+    seen = printed_in("chainer", LOSS_SCALE_CHECK, tmp_path)
+    initial = LOSS_SCALE["initial"]
+    assert seen == {"updates": LOSS_SCALE["growth_interval"] + 1, "first": initial,
+                    "scales": sorted({initial, initial * LOSS_SCALE["growth_factor"],
+                                      initial * LOSS_SCALE["growth_factor"] * LOSS_SCALE["backoff_factor"]}),
+                    "last": initial * LOSS_SCALE["growth_factor"] * LOSS_SCALE["backoff_factor"], "finite_steps": 0}
+
+
+def test_a_mode_the_reference_cannot_run_is_listed_as_not_certifiable_and_never_asked_for(capsys, tmp_path):
+    """torch's CPU LSTM has no float16 training: no framework's lstm-ptb in mixed-float16 can be certified against
+    the reference in it, so certify lists it with the reason, and `run` does not count it as missing."""
+    lstm = precisions.as_run(get_workload("lstm-ptb"), "chainer", "mixed-float16")
+    assert precisions.reference_refusal(lstm) == precisions.LAYER_REFUSALS[0].why
+    cnn = precisions.as_run(get_workload("cnn-mnist"), "chainer", "mixed-float16")
+    assert precisions.reference_refusal(cnn) is None
+    assert machine_store.missing([("chainer", lstm)]) == []
+    assert main(["certify", "-f", "chainer", "-w", "lstm-ptb", "--precision", "mixed-float16",
+                 "--results", str(tmp_path)]) == 0
+    assert (f"chainer (mixed-float16) lstm-ptb: cannot be certified, for the reference (pytorch) cannot run it in "
+            f"mixed-float16: {precisions.LAYER_REFUSALS[0].why}") in capsys.readouterr().out
+
+
+FUSIONS_CHECK = """
+import json
+import tensorflow as tf
+from dlbench.worker.frameworks.tensorflow.adapter import configure_fusions
+seen = {}
+for precision, device in (("mixed-float16", "cpu"), ("float32", "cpu"), ("mixed-float16", "gpu"), ("bfloat16", "cpu")):
+    configure_fusions(precision, device)
+    seen[precision + " " + device] = tf.config.optimizer.get_experimental_options().get("remapping", True)
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.framework
+def test_tensorflow_leaves_its_slow_float16_fusions_out_on_the_cpu_alone(tmp_path):
+    """Grappler's remapper fuses a float16 MatMul and BiasAdd into a oneDNN kernel ~200x slower than float32's on the
+    CPU (tensorflow/adapter.configure_fusions): off for mixed-float16 there, on for the other precisions and a GPU."""
+    assert printed_in("tensorflow", FUSIONS_CHECK, tmp_path) == {
+        "mixed-float16 cpu": False, "float32 cpu": True, "mixed-float16 gpu": True, "bfloat16 cpu": True}

@@ -371,6 +371,13 @@ def cmd_certify(args: argparse.Namespace) -> int:
         print(f"store: {machine_store.store_path()}")
         return 0
     pairs = certify_pairs(args)
+    for framework, workload in pairs:
+        why = precisions.reference_refusal(workload)
+        if why:
+            print(f"{modes.label(framework, *modes.of_workload(workload))} {workload.name}: cannot be certified, for "
+                  f"the reference ({envs.REFERENCE}) cannot run it in {precisions.of_recipe(workload.recipe)}: {why}",
+                  flush=True)
+    pairs = [(framework, workload) for framework, workload in pairs if not precisions.reference_refusal(workload)]
     results_dir = Path(args.results).resolve()
 
     def progress(cert: dict) -> None:

@@ -132,8 +132,10 @@ def pairs_of(cells: Sequence[Cell]) -> list[tuple[str, Workload]]:
 
 
 def missing(pairs: Sequence[tuple[str, Workload]]) -> list[tuple[str, Workload]]:
-    """The pairs with no certificate of their key now in the machine's store."""
-    return [(framework, workload) for framework, workload in pairs if status(key_now(framework, workload)) == "none"]
+    """The pairs with no certificate of their key now in the machine's store, of those a certificate can be made for
+    (not those whose precision the reference cannot run: precisions.reference_refusal)."""
+    return [(framework, workload) for framework, workload in pairs
+            if precisions.reference_refusal(workload) is None and status(key_now(framework, workload)) == "none"]
 
 
 def certify_command(suite: str, frameworks: Sequence[str] | None, workloads: Sequence[str] | None) -> str:

@@ -187,7 +187,7 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
     # on np.sctypes. threadpoolctl sets the BLAS threads numpy computes with (Chainer's CPU backend).
     Recipe("chainer", "3.11", ("chainer==7.8.1", "numpy<2", "setuptools<74", "threadpoolctl"),
            "dlbench.worker.frameworks.chainer.adapter:Adapter", "chainer, numpy, threadpoolctl", "chainer",
-           build_constraints=("setuptools<74",),
+           build_constraints=("setuptools<74",), precisions=("float32", "mixed-float16"),
            no_cuda="Chainer 7.8.1 declares CuPy >=7.7,<8, whose wheels (cupy-cuda110 7.8.0 at the newest) "
                    "exist for Python 3.8 at most, need the CUDA 11.0 toolkit installed on the machine and "
                    "compile no kernels for GPUs newer than compute capability 8.0 (Ampere)"),
@@ -208,7 +208,8 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
            cuda_packages=("mxnet-cu117==1.9.1", "numpy<1.24", "nvidia-cuda-runtime-cu11", "nvidia-cublas-cu11",
                           "nvidia-cudnn-cu11<9", "nvidia-nccl-cu11", "nvidia-cuda-nvrtc-cu11", "nvidia-cufft-cu11",
                           "nvidia-curand-cu11", "nvidia-cusolver-cu11", "nvidia-cusparse-cu11", "nvidia-nvtx-cu11"),
-           cuda_version_package="mxnet-cu117", cuda_libraries_on_path=True, executions=("graph", "eager")),
+           cuda_version_package="mxnet-cu117", cuda_libraries_on_path=True, executions=("graph", "eager"),
+           precisions=("float32", "mixed-bfloat16")),
     # Theano 1.0.5 needs numpy < 1.24 (np.bool), scipy < 1.14 (the last wheels with an LP64 OpenBLAS,
     # which Theano links as its BLAS) and setuptools < 81 (pkg_resources; uv venvs have none).
     # Python 3.10: the newest interpreter where Theano's compiled (Cython) scan still builds.

@@ -10,6 +10,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from dlbench.harness.environments import envs
 from dlbench.harness.environments.envs import EnvError, get_recipe
 from dlbench.harness.environments.envs import framework_name as name_of
 from dlbench.harness.plan import executions
@@ -26,10 +27,23 @@ _NOT_BUILT = "dlbench's {framework} adapter has no reduced-precision path yet"
 _NO_NUMPY_BFLOAT16 = "{framework} holds its arrays in numpy, which has no bfloat16 type"
 # why a framework refuses a precision it does not run
 REFUSED: dict[tuple[str, str], str] = {
-    ("chainer", "bfloat16"): _NO_NUMPY_BFLOAT16,
-    ("chainer", "mixed-bfloat16"): _NO_NUMPY_BFLOAT16,
-    ("theano", "bfloat16"): _NO_NUMPY_BFLOAT16,
-    ("theano", "mixed-bfloat16"): _NO_NUMPY_BFLOAT16,
+    ("chainer", "bfloat16"): _NO_NUMPY_BFLOAT16.format(framework="Chainer"),
+    ("chainer", "mixed-bfloat16"): _NO_NUMPY_BFLOAT16.format(framework="Chainer"),
+    ("mxnet", "bfloat16"): "MXNet 1.9's Gluon cannot hold parameters in bfloat16 (Block.cast('bfloat16') fails: "
+                           "\"data type 'bfloat16' not understood\"); its bfloat16 is AMP's, with float32 weights "
+                           "(mixed-bfloat16)",
+    ("mxnet", "mixed-float16"): "MXNet 1.9's AMP in float16 trains nothing on the CPU: its first backward pass "
+                                "raises \"FP16 gemm on cpu not implemented!\"; dlbench has no GPU to build and "
+                                "test its CUDA path on",
+    ("theano", "bfloat16"): _NO_NUMPY_BFLOAT16.format(framework="Theano"),
+    ("theano", "mixed-bfloat16"): _NO_NUMPY_BFLOAT16.format(framework="Theano"),
+    ("theano", "mixed-float16"): "Theano has no mixed precision of its own: floatX=float16 makes every tensor "
+                                 "float16, weights and optimiser state included, and its CPU convolutions refuse "
+                                 "float16 (\"On the CPU we do not support float16\")",
+}
+# a precision a framework runs on one device only: (framework, precision, device) -> why not on that device
+DEVICE_REFUSED: dict[tuple[str, str, str], str] = {
+    ("mxnet", "mixed-bfloat16", "gpu"): "MXNet's AMP computes bfloat16 with oneDNN, on the CPU only",
 }
 
 
@@ -86,6 +100,8 @@ def refusal(framework: str, precision: str, workload: Workload | None = None, de
     if precision not in runs:
         return REFUSED.get((name, precision), _NOT_BUILT.format(framework=name) if runs == (DEFAULT,)
                            else f"its adapter runs {', '.join(runs)} only")
+    if (name, precision, device) in DEVICE_REFUSED:
+        return DEVICE_REFUSED[name, precision, device]
     if workload is None or precision == DEFAULT:
         return None
     if "detection" in workload.tasks:
@@ -95,6 +111,13 @@ def refusal(framework: str, precision: str, workload: Workload | None = None, de
     return next((rule.why for rule in LAYER_REFUSALS if (rule.framework, rule.precision) == (name, precision)
                  and device == "cpu" and (not rule.executions or execution in rule.executions)
                  and any(map(rule.applies, layers))), None)
+
+
+def reference_refusal(workload: Workload) -> str | None:
+    """Why the reference cannot probe the workload in the reduced precision its recipe holds, so that no framework's
+    run of it can be certified against the reference in the same precision, or None."""
+    precision = of_recipe(workload.recipe)
+    return None if precision == DEFAULT else refusal(envs.REFERENCE, precision, workload)
 
 
 def resolved(framework: str, precision: str | None, workload: Workload | None = None, device: str = "cpu",

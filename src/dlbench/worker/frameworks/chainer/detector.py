@@ -29,7 +29,7 @@ from dlbench.shared.detection.nms import fixed_point_keep
 from dlbench.shared.detection.pipeline import SMOOTH_L1_BETA
 from dlbench.shared.ir import detector_parts
 from dlbench.worker.detector import LOSS_NAMES, DetectorAdapter
-from dlbench.worker.frameworks.chainer.adapter import Adapter, cpu_threads
+from dlbench.worker.frameworks.chainer.adapter import Adapter, cpu_threads, exported
 from dlbench.worker.frameworks.chainer.layers import Model, layout, native_arrays
 from dlbench.worker.frameworks.chainer.optimizers import optimizer_for
 
@@ -125,7 +125,7 @@ class Detector(DetectorAdapter):
         return self._export(gradients=False)
 
     def _export(self, gradients: bool) -> Dict[str, np.ndarray]:
-        return {layer["name"] + "/" + key: Adapter._export(layer, key, target, gradients)
+        return {layer["name"] + "/" + key: exported(layer, key, target, gradients)
                 for layer, key, target in self._native()}
 
     # ---- the network ---------------------------------------------------------------------------

@@ -337,13 +337,28 @@ def _batchnorm(layer: dict, in_shape, links):
     return link, link
 
 
+def in_float32(link_class, *args, **kwargs):
+    """A normalisation link with float32 Parameters whatever chainer.config.dtype says, as mixed16 builds
+    BatchNormalization's (build) and computes it (in_float32_applied): its statistics and their gradients are sums
+    over many elements, which float16's rounding would swamp (numpy accumulates float16 sums in float16)."""
+    with chainer.using_config("dtype", np.float32):
+        return link_class(*args, **kwargs)
+
+
+def in_float32_applied(link, x):
+    """link(x) computed in float32 and returned in x's type (float16 under mixed16; float32 unchanged)."""
+    if x.dtype == np.float32:
+        return link(x)
+    return F.cast(link(F.cast(x, np.float32)), x.dtype)
+
+
 def _layer_norm(layer: dict, in_shape, links):
-    link = L.LayerNormalization(in_shape[-1], eps=layer["epsilon"])  # over the last axis, biased variance
+    link = in_float32(L.LayerNormalization, in_shape[-1], eps=layer["epsilon"])  # the last axis, biased variance
 
     def apply(x):
         if x.ndim > 2:  # Chainer's layer normalisation takes (rows, features) only
-            return F.reshape(link(F.reshape(x, (-1, x.shape[-1]))), x.shape)
-        return link(x)
+            return F.reshape(in_float32_applied(link, F.reshape(x, (-1, x.shape[-1]))), x.shape)
+        return in_float32_applied(link, x)
     return link, apply
 
 
@@ -395,8 +410,8 @@ def _attention(layer: dict, in_shape, links):
 
 
 def _rms_norm(layer: dict, in_shape, links):
-    link = RMSNorm(in_shape[-1], layer["epsilon"])
-    return link, link
+    link = in_float32(RMSNorm, in_shape[-1], layer["epsilon"])
+    return link, lambda x: in_float32_applied(link, x)
 
 
 def _swiglu(layer: dict, in_shape, links):

@@ -8,6 +8,9 @@ reference's terms, 30x the reference's at step 1), which moves parameters with s
 visibly differently; the reference's Adam is written out as a Chainer UpdateRule instead, with Chainer's
 Adam's eta (a schedule's multiplier, set by an optimizer hook before each update) and weight_decay_rate
 (AdamW's decoupled decay, which Chainer scales by eta but not by the learning rate).
+
+mixed-float16 (the adapter's): the optimiser updates float32 copies of the float16 Parameters (Chainer's
+use_fp32_update, with float32 state), and LossScale steps it on base.LOSS_SCALE's terms.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ import numpy as np
 from chainer import optimizer_hooks
 
 from dlbench.shared import schedule as schedules
-from dlbench.worker.base import lookup, not_built
+from dlbench.worker.base import LOSS_SCALE, lookup, not_built
 
 
 class TorchAdamRule(chainer.optimizer.UpdateRule):
@@ -98,10 +101,36 @@ class WarmupCosine(object):
         optimizer.eta = schedules.factor(self.schedule, optimizer.t)
 
 
-def optimizer_for(link: chainer.Link, config: dict, schedule=None) -> chainer.Optimizer:
+class LossScale(object):
+    """mixed-float16's dynamic loss scaling on base.LOSS_SCALE's terms, every framework's. The backward pass takes
+    the scale (Variable.backward(loss_scale=...), Chainer's own: each Parameter's update rule divides its gradient
+    by it); `update` skips a step whose gradients are not all finite. Chainer's Optimizer.loss_scaling starts at 1
+    and, after its first overflow, grows by 2^(1/interval) every step: other terms than the other frameworks'."""
+
+    def __init__(self):
+        self.scale = LOSS_SCALE["initial"]
+        self.finite_steps = 0
+
+    def update(self, optimizer: chainer.Optimizer) -> None:
+        """The optimiser's step with the gradients the scaled backward pass left, or none (a skipped step leaves
+        the schedule where it is, as TensorFlow's and JAX's do) and the scale backed off."""
+        if all(np.isfinite(param.grad).all() for param in optimizer.target.params() if param.grad is not None):
+            optimizer.update()
+            self.finite_steps += 1
+            if self.finite_steps == LOSS_SCALE["growth_interval"]:
+                self.scale, self.finite_steps = self.scale * LOSS_SCALE["growth_factor"], 0
+        else:
+            self.scale, self.finite_steps = self.scale * LOSS_SCALE["backoff_factor"], 0
+
+
+def optimizer_for(link: chainer.Link, config: dict, schedule=None, float32_master: bool = False
+                  ) -> chainer.Optimizer:
     """make_optimizer's optimiser set up on `link`, with coupled L2 (a WeightDecay hook) when asked, and the
-    recipe's learning-rate schedule (a hook setting eta) when it has one."""
+    recipe's learning-rate schedule (a hook setting eta) when it has one; `float32_master`: it updates float32
+    copies of float16 Parameters (use_fp32_update, which must come before setup)."""
     optimizer = make_optimizer(config)
+    if float32_master:
+        optimizer.use_fp32_update()
     optimizer.setup(link)
     if config.get("weight_decay") and config["name"] != "adamw":  # adamw's is decoupled: in its update rule
         optimizer.add_hook(optimizer_hooks.WeightDecay(config["weight_decay"]))

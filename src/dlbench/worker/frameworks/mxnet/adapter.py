@@ -13,6 +13,16 @@ momentum (layers.py says why).
 Executions: "graph" (the default) hybridizes the blocks; "eager" leaves them imperative, each operator pushed to
 the engine from Python as Gluon runs without hybridize(); MXNet has no compiler of its own to ask for.
 
+Precisions: "float32", and "mixed-bfloat16" by MXNet's own AMP (mxnet.contrib.amp, target bfloat16): amp.init()
+rewrites the process's operators so that Convolution and FullyConnected compute in bfloat16 (oneDNN) on casts of
+the float32 weights, others in float32 or in their inputs' widest type (AMP's lists); the weights, their gradients
+and the optimiser's state stay float32, and the logits are cast to float32 before the loss (layers.Net). amp.init
+cannot be undone and must come before the model's first call, so a process that has trained in mixed-bfloat16
+refuses a float32 model: the certificate's probes run one process per precision (certification/probes.py). MXNet
+has no other reduced precision here: Gluon cannot hold parameters in bfloat16 (Block.cast('bfloat16') fails in
+numpy: "data type 'bfloat16' not understood"), and AMP's float16 trains nothing on the CPU ("FP16 gemm on cpu not
+implemented!" in the first backward pass); AMP's bfloat16 is oneDNN's, the CPU's alone.
+
 Compilation: hybridize() only marks the blocks; the first call of a hybridized block builds its
 graph (CachedOp), so that cost lands in the first train_epoch (and the first predict or evaluate).
 With static_alloc and static_shape a graph keeps its memory between calls; a new input shape (the
@@ -53,6 +63,7 @@ from typing import Dict  # noqa: E402
 import mxnet as mx  # noqa: E402
 import numpy as np  # noqa: E402
 from mxnet import autograd, nd  # noqa: E402
+from mxnet.contrib import amp  # noqa: E402
 
 from dlbench.shared.ir import all_shapes  # noqa: E402
 from dlbench.worker.base import (  # noqa: E402
@@ -76,12 +87,31 @@ def check_threads(threads: int) -> None:
 
 
 DTYPES = {"float32": np.float32, "float64": np.float64}
+PRECISIONS = ("float32", "mixed-bfloat16")  # see the module's docstring
+# Operators without inputs that AMP lists as float32's and the layers call in a graph (causal masks, LSTM states):
+# AMP 1.9's wrapper of a symbol without inputs fails ("'NoneType' object is not iterable": it casts the symbol's
+# children, None), so they leave its list. They make float32 arrays by default, so nothing changes type.
+CREATION_OPS = ("_arange", "_full", "_zeros", "_ones")
+
+
+def amp_for(precision: str, device: str) -> None:
+    """AMP in bfloat16 for a mixed-bfloat16 model (amp.init: once a process, later calls return at once); a float32
+    model in a process whose operators AMP has rewritten is refused, for it would compute in bfloat16."""
+    if precision == "mixed-bfloat16":
+        if device == "gpu":
+            raise RuntimeError("MXNet's AMP computes bfloat16 with oneDNN, on the CPU only")
+        amp.init(target_dtype="bfloat16", fp32_ops=[op for op in amp.lists.symbol_bf16.FP32_FUNCS
+                                                    if op not in CREATION_OPS])
+    elif amp.amp._amp_initialized:
+        raise RuntimeError("MXNet's AMP (amp.init) has rewritten this process's operators to compute in bfloat16 "
+                           "and cannot be undone: a %s model needs a process of its own" % precision)
 
 
 class Adapter(BaseAdapter):
     name = "mxnet"
     dtypes = tuple(DTYPES)
     executions = ("graph", "eager")
+    precisions = PRECISIONS
 
     def __init__(self, model, recipe, task, device, threads, seed):
         super().__init__(model, recipe, task, device, threads, seed)
@@ -94,7 +124,9 @@ class Adapter(BaseAdapter):
         else:
             self.ctx = mx.cpu()
         mx.random.seed(seed)  # dropout masks
+        amp_for(self.precision, device)
         self.net, self.by_name, self.norms = build_net(model)
+        self.net.float32_logits = self.precision != "float32"
         self.objective = Objective(self.net, recipe["loss"])
         self.objective.initialize(ctx=self.ctx)  # placeholders: set_weights brings the canonical ones
         # float64 only for certification, which measures float32 rounding against it

@@ -358,11 +358,14 @@ class Residual(gluon.HybridBlock):
 
 
 class Net(gluon.HybridBlock):
-    """The IR's layers in order; returns the logits and the batch statistics of every BatchNorm."""
+    """The IR's layers in order; returns the logits and the batch statistics of every BatchNorm. Under AMP (the
+    adapter's mixed-bfloat16) the last layer computes in bfloat16: `float32_logits` casts its logits back, as AMP's
+    own casts do, before the loss or the caller sees them."""
 
     def __init__(self, layers: list):
         super(Net, self).__init__()
         self.layers = layers
+        self.float32_logits = False
         for index, block in enumerate(layers):
             self.register_child(block, "layer%d" % index)
 
@@ -373,6 +376,8 @@ class Net(gluon.HybridBlock):
             if isinstance(block, (BatchNorm, Residual)):
                 x, more = x[0], list(x[1:])
                 stats += more
+        if self.float32_logits:
+            x = F.amp_cast(x, dtype="float32")
         return [x] + stats
 
 
