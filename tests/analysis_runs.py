@@ -47,3 +47,17 @@ def build_store(folder: Path, runs: list[dict]) -> Path:
             count = run.pop("_epochs", run["config"]["recipe"]["epochs"])
             store.save_run(run, epochs(count, run["steady_epoch_s"] or 1.0), [])
     return folder
+
+
+def history_runs(steady: dict[str, float], peak: dict[str, float] | None = None, reps: int = 5) -> list[dict]:
+    """cnn-mnist runs of pytorch, `reps` per version, steady epochs about the given medians (1 % noise)."""
+    runs = []
+    for i, (version, median) in enumerate(steady.items()):
+        for repetition, value in enumerate(noisy(median, reps, 0.01, seed=i), 1):
+            # the default version's runs are labelled by the name alone, as `dlbench run` labels them
+            name = "pytorch" if version.startswith("2.13.0") else f"pytorch@{version}"
+            run = run_dict(name, "cnn-mnist", value, repetition, version=version)
+            run["cell_hash"] += version
+            run["peak_rss_mb"] = (peak or {}).get(version, 500.0) * (1 + 0.001 * repetition)
+            runs.append(run)
+    return runs

@@ -62,6 +62,16 @@ def test_a_cell_with_runs_of_its_own(two_repetitions: Path, tmp_path: Path) -> N
     assert found.basis == "2 runs" and not found.extrapolated
 
 
+def test_a_version_not_run_yet_goes_by_its_other_versions_runs(two_repetitions: Path, tmp_path: Path) -> None:
+    """A sweep over releases: pytorch@2.8.0 has no run of its own, so its cell is forecast from the default
+    version's runs of the same cell (the store's "pytorch" runs are of 2.13.0), and the basis names them."""
+    [found] = forecast(two_repetitions, [cell("pytorch@2.8.0", epochs=10)], tmp_path)
+    assert found.seconds == pytest.approx((13.8 + 15.9) / 2) and found.kind == "versions" and found.extrapolated
+    assert found.basis == "2 runs of 2.13.0"
+    [other] = forecast(two_repetitions, [cell("jax@0.6.2", epochs=10)], tmp_path)
+    assert other.kind != "versions"  # another framework's runs are no version of it
+
+
 def test_repetitions_and_the_makespan_on_nodes(two_repetitions: Path, tmp_path: Path) -> None:
     cells = [cell(epochs=10), cell(epochs=4), cell(epochs=20)]
     seconds = [f.seconds for f in forecast(two_repetitions, cells, tmp_path)]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import guard
 import pytest
+from analysis_runs import build_store, history_runs
 from synthetic_store import store_of, study_store, sweep_run, synthetic_run, thread_sweep
 
 from dlbench.harness import cli
@@ -120,6 +121,17 @@ def test_a_sweeps_scaling_charts_render_in_a_real_browser(tmp_path: Path) -> Non
     expected = 3 * 4 + 17 + 2
     assert render_status(done.stdout) == {"expected": str(expected), "charts": str(expected),
                                           "charts-shown": str(expected), "errors": "0"}
+    assert console_messages(done.stderr) == []
+
+
+def test_a_history_over_releases_renders_in_a_real_browser(tmp_path: Path) -> None:
+    store = build_store(tmp_path / "releases", history_runs({"2.7.1": 2.0, "2.8.0": 2.0, "2.9.1": 2.5}))
+    page = report.write(store)
+    done = browse(tmp_path / "profile", page.as_uri() + "#releases", "--dump-dom")
+    assert done.returncode == 0, done.stderr[-2000:]
+    status = render_status(done.stdout)
+    assert status["expected"] == status["charts"] == status["charts-shown"] and status["errors"] == "0", status
+    assert 'aria-label="releases-0"' in done.stdout and "pytorch over 3 releases" in done.stdout
     assert console_messages(done.stderr) == []
 
 

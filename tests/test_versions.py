@@ -26,8 +26,9 @@ def dlbench(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("spec, message", [
     ("jax@", "'jax@': no version after '@'; for instance jax@0.10.2"),
-    ("jax@0.1.0", "jax@0.1.0: jax 0.1.0 is outside the versions dlbench supports: 0.10.2, or ==0.6.2"),
-    ("jax@latest", "jax@latest: 'latest' is not a version number; jax versions dlbench supports: 0.10.2, or ==0.6.2"),
+    ("jax@0.1.0", "jax@0.1.0: jax 0.1.0 is outside the versions dlbench supports: 0.10.2, or >=0.6.2,<0.10.2"),
+    ("jax@latest", "jax@latest: 'latest' is not a version number (nor a range, LOW..HIGH); jax versions dlbench "
+                   "supports: 0.10.2, or >=0.6.2,<0.10.2"),
     ("theano@1.0.4", "theano@1.0.4: theano 1.0.4 is outside the versions dlbench supports: 1.0.5 only"),
     ("jaxx@0.6.2", "unknown framework 'jaxx'; known: pytorch, jax,"),
 ])
@@ -67,17 +68,54 @@ def test_older_pins_apply_only_to_the_versions_they_name():
 
 
 @pytest.fixture(scope="module")
-def two_versions(tmp_path_factory) -> tuple[Path, Path]:
-    """JAX's default and one older version, both on lstm-ptb's stand-in for 2 epochs, in one suite."""
+def certificates(tmp_path_factory) -> dict:
+    """The variables that give the module's runs a certificate store of their own, empty at first."""
+    return dict(os.environ, DLBENCH_CERTIFICATES=str(tmp_path_factory.mktemp("certificates") / "store.sqlite"))
+
+
+@pytest.fixture(scope="module")
+def two_versions(tmp_path_factory, certificates) -> tuple[Path, Path, str]:
+    """JAX's default and one older version, both on lstm-ptb's stand-in for 2 epochs, in one suite; and what the
+    run printed."""
     envs.require("jax")  # make test builds it
     envs.ensure(OLDER_JAX)  # built here (and kept, as any environment): uv's cache makes a rebuild cheap
     results = tmp_path_factory.mktemp("versions") / "results"
     data = tmp_path_factory.mktemp("versions-data")
     # one thread a cell, as in test_e2e: beside the other pytest worker, more threads fight for its core
     done = dlbench("run", "quick-large", "-f", "jax", "-f", OLDER_JAX, "-w", "lstm-ptb", "--epochs", "2",
-                   "--threads", "1", "--results", str(results), "--data-dir", str(data))
+                   "--threads", "1", "--results", str(results), "--data-dir", str(data), env=certificates)
     assert done.returncode == 0, done.stdout + done.stderr
-    return results, data
+    return results, data, done.stdout
+
+
+@pytest.mark.framework
+def test_a_version_is_certified_on_first_use_and_its_runs_say_so(two_versions, certificates):
+    out = two_versions[2]
+    assert "certifying 1 framework version x workload pair before their first run (certified on first use)" in out
+    assert "certified on first use: jax 0.6.2 lstm-ptb: pass" in out
+    assert out.index("certified on first use") < out.index("suite quick-large: 2 cells")  # before its first cell
+    runs = json.loads(dlbench("results", "--results", str(two_versions[0]), "--format", "json",
+                              env=certificates).stdout)
+    assert {r["framework"]: r["certificate"] for r in runs}[OLDER_JAX] == "passed"
+    # the default version is certified by `dlbench certify`, as before: the run only names the command
+    assert "certificates: 1 framework x workload pair of this plan has no equivalence certificate" in out
+
+
+@pytest.mark.framework
+def test_a_version_whose_certificate_failed_runs_none_of_its_cells(two_versions, certificates, tmp_path):
+    # a copy of the module's store, its newest certificate of the pair a failed one
+    shutil.copy(certificates["DLBENCH_CERTIFICATES"], tmp_path / "certificates.sqlite")
+    certificates = dict(certificates, DLBENCH_CERTIFICATES=str(tmp_path / "certificates.sqlite"))
+    with Store(tmp_path / "certificates.sqlite") as store:
+        [passed] = [cert for cert in store.certificates() if cert["framework_version"] == "0.6.2"]
+        failed = {k: v for k, v in passed.items() if k != "id"}
+        store.save_certificate(dict(failed, passed=False, worst_tensor="after/dense/kernel",
+                                    worst_scaled_deviation=0.5))
+    done = dlbench("run", "quick-large", "-f", OLDER_JAX, "-w", "lstm-ptb", "--epochs", "1", "--results",
+                   str(tmp_path / "r"), "--data-dir", str(two_versions[1]), env=certificates)
+    assert ("left out: jax 0.6.2 lstm-ptb (jax@0.6.2): its certificate against the reference failed (worst "
+            "after/dense/kernel, 0.5 relative)") in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 1 and "dlbench: every cell of the plan was left out; nothing ran" in done.stderr
 
 
 @pytest.mark.framework
@@ -110,11 +148,14 @@ def test_env_list_shows_both_versions_with_their_sizes(two_versions):
 
 
 @pytest.mark.framework
-def test_an_environment_rebuilt_from_a_run_has_its_packages_and_its_runs_say_so(two_versions, tmp_path):
-    results, data = two_versions
+def test_an_environment_rebuilt_from_a_run_has_its_packages_and_its_runs_say_so(two_versions, certificates,
+                                                                                   tmp_path):
+    results, data, _ = two_versions
     runs = json.loads(dlbench("results", "--results", str(results), "--format", "json").stdout)
     older = next(r for r in runs if r["framework"] == OLDER_JAX)
-    variables = dict(os.environ, DLBENCH_HOME=str(tmp_path))  # beside the shared environments, not over them
+    # beside the shared environments, not over them; the module's certificates: the run's packages rebuilt are
+    # the environment certified on first use, so the run below needs no certificate made anew (nor the reference)
+    variables = dict(certificates, DLBENCH_HOME=str(tmp_path))
     done = dlbench("env", "create", "--from-run", str(older["id"]), "--results", str(results), env=variables)
     assert done.returncode == 0, done.stderr
     info = json.loads((tmp_path / "envs" / OLDER_JAX / "dlbench-env.json").read_text())

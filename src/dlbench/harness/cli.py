@@ -12,9 +12,9 @@ from dlbench.harness import data, file_names, folders
 from dlbench.harness.analysis import compare
 from dlbench.harness.analysis.estimate import EstimateError
 from dlbench.harness.analysis.load import AnalysisError
-from dlbench.harness.certification import machine_store, probes
+from dlbench.harness.certification import first_use, machine_store, probes
 from dlbench.harness.data import DatasetError
-from dlbench.harness.environments import disk, envs, rebuild
+from dlbench.harness.environments import disk, envs, rebuild, releases
 from dlbench.harness.environments.envs import EnvError
 from dlbench.harness.plan import executions, modes, precisions, suite
 from dlbench.harness.plan.initial_weights import WeightsError
@@ -71,6 +71,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             for line in suite.refusals(chosen, args.framework, args.workload, args.execution, args.precision,
                                        args.device):
                 print(f"left out: {line}")
+            cells = first_use.certified_versions(cells, options.results)
+            if not cells:
+                print("dlbench: every cell of the plan was left out; nothing ran", file=sys.stderr)
+                return 1
             return run_and_show(chosen, cells, options, args)
         except interrupt.Interrupted as stop:
             print(f"dlbench: {stop}", file=sys.stderr)
@@ -328,6 +332,14 @@ class NoPositionalStores(argparse.Action):
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Prints the comparison; 1 when a cell breaks --fail-above, else 0."""
+    if args.versions and (len(args.versions) > 2 or (len(args.versions) == 1) != releases.is_range(args.versions[0])):
+        raise AnalysisError(f"--versions {' '.join(args.versions)}: give two versions (FRAMEWORK@A FRAMEWORK@B) or "
+                            "one range (FRAMEWORK@LOW..HIGH, e.g. pytorch@2.7..2.13)")
+    if args.versions and len(args.versions) == 1:
+        from dlbench.harness.present import history
+
+        print(history.render(compare.version_history(args.results, args.versions[0])))
+        return 0
     limit = None if args.fail_above is None else compare.parse_fail_above(args.fail_above)
     result = compare.compare(args.results, args.baseline, args.versions, args.metric, limit, args.across or ())
     print(comparison.render(result, limit))
@@ -397,16 +409,9 @@ def cmd_certify(args: argparse.Namespace) -> int:
             print(f"{modes.label(cert['framework'], cert.get('execution'), cert.get('precision'))} {cert['workload']}: "
                   "certified "
                   f"already ({verdict}, {cert['created_at']}); --again certifies it anew", flush=True)
-        by_framework: dict[str, list] = {}
-        for framework, workload in todo:
-            by_framework.setdefault(framework, []).append(workload)
-        if todo:  # the reference's probes once, for every workload a framework is certified on
+        if todo:
             check_results_folder(args.results, "certify keeps its probes' files there")
-            # a folder of its own: a certify started in the same second writes its probes elsewhere
-            workdir = results_folder.new_folder(results_dir / "certify", time.strftime("%Y%m%d-%H%M%S"))
-            reference = probes.reference_probes([w for _, w in todo], workdir)
-            for framework, workloads in by_framework.items():
-                certificates += probes.certify([framework], workloads, store, workdir, progress, reference)
+        certificates += first_use.certify_now(todo, results_dir, store, progress)
     print()
     print(listing.certificates_table(certificates))
     print(f"store: {machine_store.store_path()}")
@@ -695,9 +700,10 @@ def compare_parser(commands: argparse._SubParsersAction) -> None:
     against = cmp.add_mutually_exclusive_group(required=True)
     against.add_argument("--baseline", metavar="OLD",
                          help="results folder or dlbench.sqlite file of the runs compared against (A)")
-    against.add_argument("--versions", nargs=2, metavar=("FRAMEWORK@VERSION_A", "FRAMEWORK@VERSION_B"),
+    against.add_argument("--versions", nargs="+", metavar="FRAMEWORK@VERSION",
                          help="compare two framework versions inside the --results store, e.g. pytorch@2.8.0 "
-                              "pytorch@2.13.0")
+                              "pytorch@2.13.0; or, given one range (pytorch@2.7..2.13), print the history of "
+                              "every release of it the store holds, with the steps between releases")
     # results folders given as arguments were compare's old form: refused with the new one
     cmp.add_argument("positional", nargs="*", help=argparse.SUPPRESS, action=NoPositionalStores)
     cmp.add_argument("--metric", default="steady_epoch_s",
@@ -755,10 +761,19 @@ def refuse_unnameable_paths(args: argparse.Namespace) -> None:
             file_names.check(Path(os.environ[variable]), variable)
 
 
+def expand_version_ranges(args: argparse.Namespace) -> None:
+    """Each name@LOW..HIGH among -f's frameworks (and env's names) as the releases it names
+    (environments/releases.py), before any command reads them."""
+    for attribute in ("framework", "names"):
+        if getattr(args, attribute, None):
+            setattr(args, attribute, releases.expanded(getattr(args, attribute)))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         refuse_unnameable_paths(args)
+        expand_version_ranges(args)
         status = args.func(args)
         sys.stdout.flush()  # a closed pipe raises here, in the handler below, not at exit
         return status

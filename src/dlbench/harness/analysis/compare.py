@@ -22,11 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from packaging.version import InvalidVersion, Version
 
 from dlbench.harness.analysis import stats
+from dlbench.harness.analysis.history import MIN_RELEASES, History, histories
 from dlbench.harness.analysis.load import AnalysisError, device_with_hardware, read_runs, store_path
 from dlbench.harness.analysis.serving import training_runs
 from dlbench.harness.analysis.stats import Estimate, PairTest
+from dlbench.harness.analysis.summary import summarise
+from dlbench.harness.environments import releases
 
 MATCH_IGNORED = ("seed", "repetition", "env_packages", "python", "compile_cache", "target")
 METRICS = ("steady_epoch_s", "train_time_s", "first_epoch_s", "eval_time_s", "wall_time_s")  # times: lower wins
@@ -205,14 +209,34 @@ def compare_versions(path: Path | str, version_a: str, version_b: str, metric: s
     for text in (version_a, version_b):
         framework, version = parse_version(text)
         # a run of another version than the recipe's default is labelled name@version (dlbench run -f jax@0.6.2)
+        # a build's local label counts as its version: torch 2.8.0+cu128 is pytorch@2.8.0
         side = [r for r in runs if r["framework"].partition("@")[0] == framework
-                and r.get("framework_version") == version]
+                and version in (r.get("framework_version"), (r.get("framework_version") or "").partition("+")[0])]
         if not side:
             present = sorted({f"{r['framework']}@{r.get('framework_version')}" for r in runs})
             raise AnalysisError(f"no runs of {text} in {store_path(path)}; there: {', '.join(present) or 'no runs'}")
         sides.append(side)
     return compare_runs(sides[0], sides[1], version_a, version_b, metric, ignore_framework=True, seed=seed,
                         across=across)
+
+
+def version_history(path: Path | str, spec: str) -> list[History]:
+    """The histories (analysis/history.py) of one framework's releases from LOW to HIGH (name@LOW..HIGH) that the
+    store holds runs of."""
+    framework, low, high = releases.bounds(spec)
+    runs = []
+    for run in training_runs(read_runs(path)):
+        try:
+            version = Version(run.get("framework_version") or "")
+        except InvalidVersion:
+            continue
+        if run["framework"].partition("@")[0] == framework and releases.within(version, low, high):
+            runs.append(run)
+    present = sorted({run["framework_version"] for run in runs}, key=Version)
+    if len(present) < MIN_RELEASES:
+        raise AnalysisError(f"{store_path(path)} holds runs of {len(present)} release(s) of {framework} from {low} to "
+                            f"{high} ({', '.join(present) or 'none'}); a history needs {MIN_RELEASES}")
+    return histories(summarise(device_with_hardware(runs)))
 
 
 def compare(results: str, baseline: str | None, versions: Sequence[str] | None, metric: str,

@@ -9,6 +9,8 @@ takes fixed + E x epoch. Where the store holds no run of the cell itself, its ep
 1. `N runs`: ok runs of the same framework (and version), workload, dataset, device, threads and batch size;
    the point is their median forecast, the interval runs from the fastest epoch of the fastest run to the
    slowest epoch of the slowest.
+   A version of the framework without runs of its own (a sweep over releases) takes the runs of its other
+   versions in the same cell instead: `N runs of VERSIONS`.
 2. `scaled from DATASET`: runs of the same framework and workload on another dataset (or training subset,
    batch size, or threads): their epoch scaled by the ratio of work, their fixed cost kept.
 3. `FW GFLOP/s`: the framework's achieved GFLOP/s in its other workloads (median; the interval from the
@@ -53,6 +55,7 @@ STUDY_SIZES: dict[str, tuple[int, int]] = {
 
 # what each basis of a forecast is, in words (see the module's docstring)
 KINDS = {"runs": "the cell's own runs",
+         "versions": "the same cell's runs in other versions of the framework",
          "scaled": "the framework's runs of the workload on another dataset, training subset, batch size or "
                    "threads, scaled by work",
          "rate": "the framework's achieved GFLOP/s in other workloads",
@@ -124,9 +127,13 @@ def threads_asked(run: Mapping) -> int | None:
     return (run.get("config") or {}).get("threads", run.get("threads"))
 
 
-def same_cell(run: Mapping, cell: Cell, threads: int) -> bool:
-    """Whether the run is of this cell but for its epochs, repetition and seed: what sets an epoch's time."""
-    return (run.get("framework"), run.get("workload"), run.get("dataset"), run.get("device"), threads_asked(run),
+def same_cell(run: Mapping, cell: Cell, threads: int, any_version: bool = False) -> bool:
+    """Whether the run is of this cell but for its epochs, repetition and seed: what sets an epoch's time; with
+    any_version, of any version of the cell's framework (name@version names one)."""
+    framework = run.get("framework") or ""
+    if any_version and framework.partition("@")[0] == cell.framework.partition("@")[0]:
+        framework = cell.framework
+    return (framework, run.get("workload"), run.get("dataset"), run.get("device"), threads_asked(run),
             batch_size(run), train_samples(run)) == (cell.framework, cell.workload, cell.dataset, cell.device, threads,
                                                      cell.batch_size, cell.train_samples) and same_mode(run, cell)
 
@@ -234,6 +241,11 @@ class Estimator:
         own = [r for r in runs if same_cell(r, cell, threads)]
         if own:
             return self.matched(cell, own, prefix)
+        versions = [r for r in runs if same_cell(r, cell, threads, any_version=True)]
+        if versions:  # a version not run yet (a sweep over releases): the cell as its other versions ran it
+            found = self.matched(cell, versions, prefix)
+            named = ", ".join(sorted({str(r.get("framework_version")) for r in versions}))
+            return replace(found, basis=f"{prefix}{len(versions)} runs of {named}", kind="versions")
         want = work_of(cell.workload, cell.dataset, self.data_dir, cell.train_samples)
         if want is None:
             return Forecast(cell, None, None, None, f"{cell.dataset} not prepared: FLOPs unknown", "none")

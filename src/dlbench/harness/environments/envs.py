@@ -99,8 +99,8 @@ class Recipe:
         try:
             parsed = Version(version)
         except InvalidVersion:
-            raise EnvError(f"{self.framework}@{version}: {version!r} is not a version number; "
-                           f"{self.version_package} versions dlbench supports: {accepted}") from None
+            raise EnvError(f"{self.framework}@{version}: {version!r} is not a version number (nor a range, "
+                           f"LOW..HIGH); {self.version_package} versions dlbench supports: {accepted}") from None
         if not self.supported or parsed not in SpecifierSet(self.supported):
             raise EnvError(f"{self.framework}@{version}: {self.version_package} {version} is outside the versions "
                            f"dlbench supports: {accepted}")
@@ -151,11 +151,12 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
     # cuda12 extra and TensorFlow's and-cuda extra install NVIDIA's CUDA wheels beside them), so no
     # CUDA toolkit is needed on the machine, only NVIDIA's driver.
     Recipe("pytorch", "3.11", ("torch==2.13.0", "numpy"), "dlbench.worker.frameworks.pytorch.adapter:Adapter",
-           "torch, numpy", "torch", find_links_from_pip=True, cuda_packages=("torch==2.13.0", "numpy"),
+           "torch, numpy", "torch", find_links_from_pip=True, supported=">=2.7,<2.13",
+           cuda_packages=("torch==2.13.0", "numpy"),
            executions=("eager", "compiled"), precisions=PRECISIONS),
     Recipe("jax", "3.11", ("jax==0.10.2", "flax==0.12.8", "optax==0.2.8", "numpy"),
            "dlbench.worker.frameworks.jax.adapter:Adapter", "jax, flax, optax", "jax",
-           supported="==0.6.2", released=("flax", "optax"),
+           supported=">=0.6.2,<0.10.2", released=("flax", "optax"),
            cuda_packages=("jax[cuda12]==0.10.2", "flax==0.12.8", "optax==0.2.8", "numpy"), executions=("compiled",),
            precisions=PRECISIONS),
     # tensorflow-cpu on the CPU, "tensorflow" with CUDA on a GPU. version_package names the installed

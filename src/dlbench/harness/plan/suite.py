@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from dlbench.harness import data, file_names
+from dlbench.harness.environments import releases
 from dlbench.harness.environments.envs import RECIPES, EnvError, get_recipe
 from dlbench.harness.plan import executions, precisions, user_workload
 from dlbench.harness.plan.workloads import MAX_BATCH_SIZE, MAX_EPOCHS, WORKLOADS, get_workload, known_workloads
@@ -355,11 +356,12 @@ def parse(path: Path, user_code: bool = True) -> Suite:
     if not isinstance(frameworks, list) or not frameworks:
         raise check.fail(document, "frameworks", f"expected 'all' or a list of frameworks from: {', '.join(RECIPES)} "
                          "(optionally name@version)")
-    for framework in frameworks:
-        try:
-            get_recipe(str(framework), device)
-        except EnvError as error:
-            raise check.fail(document, "frameworks", str(error)) from None
+    try:
+        frameworks = releases.expanded(str(framework) for framework in frameworks)
+        for framework in frameworks:
+            get_recipe(framework, device)
+    except EnvError as error:
+        raise check.fail(document, "frameworks", str(error)) from None
     entries = document.get("workloads")
     if not isinstance(entries, list) or not entries:
         raise check.fail(document, "workloads", f"expected a non-empty list of mappings with {', '.join(ENTRY_FIELDS)}")

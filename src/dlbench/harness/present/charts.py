@@ -411,3 +411,27 @@ def ratio_intervals(rows: Sequence[IntervalRow], palette: Mapping[str, tuple], t
         ax.set_title(title, loc="left", fontsize=9)
         ax.set_xlabel("steady epoch time ÷ the fastest's (runs in brackets)")
         return to_svg(fig, chart_id)
+
+
+def release_history(releases: Sequence[str], panels: Sequence[tuple[str, Sequence[tuple]]],
+                    steps: Sequence[tuple[int, int, str]], colour: tuple, chart_id: str) -> str:
+    """A framework's history on one workload: one panel per figure (its y label, and per release its median with
+    its interval: (median, low, high), None where it has none) over the releases in order; each shown step
+    (panel, release i, label) a dotted line between releases i - 1 and i with its label (the ratio) above it."""
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 2.8), layout="constrained", squeeze=False)
+        xs = list(range(len(releases)))
+        for panel, (ax, (ylabel, values)) in enumerate(zip(axes[0], panels, strict=True)):
+            shown = [(x, v) for x, v in zip(xs, values, strict=True) if v is not None and v[0] is not None]
+            ax.plot([x for x, _ in shown], [v[0] for _, v in shown], marker="o", ms=4, lw=1.5, color=colour)
+            for x, (mid, low, high) in shown:
+                if low is not None and high is not None:
+                    ax.errorbar(x, mid, yerr=[[mid - low], [high - mid]], color=colour, capsize=3, lw=1)
+            for index, text in [(index, text) for on, index, text in steps if on == panel]:
+                ax.axvline(index - 0.5, color="0.35", lw=1, ls=":")
+                ax.annotate(text, (index - 0.5, 1), xycoords=("data", "axes fraction"), ha="center", va="bottom",
+                            fontsize=7)
+            ax.set_xticks(xs, list(releases), rotation=30, fontsize=8)
+            ax.set_xlabel("release")
+            ax.set_ylabel(ylabel)
+        return to_svg(fig, chart_id)

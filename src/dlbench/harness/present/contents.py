@@ -7,6 +7,7 @@ from pathlib import Path
 
 from dlbench.harness.analysis import measures
 from dlbench.harness.analysis.findings import Finding, findings, shared_caveats
+from dlbench.harness.analysis.history import History, histories
 from dlbench.harness.analysis.load import device_with_hardware, held_out_sets
 from dlbench.harness.analysis.modes import ModeRow
 from dlbench.harness.analysis.modes import rows as mode_rows
@@ -48,6 +49,8 @@ class Report:
     # every framework's modes (executions, precisions) beside its default (analysis/modes.py); none where no run left
     # the default
     modes: list[ModeRow] = field(default_factory=list)
+    # each framework's releases on one workload, where it ran in history.MIN_RELEASES of them or more
+    histories: list[History] = field(default_factory=list)
 
     @property
     def all_runs(self) -> list[dict]:
@@ -79,4 +82,4 @@ def load(store_path: Path) -> Report:
                   tables.study_tables(summaries, peaks) + tables.detector_time_split(runs),
                   tables.certificate_grid(certificates, every), manifest.manifest(every), manifest.dlbench_version(),
                   section(runs), scaling(runs), served, serving, tables.serving_tables(serving), latencies,
-                  tables.first_epoch_table(found), mode_rows(summaries, runs))
+                  tables.first_epoch_table(found), mode_rows(summaries, runs), histories(summaries))

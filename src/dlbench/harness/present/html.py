@@ -17,7 +17,7 @@ from dlbench.harness.analysis.summary import WARM, CellSummary, group_of
 from dlbench.harness.plan import executions, precisions
 from dlbench.harness.plan import modes as mode_labels
 from dlbench.harness.plan.workloads import metric_label
-from dlbench.harness.present import charts, modes, overview, overview_html, scaling, tables
+from dlbench.harness.present import charts, history, modes, overview, overview_html, scaling, tables
 from dlbench.harness.present.contents import Report
 from dlbench.harness.present.study_section import StudySection
 from dlbench.harness.present.tables import Table
@@ -313,12 +313,12 @@ def _has_gpu(runs: Sequence[Mapping], samples: Mapping[int, list]) -> bool:
 def expected_charts(report: Report) -> int:
     """How many charts render() draws: one per overview column with a speed ratio (its intervals), two per
     workload group (one when no run has epochs), one per sampled run, one per scaling figure, one per
-    inference group with latencies."""
+    inference group with latencies, one per history over releases."""
     groups = run_groups(report.runs).values()
     intervals = sum(len(overview_html.plotted(m)) for m in overview.matrices(report.findings))
     return (intervals + len(groups) + sum(1 for g in groups if any(r.get("epochs") for r in g))
             + sum(1 for r in report.runs if report.samples.get(r["id"])) + len(report.scaling)
-            + sum(1 for series in latency_groups(report).values() if series))
+            + sum(1 for series in latency_groups(report).values() if series) + len(report.histories))
 
 
 def latency_groups(report: Report) -> dict[tuple, dict[str, list[float]]]:
@@ -392,8 +392,8 @@ def render(report: Report, live: str | None = None) -> str:
                else '<p class="note">The charts are drawn when the run ends.</p>')
     served = bool(report.serving_runs)  # a Serving section only where the store holds inference runs
     sections = ("overview", "findings", "tables", *(("serving",) if served else ()), "study", "figures",
-                *(("scaling",) if report.scaling else ()), *(("executions",) if report.modes else ()), "certificates",
-                "manifest")
+                *(("scaling",) if report.scaling else ()), *(("executions",) if report.modes else ()),
+                *(("releases",) if report.histories else ()), "certificates", "manifest")
     every = report.all_runs
     nav = ("".join(f'<a href="#{s}">{s.capitalize()}</a>' for s in sections)
            + _select("device", (r.get("device") or "?" for r in every))
@@ -416,7 +416,7 @@ def render(report: Report, live: str | None = None) -> str:
         f"{serving}"
         f'<h2 id="study">The study side by side</h2>{study_html(report.study)}'
         f'<h2 id="figures">Figures</h2>{figures}'
-        + scaling_html(report.scaling, live is None) + executions_html(report) +
+        + scaling_html(report.scaling, live is None) + executions_html(report) + releases_html(report, live is None) +
         f'<h2 id="certificates">Certificates</h2>{table_html(report.certificate_grid)}'
         f'<h2 id="manifest">Manifest</h2>{"".join(table_html(t, sortable=True) for t in report.manifest)}'
         f'<p class="note">Report built by dlbench {escape(report.dlbench_version)}.</p>'
@@ -438,6 +438,23 @@ def executions_html(report: Report) -> str:
         return ""
     return (f'<h2 id="executions">Executions and precisions</h2><p class="note">{escape(modes.INTRO)}</p>'
             f"{table_html(modes.table(report.modes))}")
+
+
+def releases_html(report: Report, draw: bool = True) -> str:
+    """The releases section (present/history.py), only where a framework ran a workload in several releases: per
+    history its chart (unless `draw` is off, as on a live page) and its table."""
+    if not report.histories:
+        return ""
+    parts = [f'<h2 id="releases">Releases</h2><p class="note">{escape(history.INTRO)}</p>']
+    palette = charts.colours(sorted({found.framework for found in report.histories}))
+    for i, found in enumerate(report.histories):
+        keys = _keys(found.first.workload, found.first.device, {found.framework})
+        chart = figure(charts.release_history([cell.framework_version or "?" for cell in found.cells],
+                                              history.chart_panels(found), history.chart_steps(found),
+                                              palette[found.framework], f"releases-{i}"),
+                       history.heading(found), keys) if draw else ""
+        parts.append(f"<section{keys}>{chart}{table_html(history.table(found))}</section>")
+    return "".join(parts)
 
 
 def scaling_html(figures: Sequence[ScalingFigure], draw: bool = True) -> str:

@@ -6,7 +6,7 @@ colours, so a text mark says whether the findings' test shows a gap where the HT
 grey."""
 from html import escape
 
-from dlbench.harness.present import modes, overview, overview_html, scaling
+from dlbench.harness.present import history, modes, overview, overview_html, scaling
 from dlbench.harness.present.contents import Report
 from dlbench.harness.present.study_section import StudySection
 from dlbench.harness.present.tables import Table
@@ -55,6 +55,8 @@ def render(report: Report) -> str:
         parts += ["## Scaling", "", _text(scaling.INTRO), ""] + [table_md(t) for t in scaling.tables(report.scaling)]
     if report.modes:  # only where the store holds an execution beside a framework's default
         parts += ["## Executions and precisions", "", _text(modes.INTRO), "", table_md(modes.table(report.modes))]
+    if report.histories:  # only where a framework ran a workload in several releases
+        parts += ["## Releases", "", _text(history.INTRO), ""] + [table_md(t) for t in history.tables(report.histories)]
     parts += ["## Certificates", "", table_md(report.certificate_grid)]
     parts += ["## Manifest", ""] + [table_md(t) for t in report.manifest]
     return "\n".join(parts)
