@@ -21,6 +21,7 @@ from dlbench.harness.present import report
 WHEEL = "cp311-cp311-manylinux_2_28_x86_64.whl"
 # (file name, attributes of its link): what the registry's page of torch lists, with what a range must skip
 TORCH_FILES = [
+    (f"torch-2.0.1-{WHEEL}", ""),  # older than the recipe supports
     (f"torch-2.6.0-{WHEEL}", ""),
     (f"torch-2.7.0-{WHEEL}", ""),
     (f"torch-2.7.1-{WHEEL}", ""),
@@ -67,7 +68,7 @@ def test_a_range_names_the_newest_release_of_each_minor_version_the_registry_hol
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("pytorch@2.6..2.8", "pytorch@2.6.0: torch 2.6.0 is outside the versions dlbench supports: 2.13.0, or >=2.7"),
+    ("pytorch@2.0..2.8", "pytorch@2.0.1: torch 2.0.1 is outside the versions dlbench supports: 2.13.0, or >=2.1,<2.13"),
     ("pytorch@2.9..2.9.9", "'pytorch@2.9..2.9.9': the registry http://127.0.0.1:"),
     ("pytorch@2.8..2.7", "'pytorch@2.8..2.7': the range's low end 2.8 is above its high end 2.7"),
     ("pytorch@2.7..new", "'pytorch@2.7..new': 'new' is not a version number; a range is name@LOW..HIGH"),
@@ -91,13 +92,13 @@ def test_a_suite_and_minus_f_expand_a_range_into_one_environment_each(registry, 
     loaded = suite.load(str(path))
     assert loaded.frameworks == ("jax", "pytorch@2.7.1", "pytorch@2.8.0")
     assert sorted({cell.framework for cell in suite.plan(loaded)}) == ["jax", "pytorch@2.7.1", "pytorch@2.8.0"]
-    path.write_text("name: history\nframeworks: [jax,\n  pytorch@2.6..2.8]\nworkloads:\n"
+    path.write_text("name: history\nframeworks: [jax,\n  pytorch@2.0..2.8]\nworkloads:\n"
                     "  - {workload: cnn-mnist, dataset: digits-28}\n")
-    with pytest.raises(suite.SuiteError, match=rf"{path}:2: field 'frameworks': pytorch@2.6.0: torch 2.6.0 is outside"):
+    with pytest.raises(suite.SuiteError, match=rf"{path}:2: field 'frameworks': pytorch@2.0.1: torch 2.0.1 is outside"):
         suite.load(str(path))
     # -f: refused before any environment is built
-    assert main(["env", "create", "pytorch@2.6..2.8"]) == 2
-    assert "torch 2.6.0 is outside the versions dlbench supports" in capsys.readouterr().err
+    assert main(["env", "create", "pytorch@2.0..2.8"]) == 2
+    assert "torch 2.0.1 is outside the versions dlbench supports" in capsys.readouterr().err
 
 
 STEADY = {"2.7.1": 2.0, "2.8.0": 2.0, "2.9.1": 2.5, "2.10.0": 2.5}  # a 25 % slowdown in 2.9.1

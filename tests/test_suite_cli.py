@@ -269,8 +269,8 @@ def test_list_frameworks_without_environments(capsys, empty_home):
     out = capsys.readouterr().out
     assert out.rstrip().endswith(f"create the missing ones with:\n  dlbench env create {' '.join(envs.RECIPES)}")
     rows = table_rows(out)
-    assert rows["pytorch"] == ["pytorch", "torch", "2.13.0", ">=2.7,<2.13", "torch==2.13.0", "numpy", "missing"]
-    assert rows["jax"][:5] == ["jax", "jax", "0.10.2", ">=0.6.2,<0.10.2", "jax[cuda12]==0.10.2"]
+    assert rows["pytorch"] == ["pytorch", "torch", "2.13.0", ">=2.1,<2.13", "torch==2.13.0", "numpy", "missing"]
+    assert rows["jax"][:5] == ["jax", "jax", "0.10.2", ">=0.4.38,<0.10.2", "jax[cuda12]==0.10.2"]
     assert " ".join(rows["theano"][4:]).startswith("none (dlbench env create theano --")
     assert rows["theano"][-2:] == ["--…", "missing"]  # clipped to fit 120 columns
     assert widest_line(out) <= 120

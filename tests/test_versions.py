@@ -26,9 +26,9 @@ def dlbench(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("spec, message", [
     ("jax@", "'jax@': no version after '@'; for instance jax@0.10.2"),
-    ("jax@0.1.0", "jax@0.1.0: jax 0.1.0 is outside the versions dlbench supports: 0.10.2, or >=0.6.2,<0.10.2"),
+    ("jax@0.1.0", "jax@0.1.0: jax 0.1.0 is outside the versions dlbench supports: 0.10.2, or >=0.4.38,<0.10.2"),
     ("jax@latest", "jax@latest: 'latest' is not a version number (nor a range, LOW..HIGH); jax versions dlbench "
-                   "supports: 0.10.2, or >=0.6.2,<0.10.2"),
+                   "supports: 0.10.2, or >=0.4.38,<0.10.2"),
     ("theano@1.0.4", "theano@1.0.4: theano 1.0.4 is outside the versions dlbench supports: 1.0.5 only"),
     ("jaxx@0.6.2", "unknown framework 'jaxx'; known: pytorch, jax,"),
 ])
@@ -56,6 +56,13 @@ def test_a_versions_recipe_pins_it_and_releases_the_companions():
     assert envs.get_recipe("jax@0.10.2") is envs.RECIPES["jax"]
     assert envs.folder_name("jax@0.10.2") == "jax" and envs.folder_name(OLDER_JAX) == OLDER_JAX
     assert envs.is_reference("pytorch") and envs.is_reference("pytorch@2.13.0") and not envs.is_reference("jax")
+
+
+def test_an_older_torch_gets_the_companions_it_needs():
+    # numpy 1 for the releases built against it, packaging for the one that compares versions with it undeclared
+    assert envs.get_recipe("pytorch@2.1.2").packages == ("torch==2.1.2", "numpy", "numpy<2", "packaging")
+    assert envs.get_recipe("pytorch@2.2.2").packages == ("torch==2.2.2", "numpy", "numpy<2")
+    assert envs.get_recipe("pytorch@2.4.1").packages == ("torch==2.4.1", "numpy")
 
 
 def test_older_pins_apply_only_to_the_versions_they_name():
@@ -94,6 +101,7 @@ def test_a_version_is_certified_on_first_use_and_its_runs_say_so(two_versions, c
     assert "certifying 1 framework version x workload pair before their first run (certified on first use)" in out
     assert "certified on first use: jax 0.6.2 lstm-ptb: pass" in out
     assert out.index("certified on first use") < out.index("suite quick-large: 2 cells")  # before its first cell
+    assert not (two_versions[0] / "certify").exists()  # a passed certificate's probes (hundreds of MB) removed
     runs = json.loads(dlbench("results", "--results", str(two_versions[0]), "--format", "json",
                               env=certificates).stdout)
     assert {r["framework"]: r["certificate"] for r in runs}[OLDER_JAX] == "passed"

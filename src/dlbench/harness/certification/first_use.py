@@ -1,6 +1,8 @@
 """Certificates made when they are first needed: `dlbench run` certifies each framework version other than the
 default (name@version) on each workload of its plan before the version's first cell runs, so every version a run
 compares trains the same model as the reference; a version whose certificate fails runs none of those cells."""
+import contextlib
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -15,9 +17,11 @@ from dlbench.harness.store import Store
 
 
 def certify_now(pairs: Sequence[tuple[str, Workload]], results: Path, store: Store,
-                progress: Callable[[dict], None]) -> list[dict]:
+                progress: Callable[[dict], None], keep_passed: bool = True) -> list[dict]:
     """Certificates of the pairs, into `store`: the reference probed once for all their workloads, then each
-    framework's probes, in a folder of its own under results/certify."""
+    framework's probes, in a folder of its own under results/certify. Without keep_passed, that folder is removed
+    when every certificate passed: the probes of ten workloads take over a GB (the reference's in float64 and
+    float32), and a passed certificate holds what they showed."""
     if not pairs:
         return []
     # a folder of its own: a certify started in the same second writes its probes elsewhere
@@ -29,6 +33,10 @@ def certify_now(pairs: Sequence[tuple[str, Workload]], results: Path, store: Sto
     certificates = []
     for framework, workloads in by_framework.items():
         certificates += probes.certify([framework], workloads, store, workdir, progress, reference)
+    if not keep_passed and all(cert["passed"] for cert in certificates):
+        shutil.rmtree(workdir)
+        with contextlib.suppress(OSError):  # results/certify itself, where nothing else is in it
+            workdir.parent.rmdir()
     return certificates
 
 
@@ -59,8 +67,9 @@ def certified_versions(cells: list[Cell], results: Path, log: Callable[[str], No
         if todo:
             log(f"certifying {len(todo)} framework version x workload pair{'s' if len(todo) > 1 else ''} before "
                 "their first run (certified on first use)")
+        # a run's folder keeps the probes of a failed certificate only, for its inspection
         certify_now(todo, results, store, lambda cert: log(
-            f"certified on first use: {label(cert)}: {'pass' if cert['passed'] else 'FAIL'}"))
+            f"certified on first use: {label(cert)}: {'pass' if cert['passed'] else 'FAIL'}"), keep_passed=False)
         failed = {}
         for framework, workload in pairs:
             cert = store.newest_certificate(*machine_store.key_now(framework, workload))

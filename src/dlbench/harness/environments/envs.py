@@ -151,12 +151,17 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
     # cuda12 extra and TensorFlow's and-cuda extra install NVIDIA's CUDA wheels beside them), so no
     # CUDA toolkit is needed on the machine, only NVIDIA's driver.
     Recipe("pytorch", "3.11", ("torch==2.13.0", "numpy"), "dlbench.worker.frameworks.pytorch.adapter:Adapter",
-           "torch, numpy", "torch", find_links_from_pip=True, supported=">=2.7,<2.13",
+           # torch before 2.3 was built against numpy 1 and fails on numpy 2's arrays; torch 2.1 compares versions
+           # with the packaging module, which it does not declare (without it, pkg_resources, gone from venvs)
+           "torch, numpy", "torch", find_links_from_pip=True, supported=">=2.1,<2.13",
+           older_pins=(("<2.3", "numpy<2"), ("<2.2", "packaging")),
            cuda_packages=("torch==2.13.0", "numpy"),
            executions=("eager", "compiled"), precisions=PRECISIONS),
+    # from 0.4.38: the attention layers call jax.nn.dot_product_attention, new in 0.4.31 (0.4.30's certificate fails
+    # on it), and 0.4.38 is the oldest release certified on every workload
     Recipe("jax", "3.11", ("jax==0.10.2", "flax==0.12.8", "optax==0.2.8", "numpy"),
            "dlbench.worker.frameworks.jax.adapter:Adapter", "jax, flax, optax", "jax",
-           supported=">=0.6.2,<0.10.2", released=("flax", "optax"),
+           supported=">=0.4.38,<0.10.2", released=("flax", "optax"),
            cuda_packages=("jax[cuda12]==0.10.2", "flax==0.12.8", "optax==0.2.8", "numpy"), executions=("compiled",),
            precisions=PRECISIONS),
     # tensorflow-cpu on the CPU, "tensorflow" with CUDA on a GPU. version_package names the installed
@@ -164,7 +169,7 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
     # tf.__version__ under "tensorflow", the module it imported.
     Recipe("tensorflow", "3.11", ("tensorflow-cpu==2.21.0", "numpy"),
            "dlbench.worker.frameworks.tensorflow.adapter:Adapter",
-           "tensorflow, numpy", "tensorflow-cpu", worker_env={"TF_CPP_MIN_LOG_LEVEL": "2"}, supported="==2.20.0",
+           "tensorflow, numpy", "tensorflow-cpu", worker_env={"TF_CPP_MIN_LOG_LEVEL": "2"}, supported=">=2.16,<2.21",
            cuda_packages=("tensorflow[and-cuda]==2.21.0", "numpy"), cuda_version_package="tensorflow",
            executions=("graph", "eager", "compiled"), precisions=PRECISIONS),
     # Keras 3, one adapter for its three backends; the backend is chosen by KERAS_BACKEND at import.
@@ -175,7 +180,7 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
            executions=("graph", "eager", "compiled"), precisions=PRECISIONS),
     Recipe("keras-jax", "3.11", ("keras==3.15.1", "jax==0.10.2", "numpy"),
            "dlbench.worker.frameworks.keras3.adapter:Adapter",
-           "keras, jax, numpy", "keras", worker_env={"KERAS_BACKEND": "jax"}, supported="==3.12.0",
+           "keras, jax, numpy", "keras", worker_env={"KERAS_BACKEND": "jax"}, supported=">=3.5,<3.15.1",
            cuda_packages=("keras==3.15.1", "jax[cuda12]==0.10.2", "numpy"), executions=("compiled", "eager"),
            precisions=PRECISIONS),
     Recipe("keras-torch", "3.11", ("keras==3.15.1", "torch==2.13.0", "numpy"),

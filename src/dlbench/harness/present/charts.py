@@ -419,7 +419,7 @@ def release_history(releases: Sequence[str], panels: Sequence[tuple[str, Sequenc
     its interval: (median, low, high), None where it has none) over the releases in order; each shown step
     (panel, release i, label) a dotted line between releases i - 1 and i with its label (the ratio) above it."""
     with plt.rc_context(STYLE):
-        fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 2.8), layout="constrained", squeeze=False)
+        fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels), 2.8), layout="constrained", squeeze=False)
         xs = list(range(len(releases)))
         for panel, (ax, (ylabel, values)) in enumerate(zip(axes[0], panels, strict=True)):
             shown = [(x, v) for x, v in zip(xs, values, strict=True) if v is not None and v[0] is not None]

@@ -14,7 +14,8 @@ INTRO = (f"A framework's releases side by side, where it ran one workload in at 
          "change from one release to the next that the test shows: the later release's runs over the earlier's "
          "(ratio of geometric means, Welch's t interval on the logs), Holm-corrected over every pair of consecutive "
          f"releases and both figures in the report, shown where the corrected p is below {ALPHA} and the interval "
-         "excludes 1. Above 1: the later release is slower or holds more memory.")
+         "excludes 1. Above 1: the later release is slower or holds more memory. The final metric is drawn beside "
+         "them, untested.")
 
 
 def heading(history: History) -> str:
@@ -63,9 +64,11 @@ def tables(found: Sequence[History]) -> list[Table]:
 
 
 def chart_panels(history: History) -> list[tuple[str, list[tuple]]]:
-    """(y label, per release (median, low, high)) for each figure drawn."""
+    """(y label, per release (median, low, high)) for each figure drawn: the two tested for steps, and the final
+    metric beside them."""
     return [("steady epoch (s)", [_triple(cell.steady_epoch_s) for cell in history.cells]),
-            ("peak memory (MB)", [_triple(cell.peak_rss_mb) for cell in history.cells])]
+            ("peak memory (MB)", [_triple(cell.peak_rss_mb) for cell in history.cells]),
+            (f"final {history.first.metric_name or 'metric'}", [_triple(cell.metric_value) for cell in history.cells])]
 
 
 def chart_steps(history: History) -> list[tuple[int, int, str]]:
