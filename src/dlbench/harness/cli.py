@@ -425,7 +425,7 @@ def cmd_certify_power(args: argparse.Namespace) -> int:
     # the workloads plain certify would certify (a suite's, -f, -w), each once: power runs the reference alone
     workloads = list({workload.name: workload for _, workload in certify_pairs(args)}.values())
     check_results_folder(args.results, "certify --power keeps its probes' files there")
-    workdir = results_folder.new_folder(Path(args.results).resolve() / "certify", time.strftime("power-%Y%m%d-%H%M%S"))
+    workdir = folders.new_folder(Path(args.results).resolve() / "certify", time.strftime("power-%Y%m%d-%H%M%S"))
     rows = [row for workload in workloads for row in power.power(workload, workdir)]
     print(listing.power_table(rows))
     unexplained = [row["value"] for row in rows if row["why"] == power.UNEXPLAINED]

@@ -164,3 +164,18 @@ def write_bytes_atomically(path: Path, content: bytes) -> None:
 def write_text_atomically(path: Path, text: str) -> None:
     """write_bytes_atomically of `text` in UTF-8."""
     write_bytes_atomically(path, text.encode("utf-8"))
+
+
+def new_folder(parent: Path, name: str) -> Path:
+    """parent/name, made now; parent/name-2, name-3, ... when that exists already. mkdir is atomic, so
+    two runs never share a folder, even two that start in the same second (a run folder's name holds
+    the time to the second)."""
+    parent.mkdir(parents=True, exist_ok=True)
+    folder, attempt = parent / name, 1
+    while True:
+        try:
+            folder.mkdir()
+            return folder
+        except FileExistsError:
+            attempt += 1
+            folder = parent / f"{name}-{attempt}"

@@ -7,12 +7,12 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from dlbench.harness import folders
 from dlbench.harness.certification import machine_store, probes
 from dlbench.harness.environments import envs
 from dlbench.harness.plan import executions, modes, precisions
 from dlbench.harness.plan.suite import Cell
 from dlbench.harness.plan.workloads import Workload
-from dlbench.harness.run import results_folder
 from dlbench.harness.store import Store
 
 
@@ -25,7 +25,7 @@ def certify_now(pairs: Sequence[tuple[str, Workload]], results: Path, store: Sto
     if not pairs:
         return []
     # a folder of its own: a certify started in the same second writes its probes elsewhere
-    workdir = results_folder.new_folder(results / "certify", time.strftime("%Y%m%d-%H%M%S"))
+    workdir = folders.new_folder(results / "certify", time.strftime("%Y%m%d-%H%M%S"))
     reference = probes.reference_probes([workload for _, workload in pairs], workdir)
     by_framework: dict[str, list[Workload]] = {}
     for framework, workload in pairs:

@@ -9,7 +9,6 @@ from dlbench.harness import folders
 from dlbench.harness.environments import envs
 from dlbench.harness.environments.process import worker_environment
 from dlbench.harness.measure import energy, serving
-from dlbench.harness.run import results_folder
 from dlbench.harness.run.cell_config import Options, Prepared, compile_cache_state, shared_compile_cache
 from dlbench.harness.run.launch import run_worker
 from dlbench.harness.run.record import Ran, epoch_rows, run_row
@@ -21,7 +20,7 @@ def run_cell(prepared: Prepared, options: Options, on_event: Callable[[dict], No
     cell, config = prepared.cell, prepared.config
     started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     # a folder of its own, even for a run of the same cell in the same second: no earlier run's files are overwritten
-    run_dir = results_folder.new_folder(options.results / "runs",
+    run_dir = folders.new_folder(options.results / "runs",
                                         f"{time.strftime('%Y%m%d-%H%M%S')}-{prepared.hash[:12]}")
     recipe = envs.get_recipe(cell.framework, cell.device)
     worker_cell = CellFile(adapter=recipe.adapter, model=config["model"], recipe=config["recipe"],

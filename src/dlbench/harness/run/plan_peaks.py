@@ -5,10 +5,11 @@ import shutil
 import time
 from collections.abc import Callable
 
+from dlbench.harness import folders
 from dlbench.harness.environments import envs
 from dlbench.harness.environments.process import worker_environment
 from dlbench.harness.measure import gemm_peak
-from dlbench.harness.run import interrupt, results_folder
+from dlbench.harness.run import interrupt
 from dlbench.harness.run.cell_config import Options, Prepared
 from dlbench.harness.store import Store
 from dlbench.shared.protocol import KIND, PEAK
@@ -26,7 +27,7 @@ def measure_peak(prepared: Prepared, options: Options, threads: int) -> dict:
                  "suite": cell.suite, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "matrix_size": size,
                  "repeats": gemm_peak.PEAK_REPEATS, "gflops": None, "reason": None, "method": None}
     recipe = envs.get_recipe(cell.framework, cell.device)
-    folder = results_folder.new_folder(options.results / "peaks",
+    folder = folders.new_folder(options.results / "peaks",
                                        f"{time.strftime('%Y%m%d-%H%M%S')}-{cell.framework}-{threads}-{cell.device}")
     command = [str(env.python), "-m", "dlbench.worker.gemm_peak", recipe.adapter, "--device", cell.device,
                "--threads", str(threads), "--size", str(size), "--repeats", str(gemm_peak.PEAK_REPEATS)]

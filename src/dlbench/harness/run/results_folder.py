@@ -95,18 +95,3 @@ def locked(results: Path) -> Iterator[None]:
             os.ftruncate(descriptor, 0)
     finally:
         os.close(descriptor)  # releases the lock
-
-
-def new_folder(parent: Path, name: str) -> Path:
-    """parent/name, made now; parent/name-2, name-3, ... when that exists already. mkdir is atomic, so
-    two runs never share a folder, even two that start in the same second (a run folder's name holds
-    the time to the second)."""
-    parent.mkdir(parents=True, exist_ok=True)
-    folder, attempt = parent / name, 1
-    while True:
-        try:
-            folder.mkdir()
-            return folder
-        except FileExistsError:
-            attempt += 1
-            folder = parent / f"{name}-{attempt}"
