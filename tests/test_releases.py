@@ -32,6 +32,7 @@ TORCH_FILES = [
     (f"torch-2.10.0-{WHEEL}", ' data-requires-python="&gt;=3.12"'),  # not for the recipe's Python 3.11
     (f"torch-2.12.0-{WHEEL}", ""),
     (f"torch-2.12.1-{WHEEL}", ""),
+    (f"torch-2.13.0-{WHEEL}", ""),  # the recipe's default
 ]
 
 
@@ -65,6 +66,8 @@ def test_a_range_names_the_newest_release_of_each_minor_version_the_registry_hol
     assert releases.expand("pytorch@2.7..2.12") == ["pytorch@2.7.1", "pytorch@2.8.0", "pytorch@2.12.1"]
     assert releases.expand("pytorch@2.7.1..2.8.0") == ["pytorch@2.7.1", "pytorch@2.8.0"]
     assert releases.expanded(["jax", "pytorch@2.8..2.8", "pytorch@2.8.0"]) == ["jax", "pytorch@2.8.0"]
+    # the default version by its name alone, as a suite names it, so its runs are the same cells
+    assert releases.expand("pytorch@2.12..2.13") == ["pytorch@2.12.1", "pytorch"]
 
 
 @pytest.mark.parametrize("spec, message", [

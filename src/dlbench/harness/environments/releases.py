@@ -82,8 +82,8 @@ def within(version: Version, low: Version, high: Version) -> bool:
 
 def expand(spec: str) -> list[str]:
     """name@LOW..HIGH as name@version specs, oldest first: the newest release of each minor version from LOW's to
-    HIGH's (HIGH as X.Y takes X.Y's newest patch) that the registry holds. Refused where one lies outside the versions
-    the recipe supports, or where the range holds no release."""
+    HIGH's (HIGH as X.Y takes X.Y's newest patch) that the registry holds, the recipe's default as the name alone.
+    Refused where one lies outside the versions the recipe supports, or where the range holds no release."""
     name, low, high = bounds(spec)
     recipe = RECIPES[name]
     newest: dict[tuple[int, ...], Version] = {}
@@ -93,10 +93,11 @@ def expand(spec: str) -> list[str]:
     if not newest:
         raise EnvError(f"{spec!r}: the registry {index_url()} holds no release of {recipe.version_package} "
                        f"from {low} to {high}")
-    specs = [f"{name}@{version}" for version in sorted(newest.values())]
-    for one in specs:
-        recipe.for_version(one.partition("@")[2])  # outside the supported versions: refused, saying which are
-    return specs
+    for version in newest.values():
+        recipe.for_version(str(version))  # outside the supported versions: refused, saying which are
+    # the default version by its name alone, as a suite names it: its runs are then the same cells as the suite's
+    return [name if str(version) == recipe.default_version else f"{name}@{version}"
+            for version in sorted(newest.values())]
 
 
 def expanded(specs: Iterable[str]) -> list[str]:
