@@ -180,7 +180,7 @@ RECIPES: dict[str, Recipe] = {r.framework: r for r in (
            executions=("graph", "eager", "compiled"), precisions=PRECISIONS),
     Recipe("keras-jax", "3.11", ("keras==3.15.1", "jax==0.10.2", "numpy"),
            "dlbench.worker.frameworks.keras3.adapter:Adapter",
-           "keras, jax, numpy", "keras", worker_env={"KERAS_BACKEND": "jax"}, supported=">=3.5,<3.15.1",
+           "keras, jax, numpy", "keras", worker_env={"KERAS_BACKEND": "jax"}, supported="==3.12.0",
            cuda_packages=("keras==3.15.1", "jax[cuda12]==0.10.2", "numpy"), executions=("compiled", "eager"),
            precisions=PRECISIONS),
     Recipe("keras-torch", "3.11", ("keras==3.15.1", "torch==2.13.0", "numpy"),
