@@ -30,6 +30,7 @@ TORCH_FILES = [
     (f"torch-2.9.0rc1-{WHEEL}", ""),  # a pre-release
     (f"torch-2.9.0-{WHEEL}", ' data-yanked="broken wheel"'),  # yanked
     (f"torch-2.10.0-{WHEEL}", ' data-requires-python="&gt;=3.12"'),  # not for the recipe's Python 3.11
+    (f"torch-2.11.0-{WHEEL}", ' data-requires-python="&gt;=3.8.*"'),  # no valid specifier: says nothing
     (f"torch-2.12.0-{WHEEL}", ""),
     (f"torch-2.12.1-{WHEEL}", ""),
     (f"torch-2.13.0-{WHEEL}", ""),  # the recipe's default
@@ -62,8 +63,10 @@ def registry(index, monkeypatch) -> str:
 
 def test_a_range_names_the_newest_release_of_each_minor_version_the_registry_holds(registry):
     # 2.7.0 gives way to 2.7.1; the sdist is 2.8.0 again; 2.9's pre-release and yanked wheel, and 2.10's wheel for
-    # Python 3.12 only, are no release of it; "2.12" as the high end takes 2.12.1
-    assert releases.expand("pytorch@2.7..2.12") == ["pytorch@2.7.1", "pytorch@2.8.0", "pytorch@2.12.1"]
+    # Python 3.12 only, are no release of it, while 2.11's unreadable Requires-Python is; "2.12" as the high end
+    # takes 2.12.1
+    assert releases.expand("pytorch@2.7..2.12") == ["pytorch@2.7.1", "pytorch@2.8.0", "pytorch@2.11.0",
+                                                    "pytorch@2.12.1"]
     assert releases.expand("pytorch@2.7.1..2.8.0") == ["pytorch@2.7.1", "pytorch@2.8.0"]
     assert releases.expanded(["jax", "pytorch@2.8..2.8", "pytorch@2.8.0"]) == ["jax", "pytorch@2.8.0"]
     # the default version by its name alone, as a suite names it, so its runs are the same cells

@@ -7,7 +7,7 @@ through its simple API (PEP 503/691) by pypi-simple."""
 import os
 from collections.abc import Iterable
 
-from packaging.specifiers import SpecifierSet
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from dlbench.harness.environments.envs import RECIPES, EnvError, Recipe, split_spec
@@ -51,10 +51,19 @@ def releases(recipe: Recipe) -> list[Version]:
             continue
         if version.is_prerelease or version.is_devrelease or version.local:
             continue
-        if package.requires_python and python not in SpecifierSet(package.requires_python):
+        if package.requires_python and not _admits(package.requires_python, python):
             continue
         found.add(version)
     return sorted(found)
+
+
+def _admits(requires_python: str, python: Version) -> bool:
+    """Whether a file's Requires-Python admits the recipe's Python; one that is no valid specifier (old uploads
+    have such) says nothing, and admits it."""
+    try:
+        return python in SpecifierSet(requires_python)
+    except InvalidSpecifier:
+        return True
 
 
 def _bound(spec: str, text: str) -> Version:
